@@ -1,0 +1,164 @@
+//! Time: the [`Clock`] trait, [`SystemClock`] and [`ManualClock`]
+//! (SPEC "Architecture": time comes from a clock the store is given).
+//!
+//! The shape follows governor's `clock.rs`: a real clock for production and a
+//! fake one that tests advance, so that expiry (R7) is tested without sleeping.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+/// A boxed future that completes when a clock reaches a deadline.
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// A source of wall-clock time, and a way to sleep until a wall-clock
+/// instant on that same time line.
+///
+/// Expiries are wall-clock times because a SQLite file is shared by processes
+/// that share no monotonic clock. The core reads `now` from the store's clock
+/// and hands every time to the store as data; a store never reads time on its
+/// own (and never calls SQL's `now()`).
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// The current wall-clock time.
+    fn now(&self) -> SystemTime;
+
+    /// A future that completes no earlier than this clock's `now()` reaching
+    /// `deadline`, or soon after if the clock can only approximate it. The
+    /// core re-checks the store after every wake-up, so an early or spurious
+    /// completion costs one extra check, never correctness.
+    fn sleep_until(&self, deadline: SystemTime) -> Sleep;
+}
+
+/// The real clock: [`SystemTime::now`], sleeping with tokio's timer.
+///
+/// Under `tokio::time::pause` tokio's timer jumps but `SystemTime` does not;
+/// tests that need to move time use [`ManualClock`] instead.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    fn sleep_until(&self, deadline: SystemTime) -> Sleep {
+        let left = deadline
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        Box::pin(tokio::time::sleep(left))
+    }
+}
+
+/// A clock that moves only when told to, for tests (governor's
+/// `FakeRelativeClock`).
+///
+/// It starts at a fixed instant (2030-01-01T00:00:00Z), so runs are
+/// repeatable. [`ManualClock::advance`] wakes every
+/// [`sleep_until`](Clock::sleep_until) whose deadline it reaches; nothing else
+/// ever does, so a waiter's deadline passes only when a test says so.
+///
+/// ```
+/// use std::time::Duration;
+/// use semaphore_core::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let t0 = clock.now();
+/// clock.advance(Duration::from_secs(5));
+/// assert_eq!(clock.now().duration_since(t0).unwrap(), Duration::from_secs(5));
+/// ```
+#[derive(Debug)]
+pub struct ManualClock {
+    now: watch::Sender<SystemTime>,
+}
+
+/// Where a [`ManualClock`] starts: 2030-01-01T00:00:00Z.
+const MANUAL_EPOCH: Duration = Duration::from_secs(1_893_456_000);
+
+impl ManualClock {
+    /// A clock standing at 2030-01-01T00:00:00Z.
+    pub fn new() -> Self {
+        Self::starting_at(UNIX_EPOCH + MANUAL_EPOCH)
+    }
+
+    /// A clock standing at `start`.
+    pub fn starting_at(start: SystemTime) -> Self {
+        Self {
+            now: watch::Sender::new(start),
+        }
+    }
+
+    /// Moves the clock forward by `by` and wakes the sleepers it reaches.
+    pub fn advance(&self, by: Duration) {
+        self.now.send_modify(|t| *t += by);
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        *self.now.borrow()
+    }
+
+    fn sleep_until(&self, deadline: SystemTime) -> Sleep {
+        let mut rx = self.now.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as the clock; if the clock is gone,
+            // time never moves again and the sleep never ends.
+            if rx.wait_for(|now| *now >= deadline).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}
+
+/// `t` truncated to whole milliseconds since the Unix epoch, the resolution
+/// at which stores keep times (SPEC "SQLite store": integer unix ms).
+pub(crate) fn truncate_ms(t: SystemTime) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(unix_ms(t))
+}
+
+/// `t` as whole milliseconds since the Unix epoch; times before the epoch
+/// are 0.
+pub fn unix_ms(t: SystemTime) -> u64 {
+    let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+/// The inverse of [`unix_ms`].
+pub fn from_unix_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::{Context, Poll, Waker};
+
+    #[test]
+    fn manual_sleep_completes_only_when_advanced_to_deadline() {
+        let clock = ManualClock::new();
+        let mut sleep = clock.sleep_until(clock.now() + Duration::from_secs(10));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        clock.advance(Duration::from_secs(9));
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(sleep.as_mut().poll(&mut cx), Poll::Ready(()));
+    }
+
+    #[test]
+    fn ms_round_trip_truncates() {
+        let t = UNIX_EPOCH + Duration::from_micros(1_500_700);
+        assert_eq!(unix_ms(t), 1500);
+        assert_eq!(truncate_ms(t), from_unix_ms(1500));
+        assert_eq!(unix_ms(UNIX_EPOCH - Duration::from_secs(1)), 0);
+    }
+}

@@ -1,0 +1,164 @@
+//! The conformance suite every store must pass (feature `conformance`).
+//!
+//! A store is done when it passes this suite, not when it compiles (the
+//! object_store model). The cases are plain async functions named after the
+//! SPEC rule they check; [`store_conformance!`](crate::store_conformance)
+//! expands every one of them into a `#[test]` for a store, so no store can
+//! skip a case and the suite is never copied.
+//!
+//! ```ignore
+//! // tests/conformance.rs of a store crate
+//! async fn make(clock: Arc<ManualClock>) -> Fixture {
+//!     Fixture::new(Arc::new(MyStore::with_clock(clock.clone())), clock)
+//! }
+//! semaphore_core::store_conformance!(make);
+//! ```
+//!
+//! Every case runs on a two-worker tokio runtime with a [`ManualClock`], so
+//! expiries and wait deadlines pass only when the case advances the clock:
+//! no case sleeps.
+
+mod basics;
+mod concurrency;
+mod waiting;
+
+pub use basics::*;
+pub use concurrency::*;
+pub use waiting::*;
+
+use std::any::Any;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{ManualClock, Pool, PoolId, Store};
+
+/// A store under test, on the manual clock it was made with.
+pub struct Fixture {
+    /// The store under test.
+    pub store: Arc<dyn Store>,
+    /// The clock the store was given.
+    pub clock: Arc<ManualClock>,
+    keep: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl Fixture {
+    /// A fixture for `store`, which must have been made with `clock`.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<ManualClock>) -> Self {
+        Self {
+            store,
+            clock,
+            keep: Vec::new(),
+        }
+    }
+
+    /// Keeps `value` (a temporary directory, say) alive as long as the
+    /// fixture.
+    pub fn keep_alive(mut self, value: impl Any + Send + Sync) -> Self {
+        self.keep.push(Box::new(value));
+        self
+    }
+
+    /// A handle on a fresh pool of this store, named `name`.
+    pub fn pool(&self, name: &str) -> Pool {
+        Pool::new(self.store.clone(), PoolId::from_name(name))
+    }
+}
+
+/// Runs one case: a two-worker runtime, a fresh [`ManualClock`], the store
+/// from `make`, and a 60 s guard against a hang (a hang is a failure, not a
+/// timing claim).
+pub fn run<M, MF, C, CF>(make: M, case: C)
+where
+    M: FnOnce(Arc<ManualClock>) -> MF,
+    MF: Future<Output = Fixture>,
+    C: FnOnce(Fixture) -> CF,
+    CF: Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the conformance case");
+    runtime.block_on(async move {
+        let fixture = make(Arc::new(ManualClock::new())).await;
+        tokio::time::timeout(Duration::from_secs(60), case(fixture))
+            .await
+            .expect("the case hung for 60 s");
+    });
+}
+
+/// Expands the whole conformance suite into `#[test]` functions for a store.
+///
+/// `$make` is an async function (or closure returning a future) from
+/// `Arc<ManualClock>` to [`Fixture`](crate::conformance::Fixture). Place the
+/// macro at the top level of an integration test file.
+#[macro_export]
+macro_rules! store_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make;
+            r1_pool_id_from_name_names_one_pool_for_every_handle,
+            r2_register_creates_then_sets_count,
+            r2_count_above_max_is_rejected_and_nothing_changes,
+            r2_count_zero_grants_nothing,
+            r2_lowering_count_revokes_nothing_and_raising_it_back_grants,
+            r2_raising_count_wakes_waiters_at_once,
+            r3_inspect_reports_one_instant_and_unknown_is_not_found,
+            r4_delete_is_idempotent_and_invalidates_leases,
+            r4_delete_fails_waiters_at_once,
+            r5_ttl_zero_is_invalid_and_nothing_changes,
+            r5_unknown_pool_fails_at_once_whatever_the_wait,
+            r5_wait_zero_on_exhausted_pool_fails_at_once,
+            r5_waiter_fails_exhausted_when_wait_runs_out,
+            r5_ttl_and_wait_are_clamped,
+            r5_waiter_is_woken_by_expiry,
+            r6_grants_lowest_free_and_reuses_freed_slot_next,
+            r6_positions_at_or_above_lowered_count_are_not_handed_out,
+            r7_expired_lease_does_not_count,
+            r8_return_reports_only_active_leases,
+            r8_return_wakes_a_waiter,
+            r9_tokens_grow_across_delete_and_register_again,
+            r10_64_tasks_on_4_slots_never_over_issue,
+            r11_ten_waiters_are_served_in_arrival_order,
+            r11_newcomer_does_not_jump_the_queue,
+            r12_dropped_waiter_leaves_queue_and_next_is_served,
+            r12_borrow_dropped_after_first_poll_holds_nothing,
+            r13_guard_returns_on_drop_and_forget_keeps_until_ttl,
+            r13_owned_guard_works_in_spawned_task,
+            r14_bad_input_names_field_and_range,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run($make, $crate::conformance::$case);
+            }
+        )*
+    };
+}
+
+/// Yields until `pool` has `n` waiters in this process. Cases use it to know
+/// a spawned borrower has queued before they act; it never sleeps.
+pub async fn until_waiting(pool: &Pool, n: usize) {
+    while pool.waiting() != n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Yields until `pool`'s `in_use` is `n`, for effects that run on a spawned
+/// task (a guard's return by a store that does I/O).
+pub async fn until_in_use(pool: &Pool, n: u32) {
+    while pool.inspect().await.expect("inspect").in_use != n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// One second.
+pub const SEC: Duration = Duration::from_secs(1);

@@ -1,0 +1,189 @@
+//! Cases for waiting, wake-ups, order and cancellation: R2, R4, R5, R8,
+//! R11, R12.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::{Fixture, SEC, until_in_use, until_waiting};
+use crate::{Error, Lease, Pool, Result};
+
+const TTL: Duration = Duration::from_secs(60);
+const LONG: Duration = Duration::from_secs(3600);
+
+/// Spawns a borrower that waits up to `wait` and keeps what it gets.
+fn spawn_borrow(pool: &Pool, wait: Duration) -> JoinHandle<Result<Lease>> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.borrow(TTL, wait).await.map(|g| g.forget()) })
+}
+
+/// A pool of `count` slots, all held.
+async fn full_pool(f: &Fixture, count: u32) -> (Pool, Vec<Lease>) {
+    let pool = f.pool("p");
+    pool.register(count).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..count {
+        held.push(pool.borrow(TTL, Duration::ZERO).await.unwrap().forget());
+    }
+    (pool, held)
+}
+
+/// R2: raising the count wakes waiters at once, as many as it frees.
+pub async fn r2_raising_count_wakes_waiters_at_once(f: Fixture) {
+    let (pool, _held) = full_pool(&f, 1).await;
+    let w1 = spawn_borrow(&pool, LONG);
+    until_waiting(&pool, 1).await;
+    let w2 = spawn_borrow(&pool, LONG);
+    until_waiting(&pool, 2).await;
+    pool.register(3).await.unwrap();
+    let mut positions = [
+        w1.await.unwrap().unwrap().position,
+        w2.await.unwrap().unwrap().position,
+    ];
+    positions.sort_unstable();
+    assert_eq!(positions, [1, 2]);
+}
+
+/// R4: deleting a pool fails its waiters with not-found at once, not at
+/// their deadline (the clock never moves here).
+pub async fn r4_delete_fails_waiters_at_once(f: Fixture) {
+    let (pool, _held) = full_pool(&f, 1).await;
+    let waiters: Vec<_> = (0..3).map(|_| spawn_borrow(&pool, LONG)).collect();
+    until_waiting(&pool, 3).await;
+    assert!(pool.delete().await.unwrap());
+    for w in waiters {
+        let err = w.await.unwrap().unwrap_err();
+        assert!(matches!(err, Error::PoolNotFound { .. }), "{err:?}");
+    }
+    assert_eq!(pool.waiting(), 0);
+}
+
+/// R5: a waiter fails with exhausted when its wait runs out, not before.
+pub async fn r5_waiter_fails_exhausted_when_wait_runs_out(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(1).await.unwrap();
+    let _held = pool.borrow(LONG, Duration::ZERO).await.unwrap();
+    let waiter = spawn_borrow(&pool, Duration::from_secs(5));
+    until_waiting(&pool, 1).await;
+    f.clock.advance(Duration::from_millis(4999));
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiter.is_finished(), "gave up before its wait ran out");
+    f.clock.advance(Duration::from_millis(1));
+    match waiter.await.unwrap() {
+        Err(Error::Exhausted { waited, .. }) => assert_eq!(waited, Duration::from_secs(5)),
+        other => panic!("expected Exhausted, got {other:?}"),
+    }
+    assert_eq!(pool.waiting(), 0);
+}
+
+/// R5, R7: a waiter is woken when the earliest lease expires, with no
+/// return and no clean-up.
+pub async fn r5_waiter_is_woken_by_expiry(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(2).await.unwrap();
+    let _long = pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    let short = pool
+        .borrow(Duration::from_secs(10), Duration::ZERO)
+        .await
+        .unwrap()
+        .forget();
+    let waiter = spawn_borrow(&pool, LONG);
+    until_waiting(&pool, 1).await;
+    f.clock.advance(Duration::from_secs(10));
+    let lease = waiter.await.unwrap().unwrap();
+    assert_eq!(lease.position, short.position);
+}
+
+/// R8: a return frees the slot at once and wakes a waiter.
+pub async fn r8_return_wakes_a_waiter(f: Fixture) {
+    let (pool, held) = full_pool(&f, 2).await;
+    let waiter = spawn_borrow(&pool, LONG);
+    until_waiting(&pool, 1).await;
+    assert!(pool.return_lease(held[1].id).await.unwrap());
+    assert_eq!(waiter.await.unwrap().unwrap().position, 1);
+}
+
+/// R11: ten waiters are served in the order they arrived.
+pub async fn r11_ten_waiters_are_served_in_arrival_order(f: Fixture) {
+    let (pool, held) = full_pool(&f, 1).await;
+    let mut waiters = Vec::new();
+    for i in 0..10 {
+        waiters.push(spawn_borrow(&pool, LONG));
+        until_waiting(&pool, i + 1).await;
+    }
+    let mut current = held[0];
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        assert!(pool.return_lease(current.id).await.unwrap());
+        current = waiter
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
+        assert_eq!(pool.waiting(), 9 - i, "waiter {i} was served out of order");
+    }
+}
+
+/// R11: while a borrower waits, a newcomer never takes a slot ahead of it,
+/// even one that frees up as the newcomer arrives.
+pub async fn r11_newcomer_does_not_jump_the_queue(f: Fixture) {
+    let (pool, held) = full_pool(&f, 1).await;
+    let first = spawn_borrow(&pool, LONG);
+    until_waiting(&pool, 1).await;
+    let second = spawn_borrow(&pool, LONG);
+    until_waiting(&pool, 2).await;
+    assert!(matches!(
+        pool.try_borrow(TTL).await,
+        Err(Error::Exhausted { .. })
+    ));
+    pool.return_lease(held[0].id).await.unwrap();
+    let got = first.await.unwrap().unwrap();
+    assert_eq!(pool.waiting(), 1, "the second waiter is still queued");
+    pool.return_lease(got.id).await.unwrap();
+    second.await.unwrap().unwrap();
+}
+
+/// R12: a waiter that is dropped takes nothing and leaves the queue; the
+/// next one is served.
+pub async fn r12_dropped_waiter_leaves_queue_and_next_is_served(f: Fixture) {
+    let (pool, held) = full_pool(&f, 1).await;
+    let head = spawn_borrow(&pool, LONG);
+    until_waiting(&pool, 1).await;
+    let next = spawn_borrow(&pool, LONG);
+    until_waiting(&pool, 2).await;
+    head.abort();
+    until_waiting(&pool, 1).await;
+    assert_eq!(
+        pool.inspect().await.unwrap().in_use,
+        1,
+        "the dropped waiter took nothing"
+    );
+    pool.return_lease(held[0].id).await.unwrap();
+    assert_eq!(next.await.unwrap().unwrap().position, 0);
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+}
+
+/// R12: a borrow dropped after its first poll, whatever step it was at,
+/// leaves no slot held once its clean-up ran.
+pub async fn r12_borrow_dropped_after_first_poll_holds_nothing(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(2).await.unwrap();
+    for _ in 0..20 {
+        {
+            let mut borrow = pin!(pool.borrow(SEC * 60, SEC));
+            let polled = borrow
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()));
+            if let Poll::Ready(r) = polled {
+                drop(r.unwrap());
+            }
+        }
+        until_in_use(&pool, 0).await;
+    }
+    assert_eq!(pool.waiting(), 0);
+    let lease = pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    assert_eq!(lease.position, 0);
+}

@@ -1,0 +1,107 @@
+//! The one error type of the library (SPEC R14).
+
+use std::time::Duration;
+
+use crate::PoolId;
+
+/// A boxed error from a storage engine, kept whole as the `source` of
+/// [`Error::Storage`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong, as variants a caller acts on (SPEC R14).
+///
+/// - [`InvalidArgument`](Error::InvalidArgument): fix the call; retrying the
+///   same call fails the same way.
+/// - [`PoolNotFound`](Error::PoolNotFound): register the pool first (R3, R4, R5).
+/// - [`Exhausted`](Error::Exhausted): no slot freed up within the wait; retry
+///   later or with a longer wait (R5). This is a semaphore answer, never a
+///   storage condition.
+/// - [`Storage`](Error::Storage): the storage engine failed; see
+///   [`Error::is_retryable`]. Nothing was half done (R14).
+/// - [`SchemaMismatch`](Error::SchemaMismatch): a persistent store found
+///   tables of another shape and changed nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument is outside its allowed range (R2, R5, R14). Nothing changed.
+    #[error("invalid {field}: got {got}, allowed {allowed}")]
+    InvalidArgument {
+        /// The argument's name, as in the method's signature (`count`, `ttl`,
+        /// `pool_id`, ...).
+        field: &'static str,
+        /// The allowed range or form, in words.
+        allowed: String,
+        /// What was passed, rendered for the message.
+        got: String,
+    },
+
+    /// No pool is registered under this id: never registered, or deleted
+    /// (R3, R4, R5). Register it with [`Pool::register`](crate::Pool::register).
+    #[error("pool {pool} not found: register it first")]
+    PoolNotFound {
+        /// The pool asked for.
+        pool: PoolId,
+    },
+
+    /// Every slot stayed taken for the whole wait (R5); the HTTP service's
+    /// `409`. With a zero wait this is returned at once.
+    #[error("pool {pool} exhausted: no slot freed up within {waited:?}")]
+    Exhausted {
+        /// The pool asked for.
+        pool: PoolId,
+        /// The wait that was allowed, after clamping to
+        /// [`Limits::max_wait`](crate::Limits::max_wait).
+        waited: Duration,
+    },
+
+    /// The storage engine failed (busy past its timeout, I/O, corruption).
+    /// The operation was all or nothing and did not happen (R14).
+    #[error("storage error during {operation} ({}): {source}", if *retryable { "retryable" } else { "not retryable" })]
+    Storage {
+        /// The store operation that failed (`borrow`, `register`, `open`, ...).
+        operation: &'static str,
+        /// Whether the same call may succeed if tried again later (for
+        /// SQLite: `SQLITE_BUSY` and `SQLITE_LOCKED` are, I/O and corruption
+        /// are not).
+        retryable: bool,
+        /// The engine's own error, kept whole (for SQLite a
+        /// `rusqlite::Error` with SQLite's code).
+        #[source]
+        source: BoxError,
+    },
+
+    /// A persistent store found its tables in a shape it does not know and
+    /// changed nothing. Open the file with the library version that wrote
+    /// it, or migrate it.
+    #[error("schema mismatch: expected {expected}, found {found}")]
+    SchemaMismatch {
+        /// What this version of the store expects.
+        expected: String,
+        /// What it found.
+        found: String,
+    },
+}
+
+impl Error {
+    /// Whether retrying the same call later may succeed: `true` for
+    /// [`Exhausted`](Error::Exhausted) and for retryable
+    /// [`Storage`](Error::Storage) errors, `false` otherwise.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Exhausted { .. } => true,
+            Error::Storage { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn invalid(field: &'static str, allowed: impl ToString, got: impl ToString) -> Self {
+        Error::InvalidArgument {
+            field,
+            allowed: allowed.to_string(),
+            got: got.to_string(),
+        }
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,219 @@
+//! Identifiers: [`PoolId`] and [`LeaseId`] (SPEC R1).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::Error;
+
+/// The namespace in which [`PoolId::from_name`] derives its v5 UUIDs.
+///
+/// Fixed forever: changing it would make processes of different versions
+/// disagree on which pool a name means.
+pub const POOL_NAMESPACE: Uuid = Uuid::from_u128(0x6f1d3c2a_8b4e_4d7a_9c51_2e8f0a7b3d64);
+
+/// The identity of a pool (SPEC R1): a UUID.
+///
+/// Two forms:
+/// - [`PoolId::from_name`] derives a stable v5 UUID from a name, so that every
+///   process sharing a store agrees on the pool `"gpus"` means.
+/// - [`PoolId::random`] makes a random v4 UUID (122 bits of entropy), for
+///   callers that treat the id as a secret credential, as the HTTP semaphore
+///   service this library is modelled on does.
+///
+/// It parses from and prints as the hyphenated UUID form, and serializes the
+/// same way.
+///
+/// ```
+/// use semaphore_core::PoolId;
+///
+/// let a = PoolId::from_name("gpus");
+/// assert_eq!(a, PoolId::from_name("gpus"));
+/// let parsed: PoolId = a.to_string().parse()?;
+/// assert_eq!(parsed, a);
+/// assert!("not-a-uuid".parse::<PoolId>().is_err());
+/// # Ok::<(), semaphore_core::Error>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PoolId(Uuid);
+
+impl PoolId {
+    /// The pool id for `name`: a v5 UUID in [`POOL_NAMESPACE`], identical in
+    /// every process and every version of this library.
+    pub fn from_name(name: &str) -> Self {
+        Self(Uuid::new_v5(&POOL_NAMESPACE, name.as_bytes()))
+    }
+
+    /// A fresh random (v4) pool id, unguessable: 122 random bits.
+    pub fn random() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// Wraps an existing UUID.
+    pub const fn from_uuid(uuid: Uuid) -> Self {
+        Self(uuid)
+    }
+
+    /// The UUID inside.
+    pub const fn as_uuid(&self) -> &Uuid {
+        &self.0
+    }
+}
+
+/// The identity of one lease: a random v4 UUID made by the library, never by
+/// the caller (SPEC vocabulary, "lease").
+///
+/// It is the credential that returns the lease early
+/// ([`Pool::return_lease`](crate::Pool::return_lease)), so treat it as a
+/// secret; [`PoolState`](crate::PoolState) never shows it (R3).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LeaseId(Uuid);
+
+impl LeaseId {
+    /// A fresh random (v4) lease id. Only the core calls this, before it asks
+    /// a store to grant, so that a borrow cancelled during the store call can
+    /// still return its lease (SPEC R12).
+    pub fn new() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// Wraps an existing UUID; for stores that read ids back from storage.
+    pub const fn from_uuid(uuid: Uuid) -> Self {
+        Self(uuid)
+    }
+
+    /// The UUID inside.
+    pub const fn as_uuid(&self) -> &Uuid {
+        &self.0
+    }
+}
+
+impl Default for LeaseId {
+    /// Same as [`LeaseId::new`]: a fresh random id.
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn parse(field: &'static str, s: &str) -> Result<Uuid, Error> {
+    Uuid::parse_str(s).map_err(|e| {
+        Error::invalid(
+            field,
+            "a UUID, such as 67e55044-10b1-426f-9247-bb680e5fe0c8",
+            format!("{s:?} ({e})"),
+        )
+    })
+}
+
+impl FromStr for PoolId {
+    type Err = Error;
+
+    /// Parses any UUID form `uuid` accepts; a malformed string is
+    /// [`Error::InvalidArgument`] naming the field `pool_id`.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        parse("pool_id", s).map(Self)
+    }
+}
+
+impl FromStr for LeaseId {
+    type Err = Error;
+
+    /// Parses any UUID form `uuid` accepts; a malformed string is
+    /// [`Error::InvalidArgument`] naming the field `lease_id`.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        parse("lease_id", s).map(Self)
+    }
+}
+
+macro_rules! uuid_fmt {
+    ($t:ty) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({})", stringify!($t), self.0)
+            }
+        }
+        impl From<Uuid> for $t {
+            fn from(uuid: Uuid) -> Self {
+                Self(uuid)
+            }
+        }
+        impl From<$t> for Uuid {
+            fn from(id: $t) -> Uuid {
+                id.0
+            }
+        }
+    };
+}
+uuid_fmt!(PoolId);
+uuid_fmt!(LeaseId);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_name_is_v5_and_distinct_per_name() {
+        let a = PoolId::from_name("gpus");
+        assert_eq!(a.as_uuid().get_version_num(), 5);
+        assert_ne!(a, PoolId::from_name("cpus"));
+    }
+
+    #[test]
+    fn from_name_is_pinned() {
+        // Pinned so that a change of namespace cannot slip in: processes of
+        // different versions must agree on a name's pool.
+        assert_eq!(
+            PoolId::from_name("gpus").to_string(),
+            Uuid::new_v5(&POOL_NAMESPACE, b"gpus").to_string()
+        );
+        assert_eq!(
+            POOL_NAMESPACE.to_string(),
+            "6f1d3c2a-8b4e-4d7a-9c51-2e8f0a7b3d64"
+        );
+    }
+
+    #[test]
+    fn random_ids_are_v4() {
+        assert_eq!(PoolId::random().as_uuid().get_version_num(), 4);
+        assert_eq!(LeaseId::new().as_uuid().get_version_num(), 4);
+        assert_ne!(LeaseId::new(), LeaseId::new());
+    }
+
+    #[test]
+    fn malformed_id_names_field() {
+        let err = "nope".parse::<PoolId>().unwrap_err();
+        assert!(matches!(
+            err,
+            Error::InvalidArgument {
+                field: "pool_id",
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("pool_id"), "{err}");
+        let err = "".parse::<LeaseId>().unwrap_err();
+        assert!(matches!(
+            err,
+            Error::InvalidArgument {
+                field: "lease_id",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn uuid_conversions_round_trip() {
+        let id = PoolId::from_name("x");
+        let uuid: Uuid = id.into();
+        assert_eq!(PoolId::from(uuid), id);
+        assert_eq!(format!("{id:?}"), format!("PoolId({uuid})"));
+    }
+}

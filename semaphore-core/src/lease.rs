@@ -1,0 +1,94 @@
+//! What the operations hand back: [`Lease`] and [`PoolState`].
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{LeaseId, PoolId};
+
+/// One held slot (SPEC vocabulary, "lease"; R5, R6, R9).
+///
+/// A lease is *active* from its grant until the earlier of its return and
+/// `expires_at` (R7). Its `id` is the credential that returns it early, so
+/// keep it private.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Lease {
+    /// The lease's own random id (UUID v4), made by the library.
+    pub id: LeaseId,
+    /// The pool the slot belongs to.
+    pub pool: PoolId,
+    /// The slot's number, `0..count` at the time of the grant; the lowest
+    /// that was free (R6).
+    pub position: u32,
+    /// The fencing token: strictly greater than every token granted before
+    /// for this pool id in this store (R9). Pass it to the resource you
+    /// protect, which should reject writes carrying a smaller token than it
+    /// has seen (Kleppmann, "How to do distributed locking", 2016).
+    pub token: u64,
+    /// When the lease frees itself, in wall-clock time, to whole
+    /// milliseconds (R7).
+    pub expires_at: SystemTime,
+}
+
+impl Lease {
+    /// Builds a lease; for stores reading one back from storage.
+    pub fn new(
+        id: LeaseId,
+        pool: PoolId,
+        position: u32,
+        token: u64,
+        expires_at: SystemTime,
+    ) -> Self {
+        Self {
+            id,
+            pool,
+            position,
+            token,
+            expires_at,
+        }
+    }
+
+    /// How long the lease has left at `now`; zero once it has expired.
+    /// [`LeaseGuard::time_left`](crate::LeaseGuard::time_left) asks the
+    /// store's clock for `now`.
+    pub fn time_left(&self, now: SystemTime) -> Duration {
+        self.expires_at
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Whether the lease is still active at `now` (R7): `now < expires_at`.
+    /// A lease returned early is not active either, which only the store knows.
+    pub fn is_unexpired_at(&self, now: SystemTime) -> bool {
+        now < self.expires_at
+    }
+}
+
+/// A pool as of one instant (SPEC R3). It never shows lease ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PoolState {
+    /// The pool.
+    pub id: PoolId,
+    /// Its number of slots, `0..=max_count` (R2).
+    pub count: u32,
+    /// Active leases (R7: expired ones never count). May exceed `count`
+    /// after `count` was lowered (R2).
+    pub in_use: u32,
+    /// `count.saturating_sub(in_use)`.
+    pub available: u32,
+}
+
+impl PoolState {
+    /// The state of pool `id` with `count` slots and `in_use` active leases;
+    /// `available` is derived.
+    pub fn new(id: PoolId, count: u32, in_use: u32) -> Self {
+        Self {
+            id,
+            count,
+            in_use,
+            available: count.saturating_sub(in_use),
+        }
+    }
+}

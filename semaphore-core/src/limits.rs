@@ -1,0 +1,155 @@
+//! [`Limits`]: the ranges that arguments are checked and clamped against
+//! (SPEC "Limits", R2, R5).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Bounds on arguments, set per [`Pool`](crate::Pool) handle with
+/// [`Pool::with_limits`](crate::Pool::with_limits).
+///
+/// `count` above `max_count` is rejected (R2); `ttl` and `wait` above their
+/// maximum are clamped, as the HTTP semaphore service clamps (R5). The
+/// defaults suit a library embedded in a service:
+///
+/// | field | default | why |
+/// | --- | --- | --- |
+/// | `max_count` | 1000 | the SPEC's default |
+/// | `max_ttl` | 24 hours | long batch jobs fit; a crashed holder's slot still comes back within a day |
+/// | `max_wait` | 1 hour | longer waits are better served by retrying |
+///
+/// ```
+/// use std::time::Duration;
+/// use semaphore_core::Limits;
+///
+/// let limits = Limits::default().with_max_ttl(Duration::from_secs(60));
+/// assert_eq!(limits.max_count, 1000);
+/// assert_eq!(limits.max_ttl, Duration::from_secs(60));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Limits {
+    /// The largest `count` a pool may be registered with (R2). Default 1000.
+    pub max_count: u32,
+    /// The longest lease; a longer `ttl` is clamped to it (R5). Default 24 h.
+    pub max_ttl: Duration,
+    /// The longest a borrow waits; a longer `wait` is clamped to it (R5).
+    /// Default 1 h.
+    pub max_wait: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_count: 1000,
+            max_ttl: Duration::from_secs(24 * 60 * 60),
+            max_wait: Duration::from_secs(60 * 60),
+        }
+    }
+}
+
+impl Limits {
+    /// These limits with `max_count` set (R2).
+    pub fn with_max_count(mut self, max_count: u32) -> Self {
+        self.max_count = max_count;
+        self
+    }
+
+    /// These limits with `max_ttl` set (R5).
+    pub fn with_max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = max_ttl;
+        self
+    }
+
+    /// These limits with `max_wait` set (R5).
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// Checks `count` against `0..=max_count` (R2).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `count` when it is above `max_count`.
+    pub fn check_count(&self, count: u32) -> Result<u32> {
+        if count > self.max_count {
+            return Err(Error::invalid(
+                "count",
+                format!("0..={}", self.max_count),
+                count,
+            ));
+        }
+        Ok(count)
+    }
+
+    /// Checks and clamps a lease `ttl` (R5): zero is rejected, anything above
+    /// `max_ttl` becomes `max_ttl`, and the result is rounded up to whole
+    /// milliseconds, the resolution at which expiries are stored.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `ttl` when it is zero.
+    pub fn clamp_ttl(&self, ttl: Duration) -> Result<Duration> {
+        if ttl.is_zero() {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "greater than 0 (at most {:?}; longer is clamped)",
+                    self.max_ttl
+                ),
+                "0s",
+            ));
+        }
+        Ok(ceil_ms(ttl.min(self.max_ttl)).max(Duration::from_millis(1)))
+    }
+
+    /// Clamps a borrow's `wait` to `max_wait` (R5). Zero means "do not wait".
+    pub fn clamp_wait(&self, wait: Duration) -> Duration {
+        wait.min(self.max_wait)
+    }
+}
+
+fn ceil_ms(d: Duration) -> Duration {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_above_max_is_rejected_naming_range() {
+        let l = Limits::default();
+        assert_eq!(l.check_count(0).unwrap(), 0);
+        assert_eq!(l.check_count(1000).unwrap(), 1000);
+        let err = l.check_count(1001).unwrap_err();
+        assert_eq!(err.to_string(), "invalid count: got 1001, allowed 0..=1000");
+    }
+
+    #[test]
+    fn ttl_zero_rejected_and_long_ttl_clamped_and_rounded_up() {
+        let l = Limits::default();
+        assert!(matches!(
+            l.clamp_ttl(Duration::ZERO),
+            Err(Error::InvalidArgument { field: "ttl", .. })
+        ));
+        assert_eq!(
+            l.clamp_ttl(Duration::from_nanos(1)).unwrap(),
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            l.clamp_ttl(Duration::from_micros(1500)).unwrap(),
+            Duration::from_millis(2)
+        );
+        assert_eq!(l.clamp_ttl(Duration::MAX).unwrap(), l.max_ttl);
+    }
+
+    #[test]
+    fn wait_is_clamped() {
+        let l = Limits::default();
+        assert_eq!(l.clamp_wait(Duration::MAX), l.max_wait);
+        assert_eq!(l.clamp_wait(Duration::ZERO), Duration::ZERO);
+    }
+}

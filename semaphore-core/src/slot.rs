@@ -1,0 +1,284 @@
+//! Slot allocation, defined once (SPEC R6, R7, R10): the reference
+//! [`lowest_free`] and [`SlotTable`], the in-process bookkeeping that
+//! in-process stores call.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::SystemTime;
+
+use crate::{BorrowRequest, Lease, LeaseId, TryBorrow};
+
+/// The reference rule R6: the lowest position in `0..count` not in `held`,
+/// or `None` when every one of them is held.
+///
+/// `held` lists the positions of the active leases (R7: expired leases are
+/// not held); positions at or above `count` are ignored, since they are never
+/// handed out. O(count). Stores may find the slot another way (in SQL, or
+/// with [`SlotTable`]), but must agree with this function; the conformance
+/// suite checks that they do.
+///
+/// ```
+/// use semaphore_core::lowest_free;
+/// assert_eq!(lowest_free(4, [0, 2]), Some(1));
+/// assert_eq!(lowest_free(2, [0, 1, 5]), None);
+/// assert_eq!(lowest_free(0, []), None);
+/// ```
+pub fn lowest_free(count: u32, held: impl IntoIterator<Item = u32>) -> Option<u32> {
+    let mut taken = vec![false; count as usize];
+    for p in held {
+        if let Some(t) = taken.get_mut(p as usize) {
+            *t = true;
+        }
+    }
+    taken.iter().position(|t| !t).map(|p| p as u32)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    id: LeaseId,
+    token: u64,
+    expires_at: SystemTime,
+}
+
+/// The slots of one pool, kept in memory: who holds which position until
+/// when, with the free positions and the expiries indexed so that a grant,
+/// a return and a reap each cost O(log count).
+///
+/// Expired leases are reaped at the start of every call that takes `now`,
+/// so an expired lease never counts (R7) and its slot is the next one handed
+/// out (R6). The table knows nothing of tokens' origin: the store hands it
+/// the next token, which must be store-wide increasing (R9).
+#[derive(Debug, Clone, Default)]
+pub struct SlotTable {
+    count: u32,
+    /// Indexed by position; may be longer than `count` after a lowering,
+    /// while leases above it are still active.
+    slots: Vec<Option<Held>>,
+    by_id: HashMap<LeaseId, u32>,
+    /// `(expires_at, position)` of every held slot.
+    expiries: BTreeSet<(SystemTime, u32)>,
+    /// Free positions below `count`.
+    free: BTreeSet<u32>,
+}
+
+impl SlotTable {
+    /// A table of `count` free slots.
+    pub fn new(count: u32) -> Self {
+        let mut table = Self::default();
+        table.set_count(count);
+        table
+    }
+
+    /// The number of slots.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Changes the number of slots (R2). Lowering it revokes nothing: leases
+    /// at or above the new count stay until returned or expired, and their
+    /// positions are not handed out again.
+    pub fn set_count(&mut self, count: u32) {
+        if count > self.count {
+            if self.slots.len() < count as usize {
+                self.slots.resize(count as usize, None);
+            }
+            let now_free = (self.count..count).filter(|&p| self.slots[p as usize].is_none());
+            self.free.extend(now_free);
+        } else {
+            self.free.split_off(&count);
+        }
+        self.count = count;
+    }
+
+    /// Active leases at `now` (R7), which may exceed `count` after a lowering.
+    pub fn in_use(&mut self, now: SystemTime) -> u32 {
+        self.reap(now);
+        self.by_id.len() as u32
+    }
+
+    /// The earliest expiry among active leases, if any.
+    pub fn next_expiry(&self) -> Option<SystemTime> {
+        self.expiries.first().map(|&(t, _)| t)
+    }
+
+    /// Grants the lowest free slot (R6) if `in_use < count` (R10), taking
+    /// the token from `next_token` only when it grants.
+    pub fn grant(
+        &mut self,
+        request: &BorrowRequest,
+        next_token: impl FnOnce() -> u64,
+    ) -> TryBorrow {
+        self.reap(request.now);
+        let position = match self.free.pop_first() {
+            Some(p) if (self.by_id.len() as u32) < self.count => p,
+            Some(p) => {
+                self.free.insert(p);
+                return self.exhausted();
+            }
+            None => return self.exhausted(),
+        };
+        let held = Held {
+            id: request.lease,
+            token: next_token(),
+            expires_at: request.expires_at,
+        };
+        self.slots[position as usize] = Some(held);
+        self.by_id.insert(held.id, position);
+        self.expiries.insert((held.expires_at, position));
+        let lease = Lease::new(held.id, request.pool, position, held.token, held.expires_at);
+        TryBorrow::Granted {
+            lease,
+            more_available: (self.by_id.len() as u32) < self.count,
+        }
+    }
+
+    /// Frees the slot of lease `id` if it is active at `now` (R8); `false`
+    /// for an unknown, returned or expired lease.
+    pub fn release(&mut self, id: LeaseId, now: SystemTime) -> bool {
+        self.reap(now);
+        match self.by_id.remove(&id) {
+            Some(position) => {
+                self.vacate(position);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn exhausted(&self) -> TryBorrow {
+        TryBorrow::Exhausted {
+            next_expiry: self.next_expiry(),
+        }
+    }
+
+    fn reap(&mut self, now: SystemTime) {
+        while let Some(&(at, position)) = self.expiries.first() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop_first();
+            if let Some(held) = self.slots[position as usize].take() {
+                self.by_id.remove(&held.id);
+            }
+            if position < self.count {
+                self.free.insert(position);
+            }
+        }
+    }
+
+    fn vacate(&mut self, position: u32) {
+        if let Some(held) = self.slots[position as usize].take() {
+            self.expiries.remove(&(held.expires_at, position));
+        }
+        if position < self.count {
+            self.free.insert(position);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PoolId;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn req(now_s: u64, ttl_s: u64) -> BorrowRequest {
+        let now = UNIX_EPOCH + Duration::from_secs(now_s);
+        BorrowRequest::new(
+            PoolId::from_name("t"),
+            LeaseId::new(),
+            now,
+            now + Duration::from_secs(ttl_s),
+        )
+    }
+
+    fn position(t: TryBorrow) -> u32 {
+        match t {
+            TryBorrow::Granted { lease, .. } => lease.position,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn grants_lowest_free_and_reuses_returned() {
+        let mut t = SlotTable::new(3);
+        let mut tok = 0;
+        let mut next = || {
+            tok += 1;
+            tok
+        };
+        let a = req(0, 10);
+        assert_eq!(position(t.grant(&a, &mut next)), 0);
+        assert_eq!(position(t.grant(&req(0, 10), &mut next)), 1);
+        assert!(t.release(a.lease, UNIX_EPOCH));
+        assert_eq!(position(t.grant(&req(0, 10), &mut next)), 0);
+        assert_eq!(position(t.grant(&req(0, 10), &mut next)), 2);
+        assert!(matches!(
+            t.grant(&req(0, 10), &mut next),
+            TryBorrow::Exhausted { .. }
+        ));
+    }
+
+    #[test]
+    fn expired_slot_is_reaped_and_handed_out_next() {
+        let mut t = SlotTable::new(2);
+        let short = req(0, 1);
+        assert_eq!(position(t.grant(&short, || 1)), 0);
+        assert_eq!(position(t.grant(&req(0, 10), || 2)), 1);
+        assert_eq!(t.in_use(UNIX_EPOCH + Duration::from_secs(1)), 1);
+        assert!(!t.release(short.lease, UNIX_EPOCH + Duration::from_secs(1)));
+        assert_eq!(position(t.grant(&req(1, 10), || 3)), 0);
+    }
+
+    #[test]
+    fn lowered_count_withholds_high_positions() {
+        let mut t = SlotTable::new(4);
+        let held: Vec<_> = (0..4)
+            .map(|i| {
+                let r = req(0, 10);
+                assert_eq!(position(t.grant(&r, || i)), i as u32);
+                r
+            })
+            .collect();
+        t.set_count(2);
+        t.release(held[3].lease, UNIX_EPOCH);
+        t.release(held[0].lease, UNIX_EPOCH);
+        // in_use 2 (positions 1, 2) == count 2: nothing is granted.
+        assert!(matches!(
+            t.grant(&req(0, 10), || 9),
+            TryBorrow::Exhausted { .. }
+        ));
+        t.release(held[2].lease, UNIX_EPOCH);
+        assert_eq!(position(t.grant(&req(0, 10), || 9)), 0);
+        t.set_count(4);
+        assert_eq!(position(t.grant(&req(0, 10), || 10)), 2);
+        assert_eq!(position(t.grant(&req(0, 10), || 11)), 3);
+    }
+
+    #[test]
+    fn agrees_with_reference_on_a_long_mixed_run() {
+        // A deterministic pseudo-random walk, checked against lowest_free.
+        let mut t = SlotTable::new(8);
+        let mut held: Vec<(LeaseId, u32)> = Vec::new();
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        for step in 0..5_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 3 == 0 && !held.is_empty() {
+                let (id, _) = held.swap_remove((x as usize / 3) % held.len());
+                assert!(t.release(id, UNIX_EPOCH));
+            } else {
+                let expected = lowest_free(8, held.iter().map(|h| h.1));
+                let r = req(0, 10);
+                match (t.grant(&r, || step), expected) {
+                    (TryBorrow::Granted { lease, .. }, Some(p)) => {
+                        assert_eq!(lease.position, p);
+                        held.push((r.lease, p));
+                    }
+                    (TryBorrow::Exhausted { .. }, None) => {}
+                    (got, want) => panic!("step {step}: got {got:?}, reference {want:?}"),
+                }
+            }
+        }
+    }
+}

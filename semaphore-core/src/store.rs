@@ -1,0 +1,131 @@
+//! The [`Store`] trait: the atomic primitives a storage backend provides
+//! (SPEC "Architecture").
+
+use std::fmt;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+
+use crate::{Changes, Clock, Lease, LeaseId, PoolId, PoolState, Result};
+
+/// One borrow attempt, as the core hands it to [`Store::try_borrow`].
+///
+/// Every time in it was computed by the core from the store's
+/// [`Clock`]; the store reads no clock of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BorrowRequest {
+    /// The pool to borrow from.
+    pub pool: PoolId,
+    /// The id the lease gets if granted, made by the core beforehand so that
+    /// a cancelled call can still return it (R12).
+    pub lease: LeaseId,
+    /// The instant of the attempt, to whole milliseconds: leases with
+    /// `expires_at <= now` are not active (R7).
+    pub now: SystemTime,
+    /// The expiry the lease gets if granted: `now + ttl`, ttl already
+    /// checked and clamped (R5), to whole milliseconds.
+    pub expires_at: SystemTime,
+}
+
+impl BorrowRequest {
+    /// A request for pool `pool`, granting lease `lease` until `expires_at`,
+    /// as seen at `now`.
+    pub fn new(pool: PoolId, lease: LeaseId, now: SystemTime, expires_at: SystemTime) -> Self {
+        Self {
+            pool,
+            lease,
+            now,
+            expires_at,
+        }
+    }
+}
+
+/// The answer of [`Store::try_borrow`] for a pool that exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum TryBorrow {
+    /// A slot was granted.
+    Granted {
+        /// The new lease.
+        lease: Lease,
+        /// Whether another slot was still free after this grant
+        /// (`in_use < count`). The core uses it to let the next waiter ask at
+        /// once instead of waiting for a change; `true` when unsure is always
+        /// correct.
+        more_available: bool,
+    },
+    /// `in_use >= count`: nothing was changed.
+    Exhausted {
+        /// The earliest expiry among the pool's active leases, so that the
+        /// waiter sleeps exactly until then; `None` if no lease is active
+        /// (count is 0, or was lowered).
+        next_expiry: Option<SystemTime>,
+    },
+}
+
+/// A storage backend: the atomic primitives behind a [`Pool`](crate::Pool).
+///
+/// The store is a cell, the algorithm is the core's (as in governor's
+/// `StateStore`): which slot (R6, via [`SlotTable`](crate::SlotTable) or
+/// its equivalent), when to wake, and who is next (R11) are decided once,
+/// in the core. Users do not call these methods; they call [`Pool`](crate::Pool).
+///
+/// The trait has no default methods, on purpose: every store states each
+/// primitive.
+///
+/// # Contract
+///
+/// - **Atomic.** Each method is one atomic step against the stored state:
+///   concurrent calls from any number of tasks, threads and processes sharing
+///   the store behave as if run one at a time (R10, R14). A failure leaves
+///   nothing half done and is [`Error::Storage`](crate::Error::Storage) with
+///   the right `retryable` flag.
+/// - **Time is data.** Every time comes in as an argument computed from
+///   [`Store::clock`]; a store never reads another clock (no `now()` in
+///   SQL). A lease with `expires_at <= now` is not active, whether or not it
+///   has been cleaned up (R7).
+/// - **Lowest free.** A grant takes the position that
+///   [`lowest_free`](crate::lowest_free) names for the active leases (R6),
+///   and only while `in_use < count` (R10).
+/// - **Tokens.** Each grant's token is strictly greater than every token
+///   the store granted before for that pool id, also across delete and
+///   register again (R9). A store-wide counter satisfies this.
+/// - **Notify.** After committing a change that can let a waiter in
+///   (a return, a register, a delete), the store calls
+///   [`Changes::notify`] for that pool, and [`Changes::notify_all`] when it
+///   learns that another process changed the shared state.
+/// - **Unknown pools.** `inspect`, `try_borrow` fail with
+///   [`Error::PoolNotFound`](crate::Error::PoolNotFound); `delete` reports
+///   `false`; `return_lease` reports `false` (R8).
+/// - **No waiting.** No method waits for a slot; waiting is the core's.
+/// - **Validation.** Arguments arrive checked and clamped against
+///   [`Limits`](crate::Limits); a store need not check them again.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// The clock all times handed to this store come from.
+    fn clock(&self) -> &dyn Clock;
+
+    /// The store's change notification, which holds the in-process wait
+    /// queues of its pools.
+    fn changes(&self) -> &Changes;
+
+    /// Creates pool `pool` with `count` slots, or sets the count of an
+    /// existing one (R2); returns its state at `now`. Revokes no lease.
+    async fn register(&self, pool: PoolId, count: u32, now: SystemTime) -> Result<PoolState>;
+
+    /// The state of `pool` at `now` (R3).
+    async fn inspect(&self, pool: PoolId, now: SystemTime) -> Result<PoolState>;
+
+    /// Removes `pool` and all its leases; `true` if it existed (R4). The
+    /// store must keep its token counter past the delete (R9).
+    async fn delete(&self, pool: PoolId) -> Result<bool>;
+
+    /// Grants the lowest free slot if `in_use < count` at `request.now`
+    /// (R5, R6, R10), with the request's lease id and expiry.
+    async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow>;
+
+    /// Ends lease `lease` of `pool` if it is active at `now` (R8); `true`
+    /// only if it was.
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool>;
+}

@@ -1,0 +1,130 @@
+//! [`MemoryStore`]: pools in this process's memory.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use semaphore_core::{
+    BorrowRequest, Changes, Clock, Error, LeaseId, PoolId, PoolState, Result, SlotTable, Store,
+    SystemClock, TryBorrow, async_trait,
+};
+
+/// A [`Store`] in this process's memory, for an in-process concurrency
+/// limiter. No I/O; nothing survives the process.
+///
+/// Each primitive runs under one mutex, so it is atomic (R10, R14) and
+/// completes without ever yielding; it never fails with
+/// [`Error::Storage`]. Slots are kept in the core's [`SlotTable`] (R6, R7);
+/// tokens come from one store-wide counter, so they grow across pools and
+/// across delete and register again (R9).
+///
+/// ```
+/// use std::sync::Arc;
+/// use semaphore_memory::{ManualClock, MemoryStore, Pool, PoolId};
+///
+/// let store = Arc::new(MemoryStore::new());
+/// let pool = Pool::new(store.clone(), PoolId::from_name("a"));
+/// // For tests: a clock that moves only when told to.
+/// let clock = Arc::new(ManualClock::new());
+/// let test_store = Arc::new(MemoryStore::with_clock(clock.clone()));
+/// ```
+#[derive(Debug)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+    changes: Changes,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pools: HashMap<PoolId, SlotTable>,
+    /// The last token granted, by any pool.
+    last_token: u64,
+}
+
+impl MemoryStore {
+    /// An empty store on the [`SystemClock`].
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// An empty store on `clock`; tests pass a
+    /// [`ManualClock`](semaphore_core::ManualClock).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            state: Mutex::default(),
+            changes: Changes::new(),
+            clock,
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn not_found(pool: PoolId) -> Error {
+    Error::PoolNotFound { pool }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    fn changes(&self) -> &Changes {
+        &self.changes
+    }
+
+    async fn register(&self, pool: PoolId, count: u32, now: SystemTime) -> Result<PoolState> {
+        let state = {
+            let mut state = self.state.lock();
+            let table = state.pools.entry(pool).or_default();
+            table.set_count(count);
+            PoolState::new(pool, count, table.in_use(now))
+        };
+        self.changes.notify(pool);
+        Ok(state)
+    }
+
+    async fn inspect(&self, pool: PoolId, now: SystemTime) -> Result<PoolState> {
+        let mut state = self.state.lock();
+        let table = state.pools.get_mut(&pool).ok_or_else(|| not_found(pool))?;
+        Ok(PoolState::new(pool, table.count(), table.in_use(now)))
+    }
+
+    async fn delete(&self, pool: PoolId) -> Result<bool> {
+        let existed = self.state.lock().pools.remove(&pool).is_some();
+        self.changes.notify(pool);
+        Ok(existed)
+    }
+
+    async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        let mut state = self.state.lock();
+        let State { pools, last_token } = &mut *state;
+        let table = pools
+            .get_mut(&request.pool)
+            .ok_or_else(|| not_found(request.pool))?;
+        Ok(table.grant(request, || {
+            *last_token += 1;
+            *last_token
+        }))
+    }
+
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool> {
+        let returned = self
+            .state
+            .lock()
+            .pools
+            .get_mut(&pool)
+            .is_some_and(|table| table.release(lease, now));
+        if returned {
+            self.changes.notify(pool);
+        }
+        Ok(returned)
+    }
+}
