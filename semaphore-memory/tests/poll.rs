@@ -1,0 +1,114 @@
+//! Poll-level tests of the wait engine on `MemoryStore`: who is woken, and
+//! when (R8, R11, R12). Futures are polled by hand with `tokio_test`, so
+//! every interleaving is fixed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_memory::{Error, ManualClock, MemoryStore, Pool, PoolId};
+use tokio_test::task::spawn;
+use tokio_test::{assert_pending, assert_ready, assert_ready_ok};
+
+const TTL: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn one_slot_pool() -> Pool {
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(ManualClock::new())));
+    let pool = Pool::new(store, PoolId::from_name("poll"));
+    pool.register(1).await.unwrap();
+    pool
+}
+
+#[tokio::test]
+async fn return_wakes_exactly_the_head_waiter() {
+    let pool = one_slot_pool().await;
+    let held = pool.try_borrow(TTL).await.unwrap().forget();
+
+    let mut head = spawn(pool.borrow(TTL, WAIT));
+    let mut second = spawn(pool.borrow(TTL, WAIT));
+    assert_pending!(head.poll());
+    assert_pending!(second.poll());
+    assert_eq!(pool.waiting(), 2);
+
+    assert!(pool.return_lease(held.id).await.unwrap());
+    assert!(head.is_woken(), "the head is woken by the return");
+    assert!(!second.is_woken(), "the second waiter stays asleep");
+
+    let lease = assert_ready_ok!(head.poll());
+    assert_eq!(lease.position, 0);
+    assert!(
+        !second.is_woken(),
+        "a grant that left no slot free wakes no one"
+    );
+    assert_pending!(second.poll());
+
+    drop(lease);
+    assert!(second.is_woken(), "the next return wakes the new head");
+    assert_eq!(assert_ready_ok!(second.poll()).position, 0);
+}
+
+#[tokio::test]
+async fn dropping_the_head_hands_the_turn_to_the_next() {
+    let pool = one_slot_pool().await;
+    let held = pool.try_borrow(TTL).await.unwrap().forget();
+    let mut head = spawn(pool.borrow(TTL, WAIT));
+    let mut second = spawn(pool.borrow(TTL, WAIT));
+    assert_pending!(head.poll());
+    assert_pending!(second.poll());
+
+    drop(head);
+    assert_eq!(pool.waiting(), 1);
+    assert!(
+        second.is_woken(),
+        "the new head gets its turn to ask the store"
+    );
+    assert_pending!(second.poll());
+
+    pool.return_lease(held.id).await.unwrap();
+    assert!(second.is_woken());
+    assert_ready_ok!(second.poll());
+}
+
+#[tokio::test]
+async fn count_raise_lets_every_waiter_in_that_fits() {
+    let pool = one_slot_pool().await;
+    let _held = pool.try_borrow(TTL).await.unwrap();
+    let mut a = spawn(pool.borrow(TTL, WAIT));
+    let mut b = spawn(pool.borrow(TTL, WAIT));
+    let mut c = spawn(pool.borrow(TTL, WAIT));
+    for t in [&mut a, &mut b, &mut c] {
+        assert_pending!(t.poll());
+    }
+    pool.register(3).await.unwrap();
+    assert!(a.is_woken() && !b.is_woken());
+    let got_a = assert_ready_ok!(a.poll());
+    assert_eq!(got_a.position, 1);
+    assert!(
+        b.is_woken(),
+        "a grant that left a slot free passes the turn on"
+    );
+    let got_b = assert_ready_ok!(b.poll());
+    assert_eq!(got_b.position, 2);
+    assert!(c.is_woken());
+    assert_pending!(c.poll());
+}
+
+#[tokio::test]
+async fn delete_fails_the_whole_queue_without_a_clock_move() {
+    let pool = one_slot_pool().await;
+    let _held = pool.try_borrow(TTL).await.unwrap();
+    let mut a = spawn(pool.borrow(TTL, WAIT));
+    let mut b = spawn(pool.borrow(TTL, WAIT));
+    assert_pending!(a.poll());
+    assert_pending!(b.poll());
+    pool.delete().await.unwrap();
+    assert!(matches!(
+        assert_ready!(a.poll()),
+        Err(Error::PoolNotFound { .. })
+    ));
+    assert!(b.is_woken());
+    assert!(matches!(
+        assert_ready!(b.poll()),
+        Err(Error::PoolNotFound { .. })
+    ));
+}
