@@ -66,7 +66,7 @@ async fn dropping_the_head_hands_the_turn_to_the_next() {
 
     pool.return_lease(held.id).await.unwrap();
     assert!(second.is_woken());
-    assert_ready_ok!(second.poll());
+    assert_eq!(assert_ready_ok!(second.poll()).position, 0);
 }
 
 #[tokio::test]
@@ -89,8 +89,11 @@ async fn count_raise_lets_every_waiter_in_that_fits() {
     );
     let got_b = assert_ready_ok!(b.poll());
     assert_eq!(got_b.position, 2);
-    assert!(c.is_woken());
+    assert!(!c.is_woken(), "the pool is full again: the third sleeps on");
     assert_pending!(c.poll());
+    drop(got_a);
+    assert!(c.is_woken());
+    assert_eq!(assert_ready_ok!(c.poll()).position, 1);
 }
 
 #[tokio::test]
