@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::clock::truncate_ms;
-use crate::{BorrowRequest, Lease, Result, Store, TryBorrow};
+use crate::{BorrowRequest, Lease, PoolId, Result, Store, TryBorrow, WaiterId};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -64,6 +64,43 @@ impl Drop for InFlight {
                 let _ = store.return_lease(pool, lease, now).await;
             }
         }));
+    }
+}
+
+/// A queued head's place in the store's own queue (R11 across processes).
+/// Held from the head's first attempt; unless [`QueuePlace::granted`] is
+/// called, dropping it tells the store to forget the place (R12).
+pub(crate) struct QueuePlace<'a> {
+    store: &'a Arc<dyn Store>,
+    pool: PoolId,
+    pub(crate) waiter: WaiterId,
+    armed: bool,
+}
+
+impl<'a> QueuePlace<'a> {
+    pub(crate) fn new(store: &'a Arc<dyn Store>, pool: PoolId) -> Self {
+        Self {
+            store,
+            pool,
+            waiter: WaiterId::new(),
+            armed: true,
+        }
+    }
+
+    /// The store granted to this waiter and forgot its place itself.
+    pub(crate) fn granted(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for QueuePlace<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let (store, pool, waiter) = (self.store.clone(), self.pool, self.waiter);
+            run_detached(Box::pin(async move {
+                let _ = store.leave_queue(pool, waiter).await;
+            }));
+        }
     }
 }
 

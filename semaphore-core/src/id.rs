@@ -92,6 +92,36 @@ impl LeaseId {
     }
 }
 
+/// The identity of a borrower while it waits at the head of its pool's
+/// queue in this process (SPEC R11, R12).
+///
+/// The core passes it in [`BorrowRequest::waiter`](crate::BorrowRequest) on
+/// every attempt made from the queue, so that a store shared by several
+/// processes can keep one queue of their heads and serve them first come,
+/// first served. Random (v4), so ids from different processes never clash.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct WaiterId(Uuid);
+
+impl WaiterId {
+    /// A fresh random waiter id.
+    pub fn new() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// The UUID inside.
+    pub const fn as_uuid(&self) -> &Uuid {
+        &self.0
+    }
+}
+
+impl Default for WaiterId {
+    /// Same as [`WaiterId::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Default for LeaseId {
     /// Same as [`LeaseId::new`]: a fresh random id.
     fn default() -> Self {
@@ -155,6 +185,7 @@ macro_rules! uuid_fmt {
 }
 uuid_fmt!(PoolId);
 uuid_fmt!(LeaseId);
+uuid_fmt!(WaiterId);
 
 #[cfg(test)]
 mod tests {

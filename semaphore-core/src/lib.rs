@@ -48,7 +48,7 @@ pub mod conformance;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, from_unix_ms, unix_ms};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseGuard, OwnedLeaseGuard};
-pub use id::{LeaseId, POOL_NAMESPACE, PoolId};
+pub use id::{LeaseId, POOL_NAMESPACE, PoolId, WaiterId};
 pub use lease::{Lease, PoolState};
 pub use limits::Limits;
 pub use pool::Pool;

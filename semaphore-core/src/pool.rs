@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::cancel::InFlight;
+use crate::cancel::{InFlight, QueuePlace};
 use crate::clock::truncate_ms;
 use crate::{
     BorrowRequest, Error, Lease, LeaseGuard, LeaseId, Limits, OwnedLeaseGuard, PoolId, PoolState,
-    Result, Store, TryBorrow,
+    Result, Store, TryBorrow, WaiterId,
 };
 
 /// A handle on one pool of a store: register, inspect, delete, borrow and
@@ -192,7 +192,7 @@ impl Pool {
 
         // Fast path: nobody is queued, so asking the store jumps no one.
         if changes.waiting(self.id) == 0 {
-            if let TryBorrow::Granted { lease, .. } = self.attempt(ttl).await? {
+            if let TryBorrow::Granted { lease, .. } = self.attempt(ttl, None).await? {
                 return Ok(lease);
             }
         }
@@ -202,6 +202,7 @@ impl Pool {
 
         let clock = self.store.clock();
         let mut ticket = changes.enqueue(self.id);
+        let place = QueuePlace::new(&self.store, self.id);
         let mut timeout = clock.sleep_until(deadline);
         let mut next_expiry = None;
         loop {
@@ -213,12 +214,13 @@ impl Pool {
                 () = &mut timeout => return Err(exhausted()),
             }
             ticket.asking();
-            match self.attempt(ttl).await? {
+            match self.attempt(ttl, Some(place.waiter)).await? {
                 TryBorrow::Granted {
                     lease,
                     more_available,
                 } => {
                     ticket.granted(more_available);
+                    place.granted();
                     return Ok(lease);
                 }
                 TryBorrow::Exhausted { next_expiry: at } => {
@@ -229,11 +231,10 @@ impl Pool {
     }
 
     /// One atomic try at the store, with a fresh lease id; cancel safe.
-    fn attempt(&self, ttl: Duration) -> InFlight {
+    fn attempt(&self, ttl: Duration, waiter: Option<WaiterId>) -> InFlight {
         let now = self.now();
-        InFlight::new(
-            &self.store,
-            BorrowRequest::new(self.id, LeaseId::new(), now, now + ttl),
-        )
+        let mut request = BorrowRequest::new(self.id, LeaseId::new(), now, now + ttl);
+        request.waiter = waiter;
+        InFlight::new(&self.store, request)
     }
 }

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 
-use crate::{Changes, Clock, Lease, LeaseId, PoolId, PoolState, Result};
+use crate::{Changes, Clock, Lease, LeaseId, PoolId, PoolState, Result, WaiterId};
 
 /// One borrow attempt, as the core hands it to [`Store::try_borrow`].
 ///
@@ -26,6 +26,12 @@ pub struct BorrowRequest {
     /// The expiry the lease gets if granted: `now + ttl`, ttl already
     /// checked and clamped (R5), to whole milliseconds.
     pub expires_at: SystemTime,
+    /// Set when the attempt comes from the head of this process's queue
+    /// for the pool, `None` for a first attempt that queued behind no one.
+    /// A store shared by processes may keep the heads it has seen in a queue
+    /// of its own and grant to a newcomer only when free slots outnumber
+    /// them (R11 across processes); an in-process store ignores it.
+    pub waiter: Option<WaiterId>,
 }
 
 impl BorrowRequest {
@@ -37,6 +43,7 @@ impl BorrowRequest {
             lease,
             now,
             expires_at,
+            waiter: None,
         }
     }
 }
@@ -98,6 +105,11 @@ pub enum TryBorrow {
 /// - **Unknown pools.** `inspect`, `try_borrow` fail with
 ///   [`Error::PoolNotFound`](crate::Error::PoolNotFound); `delete` reports
 ///   `false`; `return_lease` reports `false` (R8).
+/// - **Queued heads.** A store shared by processes may remember each
+///   [`BorrowRequest::waiter`] it answered `Exhausted`, serve them first come
+///   first served, and must forget one on a grant to it, on
+///   [`Store::leave_queue`], and when it stops asking (a crashed process). An
+///   in-process store may ignore waiters: the core's queue already orders them.
 /// - **No waiting.** No method waits for a slot; waiting is the core's.
 /// - **Validation.** Arguments arrive checked and clamped against
 ///   [`Limits`](crate::Limits); a store need not check them again.
@@ -128,4 +140,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Ends lease `lease` of `pool` if it is active at `now` (R8); `true`
     /// only if it was.
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool>;
+
+    /// Borrower `waiter` of `pool` stopped waiting without a grant (it timed
+    /// out, was dropped or failed): forget any place the store keeps for it
+    /// (R12). A no-op for stores that keep none.
+    async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()>;
 }

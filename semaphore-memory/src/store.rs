@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use semaphore_core::{
     BorrowRequest, Changes, Clock, Error, LeaseId, PoolId, PoolState, Result, SlotTable, Store,
-    SystemClock, TryBorrow, async_trait,
+    SystemClock, TryBorrow, WaiterId, async_trait,
 };
 
 /// A [`Store`] in this process's memory, for an in-process concurrency
@@ -126,5 +126,10 @@ impl Store for MemoryStore {
             self.changes.notify(pool);
         }
         Ok(returned)
+    }
+
+    /// A no-op: in one process the core's queue is the only queue.
+    async fn leave_queue(&self, _pool: PoolId, _waiter: WaiterId) -> Result<()> {
+        Ok(())
     }
 }

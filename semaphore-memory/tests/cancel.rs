@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use semaphore_memory::{
     BorrowRequest, Changes, Clock, LeaseId, ManualClock, MemoryStore, Pool, PoolId, PoolState,
-    Result, Store, TryBorrow, async_trait,
+    Result, Store, TryBorrow, WaiterId, async_trait,
 };
 use tokio::sync::Semaphore;
 
@@ -48,6 +48,9 @@ impl Store for GatedStore {
             self.returned.fetch_add(1, Ordering::SeqCst);
         }
         Ok(returned)
+    }
+    async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
+        self.inner.leave_queue(pool, waiter).await
     }
 }
 
