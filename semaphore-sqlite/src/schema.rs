@@ -1,0 +1,184 @@
+//! The store's tables, their version, and the check that a file holds what
+//! this version expects (SPEC "SQLite store").
+//!
+//! The version lives in `semaphore_store`, a table of the store's own, never
+//! in `PRAGMA user_version` (that belongs to the application). A file whose
+//! `semaphore_` tables have another shape is refused, unchanged.
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use semaphore_core::{Error, Result};
+
+use crate::error::storage;
+
+/// The schema version this build writes and reads.
+pub(crate) const VERSION: i64 = 1;
+
+/// Version 1. Pools and leases are keyed by 16-byte UUIDs; times are integer
+/// unix milliseconds. `semaphore_store` holds the version and the store-wide
+/// token counter (R9: it outlives deletes). `semaphore_waiters` is the
+/// cross-process queue of heads (R11).
+const TABLES: &str = "
+CREATE TABLE IF NOT EXISTS semaphore_store (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    schema_version INTEGER NOT NULL,
+    last_token INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS semaphore_pools (
+    pool BLOB PRIMARY KEY,
+    count INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS semaphore_leases (
+    pool BLOB NOT NULL,
+    position INTEGER NOT NULL,
+    lease BLOB NOT NULL UNIQUE,
+    token INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (pool, position)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS semaphore_leases_expiry ON semaphore_leases (pool, expires_at);
+CREATE TABLE IF NOT EXISTS semaphore_waiters (
+    pool BLOB NOT NULL,
+    waiter BLOB NOT NULL,
+    ticket INTEGER NOT NULL,
+    alive_until INTEGER NOT NULL,
+    PRIMARY KEY (pool, waiter)
+) WITHOUT ROWID;
+";
+
+/// Migrations: entry `i` takes a file from version `i + 1` to `i + 2`, in
+/// one transaction. Version 1 is the first, so there are none yet.
+const MIGRATIONS: &[&str] = &[];
+
+/// The column shape of every table of ours: (table, [(name, type, notnull, pk)]).
+type Shape = Vec<(String, Vec<(String, String, bool, i64)>)>;
+
+fn shape(conn: &Connection) -> rusqlite::Result<Shape> {
+    let mut tables = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'semaphore\\_%' ESCAPE '\\' ORDER BY name",
+    )?;
+    let names: Vec<String> = tables
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut columns =
+        conn.prepare("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?1) ORDER BY cid")?;
+    names
+        .into_iter()
+        .map(|table| {
+            let cols = columns
+                .query_map([&table], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok((table, cols))
+        })
+        .collect()
+}
+
+fn expected_shape() -> rusqlite::Result<Shape> {
+    let conn = Connection::open_in_memory()?;
+    conn.execute_batch(TABLES)?;
+    shape(&conn)
+}
+
+fn describe(shape: &Shape) -> String {
+    shape
+        .iter()
+        .map(|(t, cols)| {
+            let cols: Vec<_> = cols.iter().map(|c| format!("{} {}", c.0, c.1)).collect();
+            format!("{t}({})", cols.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn mismatch(expected: impl Into<String>, found: impl Into<String>) -> Error {
+    Error::SchemaMismatch {
+        expected: expected.into(),
+        found: found.into(),
+    }
+}
+
+/// What the file holds, read without writing anything.
+pub(crate) enum Found {
+    /// No `semaphore_` table: a fresh file (or the application's own).
+    Empty,
+    /// Our tables at `VERSION`, in the expected shape.
+    Current,
+    /// Our tables at an older version, which a migration brings up.
+    Older(i64),
+}
+
+/// Reads what the file holds and refuses anything but an empty file, the
+/// current shape, or an older version we can migrate. Writes nothing.
+pub(crate) fn inspect(conn: &Connection) -> Result<Found> {
+    let found = shape(conn).map_err(storage("open"))?;
+    if found.is_empty() {
+        return Ok(Found::Empty);
+    }
+    let version: Option<i64> = if found.iter().any(|(t, _)| t == "semaphore_store") {
+        conn.query_row(
+            "SELECT schema_version FROM semaphore_store WHERE id = 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| {
+            mismatch(
+                format!("semaphore_store at version {VERSION}"),
+                format!("unreadable semaphore_store: {e}"),
+            )
+        })?
+    } else {
+        None
+    };
+    let expected = expected_shape().map_err(storage("open"))?;
+    match version {
+        Some(VERSION) if found == expected => Ok(Found::Current),
+        Some(VERSION) => Err(mismatch(describe(&expected), describe(&found))),
+        Some(v) if (1..VERSION).contains(&v) => Ok(Found::Older(v)),
+        Some(v) => Err(mismatch(
+            format!("schema version {VERSION} or older"),
+            format!("schema version {v}: written by a newer version of this library"),
+        )),
+        None => Err(mismatch(
+            format!("semaphore_store with schema version {VERSION}"),
+            format!("semaphore_ tables without a version: {}", describe(&found)),
+        )),
+    }
+}
+
+/// Creates the tables in a fresh file, or migrates an older one, in one
+/// `BEGIN IMMEDIATE` transaction. Safe to race with other processes doing
+/// the same.
+pub(crate) fn prepare(conn: &mut Connection, found: Found) -> Result<()> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(storage("open"))?;
+    match found {
+        Found::Current => return Ok(()),
+        Found::Empty => {
+            tx.execute_batch(TABLES).map_err(storage("open"))?;
+            tx.execute(
+                "INSERT OR IGNORE INTO semaphore_store (id, schema_version, last_token) VALUES (1, ?1, 0)",
+                [VERSION],
+            )
+            .map_err(storage("open"))?;
+        }
+        Found::Older(from) => {
+            let current: i64 = tx
+                .query_row(
+                    "SELECT schema_version FROM semaphore_store WHERE id = 1",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(storage("open"))?;
+            // Another process may have migrated meanwhile.
+            for step in &MIGRATIONS[(current.max(from) - 1) as usize..] {
+                tx.execute_batch(step).map_err(storage("migrate"))?;
+            }
+            tx.execute("UPDATE semaphore_store SET schema_version = ?1", [VERSION])
+                .map_err(storage("migrate"))?;
+        }
+    }
+    tx.commit().map_err(storage("open"))
+}

@@ -1,0 +1,208 @@
+//! The store's primitives as SQL on one connection, each meant to run inside
+//! one transaction the caller opened (`BEGIN IMMEDIATE` for writes).
+//!
+//! Times arrive as data from the core's clock and are kept as integer unix
+//! milliseconds; no statement reads SQLite's own clock.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use semaphore_core::{
+    BorrowRequest, Lease, LeaseId, PoolId, PoolState, TryBorrow, WaiterId, from_unix_ms,
+    lowest_free, unix_ms,
+};
+
+/// How long a queued head's row stays without being refreshed before other
+/// processes treat its process as gone (crashed) and drop it (R11).
+pub(crate) const WAITER_TTL: Duration = Duration::from_secs(3);
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn count_of(conn: &Connection, pool: &PoolId) -> rusqlite::Result<Option<u32>> {
+    conn.prepare_cached("SELECT count FROM semaphore_pools WHERE pool = ?1")?
+        .query_row([pool.as_uuid().as_bytes()], |r| r.get(0))
+        .optional()
+}
+
+fn in_use(conn: &Connection, pool: &PoolId, now: i64) -> rusqlite::Result<u32> {
+    conn.prepare_cached(
+        "SELECT COUNT(*) FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?2",
+    )?
+    .query_row(params![pool.as_uuid().as_bytes(), now], |r| r.get(0))
+}
+
+/// R2: creates the pool or sets its count.
+pub(crate) fn register(
+    conn: &Connection,
+    pool: PoolId,
+    count: u32,
+    now: i64,
+) -> rusqlite::Result<PoolState> {
+    conn.prepare_cached(
+        "INSERT INTO semaphore_pools (pool, count) VALUES (?1, ?2)
+         ON CONFLICT (pool) DO UPDATE SET count = excluded.count",
+    )?
+    .execute(params![pool.as_uuid().as_bytes(), count])?;
+    Ok(PoolState::new(pool, count, in_use(conn, &pool, now)?))
+}
+
+/// R3: the pool's state at `now`, or `None` if it does not exist.
+pub(crate) fn inspect(
+    conn: &Connection,
+    pool: PoolId,
+    now: i64,
+) -> rusqlite::Result<Option<PoolState>> {
+    let Some(count) = count_of(conn, &pool)? else {
+        return Ok(None);
+    };
+    Ok(Some(PoolState::new(pool, count, in_use(conn, &pool, now)?)))
+}
+
+/// R4: removes the pool, its leases and its queued heads.
+pub(crate) fn delete(conn: &Connection, pool: PoolId) -> rusqlite::Result<bool> {
+    let key = pool.as_uuid().as_bytes();
+    conn.prepare_cached("DELETE FROM semaphore_leases WHERE pool = ?1")?
+        .execute([key])?;
+    conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1")?
+        .execute([key])?;
+    Ok(conn
+        .prepare_cached("DELETE FROM semaphore_pools WHERE pool = ?1")?
+        .execute([key])?
+        > 0)
+}
+
+/// R8: ends an active lease; `false` for anything else.
+pub(crate) fn return_lease(
+    conn: &Connection,
+    pool: PoolId,
+    lease: LeaseId,
+    now: i64,
+) -> rusqlite::Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "DELETE FROM semaphore_leases WHERE lease = ?1 AND pool = ?2 AND expires_at > ?3",
+        )?
+        .execute(params![
+            lease.as_uuid().as_bytes(),
+            pool.as_uuid().as_bytes(),
+            now
+        ])?
+        > 0)
+}
+
+/// R12: forgets a queued head's place.
+pub(crate) fn leave_queue(
+    conn: &Connection,
+    pool: PoolId,
+    waiter: WaiterId,
+) -> rusqlite::Result<bool> {
+    Ok(conn
+        .prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
+        .execute(params![
+            pool.as_uuid().as_bytes(),
+            waiter.as_uuid().as_bytes()
+        ])?
+        > 0)
+}
+
+/// R5, R6, R10, R11: grants the lowest free slot if a slot is free for this
+/// borrower, or says when the earliest lease expires. `None` if the pool does
+/// not exist.
+///
+/// Free slots go first to the heads queued in the store, oldest first: a
+/// borrower is granted only if free slots outnumber the heads queued ahead of
+/// it. A head that is refused takes (or keeps) its place. An attempt that is
+/// refused writes nothing unless it reaps expired rows, joins the queue, or
+/// refreshes its place, so that waiters re-checking do not wake each other.
+pub(crate) fn try_borrow(
+    conn: &Connection,
+    request: &BorrowRequest,
+) -> rusqlite::Result<Option<TryBorrow>> {
+    let pool = request.pool;
+    let key = pool.as_uuid().as_bytes();
+    let now = unix_ms(request.now) as i64;
+    let Some(count) = count_of(conn, &pool)? else {
+        return Ok(None);
+    };
+    conn.prepare_cached("DELETE FROM semaphore_leases WHERE pool = ?1 AND expires_at <= ?2")?
+        .execute(params![key, now])?;
+    conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2")?
+        .execute(params![key, now])?;
+    let held: Vec<u32> = conn
+        .prepare_cached("SELECT position FROM semaphore_leases WHERE pool = ?1")?
+        .query_map([key], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let free = i64::from(count).saturating_sub(held.len() as i64);
+
+    let waiter = request.waiter.map(|w| *w.as_uuid().as_bytes());
+    let mine: Option<(i64, i64)> = match &waiter {
+        Some(w) => conn
+            .prepare_cached(
+                "SELECT ticket, alive_until FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2",
+            )?
+            .query_row(params![key, w], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?,
+        None => None,
+    };
+    let ahead: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2")?
+        .query_row(params![key, mine.map_or(i64::MAX, |m| m.0)], |r| r.get(0))?;
+
+    if free > ahead {
+        let position = lowest_free(count, held.iter().copied())
+            .expect("free > 0 means a position below count is free");
+        let token: i64 = conn
+            .prepare_cached(
+                "UPDATE semaphore_store SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token",
+            )?
+            .query_row([], |r| r.get(0))?;
+        let expires_at = unix_ms(request.expires_at) as i64;
+        conn.prepare_cached(
+            "INSERT INTO semaphore_leases (pool, position, lease, token, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![key, position, request.lease.as_uuid().as_bytes(), token, expires_at])?;
+        if let Some(w) = &waiter {
+            conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
+                .execute(params![key, w])?;
+        }
+        let lease = Lease::new(
+            request.lease,
+            pool,
+            position,
+            token as u64,
+            from_unix_ms(expires_at as u64),
+        );
+        return Ok(Some(TryBorrow::Granted {
+            lease,
+            more_available: free - 1 > ahead,
+        }));
+    }
+
+    if let Some(w) = &waiter {
+        let alive_until = now + ms(WAITER_TTL);
+        match mine {
+            None => {
+                conn.prepare_cached(
+                    "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until)
+                     VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3)",
+                )?
+                .execute(params![key, w, alive_until])?;
+            }
+            Some((_, alive)) if alive - now < ms(WAITER_TTL) / 2 => {
+                conn.prepare_cached(
+                    "UPDATE semaphore_waiters SET alive_until = ?3 WHERE pool = ?1 AND waiter = ?2",
+                )?
+                .execute(params![key, w, alive_until])?;
+            }
+            Some(_) => {}
+        }
+    }
+    let next_expiry: Option<i64> = conn
+        .prepare_cached("SELECT MIN(expires_at) FROM semaphore_leases WHERE pool = ?1")?
+        .query_row([key], |r| r.get(0))?;
+    Ok(Some(TryBorrow::Exhausted {
+        next_expiry: next_expiry.map(|t| from_unix_ms(t as u64)),
+    }))
+}

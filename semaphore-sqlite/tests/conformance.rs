@@ -1,0 +1,17 @@
+//! The shared conformance suite, run against [`SqliteStore`] on a file in a
+//! temporary directory.
+
+use std::sync::Arc;
+
+use semaphore_core::conformance::Fixture;
+use semaphore_sqlite::{ManualClock, SqliteOptions, SqliteStore};
+
+async fn make(clock: Arc<ManualClock>) -> Fixture {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let options = SqliteOptions::default().clock(clock.clone());
+    let store = SqliteStore::open_with(dir.path().join("conformance.db"), options)
+        .expect("opening a fresh database");
+    Fixture::new(Arc::new(store), clock).keep_alive(dir)
+}
+
+semaphore_core::store_conformance!(make);
