@@ -206,3 +206,104 @@ pub(crate) fn try_borrow(
         next_expiry: next_expiry.map(|t| from_unix_ms(t as u64)),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+    use crate::schema;
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        let found = schema::inspect(&conn).unwrap();
+        schema::prepare(&mut conn, found).unwrap();
+        conn
+    }
+
+    fn request(at_ms: u64, waiter: Option<WaiterId>) -> BorrowRequest {
+        let now = UNIX_EPOCH + Duration::from_millis(at_ms);
+        let mut r = BorrowRequest::new(
+            PoolId::from_name("p"),
+            LeaseId::new(),
+            now,
+            now + Duration::from_secs(60),
+        );
+        r.waiter = waiter;
+        r
+    }
+
+    fn granted(answer: Option<TryBorrow>) -> bool {
+        matches!(answer, Some(TryBorrow::Granted { .. }))
+    }
+
+    #[test]
+    fn a_free_slot_goes_to_the_queued_head_not_to_a_newcomer() {
+        let conn = db();
+        let pool = PoolId::from_name("p");
+        register(&conn, pool, 1, 0).unwrap();
+        let first = request(0, None);
+        assert!(granted(try_borrow(&conn, &first).unwrap()));
+
+        let head = WaiterId::new();
+        assert!(
+            !granted(try_borrow(&conn, &request(1, Some(head))).unwrap()),
+            "pool is full"
+        );
+        assert!(return_lease(&conn, pool, first.lease, 2).unwrap());
+
+        assert!(
+            !granted(try_borrow(&conn, &request(3, None)).unwrap()),
+            "a newcomer jumped the queue"
+        );
+        assert!(
+            !granted(try_borrow(&conn, &request(3, Some(WaiterId::new()))).unwrap()),
+            "a later head jumped the queue"
+        );
+        assert!(granted(try_borrow(&conn, &request(4, Some(head))).unwrap()));
+        let left: i64 = conn
+            .query_row("SELECT COUNT(*) FROM semaphore_waiters", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            left, 1,
+            "the granted head's row is gone, the later head's stays"
+        );
+    }
+
+    #[test]
+    fn a_head_that_stops_asking_is_dropped_after_waiter_ttl() {
+        let conn = db();
+        let pool = PoolId::from_name("p");
+        register(&conn, pool, 1, 0).unwrap();
+        let first = request(0, None);
+        assert!(granted(try_borrow(&conn, &first).unwrap()));
+        assert!(!granted(
+            try_borrow(&conn, &request(1, Some(WaiterId::new()))).unwrap()
+        ));
+        assert!(return_lease(&conn, pool, first.lease, 2).unwrap());
+
+        let ttl = WAITER_TTL.as_millis() as u64;
+        assert!(
+            !granted(try_borrow(&conn, &request(ttl, None)).unwrap()),
+            "the head is still alive"
+        );
+        assert!(
+            granted(try_borrow(&conn, &request(ttl + 1, None)).unwrap()),
+            "a dead head blocks no one"
+        );
+    }
+
+    #[test]
+    fn an_exhausted_attempt_writes_nothing_once_queued() {
+        let conn = db();
+        let pool = PoolId::from_name("p");
+        register(&conn, pool, 1, 0).unwrap();
+        assert!(granted(try_borrow(&conn, &request(0, None)).unwrap()));
+        let head = WaiterId::new();
+        let _ = try_borrow(&conn, &request(1, Some(head))).unwrap();
+        let before = conn.total_changes();
+        let _ = try_borrow(&conn, &request(2, Some(head))).unwrap();
+        let _ = try_borrow(&conn, &request(3, None)).unwrap();
+        assert_eq!(conn.total_changes(), before, "a re-check wrote to the file");
+    }
+}

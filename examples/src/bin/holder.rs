@@ -1,0 +1,115 @@
+//! A process that holds slots of a pool in a shared SQLite file, for the
+//! multi-process tests (and to try by hand).
+//!
+//! ```text
+//! holder cycles <db> <pool> <n> <work_us> <log>   borrow / work / return n times, logging each hold
+//! holder loop   <db> <pool> <ms> <work_us> <log>  borrow / work / return back to back for <ms>
+//! holder hold   <db> <pool> <ttl_ms>              borrow once, print HOLDING, return on a stdin line
+//! ```
+//!
+//! The pool must already be registered. Holds are logged as
+//! `position token start_us end_us` (see `semaphore_examples::holds`).
+
+use std::hash::{DefaultHasher, Hasher};
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use semaphore_examples::holds::{Hold, unix_us};
+use semaphore_sqlite::{Error, Pool, PoolId, SqliteStore};
+
+const TTL: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(60);
+
+fn usage() -> ! {
+    eprintln!("usage: holder cycles <db> <pool> <n> <work_us> <log>");
+    eprintln!("       holder loop <db> <pool> <ms> <work_us> <log>");
+    eprintln!("       holder hold <db> <pool> <ttl_ms>");
+    std::process::exit(2)
+}
+
+fn number(arg: Option<&String>) -> u64 {
+    arg.and_then(|a| a.parse().ok()).unwrap_or_else(|| usage())
+}
+
+/// Busy work for `us` microseconds: hashing, so the CPU is really used.
+fn work(us: u64) -> u64 {
+    let until = Instant::now() + Duration::from_micros(us);
+    let mut hasher = DefaultHasher::new();
+    while Instant::now() < until {
+        hasher.write_u64(hasher.finish());
+    }
+    hasher.finish()
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(mode), Some(db), Some(name)) = (args.get(1), args.get(2), args.get(3)) else {
+        usage()
+    };
+    let pool = Pool::new(Arc::new(SqliteStore::open(db)?), PoolId::from_name(name));
+    match mode.as_str() {
+        "cycles" => {
+            let (n, work_us) = (number(args.get(4)), number(args.get(5)));
+            let mut log = Vec::new();
+            for _ in 0..n {
+                let lease = pool.borrow(TTL, WAIT).await?;
+                let start_us = unix_us();
+                work(work_us);
+                log.push(Hold {
+                    position: lease.position,
+                    token: lease.token,
+                    start_us,
+                    end_us: unix_us(),
+                });
+                lease.release().await?;
+            }
+            write_log(args.get(6), &log);
+        }
+        "loop" => {
+            let until = Instant::now() + Duration::from_millis(number(args.get(4)));
+            let work_us = number(args.get(5));
+            let mut log = Vec::new();
+            while Instant::now() < until {
+                let lease = pool.borrow(TTL, WAIT).await?;
+                let start_us = unix_us();
+                work(work_us);
+                log.push(Hold {
+                    position: lease.position,
+                    token: lease.token,
+                    start_us,
+                    end_us: unix_us(),
+                });
+                lease.release().await?;
+            }
+            write_log(args.get(6), &log);
+        }
+        "hold" => {
+            let ttl = Duration::from_millis(number(args.get(4)));
+            let lease = pool.borrow(ttl, WAIT).await?;
+            let expires_us = lease
+                .expires_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64);
+            println!("HOLDING {} {} {expires_us}", lease.position, lease.token);
+            std::io::stdout().flush().ok();
+            let mut line = String::new();
+            if std::io::stdin().lock().read_line(&mut line).unwrap_or(0) == 0 {
+                lease.forget();
+                return Ok(());
+            }
+            let at = unix_us();
+            lease.release().await?;
+            println!("RETURNED {at}");
+        }
+        _ => usage(),
+    }
+    Ok(())
+}
+
+fn write_log(path: Option<&String>, holds: &[Hold]) {
+    let path = path.unwrap_or_else(|| usage());
+    let text: String = holds.iter().map(|h| format!("{h}\n")).collect();
+    std::fs::write(path, text).expect("writing the hold log");
+}

@@ -1,0 +1,240 @@
+//! Many real OS processes on one SQLite file (R10, R11, the SQLite store's
+//! cross-process wake-up). The processes are the `holder` example.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_examples::holds::{Hold, max_concurrency, shared_positions, unix_us};
+use semaphore_sqlite::{Pool, PoolId, SqliteOptions, SqliteStore};
+
+const HOLDER: &str = env!("CARGO_BIN_EXE_holder");
+
+fn holder(args: &[&str]) -> Child {
+    Command::new(HOLDER)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting a holder process")
+}
+
+fn read_line(out: &mut BufReader<ChildStdout>) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).expect("reading a holder's output");
+    line
+}
+
+fn read_log(path: &Path) -> Vec<Hold> {
+    std::fs::read_to_string(path)
+        .expect("a holder's log")
+        .lines()
+        .map(|l| l.parse().expect("a log line"))
+        .collect()
+}
+
+async fn register(db: &Path, name: &str, count: u32, options: SqliteOptions) -> Pool {
+    let store = Arc::new(SqliteStore::open_with(db, options).unwrap());
+    let pool = Pool::new(store, PoolId::from_name(name));
+    pool.register(count).await.unwrap();
+    pool
+}
+
+/// 8 processes x 200 borrow / work / return cycles on 3 slots, started
+/// just after a ninth process was killed with SIGKILL while it held a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_never_over_issue_and_a_killed_holders_slot_returns_after_its_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db");
+    let db_arg = db.to_str().unwrap();
+    let pool = register(&db, "three", 3, SqliteOptions::default()).await;
+
+    // The victim holds a slot for 500 ms and is killed while holding it.
+    let mut victim = holder(&["hold", db_arg, "three", "500"]);
+    let mut out = BufReader::new(victim.stdout.take().unwrap());
+    let line = read_line(&mut out);
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    let (victim_position, victim_token, victim_expiry_us) =
+        (fields[0] as u32, fields[1], fields[2]);
+    victim.kill().unwrap(); // SIGKILL
+    victim.wait().unwrap();
+    let killed_hold = Hold {
+        position: victim_position,
+        token: victim_token,
+        start_us: unix_us(),
+        end_us: victim_expiry_us,
+    };
+
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            let log = dir.path().join(format!("worker-{i}.log"));
+            let args = [
+                "cycles",
+                db_arg,
+                "three",
+                "200",
+                "1000",
+                log.to_str().unwrap(),
+            ];
+            (holder(&args), log)
+        })
+        .collect();
+    let mut holds = vec![killed_hold];
+    for (mut child, log) in workers {
+        assert!(child.wait().unwrap().success(), "a worker failed");
+        let worker_holds = read_log(&log);
+        assert_eq!(worker_holds.len(), 200);
+        holds.extend(worker_holds);
+    }
+
+    assert_eq!(
+        shared_positions(&holds),
+        vec![],
+        "two leases held one slot at once"
+    );
+    let most = max_concurrency(&holds);
+    assert!(most <= 3, "concurrency reached {most} on 3 slots");
+    let mut tokens: Vec<u64> = holds.iter().map(|h| h.token).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(
+        tokens.len(),
+        holds.len(),
+        "a fencing token was granted twice"
+    );
+
+    // The killed holder's slot came back after its ttl and was used again,
+    // while the others carried on with the other two slots meanwhile.
+    let reused: Vec<_> = holds
+        .iter()
+        .filter(|h| h.position == victim_position && h.token > victim_token)
+        .collect();
+    assert!(
+        !reused.is_empty(),
+        "the killed holder's slot never came back"
+    );
+    assert!(reused.iter().all(|h| h.start_us >= victim_expiry_us));
+    let during_ttl = holds
+        .iter()
+        .filter(|h| h.token > victim_token && h.end_us <= victim_expiry_us)
+        .count();
+    assert!(
+        during_ttl > 0,
+        "nobody worked while the dead lease was pending"
+    );
+    assert_eq!(
+        pool.inspect().await.unwrap().in_use,
+        0,
+        "every lease was returned"
+    );
+}
+
+/// A return in one process wakes a waiter in another through the file
+/// notification: the waiter's fallback poll is set to 1.5 s (the longest
+/// allowed) and the bound is 1 s, so only the notification can wake it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn return_in_one_process_wakes_a_waiter_in_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("wake.db");
+    let options = SqliteOptions::default().poll_interval(Duration::from_millis(1500));
+    let pool = register(&db, "one", 1, options).await;
+
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        let mut other = holder(&["hold", db.to_str().unwrap(), "one", "60000"]);
+        let mut out = BufReader::new(other.stdout.take().unwrap());
+        assert!(read_line(&mut out).starts_with("HOLDING 0"));
+
+        let waiter = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let lease = pool
+                    .borrow(Duration::from_secs(5), Duration::from_secs(60))
+                    .await;
+                (unix_us(), lease.map(|l| l.forget()))
+            })
+        };
+        while pool.waiting() != 1 {
+            tokio::task::yield_now().await;
+        }
+        writeln!(other.stdin.as_mut().unwrap()).unwrap();
+        let returned_at: u64 = read_line(&mut out)
+            .strip_prefix("RETURNED ")
+            .and_then(|t| t.trim().parse().ok())
+            .expect("the holder's RETURNED line");
+        let (granted_at, lease) = tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("the waiter was not woken within 1 s (its fallback poll is 1.5 s)")
+            .unwrap();
+        let lease = lease.unwrap();
+        latencies.push(granted_at.saturating_sub(returned_at));
+        other.wait().unwrap();
+        pool.return_lease(lease.id).await.unwrap();
+    }
+    latencies.sort_unstable();
+    println!("cross-process wake latency (us), 5 hand-offs: {latencies:?}");
+}
+
+/// R11 across processes: process A loops borrow / work / return on a
+/// 1-slot pool back to back; a waiter in this process still gets the slot within
+/// 3 of A's cycles, five times over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_process_does_not_starve_a_waiter_in_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fair.db");
+    let pool = register(&db, "one", 1, SqliteOptions::default()).await;
+    let log = dir.path().join("looper.log");
+    // A holds the slot for 2 ms of work each time and borrows again at once.
+    let args = [
+        "loop",
+        db.to_str().unwrap(),
+        "one",
+        "3000",
+        "2000",
+        log.to_str().unwrap(),
+    ];
+    let mut looper = holder(&args);
+
+    // Start asking once A has held the slot at least once.
+    let started = std::time::Instant::now();
+    while pool.inspect().await.unwrap().in_use == 0 {
+        if let Some(status) = looper.try_wait().unwrap() {
+            panic!("the looping process ended before it held the slot: {status}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "A never held the slot"
+        );
+        tokio::task::yield_now().await;
+    }
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let asked_at = unix_us();
+        let lease = pool
+            .borrow(Duration::from_secs(5), Duration::from_secs(10))
+            .await
+            .expect("starved: no slot within 10 s");
+        got.push((asked_at, lease.token));
+        lease.release().await.unwrap();
+    }
+    assert!(looper.wait().unwrap().success());
+    let a_holds = read_log(&log);
+    assert!(a_holds.len() > 50, "A looped only {} times", a_holds.len());
+    for (asked_at, token) in got {
+        let overtaken = a_holds
+            .iter()
+            .filter(|h| h.start_us > asked_at && h.token < token)
+            .count();
+        assert!(
+            overtaken <= 3,
+            "A took the slot {overtaken} times while this process waited"
+        );
+    }
+}

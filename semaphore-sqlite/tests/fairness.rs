@@ -1,0 +1,95 @@
+//! R11 across processes, step by step. Two stores on one file have separate
+//! in-process queues, exactly as two processes do; the only link between
+//! them is the file.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_sqlite::rusqlite::Connection;
+use semaphore_sqlite::{Error, Pool, PoolId, SqliteStore};
+
+const TTL: Duration = Duration::from_secs(60);
+
+fn open(db: &Path) -> Pool {
+    Pool::new(
+        Arc::new(SqliteStore::open(db).unwrap()),
+        PoolId::from_name("one"),
+    )
+}
+
+fn queued_in_file(db: &Path) -> i64 {
+    Connection::open(db)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM semaphore_waiters", [], |r| r.get(0))
+        .unwrap()
+}
+
+async fn until_queued_in_file(db: &Path, n: i64) {
+    for _ in 0..100_000 {
+        if queued_in_file(db) == n {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the file never showed {n} queued heads");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_freed_by_one_process_goes_to_the_waiter_of_another_not_back_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fair.db");
+    let a = open(&db);
+    let b = open(&db);
+    a.register(1).await.unwrap();
+    let held = a.try_borrow(TTL).await.unwrap();
+
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.borrow(TTL, Duration::from_secs(30))
+                .await
+                .map(|l| l.forget())
+        })
+    };
+    until_queued_in_file(&db, 1).await;
+
+    // A returns and asks again at once: the free slot is B's.
+    held.release().await.unwrap();
+    assert!(
+        matches!(a.try_borrow(TTL).await, Err(Error::Exhausted { .. })),
+        "A took the slot ahead of B's queued waiter"
+    );
+    let lease = waiter.await.unwrap().unwrap();
+    assert_eq!(lease.position, 0);
+    assert_eq!(
+        queued_in_file(&db),
+        0,
+        "B's place was forgotten on its grant"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_file_queue_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fair.db");
+    let a = open(&db);
+    let b = open(&db);
+    a.register(1).await.unwrap();
+    let held = a.try_borrow(TTL).await.unwrap();
+
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.borrow(TTL, Duration::from_secs(30))
+                .await
+                .map(|l| l.forget())
+        })
+    };
+    until_queued_in_file(&db, 1).await;
+    waiter.abort();
+    until_queued_in_file(&db, 0).await;
+
+    held.release().await.unwrap();
+    assert_eq!(a.try_borrow(TTL).await.unwrap().position, 0);
+}
