@@ -162,6 +162,11 @@ fn ms(t: SystemTime) -> i64 {
 /// SQLite's default busy handler sleeps in steps of up to 100 ms, which
 /// stalls contended borrows far longer than the lock is held (tens of
 /// microseconds). This one re-tries after 10 µs, growing to 1 ms.
+///
+/// Measured with 3 processes looping borrow / return on one file for 3 s
+/// (release build, 2 cores): the default handler gave p99.9 34-104 ms and
+/// a worst borrow of 106-330 ms; this one p99.9 4.6-6 ms and a worst of
+/// 8-22 ms.
 fn busy_handler(timeout: Duration) -> impl FnMut(i32) -> bool + Send + 'static {
     let mut started = Instant::now();
     move |attempt| {
