@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use semaphore_sqlite::rusqlite::Connection;
-use semaphore_sqlite::{Error, Pool, PoolId, SqliteStore};
+use semaphore_sqlite::{Error, Lease, Pool, PoolId, SqliteStore};
+use tokio::task::JoinHandle;
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -35,27 +36,30 @@ async fn until_queued_in_file(db: &Path, n: i64) {
     panic!("the file never showed {n} queued heads");
 }
 
+/// "Process" A holds the only slot of a pool in `db`; "process" B waits
+/// for it, its head queued in the file.
+async fn b_queued_behind_a(db: &Path) -> (Pool, Lease, JoinHandle<Result<Lease, Error>>) {
+    let a = open(db);
+    let b = open(db);
+    a.register(1).await.unwrap();
+    let held = a.try_borrow(TTL).await.unwrap().forget();
+    let waiter = tokio::spawn(async move {
+        b.borrow(TTL, Duration::from_secs(30))
+            .await
+            .map(|l| l.forget())
+    });
+    until_queued_in_file(db, 1).await;
+    (a, held, waiter)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_freed_by_one_process_goes_to_the_waiter_of_another_not_back_to_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("fair.db");
-    let a = open(&db);
-    let b = open(&db);
-    a.register(1).await.unwrap();
-    let held = a.try_borrow(TTL).await.unwrap();
-
-    let waiter = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.borrow(TTL, Duration::from_secs(30))
-                .await
-                .map(|l| l.forget())
-        })
-    };
-    until_queued_in_file(&db, 1).await;
+    let (a, held, waiter) = b_queued_behind_a(&db).await;
 
     // A returns and asks again at once: the free slot is B's.
-    held.release().await.unwrap();
+    assert!(a.return_lease(held.id).await.unwrap());
     assert!(
         matches!(a.try_borrow(TTL).await, Err(Error::Exhausted { .. })),
         "A took the slot ahead of B's queued waiter"
@@ -73,23 +77,10 @@ async fn a_slot_freed_by_one_process_goes_to_the_waiter_of_another_not_back_to_i
 async fn a_waiter_that_gives_up_leaves_the_file_queue_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("fair.db");
-    let a = open(&db);
-    let b = open(&db);
-    a.register(1).await.unwrap();
-    let held = a.try_borrow(TTL).await.unwrap();
-
-    let waiter = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.borrow(TTL, Duration::from_secs(30))
-                .await
-                .map(|l| l.forget())
-        })
-    };
-    until_queued_in_file(&db, 1).await;
+    let (a, held, waiter) = b_queued_behind_a(&db).await;
     waiter.abort();
     until_queued_in_file(&db, 0).await;
 
-    held.release().await.unwrap();
+    assert!(a.return_lease(held.id).await.unwrap());
     assert_eq!(a.try_borrow(TTL).await.unwrap().position, 0);
 }

@@ -52,37 +52,12 @@ async fn main() -> Result<(), Error> {
     match mode.as_str() {
         "cycles" => {
             let (n, work_us) = (number(args.get(4)), number(args.get(5)));
-            let mut log = Vec::new();
-            for _ in 0..n {
-                let lease = pool.borrow(TTL, WAIT).await?;
-                let start_us = unix_us();
-                work(work_us);
-                log.push(Hold {
-                    position: lease.position,
-                    token: lease.token,
-                    start_us,
-                    end_us: unix_us(),
-                });
-                lease.release().await?;
-            }
+            let log = cycles(&pool, work_us, |done, _| done < n).await?;
             write_log(args.get(6), &log);
         }
         "loop" => {
             let until = Instant::now() + Duration::from_millis(number(args.get(4)));
-            let work_us = number(args.get(5));
-            let mut log = Vec::new();
-            while Instant::now() < until {
-                let lease = pool.borrow(TTL, WAIT).await?;
-                let start_us = unix_us();
-                work(work_us);
-                log.push(Hold {
-                    position: lease.position,
-                    token: lease.token,
-                    start_us,
-                    end_us: unix_us(),
-                });
-                lease.release().await?;
-            }
+            let log = cycles(&pool, number(args.get(5)), |_, now| now < until).await?;
             write_log(args.get(6), &log);
         }
         "hold" => {
@@ -106,6 +81,28 @@ async fn main() -> Result<(), Error> {
         _ => usage(),
     }
     Ok(())
+}
+
+/// Borrow / work / return while `go(cycles done, now)` says so.
+async fn cycles(
+    pool: &Pool,
+    work_us: u64,
+    go: impl Fn(u64, Instant) -> bool,
+) -> Result<Vec<Hold>, Error> {
+    let mut log = Vec::new();
+    while go(log.len() as u64, Instant::now()) {
+        let lease = pool.borrow(TTL, WAIT).await?;
+        let start_us = unix_us();
+        work(work_us);
+        log.push(Hold {
+            position: lease.position,
+            token: lease.token,
+            start_us,
+            end_us: unix_us(),
+        });
+        lease.release().await?;
+    }
+    Ok(log)
 }
 
 fn write_log(path: Option<&String>, holds: &[Hold]) {
