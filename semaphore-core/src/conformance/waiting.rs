@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::{Fixture, SEC, until_in_use, until_waiting};
+use super::{Fixture, SEC, until_waiting};
 use crate::{Error, Lease, Pool, Result};
 
 const TTL: Duration = Duration::from_secs(60);
@@ -167,23 +167,29 @@ pub async fn r12_dropped_waiter_leaves_queue_and_next_is_served(f: Fixture) {
 }
 
 /// R12: a borrow dropped after its first poll, whatever step it was at,
-/// leaves no slot held once its clean-up ran.
+/// leaves no slot held once its clean-up ran: every slot can be borrowed
+/// again. (A store that finishes the call in the background may grant and
+/// return after the drop; a leak would hang the case until its guard fails
+/// it.)
 pub async fn r12_borrow_dropped_after_first_poll_holds_nothing(f: Fixture) {
     let pool = f.pool("p");
     pool.register(2).await.unwrap();
     for _ in 0..20 {
-        {
-            let mut borrow = pin!(pool.borrow(SEC * 60, SEC));
-            let polled = borrow
-                .as_mut()
-                .poll(&mut Context::from_waker(Waker::noop()));
-            if let Poll::Ready(r) = polled {
-                drop(r.unwrap());
-            }
+        let mut borrow = pin!(pool.borrow(TTL, SEC));
+        let polled = borrow
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()));
+        if let Poll::Ready(r) = polled {
+            drop(r.unwrap());
         }
-        until_in_use(&pool, 0).await;
     }
     assert_eq!(pool.waiting(), 0);
-    let lease = pool.borrow(TTL, Duration::ZERO).await.unwrap();
-    assert_eq!(lease.position, 0);
+    loop {
+        let a = pool.try_borrow(TTL).await;
+        let b = pool.try_borrow(TTL).await;
+        if a.is_ok() && b.is_ok() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
 }
