@@ -1,1 +1,1 @@
-//! Criterion benchmarks live in `benches/`; this crate has no library code.
+//! Criterion benchmarks live in `benches/`; `report` turns their estimates into BENCHMARKS.md's table.

@@ -1,0 +1,134 @@
+//! Prints BENCHMARKS.md's table from the estimates of the last
+//! `cargo bench -p semaphore-benches` run: each line's figure, its anchor
+//! measured in the same run, the ratio, the goal, and met / not met.
+//!
+//! Run: `cargo run -p semaphore-benches --bin report`
+
+use std::path::PathBuf;
+
+/// How a line's ratio is formed and judged.
+enum Goal {
+    /// ours / anchor time, at most this.
+    TimeAtMost(f64),
+    /// anchor / ours time (throughput ratio), at least this.
+    ThroughputAtLeast(f64),
+    /// No goal: the figure is for users to choose by.
+    None,
+}
+
+struct Line {
+    name: &'static str,
+    group: &'static str,
+    anchor: &'static str,
+    ours: &'static str,
+    goal: Goal,
+}
+
+const LINES: &[Line] = &[
+    Line {
+        name: "1. memory, uncontended borrow+return vs tokio Semaphore",
+        group: "1_uncontended_pair",
+        anchor: "anchor_tokio",
+        ours: "memory_pool",
+        goal: Goal::TimeAtMost(3.0),
+    },
+    Line {
+        name: "2. memory, 64 tasks on 4 slots, throughput vs tokio",
+        group: "2_contended_64_tasks_4_slots",
+        anchor: "anchor_tokio",
+        ours: "memory_pool",
+        goal: Goal::ThroughputAtLeast(1.0),
+    },
+    Line {
+        name: "3. SQLite pair rate vs raw ceiling (NORMAL)",
+        group: "3_sqlite_pair_normal",
+        anchor: "anchor_raw_pair",
+        ours: "sqlite_pool_pair",
+        goal: Goal::ThroughputAtLeast(0.70),
+    },
+    Line {
+        name: "6a. SQLite, count 1000 with 999 held vs count 4",
+        group: "6a_sqlite_count_1000_999_held",
+        anchor: "anchor_count_4",
+        ours: "count_1000_999_held",
+        goal: Goal::TimeAtMost(1.5),
+    },
+    Line {
+        name: "6b. SQLite, 100,000 pools in the file vs 1",
+        group: "6b_sqlite_100k_pools",
+        anchor: "anchor_1_pool",
+        ours: "100k_pools",
+        goal: Goal::TimeAtMost(1.5),
+    },
+    Line {
+        name: "7. SQLite pair rate vs raw ceiling (FULL)",
+        group: "7_sqlite_pair_full",
+        anchor: "anchor_raw_pair",
+        ours: "sqlite_pool_pair",
+        goal: Goal::None,
+    },
+];
+
+fn criterion_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
+        .join("criterion")
+}
+
+/// Mean time per iteration in nanoseconds, from criterion's estimates.
+fn mean_ns(group: &str, bench: &str) -> Option<f64> {
+    let path = criterion_dir()
+        .join(group)
+        .join(bench)
+        .join("new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
+
+fn time(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{ns:.1} ns")
+    }
+}
+
+fn main() {
+    println!("| line | ours | anchor (same run) | ratio | goal | met |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for line in LINES {
+        let (Some(anchor), Some(ours)) = (
+            mean_ns(line.group, line.anchor),
+            mean_ns(line.group, line.ours),
+        ) else {
+            println!("| {} | not run | | | | |", line.name);
+            continue;
+        };
+        let (ratio, goal, met) = match line.goal {
+            Goal::TimeAtMost(g) => (
+                ours / anchor,
+                format!("<= {g}x time"),
+                Some(ours / anchor <= g),
+            ),
+            Goal::ThroughputAtLeast(g) => {
+                (anchor / ours, format!(">= {g}x"), Some(anchor / ours >= g))
+            }
+            Goal::None => (anchor / ours, "none".to_string(), None),
+        };
+        let met = match met {
+            Some(true) => "met",
+            Some(false) => "not met",
+            None => "-",
+        };
+        println!(
+            "| {} | {} | {} | {ratio:.2}x | {goal} | {met} |",
+            line.name,
+            time(ours),
+            time(anchor)
+        );
+    }
+}
