@@ -39,7 +39,11 @@ fn store_pool(dir: &Path, name: &str, sync: Synchronous, count: u32, rt: &Runtim
 
 fn pair_rate(c: &mut Criterion, group_name: &str, sync: Synchronous, pragma: &str) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let rt = Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let mut group = c.benchmark_group(group_name);
     let raw = raw_txn(dir.path(), pragma);
     group.bench_function("anchor_raw_pair", |b| {
@@ -53,6 +57,12 @@ fn pair_rate(c: &mut Criterion, group_name: &str, sync: Synchronous, pragma: &st
     let pool = store_pool(dir.path(), "pairs", sync, 4, &rt);
     group.bench_function("sqlite_pool_pair", |b| {
         b.to_async(&rt).iter(|| async {
+            pool.try_borrow(TTL).await.unwrap().release().await.unwrap();
+        })
+    });
+    let current = Builder::new_current_thread().enable_all().build().unwrap();
+    group.bench_function("sqlite_pool_pair_current_thread", |b| {
+        b.to_async(&current).iter(|| async {
             pool.try_borrow(TTL).await.unwrap().release().await.unwrap();
         })
     });

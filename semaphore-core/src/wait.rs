@@ -62,6 +62,13 @@ impl Changes {
         }
     }
 
+    /// Whether any borrower of any pool waits in this process. A store may
+    /// skip telling of changes while it is `false`: a borrower that starts
+    /// waiting asks the store first.
+    pub fn has_waiters(&self) -> bool {
+        !self.queues.lock().is_empty()
+    }
+
     /// The number of borrowers of `pool` waiting in this process.
     pub fn waiting(&self, pool: PoolId) -> usize {
         self.queues.lock().get(&pool).map_or(0, |q| q.waiters.len())

@@ -27,7 +27,9 @@ use crate::{SqliteOptions, schema, sql};
 ///   busy timeout that re-tries every 10 µs to 1 ms. A lock held past the
 ///   timeout is a retryable [`Error::Storage`], never
 ///   [`Error::Exhausted`].
-/// - SQLite calls run on tokio's blocking pool, never on the async workers.
+/// - SQLite calls never run on the async scheduler's time: on a multi-thread
+///   runtime they run in place under `block_in_place`, on a current-thread
+///   runtime on tokio's blocking pool.
 /// - A waiter learns of another process's return, count raise or delete
 ///   from a file-change notification on the WAL, with a fallback poll
 ///   ([`SqliteOptions::poll_interval`]); the heads of every process's queue
@@ -52,10 +54,10 @@ pub struct SqliteStore {
     changes: Arc<Changes>,
     clock: Arc<dyn Clock>,
     path: PathBuf,
-    _watch: WatchHandle,
+    watch: WatchHandle,
 }
 
-struct WatchHandle(#[allow(dead_code)] Watcher);
+struct WatchHandle(Watcher);
 
 impl std::fmt::Debug for WatchHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,7 +114,7 @@ impl SqliteStore {
             changes,
             clock: options.clock,
             path,
-            _watch: WatchHandle(watcher),
+            watch: WatchHandle(watcher),
         })
     }
 
@@ -121,7 +123,10 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Runs `f` in one transaction on the blocking pool.
+    /// Runs `f` in one transaction, off the async scheduler: on a
+    /// multi-thread runtime in place with `block_in_place` (tokio moves the
+    /// worker's other tasks to another thread, and the caller waits for no
+    /// thread to wake), on a current-thread runtime on the blocking pool.
     async fn run<T: Send + 'static>(
         &self,
         operation: &'static str,
@@ -129,21 +134,27 @@ impl SqliteStore {
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
         let conn = self.conn.clone();
-        let task = tokio::task::spawn_blocking(move || {
+        let work = move || {
             let mut conn = conn.lock();
             let tx = conn.transaction_with_behavior(behavior)?;
             let out = f(&tx)?;
             tx.commit()?;
             Ok(out)
-        });
-        match task.await {
-            Ok(result) => result.map_err(storage(operation)),
-            Err(join) => Err(Error::Storage {
-                operation,
-                retryable: false,
-                source: Box::new(join),
-            }),
-        }
+        };
+        let in_place = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let result = if in_place {
+            tokio::task::block_in_place(work)
+        } else {
+            tokio::task::spawn_blocking(work)
+                .await
+                .map_err(|join| Error::Storage {
+                    operation,
+                    retryable: false,
+                    source: Box::new(join),
+                })?
+        };
+        result.map_err(storage(operation))
     }
 
     async fn write<T: Send + 'static>(
@@ -217,6 +228,10 @@ impl Store for SqliteStore {
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        if request.waiter.is_some() {
+            // Before the check, so that any commit after it is seen.
+            self.watch.0.arm();
+        }
         let request = *request;
         self.write("borrow", move |c| sql::try_borrow(c, &request))
             .await?
