@@ -188,11 +188,12 @@ impl Pool {
             waited: wait,
         };
         let changes = self.store.changes();
-        let deadline = self.now() + wait;
+        let start = self.now();
+        let deadline = start + wait;
 
         // Fast path: nobody is queued, so asking the store jumps no one.
         if changes.waiting(self.id) == 0 {
-            if let TryBorrow::Granted { lease, .. } = self.attempt(ttl, None).await? {
+            if let TryBorrow::Granted { lease, .. } = self.attempt_at(start, ttl, None).await? {
                 return Ok(lease);
             }
         }
@@ -232,7 +233,10 @@ impl Pool {
 
     /// One atomic try at the store, with a fresh lease id; cancel safe.
     fn attempt(&self, ttl: Duration, waiter: Option<WaiterId>) -> InFlight {
-        let now = self.now();
+        self.attempt_at(self.now(), ttl, waiter)
+    }
+
+    fn attempt_at(&self, now: SystemTime, ttl: Duration, waiter: Option<WaiterId>) -> InFlight {
         let mut request = BorrowRequest::new(self.id, LeaseId::new(), now, now + ttl);
         request.waiter = waiter;
         InFlight::new(&self.store, request)

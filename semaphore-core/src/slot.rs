@@ -3,6 +3,8 @@
 //! in-process stores call.
 
 use std::collections::{BTreeSet, HashMap};
+
+use free::FreeSet;
 use std::time::SystemTime;
 
 use crate::{BorrowRequest, Lease, LeaseId, TryBorrow};
@@ -43,6 +45,9 @@ struct Held {
 /// when, with the free positions and the expiries indexed so that a grant,
 /// a return and a reap each cost O(log count).
 ///
+/// Free positions are a bitset, so the lowest is found a word at a time
+/// (16 words at the default `max_count` of 1000).
+///
 /// Expired leases are reaped at the start of every call that takes `now`,
 /// so an expired lease never counts (R7) and its slot is the next one handed
 /// out (R6). The table knows nothing of tokens' origin: the store hands it
@@ -57,7 +62,7 @@ pub struct SlotTable {
     /// `(expires_at, position)` of every held slot.
     expiries: BTreeSet<(SystemTime, u32)>,
     /// Free positions below `count`.
-    free: BTreeSet<u32>,
+    free: FreeSet,
 }
 
 impl SlotTable {
@@ -81,10 +86,13 @@ impl SlotTable {
             if self.slots.len() < count as usize {
                 self.slots.resize(count as usize, None);
             }
-            let now_free = (self.count..count).filter(|&p| self.slots[p as usize].is_none());
-            self.free.extend(now_free);
+            for p in self.count..count {
+                if self.slots[p as usize].is_none() {
+                    self.free.insert(p);
+                }
+            }
         } else {
-            self.free.split_off(&count);
+            self.free.truncate(count);
         }
         self.count = count;
     }
@@ -108,14 +116,11 @@ impl SlotTable {
         next_token: impl FnOnce() -> u64,
     ) -> TryBorrow {
         self.reap(request.now);
-        let position = match self.free.pop_first() {
+        let position = match self.free.first() {
             Some(p) if (self.by_id.len() as u32) < self.count => p,
-            Some(p) => {
-                self.free.insert(p);
-                return self.exhausted();
-            }
-            None => return self.exhausted(),
+            _ => return self.exhausted(),
         };
+        self.free.remove(position);
         let held = Held {
             id: request.lease,
             token: next_token(),
@@ -171,6 +176,43 @@ impl SlotTable {
         }
         if position < self.count {
             self.free.insert(position);
+        }
+    }
+}
+
+mod free {
+    /// A set of positions as a bitset: bit `p` is set when `p` is free.
+    #[derive(Debug, Clone, Default)]
+    pub(super) struct FreeSet(Vec<u64>);
+
+    impl FreeSet {
+        pub(super) fn insert(&mut self, p: u32) {
+            let (word, bit) = (p as usize / 64, p % 64);
+            if self.0.len() <= word {
+                self.0.resize(word + 1, 0);
+            }
+            self.0[word] |= 1 << bit;
+        }
+
+        pub(super) fn remove(&mut self, p: u32) {
+            if let Some(w) = self.0.get_mut(p as usize / 64) {
+                *w &= !(1 << (p % 64));
+            }
+        }
+
+        /// The lowest position in the set, if any.
+        pub(super) fn first(&self) -> Option<u32> {
+            let (i, w) = self.0.iter().enumerate().find(|(_, w)| **w != 0)?;
+            Some(i as u32 * 64 + w.trailing_zeros())
+        }
+
+        /// Removes every position at or above `count`.
+        pub(super) fn truncate(&mut self, count: u32) {
+            let (word, bit) = (count as usize / 64, count % 64);
+            if let Some(w) = self.0.get_mut(word) {
+                *w &= (1u64 << bit) - 1;
+            }
+            self.0.truncate(word + 1);
         }
     }
 }

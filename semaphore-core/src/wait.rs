@@ -10,6 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -26,6 +27,9 @@ use crate::PoolId;
 #[derive(Default)]
 pub struct Changes {
     queues: Mutex<HashMap<PoolId, Queue>>,
+    /// Waiters of all pools, kept beside the map (changed only under its
+    /// lock) so that the common case, nobody waiting, costs one atomic load.
+    total: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -48,6 +52,9 @@ impl Changes {
     /// waiter (R11), which re-checks the store; it costs nothing when nobody
     /// waits.
     pub fn notify(&self, pool: PoolId) {
+        if !self.has_waiters() {
+            return;
+        }
         if let Some(queue) = self.queues.lock().get_mut(&pool) {
             queue.notify_head();
         }
@@ -66,11 +73,14 @@ impl Changes {
     /// skip telling of changes while it is `false`: a borrower that starts
     /// waiting asks the store first.
     pub fn has_waiters(&self) -> bool {
-        !self.queues.lock().is_empty()
+        self.total.load(Ordering::Acquire) != 0
     }
 
     /// The number of borrowers of `pool` waiting in this process.
     pub fn waiting(&self, pool: PoolId) -> usize {
+        if !self.has_waiters() {
+            return 0;
+        }
         self.queues.lock().get(&pool).map_or(0, |q| q.waiters.len())
     }
 
@@ -81,6 +91,7 @@ impl Changes {
         let mut queues = self.queues.lock();
         let queue = queues.entry(pool).or_default();
         queue.waiters.push_back(waiter.clone());
+        self.total.fetch_add(1, Ordering::AcqRel);
         if queue.waiters.len() == 1 {
             waiter.notify_one();
         }
@@ -163,6 +174,7 @@ impl Drop for Ticket<'_> {
             return;
         };
         queue.waiters.remove(index);
+        self.changes.total.fetch_sub(1, Ordering::AcqRel);
         if queue.waiters.is_empty() {
             queues.remove(&self.pool);
         } else if index == 0 && !(self.quiet && queue.version == self.seen) {
