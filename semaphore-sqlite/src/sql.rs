@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use semaphore_core::{
-    BorrowRequest, Lease, LeaseId, PoolId, PoolState, TryBorrow, WaiterId, from_unix_ms,
-    lowest_free, unix_ms,
+    BorrowRequest, Lease, LeaseId, PoolId, PoolState, TryBorrow, WaiterId, from_unix_ms, unix_ms,
 };
 
 /// How long a queued head's row stays without being refreshed before other
@@ -130,11 +129,10 @@ pub(crate) fn try_borrow(
         .execute(params![key, now])?;
     conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2")?
         .execute(params![key, now])?;
-    let held: Vec<u32> = conn
-        .prepare_cached("SELECT position FROM semaphore_leases WHERE pool = ?1")?
-        .query_map([key], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    let free = i64::from(count).saturating_sub(held.len() as i64);
+    let held: i64 = conn
+        .prepare_cached("SELECT COUNT(*) FROM semaphore_leases WHERE pool = ?1")?
+        .query_row([key], |r| r.get(0))?;
+    let free = i64::from(count).saturating_sub(held);
 
     let waiter = request.waiter.map(|w| *w.as_uuid().as_bytes());
     let mine: Option<(i64, i64)> = match &waiter {
@@ -151,8 +149,22 @@ pub(crate) fn try_borrow(
         .query_row(params![key, mine.map_or(i64::MAX, |m| m.0)], |r| r.get(0))?;
 
     if free > ahead {
-        let position = lowest_free(count, held.iter().copied())
-            .expect("free > 0 means a position below count is free");
+        // Every row left is active (expired ones were reaped above), and
+        // free > 0 means some position below count is free, so the first
+        // gap in key order is the lowest free position of R6
+        // (`lowest_free`); the scan stops there.
+        let mut positions = conn.prepare_cached(
+            "SELECT position FROM semaphore_leases WHERE pool = ?1 ORDER BY position",
+        )?;
+        let mut rows = positions.query([key])?;
+        let mut position = 0u32;
+        while let Some(row) = rows.next()? {
+            if row.get::<_, u32>(0)? != position {
+                break;
+            }
+            position += 1;
+        }
+        drop(rows);
         let token: i64 = conn
             .prepare_cached(
                 "UPDATE semaphore_store SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token",
@@ -231,6 +243,53 @@ mod tests {
         );
         r.waiter = waiter;
         r
+    }
+
+    fn position(answer: Option<TryBorrow>) -> Option<u32> {
+        match answer {
+            Some(TryBorrow::Granted { lease, .. }) => Some(lease.position),
+            _ => None,
+        }
+    }
+
+    /// The first-gap query agrees with the reference `lowest_free` over a
+    /// deterministic walk of grants and returns, with count lowered and
+    /// raised on the way.
+    #[test]
+    fn lowest_free_position_agrees_with_the_reference() {
+        let conn = db();
+        let pool = PoolId::from_name("p");
+        let mut count = 8;
+        register(&conn, pool, count, 0).unwrap();
+        let mut held: Vec<(LeaseId, u32)> = Vec::new();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for step in 0..2_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 7 {
+                0 | 1 if !held.is_empty() => {
+                    let (id, _) = held.swap_remove((x as usize / 7) % held.len());
+                    assert!(return_lease(&conn, pool, id, 1).unwrap());
+                }
+                2 if step % 50 == 0 => {
+                    count = 1 + (x % 12) as u32;
+                    register(&conn, pool, count, 1).unwrap();
+                }
+                _ => {
+                    let in_use = held.len() as u32;
+                    let expected = (in_use < count)
+                        .then(|| semaphore_core::lowest_free(count, held.iter().map(|h| h.1)))
+                        .flatten();
+                    let r = request(1, None);
+                    let got = position(try_borrow(&conn, &r).unwrap());
+                    assert_eq!(got, expected, "step {step}: count {count}, held {held:?}");
+                    if let Some(p) = got {
+                        held.push((r.lease, p));
+                    }
+                }
+            }
+        }
     }
 
     fn granted(answer: Option<TryBorrow>) -> bool {
