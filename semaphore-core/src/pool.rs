@@ -113,6 +113,9 @@ impl Pool {
     /// # Errors
     /// [`Error::PoolNotFound`] for an unregistered or deleted pool;
     /// [`Error::Storage`] if the store failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
     pub async fn inspect(&self) -> Result<PoolState> {
         self.store.inspect(self.id, self.now()).await
     }
@@ -124,6 +127,10 @@ impl Pool {
     ///
     /// # Errors
     /// [`Error::Storage`] if the store failed; nothing was removed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the pool deleted; it is
+    /// never half deleted.
     pub async fn delete(&self) -> Result<bool> {
         self.store.delete(self.id).await
     }
@@ -176,6 +183,10 @@ impl Pool {
     ///
     /// # Errors
     /// [`Error::Storage`] if the store failed; the lease is then unchanged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease returned; either
+    /// way it frees itself at its ttl at the latest.
     pub async fn return_lease(&self, lease: LeaseId) -> Result<bool> {
         self.store.return_lease(self.id, lease, self.now()).await
     }

@@ -297,6 +297,44 @@ mod tests {
     }
 
     #[test]
+    fn agrees_with_reference_across_bitset_words_and_count_changes() {
+        let mut count = 200;
+        let mut t = SlotTable::new(count);
+        let mut held: Vec<(LeaseId, u32)> = Vec::new();
+        let mut x: u64 = 0x853c_49e6_748f_ea9b;
+        for step in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 5 {
+                0 if !held.is_empty() => {
+                    let (id, _) = held.swap_remove((x as usize / 5) % held.len());
+                    assert!(t.release(id, UNIX_EPOCH));
+                }
+                1 if step % 97 == 0 => {
+                    // Across word boundaries: 63, 64, 65, 127, 128, ...
+                    count = [0, 1, 63, 64, 65, 127, 128, 129, 200][(x as usize / 5) % 9];
+                    t.set_count(count);
+                }
+                _ => {
+                    let expected = ((held.len() as u32) < count)
+                        .then(|| lowest_free(count, held.iter().map(|h| h.1)))
+                        .flatten();
+                    let r = req(0, 10);
+                    match (t.grant(&r, || step), expected) {
+                        (TryBorrow::Granted { lease, .. }, Some(p)) => {
+                            assert_eq!(lease.position, p, "step {step}, count {count}");
+                            held.push((r.lease, p));
+                        }
+                        (TryBorrow::Exhausted { .. }, None) => {}
+                        (got, want) => panic!("step {step}: got {got:?}, reference {want:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn agrees_with_reference_on_a_long_mixed_run() {
         // A deterministic pseudo-random walk, checked against lowest_free.
         let mut t = SlotTable::new(8);
