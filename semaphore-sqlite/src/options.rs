@@ -50,7 +50,7 @@ impl Default for SqliteOptions {
         Self {
             busy_timeout: Duration::from_secs(5),
             synchronous: Synchronous::Normal,
-            poll_interval: Duration::from_millis(250),
+            poll_interval: Duration::from_secs(1),
             clock: Arc::new(SystemClock),
         }
     }
@@ -77,7 +77,8 @@ impl SqliteOptions {
     /// How often waiters re-check the file when no change notification
     /// arrives: the fallback for file systems that report no changes, and
     /// the heartbeat that keeps a waiting process's place in the
-    /// cross-process queue. Default 250 ms; must stay under 1.5 s.
+    /// cross-process queue. Default 1 s (an idle waiter then costs about
+    /// one check a second); at most 1.5 s, longer is clamped.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval.min(Duration::from_millis(1500));
         self

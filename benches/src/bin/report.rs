@@ -69,11 +69,78 @@ const LINES: &[Line] = &[
     },
 ];
 
-fn criterion_dir() -> PathBuf {
+fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
-        .join("criterion")
+}
+
+fn criterion_dir() -> PathBuf {
+    target_dir().join("criterion")
+}
+
+/// The figures the `processes` bench wrote for `line` (4 or 5).
+fn processes(line: u32) -> Option<serde_json::Value> {
+    let path = target_dir().join(format!("semaphore-bench/line{line}.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+fn judged(met: bool) -> &'static str {
+    if met { "met" } else { "not met" }
+}
+
+/// Lines 4 and 5: percentiles and rates, from the `processes` bench.
+fn print_processes() {
+    match processes(4) {
+        Some(v) => {
+            let (one, two) = (
+                v["one_process_pairs_per_s"].as_f64().unwrap_or(0.0),
+                v["two_processes_pairs_per_s"].as_f64().unwrap_or(0.0),
+            );
+            let ratio = two / one.max(1.0);
+            println!(
+                "| 4. SQLite, 2 processes: total pairs/s vs 1 process | {two:.0}/s | {one:.0}/s | {ratio:.2}x | >= 1x | {} |",
+                judged(ratio >= 1.0)
+            );
+            for (key, label, goal_us) in [
+                ("p50_us", "p50", None),
+                ("p99_us", "p99", None),
+                ("p999_us", "p99.9", Some(5_000.0)),
+                ("max_us", "max", Some(50_000.0)),
+            ] {
+                let us = v[key].as_f64().unwrap_or(f64::NAN);
+                let (goal, met) = match goal_us {
+                    Some(g) => (format!("<= {} ms", g / 1000.0), judged(us <= g)),
+                    None => ("none".to_string(), "-"),
+                };
+                println!(
+                    "| 4. SQLite, 2 processes: borrow latency {label} | {} | | | {goal} | {met} |",
+                    time(us * 1e3)
+                );
+            }
+        }
+        None => println!("| 4. SQLite, 2 processes | not run | | | | |"),
+    }
+    match processes(5) {
+        Some(v) => {
+            let n = v["hand_offs"].as_u64().unwrap_or(0);
+            for (key, label, goal_us) in [("p50_us", "p50", 100.0), ("p99_us", "p99", 1_000.0)] {
+                let us = v[key].as_f64().unwrap_or(f64::NAN);
+                println!(
+                    "| 5. cross-process wake, {label} over {n} hand-offs | {} | | | <= {} | {} |",
+                    time(us * 1e3),
+                    time(goal_us * 1e3),
+                    judged(us <= goal_us)
+                );
+            }
+            let idle = v["idle_cpu_share"].as_f64().unwrap_or(f64::NAN) * 100.0;
+            println!(
+                "| 5. idle waiter, CPU per second waiting | {idle:.3}% of a core | | | <= 0.1% | {} |",
+                judged(idle <= 0.1)
+            );
+        }
+        None => println!("| 5. cross-process wake | not run | | | | |"),
+    }
 }
 
 /// Mean time per iteration in nanoseconds, from criterion's estimates.
@@ -119,11 +186,7 @@ fn main() {
             }
             Goal::None => (anchor / ours, "none".to_string(), None),
         };
-        let met = match met {
-            Some(true) => "met",
-            Some(false) => "not met",
-            None => "-",
-        };
+        let met = met.map_or("-", judged);
         println!(
             "| {} | {} | {} | {ratio:.2}x | {goal} | {met} |",
             line.name,
@@ -131,4 +194,5 @@ fn main() {
             time(anchor)
         );
     }
+    print_processes();
 }

@@ -1,0 +1,225 @@
+//! Lines 4 and 5 of BENCHMARKS.md: real processes on one SQLite file.
+//! Percentiles are not what criterion measures, so this bench has its own
+//! harness: it re-invokes itself as the other process, and writes its
+//! figures to `target/semaphore-bench/*.json` for the `report` binary.
+//!
+//! - Line 4: two processes looping borrow / return on one pool (8 slots, so
+//!   only SQLite's write lock is contended) for 3 s, against one process
+//!   alone for 3 s: total pairs per second, and borrow latency p50 / p99 /
+//!   p99.9 / max over both processes.
+//! - Line 5: process A returns, process B's waiting borrow completes: the
+//!   latency from A's return having committed to B's grant, over 300
+//!   hand-offs; and the CPU an idle waiter burns per second of waiting.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use semaphore_sqlite::{Pool, PoolId, SqliteStore};
+
+const ROLE: &str = "SEMAPHORE_BENCH_ROLE";
+const LOOP_FOR: Duration = Duration::from_secs(3);
+const HAND_OFFS: usize = 300;
+const TTL: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(60);
+
+fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn pool(db: &Path, name: &str) -> Pool {
+    Pool::new(
+        Arc::new(SqliteStore::open(db).expect("opening the bench database")),
+        PoolId::from_name(name),
+    )
+}
+
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}
+
+/// CPU time of this whole process (every thread), from the kernel's
+/// scheduler statistics, in nanoseconds.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Loops borrow / return for `LOOP_FOR`; prints the pair count and every
+/// borrow's latency in µs.
+async fn looper(db: &Path) {
+    let pool = pool(db, "line4");
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < LOOP_FOR {
+        let t = Instant::now();
+        let lease = pool.borrow(TTL, WAIT).await.expect("borrow");
+        latencies.push(t.elapsed().as_micros() as u64);
+        lease.release().await.expect("return");
+    }
+    let line: Vec<String> = latencies.iter().map(u64::to_string).collect();
+    println!("{}", line.join(" "));
+}
+
+fn spawn_self(role: &str, db: &Path) -> std::process::Child {
+    Command::new(std::env::current_exe().expect("this bench's path"))
+        .env(ROLE, role)
+        .arg(db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the other process")
+}
+
+fn collect(child: std::process::Child) -> Vec<u64> {
+    let out = child.wait_with_output().expect("the looper's output");
+    assert!(out.status.success(), "a looper failed");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().expect("a latency"))
+        .collect()
+}
+
+fn line4(db: &Path) -> serde_json::Value {
+    let one = collect(spawn_self("loop", db)).len();
+    let (a, b) = (spawn_self("loop", db), spawn_self("loop", db));
+    let mut both = collect(a);
+    both.extend(collect(b));
+    both.sort_unstable();
+    let secs = LOOP_FOR.as_secs_f64();
+    serde_json::json!({
+        "one_process_pairs_per_s": one as f64 / secs,
+        "two_processes_pairs_per_s": both.len() as f64 / secs,
+        "p50_us": percentile(&both, 0.5),
+        "p99_us": percentile(&both, 0.99),
+        "p999_us": percentile(&both, 0.999),
+        "max_us": both[both.len() - 1],
+    })
+}
+
+/// Process A: holds the slot, and on each line from stdin returns it and
+/// prints the time its return committed, then borrows it again.
+async fn holder(db: &Path) {
+    let pool = pool(db, "line5");
+    loop {
+        let lease = pool.borrow(TTL, WAIT).await.expect("borrow");
+        println!("HELD");
+        std::io::stdout().flush().ok();
+        let mut line = String::new();
+        if std::io::stdin().read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        lease.release().await.expect("return");
+        println!("{}", unix_us());
+        std::io::stdout().flush().ok();
+    }
+}
+
+async fn line5(db: &Path) -> serde_json::Value {
+    let pool = pool(db, "line5");
+    pool.register(1).await.expect("register");
+    let mut a = spawn_self("hold", db);
+    let mut to_a = a.stdin.take().expect("stdin");
+    let mut from_a = BufReader::new(a.stdout.take().expect("stdout")).lines();
+    let mut next = move || from_a.next().expect("a line from A").expect("reading A");
+
+    // Idle: wait on the held pool for 2 s and count this process's CPU.
+    assert_eq!(next(), "HELD");
+    let cpu0 = cpu_ns();
+    let idle = Instant::now();
+    let waited = pool.borrow(TTL, Duration::from_secs(2)).await;
+    assert!(waited.is_err(), "the pool was held all along");
+    let idle_share = (cpu_ns() - cpu0) as f64 / idle.elapsed().as_nanos() as f64;
+
+    // A looks at the file, not at this process: B's waiter counts as
+    // queued once its place is in `semaphore_waiters`.
+    let file = rusqlite::Connection::open(db).expect("a second connection");
+    let queued_in_file = move || -> i64 {
+        file.query_row("SELECT COUNT(*) FROM semaphore_waiters", [], |r| r.get(0))
+            .expect("counting queued heads")
+    };
+    let mut latencies = Vec::with_capacity(HAND_OFFS);
+    for _ in 0..HAND_OFFS {
+        let waiter = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let lease = pool.borrow(TTL, WAIT).await.expect("borrow");
+                let at = unix_us();
+                lease.release().await.expect("return");
+                at
+            })
+        };
+        while queued_in_file() != 1 {
+            tokio::task::yield_now().await;
+        }
+        writeln!(to_a).expect("telling A");
+        let returned: u64 = next().parse().expect("A's return time");
+        let granted = waiter.await.expect("the waiter");
+        latencies.push(granted.saturating_sub(returned));
+        assert_eq!(next(), "HELD");
+    }
+    drop(to_a);
+    a.wait().expect("A's exit");
+    latencies.sort_unstable();
+    serde_json::json!({
+        "hand_offs": HAND_OFFS,
+        "p50_us": percentile(&latencies, 0.5),
+        "p99_us": percentile(&latencies, 0.99),
+        "max_us": latencies[latencies.len() - 1],
+        "idle_cpu_share": idle_share,
+    })
+}
+
+fn out_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
+        .join("semaphore-bench");
+    std::fs::create_dir_all(&dir).expect("creating the output directory");
+    dir
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match std::env::var(ROLE).as_deref() {
+        Ok("loop") => return looper(Path::new(&args[1])).await,
+        Ok("hold") => return holder(Path::new(&args[1])).await,
+        _ => {}
+    }
+    // Run unless a name filter is given that does not match "processes".
+    // A filter is an argument that is neither a flag nor a flag's value
+    // (`--measurement-time 3`); `--bench` takes no value.
+    let filters: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(i, a)| {
+            let prev = &args[i - 1];
+            !a.starts_with('-') && (*i == 1 || !prev.starts_with("--") || prev == "--bench")
+        })
+        .map(|(_, a)| a)
+        .collect();
+    if !filters.is_empty() && !filters.iter().any(|f| "processes".contains(f.as_str())) {
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temporary directory");
+    let db4 = dir.path().join("line4.db");
+    pool(&db4, "line4").register(8).await.expect("register");
+    let four = line4(&db4);
+    let five = line5(&dir.path().join("line5.db")).await;
+    println!("line 4: {four}");
+    println!("line 5: {five}");
+    let out = out_dir();
+    std::fs::write(out.join("line4.json"), four.to_string()).expect("writing line 4");
+    std::fs::write(out.join("line5.json"), five.to_string()).expect("writing line 5");
+}
