@@ -57,12 +57,6 @@ impl Lease {
             .duration_since(now)
             .unwrap_or(Duration::ZERO)
     }
-
-    /// Whether the lease is still active at `now` (R7): `now < expires_at`.
-    /// A lease returned early is not active either, which only the store knows.
-    pub fn is_unexpired_at(&self, now: SystemTime) -> bool {
-        now < self.expires_at
-    }
 }
 
 /// A pool as of one instant (SPEC R3). It never shows lease ids.

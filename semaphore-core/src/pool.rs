@@ -221,8 +221,12 @@ impl Pool {
             tokio::select! {
                 biased;
                 () = ticket.turn() => {}
-                () = async { next_expiry.as_mut().expect("guarded by the if").await },
-                    if next_expiry.is_some() => {}
+                () = async {
+                    match next_expiry.as_mut() {
+                        Some(expiry) => expiry.await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
                 () = &mut timeout => return Err(exhausted()),
             }
             ticket.asking();

@@ -105,7 +105,7 @@ pub(crate) enum Found {
     /// Our tables at `VERSION`, in the expected shape.
     Current,
     /// Our tables at an older version, which a migration brings up.
-    Older(i64),
+    Older,
 }
 
 /// Reads what the file holds and refuses anything but an empty file, the
@@ -135,7 +135,7 @@ pub(crate) fn inspect(conn: &Connection) -> Result<Found> {
     match version {
         Some(VERSION) if found == expected => Ok(Found::Current),
         Some(VERSION) => Err(mismatch(describe(&expected), describe(&found))),
-        Some(v) if (1..VERSION).contains(&v) => Ok(Found::Older(v)),
+        Some(v) if (1..VERSION).contains(&v) => Ok(Found::Older),
         Some(v) => Err(mismatch(
             format!("schema version {VERSION} or older"),
             format!("schema version {v}: written by a newer version of this library"),
@@ -164,7 +164,9 @@ pub(crate) fn prepare(conn: &mut Connection, found: Found) -> Result<()> {
             )
             .map_err(storage("open"))?;
         }
-        Found::Older(from) => {
+        Found::Older => {
+            // Read again under the write lock: another process may have
+            // migrated meanwhile.
             let current: i64 = tx
                 .query_row(
                     "SELECT schema_version FROM semaphore_store WHERE id = 1",
@@ -172,8 +174,7 @@ pub(crate) fn prepare(conn: &mut Connection, found: Found) -> Result<()> {
                     |r| r.get(0),
                 )
                 .map_err(storage("open"))?;
-            // Another process may have migrated meanwhile.
-            for step in &MIGRATIONS[(current.max(from) - 1) as usize..] {
+            for step in MIGRATIONS.iter().skip((current - 1).max(0) as usize) {
                 tx.execute_batch(step).map_err(storage("migrate"))?;
             }
             tx.execute("UPDATE semaphore_store SET schema_version = ?1", [VERSION])

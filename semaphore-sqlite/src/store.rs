@@ -54,15 +54,7 @@ pub struct SqliteStore {
     changes: Arc<Changes>,
     clock: Arc<dyn Clock>,
     path: PathBuf,
-    watch: WatchHandle,
-}
-
-struct WatchHandle(Watcher);
-
-impl std::fmt::Debug for WatchHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Watcher")
-    }
+    watch: Watcher,
 }
 
 impl SqliteStore {
@@ -114,7 +106,7 @@ impl SqliteStore {
             changes,
             clock: options.clock,
             path,
-            watch: WatchHandle(watcher),
+            watch: watcher,
         })
     }
 
@@ -230,7 +222,7 @@ impl Store for SqliteStore {
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
         if request.waiter.is_some() {
             // Before the check, so that any commit after it is seen.
-            self.watch.0.arm();
+            self.watch.arm();
         }
         let request = *request;
         self.write("borrow", move |c| sql::try_borrow(c, &request))

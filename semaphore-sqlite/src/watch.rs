@@ -59,6 +59,15 @@ impl State {
     }
 }
 
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher")
+            .field("dir", &self.state.dir)
+            .field("armed", &self.state.armed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
 impl Watcher {
     /// Makes sure the file is watched; cheap when it already is.
     pub(crate) fn arm(&self) {
