@@ -10,33 +10,118 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::SystemTime;
 
 use crate::clock::truncate_ms;
-use crate::{BorrowRequest, Lease, PoolId, Result, Store, TryBorrow, WaiterId};
+use crate::{
+    BorrowRequest, Lease, LeaseId, PoolId, Result, Store, TryBorrow, TryBorrowAll, WaiterId,
+};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// A `try_borrow` in flight. If it is dropped before it completes, the call
-/// is finished in a spawned task and a grant it makes is returned at once.
-pub(crate) struct InFlight {
-    store: Arc<dyn Store>,
-    request: BorrowRequest,
-    call: Option<BoxFuture<Result<TryBorrow>>>,
+/// What one attempt at the store came to.
+pub(crate) enum Step<G> {
+    Granted(G),
+    /// Nothing granted; a lease whose expiry may change that expires then.
+    Exhausted(Option<SystemTime>),
 }
 
-impl InFlight {
-    pub(crate) fn new(store: &Arc<dyn Store>, request: BorrowRequest) -> Self {
+/// A store's answer to one borrow attempt, single or multi-pool.
+pub(crate) trait Answer: Send + 'static {
+    /// What the borrower gets.
+    type Granted;
+    /// The leases the answer grants, for returning them if nobody takes them.
+    fn leases(&self) -> &[Lease];
+    fn step(self) -> Step<Self::Granted>;
+}
+
+impl Answer for TryBorrow {
+    type Granted = Lease;
+
+    fn leases(&self) -> &[Lease] {
+        match self {
+            TryBorrow::Granted { lease } => std::slice::from_ref(lease),
+            TryBorrow::Exhausted { .. } => &[],
+        }
+    }
+
+    fn step(self) -> Step<Lease> {
+        match self {
+            TryBorrow::Granted { lease } => Step::Granted(lease),
+            TryBorrow::Exhausted { next_expiry } => Step::Exhausted(next_expiry),
+        }
+    }
+}
+
+impl Answer for TryBorrowAll {
+    type Granted = Vec<Lease>;
+
+    fn leases(&self) -> &[Lease] {
+        match self {
+            TryBorrowAll::Granted { leases } => leases,
+            TryBorrowAll::Exhausted { .. } => &[],
+        }
+    }
+
+    fn step(self) -> Step<Vec<Lease>> {
+        match self {
+            TryBorrowAll::Granted { leases } => Step::Granted(leases),
+            TryBorrowAll::Exhausted { next_expiry } => Step::Exhausted(next_expiry),
+        }
+    }
+}
+
+/// A borrow attempt in flight. If it is dropped before it completes, the
+/// call is finished in a spawned task and the leases it grants are returned
+/// at once: only those this attempt made, never a keyed lease it was
+/// answered with, which belongs to the borrow that first got it.
+pub(crate) struct InFlight<A: Answer> {
+    store: Arc<dyn Store>,
+    made: Made,
+    call: Option<BoxFuture<Result<A>>>,
+}
+
+/// The lease ids an attempt asked for.
+enum Made {
+    One(LeaseId),
+    Many(Vec<LeaseId>),
+}
+
+impl Made {
+    fn contains(&self, id: LeaseId) -> bool {
+        match self {
+            Made::One(one) => *one == id,
+            Made::Many(many) => many.contains(&id),
+        }
+    }
+}
+
+impl InFlight<TryBorrow> {
+    pub(crate) fn one(store: &Arc<dyn Store>, request: BorrowRequest) -> Self {
         let owned = store.clone();
         Self {
             store: store.clone(),
-            request,
+            made: Made::One(request.lease),
             call: Some(Box::pin(async move { owned.try_borrow(&request).await })),
         }
     }
 }
 
-impl Future for InFlight {
-    type Output = Result<TryBorrow>;
+impl InFlight<TryBorrowAll> {
+    pub(crate) fn all(store: &Arc<dyn Store>, requests: Vec<BorrowRequest>) -> Self {
+        let owned = store.clone();
+        Self {
+            store: store.clone(),
+            made: Made::Many(requests.iter().map(|r| r.lease).collect()),
+            call: Some(Box::pin(
+                async move { owned.try_borrow_all(&requests).await },
+            )),
+        }
+    }
+}
+
+impl<A: Answer> Future for InFlight<A> {
+    type Output = Result<A>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(call) = self.call.as_mut() else {
@@ -48,46 +133,47 @@ impl Future for InFlight {
     }
 }
 
-impl Drop for InFlight {
+impl<A: Answer> Drop for InFlight<A> {
     fn drop(&mut self) {
         let Some(call) = self.call.take() else {
             return;
         };
         let store = self.store.clone();
-        let pool = self.request.pool;
-        let lease = self.request.lease;
+        let made = std::mem::replace(&mut self.made, Made::Many(Vec::new()));
         run_detached(Box::pin(async move {
-            if let Ok(TryBorrow::Granted { .. }) = call.await {
+            let Ok(answer) = call.await else { return };
+            for lease in answer.leases().iter().filter(|l| made.contains(l.id)) {
                 let now = truncate_ms(store.clock().now());
                 // Nobody is left to hear about a failure; the lease then
                 // frees itself at its ttl.
-                let _ = store.return_lease(pool, lease, now).await;
+                let _ = store.return_lease(lease.pool, lease.id, now).await;
             }
         }));
     }
 }
 
-/// A queued head's place in the store's own queue (R11 across processes).
-/// Held from the head's first attempt; unless [`QueuePlace::granted`] is
-/// called, dropping it tells the store to forget the place (R12).
+/// A queued head's place in the store's own queue of each of its pools
+/// (R11 across processes). Held from the head's first attempt; unless
+/// [`QueuePlace::granted`] is called, dropping it tells the store to forget
+/// the places (R12).
 pub(crate) struct QueuePlace<'a> {
     store: &'a Arc<dyn Store>,
-    pool: PoolId,
+    pools: &'a [PoolId],
     pub(crate) waiter: WaiterId,
     armed: bool,
 }
 
 impl<'a> QueuePlace<'a> {
-    pub(crate) fn new(store: &'a Arc<dyn Store>, pool: PoolId) -> Self {
+    pub(crate) fn new(store: &'a Arc<dyn Store>, pools: &'a [PoolId]) -> Self {
         Self {
             store,
-            pool,
+            pools,
             waiter: WaiterId::new(),
             armed: true,
         }
     }
 
-    /// The store granted to this waiter and forgot its place itself.
+    /// The store granted to this waiter and forgot its places itself.
     pub(crate) fn granted(mut self) {
         self.armed = false;
     }
@@ -96,9 +182,11 @@ impl<'a> QueuePlace<'a> {
 impl Drop for QueuePlace<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let (store, pool, waiter) = (self.store.clone(), self.pool, self.waiter);
+            let (store, pools, waiter) = (self.store.clone(), self.pools.to_vec(), self.waiter);
             run_detached(Box::pin(async move {
-                let _ = store.leave_queue(pool, waiter).await;
+                for pool in pools {
+                    let _ = store.leave_queue(pool, waiter).await;
+                }
             }));
         }
     }

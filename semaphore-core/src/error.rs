@@ -1,8 +1,8 @@
 //! The one error type of the library (SPEC R14).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use crate::PoolId;
+use crate::{Lease, LeaseId, PoolId};
 
 /// A boxed error from a storage engine, kept whole as the `source` of
 /// [`Error::Storage`].
@@ -16,6 +16,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// - [`Exhausted`](Error::Exhausted): no slot freed up within the wait; retry
 ///   later or with a longer wait (R5). This is a semaphore answer, never a
 ///   storage condition.
+/// - [`LeaseExpired`](Error::LeaseExpired),
+///   [`LeaseNotFound`](Error::LeaseNotFound): a renew found the lease no
+///   longer active; borrow again.
 /// - [`Storage`](Error::Storage): the storage engine failed; see
 ///   [`Error::is_retryable`]. Nothing was half done (R14).
 /// - [`SchemaMismatch`](Error::SchemaMismatch): a persistent store found
@@ -52,6 +55,31 @@ pub enum Error {
         /// The wait that was allowed, after clamping to
         /// [`Limits::max_wait`](crate::Limits::max_wait).
         waited: Duration,
+    },
+
+    /// A renew came too late: the lease expired at `expired_at` (R7) and
+    /// its slot may already be someone else's. Borrow again.
+    #[error("lease {lease} of pool {pool} expired at {} ms after the unix epoch: borrow again", crate::unix_ms(*expired_at))]
+    LeaseExpired {
+        /// The lease's pool.
+        pool: PoolId,
+        /// The lease asked for.
+        lease: LeaseId,
+        /// When it expired, to whole milliseconds.
+        expired_at: SystemTime,
+    },
+
+    /// A renew found no active lease with this id in this pool, though its
+    /// expiry had not come: it was returned, force-returned, or its pool was
+    /// deleted and registered again, or it never belonged to this pool.
+    #[error(
+        "lease {lease} of pool {pool} is not active: returned, force-returned, or never granted by this pool"
+    )]
+    LeaseNotFound {
+        /// The pool asked.
+        pool: PoolId,
+        /// The lease asked for.
+        lease: LeaseId,
     },
 
     /// The storage engine failed (busy past its timeout, I/O, corruption).
@@ -91,6 +119,25 @@ impl Error {
             Error::Exhausted { .. } => true,
             Error::Storage { retryable, .. } => *retryable,
             _ => false,
+        }
+    }
+
+    /// The error for a renew of `lease` that found it not active at `now`:
+    /// [`LeaseExpired`](Error::LeaseExpired) if its `expires_at` has passed,
+    /// else [`LeaseNotFound`](Error::LeaseNotFound). For stores that renew
+    /// by another path than [`Pool::renew`](crate::Pool::renew).
+    pub fn not_renewed(lease: &Lease, now: SystemTime) -> Self {
+        if lease.expires_at <= now {
+            Error::LeaseExpired {
+                pool: lease.pool,
+                lease: lease.id,
+                expired_at: lease.expires_at,
+            }
+        } else {
+            Error::LeaseNotFound {
+                pool: lease.pool,
+                lease: lease.id,
+            }
         }
     }
 

@@ -74,6 +74,26 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         self.pool.as_ref().return_lease(self.lease.id).await
     }
 
+    /// Extends the lease to expire `ttl` from now, keeping its position and
+    /// token; the guard then holds the renewed lease. See [`Pool::renew`]
+    /// for how `ttl` is clamped.
+    ///
+    /// # Errors
+    /// Those of [`Pool::renew`]: [`Error::LeaseExpired`](crate::Error::LeaseExpired)
+    /// if the lease already expired,
+    /// [`Error::LeaseNotFound`](crate::Error::LeaseNotFound) if it was
+    /// force-returned or its pool deleted and registered again,
+    /// [`Error::PoolNotFound`](crate::Error::PoolNotFound) if its pool is
+    /// gone. The guard keeps the lease as it was either way.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease renewed; the guard
+    /// then still shows the old expiry.
+    pub async fn renew(&mut self, ttl: Duration) -> Result<()> {
+        self.lease = self.pool.as_ref().renew(&self.lease, ttl).await?;
+        Ok(())
+    }
+
     /// Keeps the lease until its ttl instead of returning it on drop (R13),
     /// and hands back the plain [`Lease`]; return it early later with
     /// [`Pool::return_lease`] and its `id`.

@@ -86,3 +86,25 @@ impl PoolState {
         }
     }
 }
+
+/// One active lease as the admin listing shows it
+/// ([`Pool::holders`](crate::Pool::holders)): the lease, id included, and
+/// the labels it was borrowed with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The lease. Its `id` is the credential that returns it: the listing is
+    /// an admin's tool.
+    pub lease: Lease,
+    /// The owner label given at borrow, if any.
+    pub owner: Option<String>,
+    /// The idempotency key given at borrow, if any.
+    pub key: Option<String>,
+}
+
+impl Holder {
+    /// A holder of `lease` with the given labels; for stores.
+    pub fn new(lease: Lease, owner: Option<String>, key: Option<String>) -> Self {
+        Self { lease, owner, key }
+    }
+}

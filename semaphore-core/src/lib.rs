@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod acquire;
 mod cancel;
 mod clock;
 mod error;
@@ -37,7 +38,9 @@ mod guard;
 mod id;
 mod lease;
 mod limits;
+mod options;
 mod pool;
+mod set;
 mod slot;
 mod store;
 mod wait;
@@ -49,11 +52,13 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock, from_unix_ms, unix_ms};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseGuard, OwnedLeaseGuard};
 pub use id::{LeaseId, POOL_NAMESPACE, PoolId, WaiterId};
-pub use lease::{Lease, PoolState};
+pub use lease::{Holder, Lease, PoolState};
 pub use limits::Limits;
+pub use options::BorrowOptions;
 pub use pool::Pool;
+pub use set::{LeaseSet, PoolSet};
 pub use slot::{SlotTable, lowest_free};
-pub use store::{BorrowRequest, Store, TryBorrow};
+pub use store::{BorrowRequest, Store, TryBorrow, TryBorrowAll};
 pub use wait::Changes;
 
 /// Re-exported so that stores and users name the same `async_trait`.

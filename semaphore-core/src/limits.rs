@@ -19,6 +19,8 @@ use crate::{Error, Result};
 /// | `max_count` | 1000 | the SPEC's default |
 /// | `max_ttl` | 24 hours | long batch jobs fit; a crashed holder's slot still comes back within a day |
 /// | `max_wait` | 1 hour | longer waits are better served by retrying |
+/// | `max_owner_len` | 64 bytes | a host name and a process id fit; a listing stays readable |
+/// | `max_key_len` | 255 bytes | as common idempotency-key schemes allow (Stripe's, for one) |
 ///
 /// ```
 /// use std::time::Duration;
@@ -38,6 +40,12 @@ pub struct Limits {
     /// The longest a borrow waits; a longer `wait` is clamped to it (R5).
     /// Default 1 h.
     pub max_wait: Duration,
+    /// The longest owner label, in bytes of UTF-8 (see
+    /// [`BorrowOptions::owner`](crate::BorrowOptions::owner)). Default 64.
+    pub max_owner_len: usize,
+    /// The longest idempotency key, in bytes of UTF-8 (see
+    /// [`BorrowOptions::key`](crate::BorrowOptions::key)). Default 255.
+    pub max_key_len: usize,
 }
 
 impl Default for Limits {
@@ -46,6 +54,8 @@ impl Default for Limits {
             max_count: 1000,
             max_ttl: Duration::from_secs(24 * 60 * 60),
             max_wait: Duration::from_secs(60 * 60),
+            max_owner_len: 64,
+            max_key_len: 255,
         }
     }
 }
@@ -67,6 +77,37 @@ impl Limits {
     pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = max_wait;
         self
+    }
+
+    /// These limits with `max_owner_len` set, in bytes.
+    pub fn with_max_owner_len(mut self, max_owner_len: usize) -> Self {
+        self.max_owner_len = max_owner_len;
+        self
+    }
+
+    /// These limits with `max_key_len` set, in bytes.
+    pub fn with_max_key_len(mut self, max_key_len: usize) -> Self {
+        self.max_key_len = max_key_len;
+        self
+    }
+
+    /// Checks a label (an owner label or an idempotency key): 1 to
+    /// `max_len` bytes of UTF-8 with no control characters, so that it
+    /// prints on one line of a log or an admin listing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `field` when `label` is empty, too
+    /// long, or holds a control character.
+    pub(crate) fn check_label(field: &'static str, label: &str, max_len: usize) -> Result<()> {
+        if label.is_empty() || label.len() > max_len || label.chars().any(char::is_control) {
+            let shown: String = label.chars().take(80).collect();
+            return Err(Error::invalid(
+                field,
+                format!("1..={max_len} bytes of UTF-8 without control characters"),
+                format!("{:?} ({} bytes)", shown, label.len()),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks `count` against `0..=max_count` (R2).
@@ -144,6 +185,20 @@ mod tests {
             Duration::from_millis(2)
         );
         assert_eq!(l.clamp_ttl(Duration::MAX).unwrap(), l.max_ttl);
+    }
+
+    #[test]
+    fn labels_are_bounded_and_printable() {
+        assert!(Limits::check_label("owner", "host-1/4242", 64).is_ok());
+        assert!(Limits::check_label("owner", &"x".repeat(64), 64).is_ok());
+        for bad in ["", "a\nb", "tab\there", &"x".repeat(65)] {
+            let err = Limits::check_label("owner", bad, 64).unwrap_err();
+            assert!(
+                err.to_string().starts_with("invalid owner: got ")
+                    && err.to_string().contains("allowed 1..=64 bytes"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

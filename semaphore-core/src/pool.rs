@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::cancel::{InFlight, QueuePlace};
+use crate::acquire::acquire;
+use crate::cancel::InFlight;
 use crate::clock::truncate_ms;
+use crate::options::Labels;
 use crate::{
-    BorrowRequest, Error, Lease, LeaseGuard, LeaseId, Limits, OwnedLeaseGuard, PoolId, PoolState,
-    Result, Store, TryBorrow, WaiterId,
+    BorrowOptions, BorrowRequest, Error, Holder, Lease, LeaseGuard, LeaseId, Limits,
+    OwnedLeaseGuard, PoolId, PoolState, Result, Store,
 };
 
 /// A handle on one pool of a store: register, inspect, delete, borrow and
@@ -79,12 +81,18 @@ impl Pool {
         &self.store
     }
 
-    /// The number of borrowers waiting on this pool in this process.
+    /// The number of borrowers waiting on this pool in this process, a
+    /// figure to log or export as a gauge. Cheap: one atomic load when no
+    /// borrower of any pool waits.
+    ///
+    /// It counts this process's waiters only. A store shared by processes
+    /// may report more: the SQLite store tells how many processes have
+    /// borrowers queued on a pool (`SqliteStore::queued_processes`).
     pub fn waiting(&self) -> usize {
         self.store.changes().waiting(self.id)
     }
 
-    fn now(&self) -> SystemTime {
+    pub(crate) fn now(&self) -> SystemTime {
         truncate_ms(self.store.clock().now())
     }
 
@@ -160,14 +168,78 @@ impl Pool {
     /// had already granted when the future was dropped, the lease is returned
     /// at once, not left to its ttl.
     pub async fn borrow(&self, ttl: Duration, wait: Duration) -> Result<LeaseGuard<&Pool>> {
-        let lease = self.acquire(ttl, wait).await?;
+        let lease = self.acquire(ttl, wait, Labels::default()).await?;
         Ok(LeaseGuard::new(self, lease))
     }
 
     /// [`borrow`](Pool::borrow), with a guard that owns a clone of this
     /// handle, for `'static` tasks. Same errors and cancel safety.
     pub async fn borrow_owned(&self, ttl: Duration, wait: Duration) -> Result<OwnedLeaseGuard> {
-        let lease = self.acquire(ttl, wait).await?;
+        let lease = self.acquire(ttl, wait, Labels::default()).await?;
+        Ok(LeaseGuard::new(self.clone(), lease))
+    }
+
+    /// [`borrow`](Pool::borrow) with an idempotency key and an owner label
+    /// ([`BorrowOptions`]).
+    ///
+    /// With a key, a borrow made while the key's lease is active returns
+    /// that very lease (same id, position, token and expiry) at once, takes
+    /// no second slot and does not wait. So a caller that lost the reply to a
+    /// borrow (a timeout, a crash between grant and reply) retries with the
+    /// same key and gets what was granted. Once that lease is returned or
+    /// expired, the key borrows anew. Two guards for one key hold one lease:
+    /// the first dropped returns it.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use semaphore_memory::{BorrowOptions, MemoryStore, Pool, PoolId};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("payments"));
+    /// pool.register(2).await?;
+    /// let options = BorrowOptions::new().key("invoice-7731").owner("worker-3");
+    /// let ttl = Duration::from_secs(30);
+    ///
+    /// let first = pool.borrow_with(ttl, Duration::ZERO, options.clone()).await?.forget();
+    /// // The reply was lost; the retry gets the same lease, not a second slot.
+    /// let retry = pool.borrow_with(ttl, Duration::ZERO, options).await?;
+    /// assert_eq!((retry.id, retry.token), (first.id, first.token));
+    /// assert_eq!(pool.inspect().await?.in_use, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// Those of [`borrow`](Pool::borrow), and [`Error::InvalidArgument`]
+    /// naming `key` or `owner` for a label that is empty, longer than
+    /// [`Limits::max_key_len`] or [`Limits::max_owner_len`] bytes, or holds a
+    /// control character; nothing changes.
+    ///
+    /// # Cancel safety
+    /// As [`borrow`](Pool::borrow). A dropped retry never returns the keyed
+    /// lease it was answered with: that lease is the first borrow's.
+    pub async fn borrow_with(
+        &self,
+        ttl: Duration,
+        wait: Duration,
+        options: BorrowOptions,
+    ) -> Result<LeaseGuard<&Pool>> {
+        let labels = options.check(&self.limits)?;
+        let lease = self.acquire(ttl, wait, labels).await?;
+        Ok(LeaseGuard::new(self, lease))
+    }
+
+    /// [`borrow_with`](Pool::borrow_with), with a guard that owns a clone of
+    /// this handle. Same errors and cancel safety.
+    pub async fn borrow_owned_with(
+        &self,
+        ttl: Duration,
+        wait: Duration,
+        options: BorrowOptions,
+    ) -> Result<OwnedLeaseGuard> {
+        let labels = options.check(&self.limits)?;
+        let lease = self.acquire(ttl, wait, labels).await?;
         Ok(LeaseGuard::new(self.clone(), lease))
     }
 
@@ -191,69 +263,104 @@ impl Pool {
         self.store.return_lease(self.id, lease, self.now()).await
     }
 
-    async fn acquire(&self, ttl: Duration, wait: Duration) -> Result<Lease> {
+    /// Extends lease `lease` of this pool to expire `ttl` from now, keeping
+    /// its position, token and labels; returns the renewed lease. `ttl` is
+    /// checked and clamped as for [`borrow`](Pool::borrow), so a renew may
+    /// also shorten a lease. Waiters are told, since the pool's earliest
+    /// expiry may have moved.
+    /// [`LeaseGuard::renew`](crate::LeaseGuard::renew) does the same for a
+    /// guard.
+    ///
+    /// # Errors
+    /// Renewing a lease that is not active is never a silent success:
+    /// - [`Error::LeaseExpired`] if it is not active and `lease.expires_at`
+    ///   has passed (R7);
+    /// - [`Error::LeaseNotFound`] if it is not active though its expiry has
+    ///   not come: returned, force-returned, or never this pool's;
+    /// - [`Error::PoolNotFound`] if the pool was deleted (R4);
+    /// - [`Error::InvalidArgument`] naming `ttl` if it is zero;
+    /// - [`Error::Storage`] if the store failed; the lease is unchanged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease renewed.
+    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let ttl = self.limits.clamp_ttl(ttl)?;
+        let now = self.now();
+        if lease.pool != self.id {
+            return Err(Error::LeaseNotFound {
+                pool: self.id,
+                lease: lease.id,
+            });
+        }
+        self.store
+            .renew(self.id, lease.id, now, now + ttl)
+            .await?
+            .ok_or_else(|| Error::not_renewed(lease, now))
+    }
+
+    /// Every active lease of the pool, by position, with its owner label and
+    /// key: an admin's listing. It shows lease ids, the credential that
+    /// returns a lease, which [`inspect`](Pool::inspect) never does; keep it
+    /// to admin tools.
+    ///
+    /// # Errors
+    /// [`Error::PoolNotFound`] for an unknown pool; [`Error::Storage`] if the
+    /// store failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn holders(&self) -> Result<Vec<Holder>> {
+        self.store.holders(self.id, self.now()).await
+    }
+
+    /// Ends the lease at `position`, whoever holds it, as if its holder had
+    /// returned it (R8): the slot is free at once and the head waiter is
+    /// woken. Returns the lease it ended, or `None` if no lease held the
+    /// position. The former holder's renew then fails with
+    /// [`Error::LeaseNotFound`] and its return reports `false`.
+    ///
+    /// # Errors
+    /// [`Error::PoolNotFound`] for an unknown pool; [`Error::Storage`] if the
+    /// store failed, and nothing changed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease ended.
+    pub async fn force_return(&self, position: u32) -> Result<Option<Holder>> {
+        self.store.force_return(self.id, position, self.now()).await
+    }
+
+    async fn acquire(&self, ttl: Duration, wait: Duration, labels: Labels) -> Result<Lease> {
         let ttl = self.limits.clamp_ttl(ttl)?;
         let wait = self.limits.clamp_wait(wait);
+        let start = self.now();
+        if let Some(key) = &labels.key {
+            // A keyed retry must not queue behind others for a lease it
+            // holds; with nobody queued, the first attempt finds it anyway.
+            if self.store.changes().waiting(self.id) > 0 {
+                let holders = self.store.holders(self.id, start).await?;
+                if let Some(held) = holders.into_iter().find(|h| h.key.as_deref() == Some(key)) {
+                    return Ok(held.lease);
+                }
+            }
+        }
         let exhausted = || Error::Exhausted {
             pool: self.id,
             waited: wait,
         };
-        let changes = self.store.changes();
-        let start = self.now();
-        let deadline = start + wait;
-
-        // Fast path: nobody is queued, so asking the store jumps no one.
-        if changes.waiting(self.id) == 0 {
-            if let TryBorrow::Granted { lease, .. } = self.attempt_at(start, ttl, None).await? {
-                return Ok(lease);
-            }
-        }
-        if wait.is_zero() {
-            return Err(exhausted());
-        }
-
-        let clock = self.store.clock();
-        let mut ticket = changes.enqueue(self.id);
-        let place = QueuePlace::new(&self.store, self.id);
-        let mut timeout = clock.sleep_until(deadline);
-        let mut next_expiry = None;
-        loop {
-            tokio::select! {
-                biased;
-                () = ticket.turn() => {}
-                () = async {
-                    match next_expiry.as_mut() {
-                        Some(expiry) => expiry.await,
-                        None => std::future::pending().await,
-                    }
-                } => {}
-                () = &mut timeout => return Err(exhausted()),
-            }
-            ticket.asking();
-            match self.attempt(ttl, Some(place.waiter)).await? {
-                TryBorrow::Granted {
-                    lease,
-                    more_available,
-                } => {
-                    ticket.granted(more_available);
-                    place.granted();
-                    return Ok(lease);
-                }
-                TryBorrow::Exhausted { next_expiry: at } => {
-                    next_expiry = at.map(|at| clock.sleep_until(at));
-                }
-            }
-        }
-    }
-
-    /// One atomic try at the store, with a fresh lease id; cancel safe.
-    fn attempt(&self, ttl: Duration, waiter: Option<WaiterId>) -> InFlight {
-        self.attempt_at(self.now(), ttl, waiter)
-    }
-
-    fn attempt_at(&self, now: SystemTime, ttl: Duration, waiter: Option<WaiterId>) -> InFlight {
-        let mut request = BorrowRequest::new(self.id, LeaseId::new(), now, now + ttl);
-        request.waiter = waiter;
-        InFlight::new(&self.store, request)
+        acquire(
+            &self.store,
+            std::slice::from_ref(&self.id),
+            start,
+            wait,
+            exhausted,
+            |now, waiter| {
+                let mut request = BorrowRequest::new(self.id, LeaseId::new(), now, now + ttl);
+                request.waiter = waiter;
+                request.key.clone_from(&labels.key);
+                request.owner.clone_from(&labels.owner);
+                InFlight::one(&self.store, request)
+            },
+        )
+        .await
     }
 }

@@ -3,11 +3,12 @@
 //! in-process stores call.
 
 use std::collections::{BTreeSet, HashMap};
-
-use free::FreeSet;
+use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::{BorrowRequest, Lease, LeaseId, TryBorrow};
+use free::FreeSet;
+
+use crate::{BorrowRequest, Holder, Lease, LeaseId, PoolId, TryBorrow};
 
 /// The reference rule R6: the lowest position in `0..count` not in `held`,
 /// or `None` when every one of them is held.
@@ -34,11 +35,28 @@ pub fn lowest_free(count: u32, held: impl IntoIterator<Item = u32>) -> Option<u3
     taken.iter().position(|t| !t).map(|p| p as u32)
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Held {
     id: LeaseId,
     token: u64,
     expires_at: SystemTime,
+    key: Option<Arc<str>>,
+    owner: Option<Arc<str>>,
+}
+
+impl Held {
+    fn lease(&self, pool: PoolId, position: u32) -> Lease {
+        Lease::new(self.id, pool, position, self.token, self.expires_at)
+    }
+
+    fn holder(&self, pool: PoolId, position: u32) -> Holder {
+        let label = |l: &Option<Arc<str>>| l.as_deref().map(str::to_owned);
+        Holder::new(
+            self.lease(pool, position),
+            label(&self.owner),
+            label(&self.key),
+        )
+    }
 }
 
 /// The slots of one pool, kept in memory: who holds which position until
@@ -59,6 +77,8 @@ pub struct SlotTable {
     /// while leases above it are still active.
     slots: Vec<Option<Held>>,
     by_id: HashMap<LeaseId, u32>,
+    /// Idempotency keys of held slots.
+    by_key: HashMap<Arc<str>, u32>,
     /// `(expires_at, position)` of every held slot.
     expiries: BTreeSet<(SystemTime, u32)>,
     /// Free positions below `count`.
@@ -109,39 +129,53 @@ impl SlotTable {
     }
 
     /// Grants the lowest free slot (R6) if `in_use < count` (R10), taking
-    /// the token from `next_token` only when it grants.
+    /// the token from `next_token` only when it grants. A request whose key
+    /// names an active lease gets that lease back, unchanged.
     pub fn grant(
         &mut self,
         request: &BorrowRequest,
         next_token: impl FnOnce() -> u64,
     ) -> TryBorrow {
         self.reap(request.now);
-        let position = match self.free.first() {
-            Some(p) if (self.by_id.len() as u32) < self.count => p,
-            _ => return self.exhausted(),
+        if let Some(lease) = self.keyed(request) {
+            return TryBorrow::Granted { lease };
+        }
+        let Some(position) = self.lowest_free() else {
+            return TryBorrow::Exhausted {
+                next_expiry: self.next_expiry(),
+            };
         };
         self.free.remove(position);
         let held = Held {
             id: request.lease,
             token: next_token(),
             expires_at: request.expires_at,
+            key: request.key.clone(),
+            owner: request.owner.clone(),
         };
-        self.slots[position as usize] = Some(held);
+        let lease = held.lease(request.pool, position);
         self.by_id.insert(held.id, position);
-        self.expiries.insert((held.expires_at, position));
-        let lease = Lease::new(held.id, request.pool, position, held.token, held.expires_at);
-        TryBorrow::Granted {
-            lease,
-            more_available: (self.by_id.len() as u32) < self.count,
+        if let Some(key) = &held.key {
+            self.by_key.insert(key.clone(), position);
         }
+        self.expiries.insert((held.expires_at, position));
+        self.slots[position as usize] = Some(held);
+        TryBorrow::Granted { lease }
+    }
+
+    /// Whether [`grant`](SlotTable::grant) would grant `request` now: its
+    /// key names an active lease, or a slot is free. Reaps first.
+    pub fn can_grant(&mut self, request: &BorrowRequest) -> bool {
+        self.reap(request.now);
+        self.keyed(request).is_some() || self.lowest_free().is_some()
     }
 
     /// Frees the slot of lease `id` if it is active at `now` (R8); `false`
     /// for an unknown, returned or expired lease.
     pub fn release(&mut self, id: LeaseId, now: SystemTime) -> bool {
         self.reap(now);
-        match self.by_id.remove(&id) {
-            Some(position) => {
+        match self.by_id.get(&id) {
+            Some(&position) => {
                 self.vacate(position);
                 true
             }
@@ -149,10 +183,56 @@ impl SlotTable {
         }
     }
 
-    fn exhausted(&self) -> TryBorrow {
-        TryBorrow::Exhausted {
-            next_expiry: self.next_expiry(),
-        }
+    /// Moves the expiry of lease `id` of pool `pool` to `expires_at` if it
+    /// is active at `now`, keeping position, token and labels.
+    pub fn renew(
+        &mut self,
+        pool: PoolId,
+        id: LeaseId,
+        now: SystemTime,
+        expires_at: SystemTime,
+    ) -> Option<Lease> {
+        self.reap(now);
+        let position = *self.by_id.get(&id)?;
+        let held = self.slots[position as usize].as_mut()?;
+        self.expiries.remove(&(held.expires_at, position));
+        self.expiries.insert((expires_at, position));
+        held.expires_at = expires_at;
+        Some(held.lease(pool, position))
+    }
+
+    /// The active leases at `now`, by position, as pool `pool`'s.
+    pub fn holders(&mut self, pool: PoolId, now: SystemTime) -> Vec<Holder> {
+        self.reap(now);
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(p, held)| Some(held.as_ref()?.holder(pool, p as u32)))
+            .collect()
+    }
+
+    /// Frees `position` if a lease holds it at `now`; the lease it held.
+    pub fn force_return(&mut self, pool: PoolId, position: u32, now: SystemTime) -> Option<Holder> {
+        self.reap(now);
+        let holder = self
+            .slots
+            .get(position as usize)?
+            .as_ref()?
+            .holder(pool, position);
+        self.vacate(position);
+        Some(holder)
+    }
+
+    fn keyed(&self, request: &BorrowRequest) -> Option<Lease> {
+        let position = *self.by_key.get(request.key.as_ref()?)?;
+        let held = self.slots[position as usize].as_ref()?;
+        Some(held.lease(request.pool, position))
+    }
+
+    fn lowest_free(&self) -> Option<u32> {
+        self.free
+            .first()
+            .filter(|_| (self.by_id.len() as u32) < self.count)
     }
 
     fn reap(&mut self, now: SystemTime) {
@@ -161,18 +241,19 @@ impl SlotTable {
                 break;
             }
             self.expiries.pop_first();
-            if let Some(held) = self.slots[position as usize].take() {
-                self.by_id.remove(&held.id);
-            }
-            if position < self.count {
-                self.free.insert(position);
-            }
+            self.vacate(position);
         }
     }
 
+    /// Empties `position`: forgets its lease, id, key and expiry, and frees
+    /// it if it is below the count.
     fn vacate(&mut self, position: u32) {
         if let Some(held) = self.slots[position as usize].take() {
             self.expiries.remove(&(held.expires_at, position));
+            self.by_id.remove(&held.id);
+            if let Some(key) = &held.key {
+                self.by_key.remove(key);
+            }
         }
         if position < self.count {
             self.free.insert(position);

@@ -2,17 +2,18 @@
 //! (SPEC "Architecture").
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 
-use crate::{Changes, Clock, Lease, LeaseId, PoolId, PoolState, Result, WaiterId};
+use crate::{Changes, Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result, WaiterId};
 
 /// One borrow attempt, as the core hands it to [`Store::try_borrow`].
 ///
 /// Every time in it was computed by the core from the store's
 /// [`Clock`]; the store reads no clock of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BorrowRequest {
     /// The pool to borrow from.
@@ -32,6 +33,13 @@ pub struct BorrowRequest {
     /// of its own and grant to a newcomer only when free slots outnumber
     /// them (R11 across processes); an in-process store ignores it.
     pub waiter: Option<WaiterId>,
+    /// The idempotency key, checked: while a lease granted with this key is
+    /// active in the pool, the store answers with that lease instead of
+    /// granting another, whether or not a slot is free.
+    pub key: Option<Arc<str>>,
+    /// The owner label, checked; kept with the lease for
+    /// [`Store::holders`].
+    pub owner: Option<Arc<str>>,
 }
 
 impl BorrowRequest {
@@ -44,6 +52,8 @@ impl BorrowRequest {
             now,
             expires_at,
             waiter: None,
+            key: None,
+            owner: None,
         }
     }
 }
@@ -52,21 +62,36 @@ impl BorrowRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum TryBorrow {
-    /// A slot was granted.
+    /// A slot was granted, or the request's key named a lease still active,
+    /// which is answered as it stands.
     Granted {
-        /// The new lease.
+        /// The lease: new (its id is the request's), or the keyed one.
         lease: Lease,
-        /// Whether another slot was still free after this grant
-        /// (`in_use < count`). The core uses it to let the next waiter ask at
-        /// once instead of waiting for a change; `true` when unsure is always
-        /// correct.
-        more_available: bool,
     },
     /// `in_use >= count`: nothing was changed.
     Exhausted {
         /// The earliest expiry among the pool's active leases, so that the
         /// waiter sleeps exactly until then; `None` if no lease is active
         /// (count is 0, or was lowered).
+        next_expiry: Option<SystemTime>,
+    },
+}
+
+/// The answer of [`Store::try_borrow_all`]: all granted or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum TryBorrowAll {
+    /// Every request was granted (or answered with its keyed lease), in the
+    /// order of the requests.
+    Granted {
+        /// One lease per request.
+        leases: Vec<Lease>,
+    },
+    /// At least one pool had no slot for its request: nothing was granted.
+    Exhausted {
+        /// When the pools that were full may all have a slot again by
+        /// expiry alone: the latest of their earliest expiries; `None` if one
+        /// of them has no active lease.
         next_expiry: Option<SystemTime>,
     },
 }
@@ -98,11 +123,16 @@ pub enum TryBorrow {
 /// - **Tokens.** Each grant's token is strictly greater than every token
 ///   the store granted before for that pool id, also across delete and
 ///   register again (R9). A store-wide counter satisfies this.
-/// - **Notify.** After committing a change that can let a waiter in
-///   (a return, a register, a delete), the store calls
+/// - **Notify.** After committing a change that can let a waiter in or
+///   move its next expiry (a return, a forced return, a renew, a register,
+///   a delete), the store calls
 ///   [`Changes::notify`] for that pool, and [`Changes::notify_all`] when it
 ///   learns that another process changed the shared state.
-/// - **Unknown pools.** `inspect`, `try_borrow` fail with
+/// - **Keys.** A request with a key whose lease is active in the pool is
+///   answered with that lease, unchanged, and takes no slot; keys are per
+///   pool. A key is free again once its lease is returned or expired.
+/// - **Unknown pools.** `inspect`, `try_borrow`, `try_borrow_all`, `renew`,
+///   `holders` and `force_return` fail with
 ///   [`Error::PoolNotFound`](crate::Error::PoolNotFound); `delete` reports
 ///   `false`; `return_lease` reports `false` (R8).
 /// - **Queued heads.** A store shared by processes may remember each
@@ -137,9 +167,39 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// (R5, R6, R10), with the request's lease id and expiry.
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow>;
 
+    /// One atomic step over several pools: grants every request as
+    /// [`try_borrow`](Store::try_borrow) would, or none of them if any pool
+    /// has no slot for its request. The core names each pool once; a store
+    /// given one twice must still grant all or nothing, without panicking. A pool that has none remembers
+    /// the request's waiter as `try_borrow` would.
+    async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll>;
+
     /// Ends lease `lease` of `pool` if it is active at `now` (R8); `true`
     /// only if it was.
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool>;
+
+    /// Sets the expiry of lease `lease` of `pool` to `expires_at` if it is
+    /// active at `now`, keeping its position, token and labels; the renewed
+    /// lease, or `None` if it was not active.
+    async fn renew(
+        &self,
+        pool: PoolId,
+        lease: LeaseId,
+        now: SystemTime,
+        expires_at: SystemTime,
+    ) -> Result<Option<Lease>>;
+
+    /// Every lease of `pool` active at `now`, by position, with its labels.
+    async fn holders(&self, pool: PoolId, now: SystemTime) -> Result<Vec<Holder>>;
+
+    /// Ends the lease at `position` of `pool` if one is active at `now`, as
+    /// a return would; the lease it ended.
+    async fn force_return(
+        &self,
+        pool: PoolId,
+        position: u32,
+        now: SystemTime,
+    ) -> Result<Option<Holder>>;
 
     /// Borrower `waiter` of `pool` stopped waiting without a grant (it timed
     /// out, was dropped or failed): forget any place the store keeps for it

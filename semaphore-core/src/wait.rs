@@ -36,9 +36,6 @@ pub struct Changes {
 struct Queue {
     /// Front is the head: the one waiter allowed to ask the store.
     waiters: VecDeque<Arc<Notify>>,
-    /// Bumped by every notify, so a head that leaves can tell whether a
-    /// change arrived after its last look at the store.
-    version: u64,
 }
 
 impl Changes {
@@ -48,14 +45,14 @@ impl Changes {
     }
 
     /// Tells the waiters of `pool` that its state changed: a lease was
-    /// returned, its count was set, or it was deleted. Wakes exactly the head
-    /// waiter (R11), which re-checks the store; it costs nothing when nobody
-    /// waits.
+    /// returned or renewed, its count was set, or it was deleted. Wakes
+    /// exactly the head waiter (R11), which re-checks the store; it costs
+    /// nothing when nobody waits.
     pub fn notify(&self, pool: PoolId) {
         if !self.has_waiters() {
             return;
         }
-        if let Some(queue) = self.queues.lock().get_mut(&pool) {
+        if let Some(queue) = self.queues.lock().get(&pool) {
             queue.notify_head();
         }
     }
@@ -64,7 +61,7 @@ impl Changes {
     /// a store that learns of another process's change without knowing
     /// which pool it touched.
     pub fn notify_all(&self) {
-        for queue in self.queues.lock().values_mut() {
+        for queue in self.queues.lock().values() {
             queue.notify_head();
         }
     }
@@ -76,7 +73,8 @@ impl Changes {
         self.total.load(Ordering::Acquire) != 0
     }
 
-    /// The number of borrowers of `pool` waiting in this process.
+    /// The number of borrowers of `pool` waiting in this process, a
+    /// multi-pool borrower counting once in each of its pools.
     pub fn waiting(&self, pool: PoolId) -> usize {
         if !self.has_waiters() {
             return 0;
@@ -84,23 +82,28 @@ impl Changes {
         self.queues.lock().get(&pool).map_or(0, |q| q.waiters.len())
     }
 
-    /// Joins the tail of `pool`'s queue. A ticket that lands at the head is
-    /// told at once that it is its turn.
-    pub(crate) fn enqueue(&self, pool: PoolId) -> Ticket<'_> {
+    /// Joins the tail of the queue of every pool in `pools`, all under one
+    /// lock, so that any two tickets stand in the same order in every queue
+    /// they share: no two multi-pool borrowers can each hold the head of a
+    /// queue the other needs. A ticket that lands at the head of all its
+    /// queues is told at once that it is its turn.
+    pub(crate) fn enqueue(&self, pools: &[PoolId]) -> Ticket<'_> {
         let waiter = Arc::new(Notify::new());
         let mut queues = self.queues.lock();
-        let queue = queues.entry(pool).or_default();
-        queue.waiters.push_back(waiter.clone());
-        self.total.fetch_add(1, Ordering::AcqRel);
-        if queue.waiters.len() == 1 {
+        let mut head_of_all = true;
+        for pool in pools {
+            let queue = queues.entry(*pool).or_default();
+            queue.waiters.push_back(waiter.clone());
+            head_of_all &= queue.waiters.len() == 1;
+        }
+        self.total.fetch_add(pools.len(), Ordering::AcqRel);
+        if head_of_all {
             waiter.notify_one();
         }
         Ticket {
             changes: self,
-            pool,
-            seen: queue.version,
+            pools: pools.to_vec(),
             waiter,
-            quiet: false,
         }
     }
 }
@@ -117,69 +120,69 @@ impl fmt::Debug for Changes {
 }
 
 impl Queue {
-    fn notify_head(&mut self) {
-        self.version += 1;
+    fn notify_head(&self) {
         if let Some(head) = self.waiters.front() {
             head.notify_one();
         }
     }
 }
 
-/// A place in a pool's queue. Dropping it leaves the queue (R12) and, if it
-/// was the head, hands the turn on.
+/// A place in the queue of one or more pools. Dropping it leaves them all
+/// (R12) and hands the turn on in each queue it headed.
 pub(crate) struct Ticket<'a> {
     changes: &'a Changes,
-    pool: PoolId,
+    pools: Vec<PoolId>,
     waiter: Arc<Notify>,
-    /// The queue's version when this ticket last asked the store.
-    seen: u64,
-    /// Leave without waking the next waiter, unless a change came in since
-    /// `seen` (set by a grant that left no slot free).
-    quiet: bool,
 }
 
 impl Ticket<'_> {
-    /// Completes when it is this ticket's turn to ask the store: it became
-    /// the head, or it is the head and the pool changed. May complete
-    /// spuriously; the caller re-checks the store either way.
+    /// Completes when this ticket may have its turn: it became the head of
+    /// one of its queues, or heads one and that pool changed. May complete
+    /// spuriously; the caller checks [`Ticket::is_head`] and the store.
     pub(crate) async fn turn(&self) {
         self.waiter.notified().await;
     }
 
-    /// Records that the ticket is about to ask the store.
-    pub(crate) fn asking(&mut self) {
-        if let Some(queue) = self.changes.queues.lock().get(&self.pool) {
-            self.seen = queue.version;
+    /// Whether the ticket heads every queue it is in, and so may ask the
+    /// store. Always true for a ticket on one pool when its turn came.
+    pub(crate) fn is_head(&self) -> bool {
+        if self.pools.len() == 1 {
+            return true;
         }
-    }
-
-    /// Leaves the queue after a grant. The next waiter is woken only if a
-    /// slot may be free: the store said so, or a change came in meanwhile.
-    pub(crate) fn granted(mut self, more_available: bool) {
-        self.quiet = !more_available;
+        let queues = self.changes.queues.lock();
+        self.pools.iter().all(|pool| {
+            queues
+                .get(pool)
+                .and_then(|q| q.waiters.front())
+                .is_some_and(|w| Arc::ptr_eq(w, &self.waiter))
+        })
     }
 }
 
 impl Drop for Ticket<'_> {
+    /// Leaves every queue. The next head of each queue this ticket headed is
+    /// always woken, even after a grant that left no slot free: it asks the
+    /// store once, which tells it when the earliest lease expires (without
+    /// that it would sleep past an expiry, R5).
     fn drop(&mut self) {
         let mut queues = self.changes.queues.lock();
-        let Some(queue) = queues.get_mut(&self.pool) else {
-            return;
-        };
-        let Some(index) = queue
-            .waiters
-            .iter()
-            .position(|w| Arc::ptr_eq(w, &self.waiter))
-        else {
-            return;
-        };
-        queue.waiters.remove(index);
-        self.changes.total.fetch_sub(1, Ordering::AcqRel);
-        if queue.waiters.is_empty() {
-            queues.remove(&self.pool);
-        } else if index == 0 && !(self.quiet && queue.version == self.seen) {
-            if let Some(head) = queue.waiters.front() {
-                head.notify_one();
+        for pool in &self.pools {
+            let Some(queue) = queues.get_mut(pool) else {
+                continue;
+            };
+            let Some(index) = queue
+                .waiters
+                .iter()
+                .position(|w| Arc::ptr_eq(w, &self.waiter))
+            else {
+                continue;
+            };
+            queue.waiters.remove(index);
+            self.changes.total.fetch_sub(1, Ordering::AcqRel);
+            if queue.waiters.is_empty() {
+                queues.remove(pool);
+            } else if index == 0 {
+                queue.notify_head();
             }
         }
     }

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 use semaphore_core::{
-    BorrowRequest, Changes, Clock, Error, LeaseId, PoolId, PoolState, Result, SlotTable, Store,
-    SystemClock, TryBorrow, WaiterId, async_trait,
+    BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result,
+    SlotTable, Store, SystemClock, TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
 
 /// A [`Store`] in this process's memory, for an in-process concurrency
@@ -115,6 +115,58 @@ impl Store for MemoryStore {
         }))
     }
 
+    async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
+        let mut state = self.state.lock();
+        let State { pools, last_token } = &mut *state;
+        // Check every pool before granting any, so that a refusal costs no
+        // token and writes nothing.
+        let mut blocked = Vec::new();
+        for request in requests {
+            let table = pools
+                .get_mut(&request.pool)
+                .ok_or_else(|| not_found(request.pool))?;
+            if !table.can_grant(request) {
+                blocked.push(table.next_expiry());
+            }
+        }
+        let mut leases: Vec<Lease> = Vec::with_capacity(requests.len());
+        if blocked.is_empty() {
+            for request in requests {
+                let Some(table) = pools.get_mut(&request.pool) else {
+                    break;
+                };
+                let next_token = || {
+                    *last_token += 1;
+                    *last_token
+                };
+                match table.grant(request, next_token) {
+                    TryBorrow::Granted { lease } => leases.push(lease),
+                    // Only if a pool is named twice: undo, refuse.
+                    TryBorrow::Exhausted { next_expiry } => {
+                        blocked.push(next_expiry);
+                        break;
+                    }
+                }
+            }
+        }
+        if blocked.is_empty() {
+            return Ok(TryBorrowAll::Granted { leases });
+        }
+        for (lease, request) in leases.iter().zip(requests) {
+            if lease.id == request.lease {
+                if let Some(table) = pools.get_mut(&lease.pool) {
+                    table.release(lease.id, request.now);
+                }
+            }
+        }
+        let next_expiry = if blocked.contains(&None) {
+            None
+        } else {
+            blocked.into_iter().flatten().max()
+        };
+        Ok(TryBorrowAll::Exhausted { next_expiry })
+    }
+
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool> {
         let returned = self
             .state
@@ -126,6 +178,51 @@ impl Store for MemoryStore {
             self.changes.notify(pool);
         }
         Ok(returned)
+    }
+
+    async fn renew(
+        &self,
+        pool: PoolId,
+        lease: LeaseId,
+        now: SystemTime,
+        expires_at: SystemTime,
+    ) -> Result<Option<Lease>> {
+        let renewed = self
+            .state
+            .lock()
+            .pools
+            .get_mut(&pool)
+            .ok_or_else(|| not_found(pool))?
+            .renew(pool, lease, now, expires_at);
+        if renewed.is_some() {
+            self.changes.notify(pool);
+        }
+        Ok(renewed)
+    }
+
+    async fn holders(&self, pool: PoolId, now: SystemTime) -> Result<Vec<Holder>> {
+        let mut state = self.state.lock();
+        let table = state.pools.get_mut(&pool).ok_or_else(|| not_found(pool))?;
+        Ok(table.holders(pool, now))
+    }
+
+    async fn force_return(
+        &self,
+        pool: PoolId,
+        position: u32,
+        now: SystemTime,
+    ) -> Result<Option<Holder>> {
+        let ended = self
+            .state
+            .lock()
+            .pools
+            .get_mut(&pool)
+            .ok_or_else(|| not_found(pool))?
+            .force_return(pool, position, now);
+        if ended.is_some() {
+            self.changes.notify(pool);
+        }
+        Ok(ended)
     }
 
     /// A no-op: in one process the core's queue is the only queue.

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use semaphore_memory::{
-    BorrowRequest, Changes, Clock, LeaseId, ManualClock, MemoryStore, Pool, PoolId, PoolState,
-    Result, Store, TryBorrow, WaiterId, async_trait,
+    BorrowRequest, Changes, Clock, Holder, Lease, LeaseId, ManualClock, MemoryStore, Pool, PoolId,
+    PoolState, Result, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
 use tokio::sync::Semaphore;
 
@@ -41,6 +41,25 @@ impl Store for GatedStore {
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
         self.gate.acquire().await.expect("gate open").forget();
         self.inner.try_borrow(request).await
+    }
+    async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
+        self.gate.acquire().await.expect("gate open").forget();
+        self.inner.try_borrow_all(requests).await
+    }
+    async fn renew(
+        &self,
+        pool: PoolId,
+        lease: LeaseId,
+        now: SystemTime,
+        until: SystemTime,
+    ) -> Result<Option<Lease>> {
+        self.inner.renew(pool, lease, now, until).await
+    }
+    async fn holders(&self, pool: PoolId, now: SystemTime) -> Result<Vec<Holder>> {
+        self.inner.holders(pool, now).await
+    }
+    async fn force_return(&self, pool: PoolId, at: u32, now: SystemTime) -> Result<Option<Holder>> {
+        self.inner.force_return(pool, at, now).await
     }
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool> {
         let returned = self.inner.return_lease(pool, lease, now).await?;

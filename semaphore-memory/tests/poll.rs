@@ -37,13 +37,40 @@ async fn return_wakes_exactly_the_head_waiter() {
     let lease = assert_ready_ok!(head.poll());
     assert_eq!(lease.position, 0);
     assert!(
-        !second.is_woken(),
-        "a grant that left no slot free wakes no one"
+        second.is_woken(),
+        "the new head asks once, to learn the next expiry"
     );
     assert_pending!(second.poll());
+    assert!(
+        !second.is_woken(),
+        "then sleeps until a change or that expiry"
+    );
 
     drop(lease);
     assert!(second.is_woken(), "the next return wakes the new head");
+    assert_eq!(assert_ready_ok!(second.poll()).position, 0);
+}
+
+/// The lost wake-up this pins: a head that got its place when the one
+/// ahead took the last slot never asked the store, so it had no expiry
+/// timer and slept through the expiry that freed its slot.
+#[tokio::test]
+async fn new_head_after_a_grant_wakes_at_the_granted_lease_expiry() {
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let pool = Pool::new(store, PoolId::from_name("poll"));
+    pool.register(1).await.unwrap();
+    let held = pool.try_borrow(TTL).await.unwrap().forget();
+    let mut head = spawn(pool.borrow(Duration::from_secs(5), WAIT));
+    let mut second = spawn(pool.borrow(TTL, WAIT));
+    assert_pending!(head.poll());
+    assert_pending!(second.poll());
+    pool.return_lease(held.id).await.unwrap();
+    let _short = assert_ready_ok!(head.poll()).forget();
+    assert_pending!(second.poll());
+    clock.advance(Duration::from_secs(5));
+    tokio::task::yield_now().await;
+    assert!(second.is_woken(), "woken by the expiry of the head's lease");
     assert_eq!(assert_ready_ok!(second.poll()).position, 0);
 }
 
@@ -89,8 +116,9 @@ async fn count_raise_lets_every_waiter_in_that_fits() {
     );
     let got_b = assert_ready_ok!(b.poll());
     assert_eq!(got_b.position, 2);
-    assert!(!c.is_woken(), "the pool is full again: the third sleeps on");
+    assert!(c.is_woken(), "the new head asks once");
     assert_pending!(c.poll());
+    assert!(!c.is_woken(), "the pool is full again: the third sleeps on");
     drop(got_a);
     assert!(c.is_woken());
     assert_eq!(assert_ready_ok!(c.poll()).position, 1);

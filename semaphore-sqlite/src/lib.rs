@@ -5,6 +5,7 @@ mod options;
 mod schema;
 mod sql;
 mod store;
+mod tx;
 mod watch;
 
 pub use options::{SqliteOptions, Synchronous};

@@ -11,12 +11,14 @@ use semaphore_core::{Error, Result};
 use crate::error::storage;
 
 /// The schema version this build writes and reads.
-pub(crate) const VERSION: i64 = 1;
+pub(crate) const VERSION: i64 = 2;
 
-/// Version 1. Pools and leases are keyed by 16-byte UUIDs; times are integer
+/// Version 2. Pools and leases are keyed by 16-byte UUIDs; times are integer
 /// unix milliseconds. `semaphore_store` holds the version and the store-wide
 /// token counter (R9: it outlives deletes). `semaphore_waiters` is the
-/// cross-process queue of heads (R11).
+/// cross-process queue of heads (R11). A lease's `owner` label and
+/// idempotency key (`borrow_key`, unique per pool) came in version 2, as the
+/// last columns, so that a migrated file has the same shape as a new one.
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS semaphore_store (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -33,9 +35,13 @@ CREATE TABLE IF NOT EXISTS semaphore_leases (
     lease BLOB NOT NULL UNIQUE,
     token INTEGER NOT NULL,
     expires_at INTEGER NOT NULL,
+    owner TEXT,
+    borrow_key TEXT,
     PRIMARY KEY (pool, position)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS semaphore_leases_expiry ON semaphore_leases (pool, expires_at);
+CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON semaphore_leases (pool, borrow_key)
+    WHERE borrow_key IS NOT NULL;
 CREATE TABLE IF NOT EXISTS semaphore_waiters (
     pool BLOB NOT NULL,
     waiter BLOB NOT NULL,
@@ -46,8 +52,14 @@ CREATE TABLE IF NOT EXISTS semaphore_waiters (
 ";
 
 /// Migrations: entry `i` takes a file from version `i + 1` to `i + 2`, in
-/// one transaction. Version 1 is the first, so there are none yet.
-const MIGRATIONS: &[&str] = &[];
+/// one transaction.
+const MIGRATIONS: &[&str] = &[
+    // 1 -> 2: owner labels and idempotency keys.
+    "ALTER TABLE semaphore_leases ADD COLUMN owner TEXT;
+     ALTER TABLE semaphore_leases ADD COLUMN borrow_key TEXT;
+     CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON semaphore_leases (pool, borrow_key)
+         WHERE borrow_key IS NOT NULL;",
+];
 
 /// The column shape of every table of ours: (table, [(name, type, notnull, pk)]).
 type Shape = Vec<(String, Vec<(String, String, bool, i64)>)>;
@@ -179,6 +191,14 @@ pub(crate) fn prepare(conn: &mut Connection, found: Found) -> Result<()> {
             }
             tx.execute("UPDATE semaphore_store SET schema_version = ?1", [VERSION])
                 .map_err(storage("migrate"))?;
+            // Dropping `tx` on an error rolls the migration back whole.
+            let (expected, migrated) = (
+                expected_shape().map_err(storage("migrate"))?,
+                shape(&tx).map_err(storage("migrate"))?,
+            );
+            if migrated != expected {
+                return Err(mismatch(describe(&expected), describe(&migrated)));
+            }
         }
     }
     tx.commit().map_err(storage("open"))

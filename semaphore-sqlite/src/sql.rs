@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use semaphore_core::{
-    BorrowRequest, Lease, LeaseId, PoolId, PoolState, TryBorrow, WaiterId, from_unix_ms, unix_ms,
+    BorrowRequest, Holder, Lease, LeaseId, PoolId, PoolState, TryBorrow, TryBorrowAll, WaiterId,
+    from_unix_ms, unix_ms,
 };
 
 /// How long a queued head's row stays without being refreshed before other
@@ -30,6 +31,25 @@ fn in_use(conn: &Connection, pool: &PoolId, now: i64) -> rusqlite::Result<u32> {
         "SELECT COUNT(*) FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?2",
     )?
     .query_row(params![pool.as_uuid().as_bytes(), now], |r| r.get(0))
+}
+
+/// Runs `f` inside a savepoint of its own: all of it, or, on an error,
+/// none of it, leaving the enclosing transaction as it was.
+pub(crate) fn in_savepoint<T, E: From<rusqlite::Error>>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<T, E>,
+) -> Result<T, E> {
+    conn.execute_batch("SAVEPOINT semaphore_step")?;
+    match f(conn) {
+        Ok(out) => {
+            conn.execute_batch("RELEASE semaphore_step")?;
+            Ok(out)
+        }
+        Err(e) => {
+            conn.execute_batch("ROLLBACK TO semaphore_step; RELEASE semaphore_step")?;
+            Err(e)
+        }
+    }
 }
 
 /// R2: creates the pool or sets its count.
@@ -115,9 +135,14 @@ pub(crate) fn leave_queue(
 /// it. A head that is refused takes (or keeps) its place. An attempt that is
 /// refused writes nothing unless it reaps expired rows, joins the queue, or
 /// refreshes its place, so that waiters re-checking do not wake each other.
+///
+/// A request whose key names an active lease is answered with it, as is.
+/// Tokens are above both the stored counter and `floor` (see
+/// [`SqliteStore`](crate::SqliteStore)'s caller-owned transactions).
 pub(crate) fn try_borrow(
     conn: &Connection,
     request: &BorrowRequest,
+    floor: u64,
 ) -> rusqlite::Result<Option<TryBorrow>> {
     let pool = request.pool;
     let key = pool.as_uuid().as_bytes();
@@ -129,12 +154,18 @@ pub(crate) fn try_borrow(
         .execute(params![key, now])?;
     conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2")?
         .execute(params![key, now])?;
+    let waiter = request.waiter.map(|w| *w.as_uuid().as_bytes());
+    if let Some(lease) = keyed(conn, pool, request.key.as_deref(), now)? {
+        if let Some(w) = &waiter {
+            forget_waiter(conn, key, w)?;
+        }
+        return Ok(Some(TryBorrow::Granted { lease }));
+    }
     let held: i64 = conn
         .prepare_cached("SELECT COUNT(*) FROM semaphore_leases WHERE pool = ?1")?
         .query_row([key], |r| r.get(0))?;
     let free = i64::from(count).saturating_sub(held);
 
-    let waiter = request.waiter.map(|w| *w.as_uuid().as_bytes());
     let mine: Option<(i64, i64)> = match &waiter {
         Some(w) => conn
             .prepare_cached(
@@ -167,17 +198,25 @@ pub(crate) fn try_borrow(
         drop(rows);
         let token: i64 = conn
             .prepare_cached(
-                "UPDATE semaphore_store SET last_token = last_token + 1 WHERE id = 1 RETURNING last_token",
+                "UPDATE semaphore_store SET last_token = MAX(last_token, ?1) + 1 WHERE id = 1 RETURNING last_token",
             )?
-            .query_row([], |r| r.get(0))?;
+            .query_row([i64::try_from(floor).unwrap_or(i64::MAX)], |r| r.get(0))?;
         let expires_at = unix_ms(request.expires_at) as i64;
         conn.prepare_cached(
-            "INSERT INTO semaphore_leases (pool, position, lease, token, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?
-        .execute(params![key, position, request.lease.as_uuid().as_bytes(), token, expires_at])?;
+        .execute(params![
+            key,
+            position,
+            request.lease.as_uuid().as_bytes(),
+            token,
+            expires_at,
+            request.owner.as_deref(),
+            request.key.as_deref()
+        ])?;
         if let Some(w) = &waiter {
-            conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
-                .execute(params![key, w])?;
+            forget_waiter(conn, key, w)?;
         }
         let lease = Lease::new(
             request.lease,
@@ -186,37 +225,251 @@ pub(crate) fn try_borrow(
             token as u64,
             from_unix_ms(expires_at as u64),
         );
-        return Ok(Some(TryBorrow::Granted {
-            lease,
-            more_available: free - 1 > ahead,
-        }));
+        return Ok(Some(TryBorrow::Granted { lease }));
     }
 
     if let Some(w) = &waiter {
-        let alive_until = now + ms(WAITER_TTL);
-        match mine {
-            None => {
-                conn.prepare_cached(
-                    "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until)
-                     VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3)",
-                )?
-                .execute(params![key, w, alive_until])?;
+        keep_place(conn, key, w, now, mine.map(|m| m.1))?;
+    }
+    Ok(Some(TryBorrow::Exhausted {
+        next_expiry: next_expiry(conn, key, now)?,
+    }))
+}
+
+fn forget_waiter(conn: &Connection, pool: &[u8], waiter: &[u8; 16]) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
+        .execute(params![pool, waiter])?;
+    Ok(())
+}
+
+/// A refused head joins the store's queue of `pool`, or refreshes its place
+/// when less than half of `WAITER_TTL` is left of it (`alive_until`).
+fn keep_place(
+    conn: &Connection,
+    key: &[u8],
+    w: &[u8; 16],
+    now: i64,
+    alive_until: Option<i64>,
+) -> rusqlite::Result<()> {
+    let renewed = now + ms(WAITER_TTL);
+    match alive_until {
+        None => {
+            conn.prepare_cached(
+                "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3)",
+            )?
+            .execute(params![key, w, renewed])?;
+        }
+        Some(alive) if alive - now < ms(WAITER_TTL) / 2 => {
+            conn.prepare_cached(
+                "UPDATE semaphore_waiters SET alive_until = ?3 WHERE pool = ?1 AND waiter = ?2",
+            )?
+            .execute(params![key, w, renewed])?;
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// The earliest expiry among `pool`'s leases active at `now`.
+fn next_expiry(
+    conn: &Connection,
+    key: &[u8],
+    now: i64,
+) -> rusqlite::Result<Option<std::time::SystemTime>> {
+    let at: Option<i64> = conn
+        .prepare_cached(
+            "SELECT MIN(expires_at) FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?2",
+        )?
+        .query_row(params![key, now], |r| r.get(0))?;
+    Ok(at.map(|t| from_unix_ms(t as u64)))
+}
+
+/// The active lease of `pool` borrowed with `borrow_key`, if any.
+pub(crate) fn keyed(
+    conn: &Connection,
+    pool: PoolId,
+    borrow_key: Option<&str>,
+    now: i64,
+) -> rusqlite::Result<Option<Lease>> {
+    let Some(borrow_key) = borrow_key else {
+        return Ok(None);
+    };
+    conn.prepare_cached(
+        "SELECT lease, position, token, expires_at FROM semaphore_leases
+         WHERE pool = ?1 AND borrow_key = ?2 AND expires_at > ?3",
+    )?
+    .query_row(params![pool.as_uuid().as_bytes(), borrow_key, now], |r| {
+        lease_from_row(r, pool)
+    })
+    .optional()
+}
+
+/// A lease from columns `lease, position, token, expires_at`.
+fn lease_from_row(r: &rusqlite::Row<'_>, pool: PoolId) -> rusqlite::Result<Lease> {
+    let id: [u8; 16] = r.get(0)?;
+    let token: i64 = r.get(2)?;
+    let expires_at: i64 = r.get(3)?;
+    Ok(Lease::new(
+        LeaseId::from_uuid(uuid::Uuid::from_bytes(id)),
+        pool,
+        r.get(1)?,
+        token as u64,
+        from_unix_ms(expires_at as u64),
+    ))
+}
+
+/// A holder from columns `lease, position, token, expires_at, owner,
+/// borrow_key`.
+fn holder_from_row(r: &rusqlite::Row<'_>, pool: PoolId) -> rusqlite::Result<Holder> {
+    Ok(Holder::new(lease_from_row(r, pool)?, r.get(4)?, r.get(5)?))
+}
+
+/// All or nothing over several pools: grants every request as
+/// [`try_borrow`] would, or none; `Err(pool)` names a pool that does not
+/// exist. Refused heads keep their place in the pools that refused them.
+pub(crate) fn try_borrow_all(
+    conn: &Connection,
+    requests: &[BorrowRequest],
+    floor: u64,
+) -> rusqlite::Result<Result<TryBorrowAll, PoolId>> {
+    // Grants are made one pool at a time and undone whole if any pool
+    // refuses; `Err(Ok(..))` carries a refusal out of the savepoint.
+    let attempt = in_savepoint(conn, |conn| {
+        let mut leases = Vec::with_capacity(requests.len());
+        let mut blocked = Vec::new();
+        for request in requests {
+            match try_borrow(conn, request, floor)? {
+                Some(TryBorrow::Granted { lease }) => leases.push(lease),
+                Some(TryBorrow::Exhausted { next_expiry }) => blocked.push((request, next_expiry)),
+                None => return Err(Refused::Missing(request.pool)),
             }
-            Some((_, alive)) if alive - now < ms(WAITER_TTL) / 2 => {
-                conn.prepare_cached(
-                    "UPDATE semaphore_waiters SET alive_until = ?3 WHERE pool = ?1 AND waiter = ?2",
+        }
+        if blocked.is_empty() {
+            Ok(leases)
+        } else {
+            Err(Refused::Blocked(blocked))
+        }
+    });
+    let blocked = match attempt {
+        Ok(leases) => return Ok(Ok(TryBorrowAll::Granted { leases })),
+        Err(Refused::Missing(pool)) => return Ok(Err(pool)),
+        Err(Refused::Sql(e)) => return Err(e),
+        Err(Refused::Blocked(blocked)) => blocked,
+    };
+    let now = unix_ms(requests[0].now) as i64;
+    for (request, _) in &blocked {
+        if let Some(w) = request.waiter.map(|w| *w.as_uuid().as_bytes()) {
+            let key = request.pool.as_uuid().as_bytes();
+            let alive: Option<i64> = conn
+                .prepare_cached(
+                    "SELECT alive_until FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2",
                 )?
-                .execute(params![key, w, alive_until])?;
-            }
-            Some(_) => {}
+                .query_row(params![key, w], |r| r.get(0))
+                .optional()?;
+            keep_place(conn, key, &w, now, alive)?;
         }
     }
-    let next_expiry: Option<i64> = conn
-        .prepare_cached("SELECT MIN(expires_at) FROM semaphore_leases WHERE pool = ?1")?
-        .query_row([key], |r| r.get(0))?;
-    Ok(Some(TryBorrow::Exhausted {
-        next_expiry: next_expiry.map(|t| from_unix_ms(t as u64)),
-    }))
+    let next_expiry = if blocked.iter().any(|(_, at)| at.is_none()) {
+        None
+    } else {
+        blocked.into_iter().filter_map(|(_, at)| at).max()
+    };
+    Ok(Ok(TryBorrowAll::Exhausted { next_expiry }))
+}
+
+/// Why a multi-pool borrow undid its grants.
+enum Refused<'a> {
+    Blocked(Vec<(&'a BorrowRequest, Option<std::time::SystemTime>)>),
+    Missing(PoolId),
+    Sql(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for Refused<'_> {
+    fn from(e: rusqlite::Error) -> Self {
+        Refused::Sql(e)
+    }
+}
+
+/// Moves an active lease's expiry; `None` if the pool does not exist,
+/// `Some(None)` if the lease is not active.
+pub(crate) fn renew(
+    conn: &Connection,
+    pool: PoolId,
+    lease: LeaseId,
+    now: i64,
+    expires_at: i64,
+) -> rusqlite::Result<Option<Option<Lease>>> {
+    if count_of(conn, &pool)?.is_none() {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "UPDATE semaphore_leases SET expires_at = ?4
+         WHERE lease = ?1 AND pool = ?2 AND expires_at > ?3
+         RETURNING lease, position, token, expires_at",
+    )?
+    .query_row(
+        params![
+            lease.as_uuid().as_bytes(),
+            pool.as_uuid().as_bytes(),
+            now,
+            expires_at
+        ],
+        |r| lease_from_row(r, pool),
+    )
+    .optional()
+    .map(Some)
+}
+
+/// The active leases of `pool` by position; `None` if it does not exist.
+pub(crate) fn holders(
+    conn: &Connection,
+    pool: PoolId,
+    now: i64,
+) -> rusqlite::Result<Option<Vec<Holder>>> {
+    if count_of(conn, &pool)?.is_none() {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "SELECT lease, position, token, expires_at, owner, borrow_key FROM semaphore_leases
+         WHERE pool = ?1 AND expires_at > ?2 ORDER BY position",
+    )?
+    .query_map(params![pool.as_uuid().as_bytes(), now], |r| {
+        holder_from_row(r, pool)
+    })?
+    .collect::<rusqlite::Result<_>>()
+    .map(Some)
+}
+
+/// Ends the active lease at `position`; `None` if the pool does not exist,
+/// `Some(None)` if no active lease holds the position.
+pub(crate) fn force_return(
+    conn: &Connection,
+    pool: PoolId,
+    position: u32,
+    now: i64,
+) -> rusqlite::Result<Option<Option<Holder>>> {
+    if count_of(conn, &pool)?.is_none() {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "DELETE FROM semaphore_leases WHERE pool = ?1 AND position = ?2 AND expires_at > ?3
+         RETURNING lease, position, token, expires_at, owner, borrow_key",
+    )?
+    .query_row(params![pool.as_uuid().as_bytes(), position, now], |r| {
+        holder_from_row(r, pool)
+    })
+    .optional()
+    .map(Some)
+}
+
+/// The number of queued heads of `pool` alive at `now`: one per store
+/// handle (normally one per process) with borrowers waiting.
+pub(crate) fn queue_heads(conn: &Connection, pool: PoolId, now: i64) -> rusqlite::Result<u32> {
+    conn.prepare_cached(
+        "SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1 AND alive_until > ?2",
+    )?
+    .query_row(params![pool.as_uuid().as_bytes(), now], |r| r.get(0))
 }
 
 #[cfg(test)]
@@ -282,7 +535,7 @@ mod tests {
                         .then(|| semaphore_core::lowest_free(count, held.iter().map(|h| h.1)))
                         .flatten();
                     let r = request(1, None);
-                    let got = position(try_borrow(&conn, &r).unwrap());
+                    let got = position(try_borrow(&conn, &r, 0).unwrap());
                     assert_eq!(got, expected, "step {step}: count {count}, held {held:?}");
                     if let Some(p) = got {
                         held.push((r.lease, p));
@@ -302,24 +555,26 @@ mod tests {
         let pool = PoolId::from_name("p");
         register(&conn, pool, 1, 0).unwrap();
         let first = request(0, None);
-        assert!(granted(try_borrow(&conn, &first).unwrap()));
+        assert!(granted(try_borrow(&conn, &first, 0).unwrap()));
 
         let head = WaiterId::new();
         assert!(
-            !granted(try_borrow(&conn, &request(1, Some(head))).unwrap()),
+            !granted(try_borrow(&conn, &request(1, Some(head)), 0).unwrap()),
             "pool is full"
         );
         assert!(return_lease(&conn, pool, first.lease, 2).unwrap());
 
         assert!(
-            !granted(try_borrow(&conn, &request(3, None)).unwrap()),
+            !granted(try_borrow(&conn, &request(3, None), 0).unwrap()),
             "a newcomer jumped the queue"
         );
         assert!(
-            !granted(try_borrow(&conn, &request(3, Some(WaiterId::new()))).unwrap()),
+            !granted(try_borrow(&conn, &request(3, Some(WaiterId::new())), 0).unwrap()),
             "a later head jumped the queue"
         );
-        assert!(granted(try_borrow(&conn, &request(4, Some(head))).unwrap()));
+        assert!(granted(
+            try_borrow(&conn, &request(4, Some(head)), 0).unwrap()
+        ));
         let left: i64 = conn
             .query_row("SELECT COUNT(*) FROM semaphore_waiters", [], |r| r.get(0))
             .unwrap();
@@ -335,19 +590,19 @@ mod tests {
         let pool = PoolId::from_name("p");
         register(&conn, pool, 1, 0).unwrap();
         let first = request(0, None);
-        assert!(granted(try_borrow(&conn, &first).unwrap()));
+        assert!(granted(try_borrow(&conn, &first, 0).unwrap()));
         assert!(!granted(
-            try_borrow(&conn, &request(1, Some(WaiterId::new()))).unwrap()
+            try_borrow(&conn, &request(1, Some(WaiterId::new())), 0).unwrap()
         ));
         assert!(return_lease(&conn, pool, first.lease, 2).unwrap());
 
         let ttl = WAITER_TTL.as_millis() as u64;
         assert!(
-            !granted(try_borrow(&conn, &request(ttl, None)).unwrap()),
+            !granted(try_borrow(&conn, &request(ttl, None), 0).unwrap()),
             "the head is still alive"
         );
         assert!(
-            granted(try_borrow(&conn, &request(ttl + 1, None)).unwrap()),
+            granted(try_borrow(&conn, &request(ttl + 1, None), 0).unwrap()),
             "a dead head blocks no one"
         );
     }
@@ -357,12 +612,12 @@ mod tests {
         let conn = db();
         let pool = PoolId::from_name("p");
         register(&conn, pool, 1, 0).unwrap();
-        assert!(granted(try_borrow(&conn, &request(0, None)).unwrap()));
+        assert!(granted(try_borrow(&conn, &request(0, None), 0).unwrap()));
         let head = WaiterId::new();
-        let _ = try_borrow(&conn, &request(1, Some(head))).unwrap();
+        let _ = try_borrow(&conn, &request(1, Some(head)), 0).unwrap();
         let before = conn.total_changes();
-        let _ = try_borrow(&conn, &request(2, Some(head))).unwrap();
-        let _ = try_borrow(&conn, &request(3, None)).unwrap();
+        let _ = try_borrow(&conn, &request(2, Some(head)), 0).unwrap();
+        let _ = try_borrow(&conn, &request(3, None), 0).unwrap();
         assert_eq!(conn.total_changes(), before, "a re-check wrote to the file");
     }
 }

@@ -2,13 +2,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use semaphore_core::{
-    BorrowRequest, Changes, Clock, Error, LeaseId, PoolId, PoolState, Result, Store, TryBorrow,
-    WaiterId, async_trait, unix_ms,
+    BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Store,
+    TryBorrow, TryBorrowAll, WaiterId, async_trait, unix_ms,
 };
 
 use crate::error::storage;
@@ -55,6 +56,10 @@ pub struct SqliteStore {
     clock: Arc<dyn Clock>,
     path: PathBuf,
     watch: Watcher,
+    /// The highest token this handle handed out inside a caller-owned
+    /// transaction: every later grant through it takes a larger one, so a
+    /// rolled-back borrow's token is never granted again by this process.
+    pub(crate) token_floor: AtomicU64,
 }
 
 impl SqliteStore {
@@ -93,11 +98,13 @@ impl SqliteStore {
         conn.busy_handler(Some(busy_handler(options.busy_timeout)))
             .map_err(storage("open"))?;
         let found = schema::inspect(&conn)?;
+        // Tables first, WAL after: a refused migration rolls back and
+        // leaves the file as it was, journal mode included.
+        schema::prepare(&mut conn, found)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(storage("open"))?;
         conn.pragma_update(None, "synchronous", options.synchronous.pragma())
             .map_err(storage("open"))?;
-        schema::prepare(&mut conn, found)?;
 
         let changes = Arc::new(Changes::new());
         let watcher = watch(&path, changes.clone(), options.poll_interval);
@@ -107,12 +114,35 @@ impl SqliteStore {
             clock: options.clock,
             path,
             watch: watcher,
+            token_floor: AtomicU64::new(0),
         })
     }
 
     /// The database file's path, as given to `open`.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The number of queued heads of `pool`: store handles (normally one
+    /// per process) whose borrowers wait on the pool, this one included,
+    /// as the file records them. Each handle queues its own waiters in
+    /// memory and only its head in the file, so the total number of waiters
+    /// across processes is not known to any one of them: add
+    /// [`Pool::waiting`](semaphore_core::Pool::waiting) of each process for
+    /// that.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the file cannot be read.
+    pub async fn queue_heads(&self, pool: PoolId) -> Result<u32> {
+        let now = ms(self.clock.now());
+        self.run("queue_heads", TransactionBehavior::Deferred, move |c| {
+            sql::queue_heads(c, pool, now)
+        })
+        .await
+    }
+
+    pub(crate) fn floor(&self) -> u64 {
+        self.token_floor.load(Ordering::Acquire)
     }
 
     /// Runs `f` in one transaction, off the async scheduler: on a
@@ -224,10 +254,69 @@ impl Store for SqliteStore {
             // Before the check, so that any commit after it is seen.
             self.watch.arm();
         }
-        let request = *request;
-        self.write("borrow", move |c| sql::try_borrow(c, &request))
+        let (request, floor) = (request.clone(), self.floor());
+        let pool = request.pool;
+        self.write("borrow", move |c| sql::try_borrow(c, &request, floor))
             .await?
-            .ok_or(Error::PoolNotFound { pool: request.pool })
+            .ok_or(Error::PoolNotFound { pool })
+    }
+
+    async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
+        if requests.iter().any(|r| r.waiter.is_some()) {
+            self.watch.arm();
+        }
+        let (requests, floor) = (requests.to_vec(), self.floor());
+        self.write("borrow", move |c| sql::try_borrow_all(c, &requests, floor))
+            .await?
+            .map_err(|pool| Error::PoolNotFound { pool })
+    }
+
+    async fn renew(
+        &self,
+        pool: PoolId,
+        lease: LeaseId,
+        now: SystemTime,
+        expires_at: SystemTime,
+    ) -> Result<Option<Lease>> {
+        let (now, expires_at) = (ms(now), ms(expires_at));
+        let renewed = self
+            .write("renew", move |c| {
+                sql::renew(c, pool, lease, now, expires_at)
+            })
+            .await?
+            .ok_or(Error::PoolNotFound { pool })?;
+        if renewed.is_some() {
+            self.changes.notify(pool);
+        }
+        Ok(renewed)
+    }
+
+    async fn holders(&self, pool: PoolId, now: SystemTime) -> Result<Vec<Holder>> {
+        let now = ms(now);
+        self.run("holders", TransactionBehavior::Deferred, move |c| {
+            sql::holders(c, pool, now)
+        })
+        .await?
+        .ok_or(Error::PoolNotFound { pool })
+    }
+
+    async fn force_return(
+        &self,
+        pool: PoolId,
+        position: u32,
+        now: SystemTime,
+    ) -> Result<Option<Holder>> {
+        let now = ms(now);
+        let ended = self
+            .write("force_return", move |c| {
+                sql::force_return(c, pool, position, now)
+            })
+            .await?
+            .ok_or(Error::PoolNotFound { pool })?;
+        if ended.is_some() {
+            self.changes.notify(pool);
+        }
+        Ok(ended)
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool> {

@@ -47,7 +47,7 @@ fn newer_schema_version_is_refused_unchanged() {
     drop(SqliteStore::open(&path).unwrap());
     let conn = Connection::open(&path).unwrap();
     conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
-    conn.execute("UPDATE semaphore_store SET schema_version = 2", [])
+    conn.execute("UPDATE semaphore_store SET schema_version = 3", [])
         .unwrap();
     drop(conn);
     assert_refused_unchanged(
@@ -106,7 +106,97 @@ fn application_tables_and_user_version_are_left_alone() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(stored, 1);
+    assert_eq!(stored, 2);
+}
+
+/// The tables as version 1 of this library wrote them, frozen here so that
+/// the migration is tested against the real thing.
+const VERSION_1: &str = "
+CREATE TABLE semaphore_store (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    schema_version INTEGER NOT NULL,
+    last_token INTEGER NOT NULL
+);
+CREATE TABLE semaphore_pools (pool BLOB PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE semaphore_leases (
+    pool BLOB NOT NULL,
+    position INTEGER NOT NULL,
+    lease BLOB NOT NULL UNIQUE,
+    token INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (pool, position)
+) WITHOUT ROWID;
+CREATE INDEX semaphore_leases_expiry ON semaphore_leases (pool, expires_at);
+CREATE TABLE semaphore_waiters (
+    pool BLOB NOT NULL,
+    waiter BLOB NOT NULL,
+    ticket INTEGER NOT NULL,
+    alive_until INTEGER NOT NULL,
+    PRIMARY KEY (pool, waiter)
+) WITHOUT ROWID;
+INSERT INTO semaphore_store VALUES (1, 1, 41);
+";
+
+/// A version 1 file is migrated in place: its pools, leases and token
+/// counter survive, and the new columns work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_1_file_is_migrated_keeping_pools_leases_and_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file_with(dir.path(), VERSION_1);
+    let pool_id = PoolId::from_name("old");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute(
+        "INSERT INTO semaphore_pools VALUES (?1, 2)",
+        [pool_id.as_uuid().as_bytes()],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO semaphore_leases VALUES (?1, 0, ?2, 41, 253402300799000)",
+        [pool_id.as_uuid().as_bytes(), &uuid_bytes()],
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let pool = Pool::new(store, pool_id);
+    assert_eq!(
+        pool.inspect().await.unwrap().in_use,
+        1,
+        "the old lease kept"
+    );
+    let options = semaphore_sqlite::BorrowOptions::new().owner("new").key("k");
+    let lease = pool
+        .borrow_with(Duration::from_secs(60), Duration::ZERO, options)
+        .await
+        .unwrap();
+    assert_eq!((lease.position, lease.token), (1, 42));
+    let holders = pool.holders().await.unwrap();
+    assert_eq!(holders[0].owner, None);
+    assert_eq!(holders[1].owner.as_deref(), Some("new"));
+    let version: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT schema_version FROM semaphore_store", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(version, 2);
+}
+
+fn uuid_bytes() -> [u8; 16] {
+    *semaphore_sqlite::LeaseId::new().as_uuid().as_bytes()
+}
+
+/// A file that says version 1 but whose tables drifted is refused by the
+/// migration's final shape check, and left byte-for-byte unchanged.
+#[test]
+fn drifted_version_1_file_is_refused_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let drifted = VERSION_1.replace("count INTEGER NOT NULL", "size INTEGER NOT NULL");
+    let path = file_with(dir.path(), &drifted);
+    assert_refused_unchanged(
+        &path,
+        |e| matches!(e, Error::SchemaMismatch { found, .. } if found.contains("size")),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,10 +20,16 @@
 
 mod basics;
 mod concurrency;
+mod keys;
+mod multi;
+mod renew;
 mod waiting;
 
 pub use basics::*;
 pub use concurrency::*;
+pub use keys::*;
+pub use multi::*;
+pub use renew::*;
 pub use waiting::*;
 
 use std::any::Any;
@@ -113,6 +119,7 @@ macro_rules! store_conformance {
             r5_waiter_fails_exhausted_when_wait_runs_out,
             r5_ttl_and_wait_are_clamped,
             r5_waiter_is_woken_by_expiry,
+            r5_new_head_is_woken_by_expiry_of_the_slot_just_granted,
             r6_grants_lowest_free_and_reuses_freed_slot_next,
             r6_positions_at_or_above_lowered_count_are_not_handed_out,
             r7_expired_lease_does_not_count,
@@ -127,6 +134,24 @@ macro_rules! store_conformance {
             r13_guard_returns_on_drop_and_forget_keeps_until_ttl,
             r13_owned_guard_works_in_spawned_task,
             r14_bad_input_names_field_and_range,
+            renew_extends_a_live_lease_keeping_position_and_token,
+            renew_of_an_expired_lease_is_lease_expired,
+            renew_of_a_returned_unknown_or_deleted_lease_fails,
+            renew_shortening_a_lease_wakes_a_waiter_at_the_new_expiry,
+            renew_through_a_guard_updates_the_guard,
+            key_retry_after_a_lost_reply_returns_the_same_lease,
+            key_borrows_anew_after_return_or_expiry_and_is_per_pool,
+            key_retry_does_not_wait_behind_queued_borrowers,
+            holders_lists_active_leases_with_owner_labels,
+            labels_out_of_range_are_refused_and_nothing_changes,
+            force_return_frees_a_position_and_wakes_a_waiter,
+            waiting_counts_queued_borrowers,
+            borrow_all_grants_one_slot_of_each_in_order,
+            borrow_all_takes_nothing_unless_it_takes_all,
+            borrow_all_waits_for_the_last_pool_under_one_deadline,
+            borrow_all_dropped_leaves_every_queue,
+            pool_set_refuses_no_pools_and_duplicates,
+            borrow_all_in_opposite_orders_never_deadlocks_or_over_issues,
         );
     };
 }

@@ -193,3 +193,25 @@ pub async fn r12_borrow_dropped_after_first_poll_holds_nothing(f: Fixture) {
         tokio::task::yield_now().await;
     }
 }
+
+/// R5, R7, R11: a waiter that became head when the one ahead took the last
+/// slot is woken by that lease's expiry, though nothing else changes.
+pub async fn r5_new_head_is_woken_by_expiry_of_the_slot_just_granted(f: Fixture) {
+    let (pool, held) = full_pool(&f, 1).await;
+    let first = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.borrow(Duration::from_secs(5), LONG)
+                .await
+                .map(|g| g.forget())
+        })
+    };
+    until_waiting(&pool, 1).await;
+    let second = spawn_borrow(&pool, LONG);
+    until_waiting(&pool, 2).await;
+    assert!(pool.return_lease(held[0].id).await.unwrap());
+    assert_eq!(first.await.unwrap().unwrap().position, 0);
+    until_waiting(&pool, 1).await;
+    f.clock.advance(Duration::from_secs(5));
+    assert_eq!(second.await.unwrap().unwrap().position, 0);
+}

@@ -1,0 +1,70 @@
+//! The wait loop shared by single and multi-pool borrows (SPEC R5, R11,
+//! R12).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::cancel::{Answer, InFlight, QueuePlace, Step};
+use crate::clock::truncate_ms;
+use crate::{Error, PoolId, Result, Store, WaiterId};
+
+/// Borrows through `attempt` on `pools`, waiting up to `wait` from `start`.
+///
+/// Asks the store at once if no borrower of these pools waits in this
+/// process (so that asking jumps no one). Otherwise, or if that finds
+/// nothing free, queues in every pool's queue and asks again each time its
+/// turn comes while it heads them all (R11): when a pool changes, when the
+/// earliest lease it was told of expires, or when the borrower ahead leaves.
+/// Fails with `exhausted()` once `wait` has passed. Dropping the future
+/// leaves every queue and returns a grant that lands after the drop (R12).
+pub(crate) async fn acquire<A: Answer>(
+    store: &Arc<dyn Store>,
+    pools: &[PoolId],
+    start: SystemTime,
+    wait: Duration,
+    exhausted: impl Fn() -> Error,
+    mut attempt: impl FnMut(SystemTime, Option<WaiterId>) -> InFlight<A>,
+) -> Result<A::Granted> {
+    let changes = store.changes();
+    if pools.iter().all(|pool| changes.waiting(*pool) == 0) {
+        if let Step::Granted(granted) = attempt(start, None).await?.step() {
+            return Ok(granted);
+        }
+    }
+    if wait.is_zero() {
+        return Err(exhausted());
+    }
+
+    let clock = store.clock();
+    let ticket = changes.enqueue(pools);
+    let place = QueuePlace::new(store, pools);
+    let mut timeout = clock.sleep_until(start + wait);
+    let mut next_expiry = None;
+    loop {
+        tokio::select! {
+            biased;
+            () = ticket.turn() => {}
+            () = async {
+                match next_expiry.as_mut() {
+                    Some(expiry) => expiry.await,
+                    None => std::future::pending().await,
+                }
+            } => next_expiry = None,
+            () = &mut timeout => return Err(exhausted()),
+        }
+        if !ticket.is_head() {
+            continue;
+        }
+        match attempt(truncate_ms(clock.now()), Some(place.waiter))
+            .await?
+            .step()
+        {
+            Step::Granted(granted) => {
+                place.granted();
+                // Dropping the ticket wakes the next head of each queue.
+                return Ok(granted);
+            }
+            Step::Exhausted(at) => next_expiry = at.map(|at| clock.sleep_until(at)),
+        }
+    }
+}

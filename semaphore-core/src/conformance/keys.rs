@@ -1,0 +1,238 @@
+//! Cases for idempotency keys, owner labels, the admin listing, forced
+//! returns and the waiter count (SPEC "Beyond the basic model").
+
+use std::time::Duration;
+
+use super::{Fixture, SEC, until_in_use, until_waiting};
+use crate::{BorrowOptions, Error, Limits};
+
+fn key(k: &str) -> BorrowOptions {
+    BorrowOptions::new().key(k)
+}
+
+/// A retry after a lost reply: borrow with a key, drop the result (the
+/// reply never arrived), borrow again with the key: the same lease, and no
+/// second slot taken, even with the pool full.
+pub async fn key_retry_after_a_lost_reply_returns_the_same_lease(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(1).await.unwrap();
+    let lost = pool
+        .borrow_with(SEC * 30, Duration::ZERO, key("job-1"))
+        .await
+        .unwrap()
+        .forget();
+    f.clock.advance(SEC * 2);
+    for _ in 0..3 {
+        let retry = pool
+            .borrow_with(SEC * 30, Duration::ZERO, key("job-1"))
+            .await
+            .unwrap()
+            .forget();
+        assert_eq!(retry, lost, "same id, position, token and expiry");
+    }
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+    let err = pool.borrow(SEC, Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, Error::Exhausted { .. }), "{err:?}");
+}
+
+/// Once the keyed lease is returned or expired, the key borrows anew: a new
+/// lease with a larger token. Keys are per pool.
+pub async fn key_borrows_anew_after_return_or_expiry_and_is_per_pool(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(2).await.unwrap();
+    let first = pool
+        .borrow_with(SEC * 5, Duration::ZERO, key("k"))
+        .await
+        .unwrap()
+        .forget();
+    assert!(pool.return_lease(first.id).await.unwrap());
+    let second = pool
+        .borrow_with(SEC * 5, Duration::ZERO, key("k"))
+        .await
+        .unwrap()
+        .forget();
+    assert!(second.id != first.id && second.token > first.token);
+    f.clock.advance(SEC * 5);
+    let third = pool
+        .borrow_with(SEC * 5, Duration::ZERO, key("k"))
+        .await
+        .unwrap()
+        .forget();
+    assert!(third.id != second.id && third.token > second.token);
+
+    let other = f.pool("other");
+    other.register(1).await.unwrap();
+    let there = other
+        .borrow_with(SEC * 5, Duration::ZERO, key("k"))
+        .await
+        .unwrap()
+        .forget();
+    assert!(there.id != third.id);
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+}
+
+/// A keyed retry does not queue behind this process's waiters for a lease
+/// it already holds.
+pub async fn key_retry_does_not_wait_behind_queued_borrowers(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(1).await.unwrap();
+    let held = pool
+        .borrow_with(SEC * 60, Duration::ZERO, key("mine"))
+        .await
+        .unwrap()
+        .forget();
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.borrow(SEC, SEC * 3600).await.map(|g| g.forget()) })
+    };
+    until_waiting(&pool, 1).await;
+    let retry = pool
+        .borrow_with(SEC * 60, Duration::ZERO, key("mine"))
+        .await
+        .unwrap()
+        .forget();
+    assert_eq!(retry, held);
+    waiter.abort();
+}
+
+/// The admin listing shows every active lease by position, with its owner
+/// label, key, token, expiry and id; inspect shows only figures.
+pub async fn holders_lists_active_leases_with_owner_labels(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(3).await.unwrap();
+    let a = pool
+        .borrow_with(
+            SEC * 10,
+            Duration::ZERO,
+            BorrowOptions::new().owner("host-a/41"),
+        )
+        .await
+        .unwrap()
+        .forget();
+    let b = pool
+        .borrow(SEC * 20, Duration::ZERO)
+        .await
+        .unwrap()
+        .forget();
+    let c = pool
+        .borrow_with(SEC * 30, Duration::ZERO, key("c").owner("host-c/7"))
+        .await
+        .unwrap()
+        .forget();
+    assert!(pool.return_lease(b.id).await.unwrap());
+    let listed = pool.holders().await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].lease, a);
+    assert_eq!(listed[0].owner.as_deref(), Some("host-a/41"));
+    assert_eq!(listed[0].key, None);
+    assert_eq!(listed[1].lease, c);
+    assert_eq!(
+        (listed[1].owner.as_deref(), listed[1].key.as_deref()),
+        (Some("host-c/7"), Some("c"))
+    );
+    f.clock.advance(SEC * 10);
+    let listed = pool.holders().await.unwrap();
+    assert_eq!(
+        listed.iter().map(|h| h.lease.position).collect::<Vec<_>>(),
+        [2]
+    );
+    let err = f.pool("none").holders().await.unwrap_err();
+    assert!(matches!(err, Error::PoolNotFound { .. }), "{err:?}");
+}
+
+/// Owner labels and keys that are empty, too long or hold control
+/// characters are refused, naming the field and range; nothing changes.
+pub async fn labels_out_of_range_are_refused_and_nothing_changes(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(1).await.unwrap();
+    let cases = [
+        (BorrowOptions::new().owner("x".repeat(65)), "owner"),
+        (BorrowOptions::new().owner(""), "owner"),
+        (BorrowOptions::new().owner("two\nlines"), "owner"),
+        (key(&"k".repeat(256)), "key"),
+        (key(""), "key"),
+    ];
+    for (options, named) in cases {
+        match pool.borrow_with(SEC, Duration::ZERO, options).await {
+            Err(Error::InvalidArgument { field, allowed, .. }) => {
+                assert_eq!(field, named);
+                assert!(allowed.starts_with("1..="), "{allowed}");
+            }
+            other => panic!("expected InvalidArgument for {named}, got {other:?}"),
+        }
+    }
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0);
+    let tight = pool
+        .clone()
+        .with_limits(Limits::default().with_max_owner_len(4));
+    assert!(
+        tight
+            .borrow_with(SEC, Duration::ZERO, BorrowOptions::new().owner("abcde"))
+            .await
+            .is_err()
+    );
+    let fits = tight
+        .borrow_with(SEC, Duration::ZERO, BorrowOptions::new().owner("abcd"))
+        .await;
+    assert!(fits.is_ok(), "{fits:?}");
+}
+
+/// A forced return ends the lease at a position, whoever holds it: the
+/// slot is free at once, a waiter is woken, and the former holder's return
+/// reports false.
+pub async fn force_return_frees_a_position_and_wakes_a_waiter(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(1).await.unwrap();
+    let stuck = pool
+        .borrow_with(
+            SEC * 3600,
+            Duration::ZERO,
+            BorrowOptions::new().owner("hung-worker"),
+        )
+        .await
+        .unwrap()
+        .forget();
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.borrow(SEC, SEC * 3600).await.map(|g| g.forget()) })
+    };
+    until_waiting(&pool, 1).await;
+    let ended = pool.force_return(0).await.unwrap().expect("a lease at 0");
+    assert_eq!(ended.lease, stuck);
+    assert_eq!(ended.owner.as_deref(), Some("hung-worker"));
+    let next = waiter.await.unwrap().unwrap();
+    assert_eq!(next.position, 0);
+    assert!(next.token > stuck.token);
+    assert!(!pool.return_lease(stuck.id).await.unwrap());
+    assert!(
+        pool.force_return(5).await.unwrap().is_none(),
+        "no lease at 5"
+    );
+    let err = f.pool("none").force_return(0).await.unwrap_err();
+    assert!(matches!(err, Error::PoolNotFound { .. }), "{err:?}");
+}
+
+/// The waiter count is the number of borrowers queued on the pool in this
+/// process, and drops as they leave.
+pub async fn waiting_counts_queued_borrowers(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(1).await.unwrap();
+    let held = pool.borrow(SEC * 60, Duration::ZERO).await.unwrap();
+    assert_eq!(pool.waiting(), 0);
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.borrow(SEC, SEC * 3600).await.map(|g| g.forget()) })
+        })
+        .collect();
+    until_waiting(&pool, 3).await;
+    waiters[2].abort();
+    until_waiting(&pool, 2).await;
+    drop(held);
+    until_waiting(&pool, 1).await;
+    until_in_use(&pool, 1).await;
+    for w in waiters {
+        w.abort();
+    }
+    until_waiting(&pool, 0).await;
+}

@@ -1,0 +1,193 @@
+//! Leases inside a transaction the application owns (SPEC "Beyond the basic
+//! model": the lease and the application's own write commit or roll back
+//! together).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use rusqlite::Connection;
+use semaphore_core::{
+    BorrowOptions, BorrowRequest, Error, Lease, LeaseId, Pool, Result, Store, TryBorrow,
+    from_unix_ms, unix_ms,
+};
+
+use crate::error::storage;
+use crate::{SqliteStore, sql};
+
+/// # Caller-owned transactions
+///
+/// `borrow_in`, `return_in` and `renew_in` run on a transaction (or
+/// savepoint) that the application opened on its own connection to the
+/// store's file, so that the lease and the application's own writes commit
+/// or roll back together. They never commit, roll back or change a pragma
+/// of that transaction; each runs inside a savepoint of its own, so a failed
+/// call leaves the transaction as it found it.
+///
+/// Open the transaction with `BEGIN IMMEDIATE`
+/// ([`TransactionBehavior::Immediate`](rusqlite::TransactionBehavior::Immediate)):
+/// it takes the write lock up front. A deferred transaction that reads
+/// before it writes fails with `SQLITE_BUSY` at its first write if another
+/// connection wrote meanwhile, and no busy handler can save it. Give the
+/// connection a busy timeout too; the store's own does not apply to it.
+///
+/// - No waiting: a transaction holds the write lock, so a borrow in it
+///   either gets a free slot at once or fails with [`Error::Exhausted`].
+///   It does not jump borrowers waiting in this process (R11), nor queued
+///   heads of other processes.
+/// - A rolled-back borrow leaves no lease behind. Its token is never granted
+///   again through this store handle, which from then on grants above it
+///   (R9); the handle's next write makes that floor part of the file. Until
+///   that write, another process may grant the same number, to a lease
+///   that does exist: no two committed leases ever share a token.
+/// - Waiters here and in other processes learn of a commit through the
+///   store's file watch, as of any other process's commit.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use semaphore_sqlite::rusqlite::{Connection, TransactionBehavior};
+/// use semaphore_sqlite::{BorrowOptions, Pool, PoolId, SqliteStore};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("app.db");
+/// let store = Arc::new(SqliteStore::open(&path)?);
+/// let pool = Pool::new(store.clone(), PoolId::from_name("exports"));
+/// # tokio::runtime::Runtime::new()?.block_on(pool.register(2))?;
+///
+/// let mut conn = Connection::open(&path)?;
+/// conn.execute_batch("CREATE TABLE IF NOT EXISTS jobs (slot INTEGER, token INTEGER)")?;
+/// let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+/// let lease = store.borrow_in(&tx, &pool, Duration::from_secs(60), BorrowOptions::new())?;
+/// tx.execute("INSERT INTO jobs VALUES (?1, ?2)", (lease.position, lease.token as i64))?;
+/// tx.rollback()?; // the job row and the lease are both gone
+/// # assert_eq!(tokio::runtime::Runtime::new()?.block_on(pool.inspect())?.in_use, 0);
+/// # Ok(())
+/// # }
+/// ```
+impl SqliteStore {
+    /// Borrows the lowest free slot of `pool` for `ttl` inside `tx`, without
+    /// waiting (R5, R6). The lease exists once `tx` commits. `ttl`, the key
+    /// and the owner label are checked and clamped as by
+    /// [`Pool::borrow_with`], against `pool`'s limits; with a key whose
+    /// lease is active, that lease is returned.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] naming `tx` if it is not inside a
+    ///   transaction or not on this store's file, `pool` if the handle is
+    ///   on another store, or `ttl`, `key`, `owner` as for a borrow.
+    /// - [`Error::PoolNotFound`], [`Error::Exhausted`] (waited zero).
+    /// - [`Error::Storage`] if SQLite failed; `tx` is as it was.
+    pub fn borrow_in(
+        &self,
+        tx: &Connection,
+        pool: &Pool,
+        ttl: Duration,
+        options: BorrowOptions,
+    ) -> Result<Lease> {
+        self.check_tx(tx, pool)?;
+        let ttl = pool.limits().clamp_ttl(ttl)?;
+        options.validate(pool.limits())?;
+        let now = self.now_ms();
+        let mut request = BorrowRequest::new(pool.id(), LeaseId::new(), now, now + ttl);
+        request.key = options.key.as_deref().map(Into::into);
+        request.owner = options.owner.as_deref().map(Into::into);
+        let exhausted = Error::Exhausted {
+            pool: pool.id(),
+            waited: Duration::ZERO,
+        };
+        let answer = if pool.waiting() > 0 {
+            sql::keyed(tx, pool.id(), request.key.as_deref(), unix_ms(now) as i64)
+                .map_err(storage("borrow"))?
+                .map(|lease| TryBorrow::Granted { lease })
+        } else {
+            sql::in_savepoint(tx, |c| sql::try_borrow(c, &request, self.floor()))
+                .map_err(storage("borrow"))?
+        };
+        match answer {
+            Some(TryBorrow::Granted { lease }) => {
+                if lease.id == request.lease {
+                    self.token_floor.fetch_max(lease.token, Ordering::AcqRel);
+                }
+                Ok(lease)
+            }
+            Some(TryBorrow::Exhausted { .. }) => Err(exhausted),
+            None if pool.waiting() > 0 => Err(exhausted),
+            None => Err(Error::PoolNotFound { pool: pool.id() }),
+        }
+    }
+
+    /// Returns lease `lease` of `pool` inside `tx` (R8): `true` if it was
+    /// active. The slot is free once `tx` commits.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `tx` or `pool` as for
+    /// [`borrow_in`](SqliteStore::borrow_in); [`Error::Storage`] if SQLite
+    /// failed, and `tx` is as it was.
+    pub fn return_in(&self, tx: &Connection, pool: &Pool, lease: LeaseId) -> Result<bool> {
+        self.check_tx(tx, pool)?;
+        let now = unix_ms(self.now_ms()) as i64;
+        sql::return_lease(tx, pool.id(), lease, now).map_err(storage("return"))
+    }
+
+    /// Renews `lease` of `pool` inside `tx` to expire `ttl` from now,
+    /// keeping its position and token, as [`Pool::renew`] does; the renewal
+    /// holds once `tx` commits.
+    ///
+    /// # Errors
+    /// Those of [`Pool::renew`], and [`Error::InvalidArgument`] naming `tx`
+    /// or `pool` as for [`borrow_in`](SqliteStore::borrow_in).
+    pub fn renew_in(
+        &self,
+        tx: &Connection,
+        pool: &Pool,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        self.check_tx(tx, pool)?;
+        let ttl = pool.limits().clamp_ttl(ttl)?;
+        let now = self.now_ms();
+        let (at, until) = (unix_ms(now) as i64, unix_ms(now + ttl) as i64);
+        sql::renew(tx, pool.id(), lease.id, at, until)
+            .map_err(storage("renew"))?
+            .ok_or(Error::PoolNotFound { pool: pool.id() })?
+            .filter(|_| lease.pool == pool.id())
+            .ok_or_else(|| Error::not_renewed(lease, now))
+    }
+
+    fn now_ms(&self) -> SystemTime {
+        from_unix_ms(unix_ms(Store::clock(self).now()))
+    }
+
+    /// `tx` is inside a transaction on this store's file, and `pool` is a
+    /// handle on this store.
+    fn check_tx(&self, tx: &Connection, pool: &Pool) -> Result<()> {
+        let allowed = "a connection to the store's file inside a transaction or savepoint";
+        if tx.is_autocommit() {
+            return Err(Error::InvalidArgument {
+                field: "tx",
+                allowed: allowed.into(),
+                got: "a connection outside any transaction".into(),
+            });
+        }
+        let same_file = tx.path().is_some_and(|p| {
+            let canonical = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+            canonical(p.as_ref()).is_some() && canonical(p.as_ref()) == canonical(self.path())
+        });
+        if !same_file {
+            return Err(Error::InvalidArgument {
+                field: "tx",
+                allowed: allowed.into(),
+                got: format!("a connection to {:?}", tx.path().unwrap_or("memory")),
+            });
+        }
+        let store: *const dyn Store = std::sync::Arc::as_ptr(pool.store());
+        if !std::ptr::addr_eq(store, self as *const Self) {
+            return Err(Error::InvalidArgument {
+                field: "pool",
+                allowed: "a handle on this store".into(),
+                got: format!("pool {} on another store", pool.id()),
+            });
+        }
+        Ok(())
+    }
+}
