@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use semaphore_memory::{
-    BorrowRequest, Changes, Clock, Holder, Lease, LeaseId, ManualClock, MemoryStore, Pool, PoolId,
-    PoolState, Result, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
+    BorrowOptions, BorrowRequest, Changes, Clock, Holder, Lease, LeaseId, ManualClock, MemoryStore,
+    Pool, PoolId, PoolState, Result, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
 use tokio::sync::Semaphore;
 
@@ -73,13 +73,17 @@ impl Store for GatedStore {
     }
 }
 
-#[tokio::test]
-async fn grant_landing_after_the_borrow_was_dropped_is_returned_at_once() {
-    let store = Arc::new(GatedStore {
+fn gated() -> Arc<GatedStore> {
+    Arc::new(GatedStore {
         inner: MemoryStore::with_clock(Arc::new(ManualClock::new())),
         gate: Semaphore::new(0),
         returned: AtomicU32::new(0),
-    });
+    })
+}
+
+#[tokio::test]
+async fn grant_landing_after_the_borrow_was_dropped_is_returned_at_once() {
+    let store = gated();
     let pool = Pool::new(store.clone(), PoolId::from_name("gated"));
     pool.register(1).await.unwrap();
 
@@ -102,4 +106,34 @@ async fn grant_landing_after_the_borrow_was_dropped_is_returned_at_once() {
         next.token, 2,
         "token 1 went to the dropped borrow, and came back"
     );
+}
+
+/// A retry with an idempotency key, dropped while the store answers it with
+/// the key's lease, must not return that lease: it is the first borrow's,
+/// and the caller may still be using it.
+#[tokio::test]
+async fn dropped_keyed_retry_does_not_return_the_lease_it_was_answered_with() {
+    let store = gated();
+    let pool = Pool::new(store.clone(), PoolId::from_name("gated"));
+    pool.register(1).await.unwrap();
+    let ttl = Duration::from_secs(60);
+    let key = || BorrowOptions::new().key("job-9");
+    store.gate.add_permits(1);
+    let first = pool
+        .borrow_with(ttl, Duration::ZERO, key())
+        .await
+        .unwrap()
+        .forget();
+
+    let mut retry = tokio_test::task::spawn(pool.borrow_with(ttl, Duration::ZERO, key()));
+    tokio_test::assert_pending!(retry.poll(), "held at the gate, inside the store call");
+    drop(retry);
+    store.gate.add_permits(1);
+    // The detached call runs to its end once the gate lets it through.
+    while store.gate.available_permits() != 0 {
+        tokio::task::yield_now().await;
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(store.returned.load(Ordering::SeqCst), 0);
+    assert_eq!(pool.holders().await.unwrap()[0].lease, first);
 }
