@@ -21,6 +21,7 @@
 mod basics;
 mod concurrency;
 mod keys;
+pub mod model;
 mod multi;
 mod renew;
 mod waiting;
@@ -153,6 +154,27 @@ macro_rules! store_conformance {
             pool_set_refuses_no_pools_and_duplicates,
             borrow_all_in_opposite_orders_never_deadlocks_or_over_issues,
         );
+    };
+}
+
+/// Expands the model-based property test
+/// ([`conformance::model`](crate::conformance::model)) into one `#[test]`
+/// for a store: `PROPTEST_CASES` random sequences (default 10,000), each
+/// compared step by step with the SPEC's model. Failing sequences are saved
+/// in the calling crate's `proptest-regressions/model.txt`; commit them.
+#[macro_export]
+macro_rules! store_model {
+    ($make:expr) => {
+        #[test]
+        fn model_based_sequences_match_the_spec_model() {
+            $crate::conformance::model::run_model(
+                $make,
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/proptest-regressions/model.txt"
+                ),
+            );
+        }
     };
 }
 
