@@ -29,12 +29,16 @@ pub const DEFAULT_CASES: u32 = 10_000;
 
 const POOLS: u8 = 3;
 
-/// One step of a sequence.
+/// One step of a sequence. `pool` is one of three pools of the case,
+/// `lease` picks one of the leases granted so far in the case, times are
+/// milliseconds.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)]
 pub enum Op {
     /// `register(count)`; counts above 1000 must be refused.
     Register { pool: u8, count: u32 },
-    /// `borrow_with(ttl, wait 0)`; a ttl of 0 ms must be refused.
+    /// `borrow_with(ttl, wait 0)`, with key `key-{key}` and an owner label
+    /// if asked; a ttl of 0 ms must be refused.
     Borrow {
         pool: u8,
         ttl_ms: u64,
@@ -43,7 +47,8 @@ pub enum Op {
     },
     /// `return_lease` of a lease granted earlier in the case.
     Return { lease: Index },
-    /// `renew` of a lease granted earlier in the case.
+    /// `renew` of a lease granted earlier in the case, from the copy its
+    /// holder last saw.
     Renew { lease: Index, ttl_ms: u64 },
     /// Moves the manual clock.
     Advance { ms: u64 },
