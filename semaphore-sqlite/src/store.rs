@@ -31,6 +31,10 @@ use crate::{SqliteOptions, schema, sql};
 /// - SQLite calls never run on the async scheduler's time: on a multi-thread
 ///   runtime they run in place under `block_in_place`, on a current-thread
 ///   runtime on tokio's blocking pool.
+/// - If the file is deleted or replaced while the store runs, every call
+///   fails with a non-retryable [`Error::Storage`] (open the store again),
+///   where SQLite alone would keep writing to the unlinked file that no
+///   other process sees.
 /// - A waiter learns of another process's return, count raise or delete
 ///   from a file-change notification on the WAL, with a fallback poll
 ///   ([`SqliteOptions::poll_interval`]); the heads of every process's queue
@@ -52,6 +56,9 @@ use crate::{SqliteOptions, schema, sql};
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
+    /// The file as opened; every transaction first checks that the path
+    /// still names it.
+    file: Arc<FileIdentity>,
     changes: Arc<Changes>,
     clock: Arc<dyn Clock>,
     path: PathBuf,
@@ -84,8 +91,10 @@ impl SqliteStore {
     /// # Errors
     /// - [`Error::SchemaMismatch`] for tables of another shape or version.
     /// - [`Error::Storage`] if the file cannot be opened or read (not a
-    ///   database, read-only, missing directory): not retryable; or if another
-    ///   connection held a lock past the busy timeout: retryable.
+    ///   database, missing directory), or can only be opened read-only
+    ///   (`SQLITE_READONLY`, refused at once rather than at the first
+    ///   borrow): not retryable; or if another connection held a lock past
+    ///   the busy timeout: retryable.
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let mut conn = Connection::open_with_flags(
@@ -97,6 +106,27 @@ impl SqliteStore {
         .map_err(storage("open"))?;
         conn.busy_handler(Some(busy_handler(options.busy_timeout)))
             .map_err(storage("open"))?;
+        if conn
+            .is_readonly(rusqlite::MAIN_DB)
+            .map_err(storage("open"))?
+        {
+            return Err(Error::Storage {
+                operation: "open",
+                retryable: false,
+                source: Box::new(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+                    Some(format!(
+                        "{} can only be opened read-only; the store must write it",
+                        path.display()
+                    )),
+                )),
+            });
+        }
+        let file = Arc::new(FileIdentity::of(&path).map_err(|e| Error::Storage {
+            operation: "open",
+            retryable: false,
+            source: Box::new(e),
+        })?);
         let found = schema::inspect(&conn)?;
         // Tables first, WAL after: a refused migration rolls back and
         // leaves the file as it was, journal mode included.
@@ -110,6 +140,7 @@ impl SqliteStore {
         let watcher = watch(&path, changes.clone(), options.poll_interval);
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
+            file,
             changes,
             clock: options.clock,
             path,
@@ -155,17 +186,24 @@ impl SqliteStore {
         behavior: TransactionBehavior,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.conn.clone();
+        let (conn, file) = (self.conn.clone(), self.file.clone());
         let work = move || {
+            file.check().map_err(|e| Error::Storage {
+                operation,
+                retryable: false,
+                source: Box::new(e),
+            })?;
             let mut conn = conn.lock();
-            let tx = conn.transaction_with_behavior(behavior)?;
-            let out = f(&tx)?;
-            tx.commit()?;
+            let tx = conn
+                .transaction_with_behavior(behavior)
+                .map_err(storage(operation))?;
+            let out = f(&tx).map_err(storage(operation))?;
+            tx.commit().map_err(storage(operation))?;
             Ok(out)
         };
         let in_place = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        let result = if in_place {
+        if in_place {
             tokio::task::block_in_place(work)
         } else {
             tokio::task::spawn_blocking(work)
@@ -175,8 +213,7 @@ impl SqliteStore {
                     retryable: false,
                     source: Box::new(join),
                 })?
-        };
-        result.map_err(storage(operation))
+        }
     }
 
     async fn write<T: Send + 'static>(
@@ -334,5 +371,54 @@ impl Store for SqliteStore {
         self.write("leave_queue", move |c| sql::leave_queue(c, pool, waiter))
             .await?;
         Ok(())
+    }
+}
+
+/// Which file a path named when the store opened it: device and inode on
+/// Unix. SQLite keeps writing to a database file that was deleted or
+/// replaced under it, where no other process will ever look; the store
+/// refuses instead.
+#[derive(Debug, PartialEq, Eq)]
+struct FileIdentity {
+    path: PathBuf,
+    id: (u64, u64),
+}
+
+impl FileIdentity {
+    fn of(path: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            path: path.to_path_buf(),
+            id: Self::id(path)?,
+        })
+    }
+
+    #[cfg(unix)]
+    fn id(path: &Path) -> std::io::Result<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path)?;
+        Ok((meta.dev(), meta.ino()))
+    }
+
+    #[cfg(not(unix))]
+    fn id(path: &Path) -> std::io::Result<(u64, u64)> {
+        std::fs::metadata(path).map(|_| (0, 0))
+    }
+
+    /// `Ok` if the path still names the file opened.
+    fn check(&self) -> std::io::Result<()> {
+        match Self::id(&self.path) {
+            Ok(id) if id == self.id => Ok(()),
+            Ok(_) => Err(std::io::Error::other(format!(
+                "{} was replaced by another file since the store opened it; open the store again",
+                self.path.display()
+            ))),
+            Err(e) => Err(std::io::Error::new(
+                e.kind(),
+                format!(
+                    "{} is gone since the store opened it ({e}); open the store again",
+                    self.path.display()
+                ),
+            )),
+        }
     }
 }

@@ -1,0 +1,140 @@
+//! Storage faults: each gives a documented, non-panicking error, and a file
+//! the store could not use is left as it was (SPEC R14).
+//!
+//! Read-only cases use `chattr +i` (immutable), which binds even root;
+//! where the file system does not support it the case says so and fails.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_sqlite::{Error, Pool, PoolId, SqliteStore};
+
+/// Sets or clears the immutable attribute; removed again on drop.
+struct Immutable<'a>(&'a Path);
+
+impl<'a> Immutable<'a> {
+    fn set(path: &'a Path) -> Self {
+        let status = Command::new("chattr").arg("+i").arg(path).status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "chattr +i {path:?} failed: this test needs a file system with immutable files"
+        );
+        Immutable(path)
+    }
+}
+
+impl Drop for Immutable<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(self.0).status();
+    }
+}
+
+fn not_retryable_storage(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Storage {
+            retryable: false,
+            ..
+        }
+    ) && !err.is_retryable()
+}
+
+async fn ready_file(path: &Path) {
+    let store = Arc::new(SqliteStore::open(path).unwrap());
+    let pool = Pool::new(store, PoolId::from_name("p"));
+    pool.register(2).await.unwrap();
+    let _kept = pool
+        .try_borrow(Duration::from_secs(3600))
+        .await
+        .unwrap()
+        .forget();
+}
+
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_file_is_a_storage_error_and_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    ready_file(&path).await;
+    let before = snapshot(dir.path());
+    let _ro = Immutable::set(&path);
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(not_retryable_storage(&err), "{err:?}");
+    assert_eq!(snapshot(dir.path()), before, "the files changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_directory_is_a_storage_error_and_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    ready_file(&path).await;
+    let before = snapshot(dir.path());
+    let _ro = Immutable::set(dir.path());
+    match SqliteStore::open(&path) {
+        Err(err) => assert!(not_retryable_storage(&err), "{err:?}"),
+        Ok(store) => {
+            let pool = Pool::new(Arc::new(store), PoolId::from_name("p"));
+            let err = pool.try_borrow(Duration::from_secs(1)).await.unwrap_err();
+            assert!(not_retryable_storage(&err), "{err:?}");
+        }
+    }
+    assert_eq!(snapshot(dir.path()), before, "the files changed");
+
+    let fresh = dir.path().join("new.db");
+    let err = SqliteStore::open(&fresh).unwrap_err();
+    assert!(not_retryable_storage(&err), "{err:?}");
+    assert!(!fresh.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_file_is_refused_and_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    ready_file(&path).await;
+    // Fold the WAL in, then cut the file in the middle of its pages.
+    {
+        let conn = semaphore_sqlite::rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2 + 100]).unwrap();
+    let before = snapshot(dir.path());
+    let result = SqliteStore::open(&path);
+    match result {
+        Err(err) => assert!(
+            not_retryable_storage(&err) || matches!(err, Error::SchemaMismatch { .. }),
+            "{err:?}"
+        ),
+        Ok(store) => {
+            // SQLite reads pages lazily: the damage shows at first use.
+            let pool = Pool::new(Arc::new(store), PoolId::from_name("p"));
+            let err = pool.try_borrow(Duration::from_secs(1)).await.unwrap_err();
+            assert!(not_retryable_storage(&err), "{err:?}");
+        }
+    }
+    assert_eq!(snapshot(dir.path()), before, "the files changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_deleted_under_a_running_store_fails_instead_of_writing_to_nowhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let pool = Pool::new(store, PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let err = pool.try_borrow(Duration::from_secs(1)).await.unwrap_err();
+    assert!(not_retryable_storage(&err), "{err:?}");
+    assert!(err.to_string().contains("borrow"), "{err}");
+}
