@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod error;
+mod liveness;
 mod options;
 mod schema;
 mod sql;

@@ -18,7 +18,9 @@ pub(crate) const VERSION: i64 = 2;
 /// token counter (R9: it outlives deletes). `semaphore_waiters` is the
 /// cross-process queue of heads (R11). A lease's `owner` label and
 /// idempotency key (`borrow_key`, unique per pool) came in version 2, as the
-/// last columns, so that a migrated file has the same shape as a new one.
+/// last columns, so that a migrated file has the same shape as a new one;
+/// so did a queued head's process id and pid namespace (`pid`, `pid_ns`),
+/// which let other processes drop the head of a process that died.
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS semaphore_store (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -47,6 +49,8 @@ CREATE TABLE IF NOT EXISTS semaphore_waiters (
     waiter BLOB NOT NULL,
     ticket INTEGER NOT NULL,
     alive_until INTEGER NOT NULL,
+    pid INTEGER,
+    pid_ns TEXT,
     PRIMARY KEY (pool, waiter)
 ) WITHOUT ROWID;
 ";
@@ -54,9 +58,11 @@ CREATE TABLE IF NOT EXISTS semaphore_waiters (
 /// Migrations: entry `i` takes a file from version `i + 1` to `i + 2`, in
 /// one transaction.
 const MIGRATIONS: &[&str] = &[
-    // 1 -> 2: owner labels and idempotency keys.
+    // 1 -> 2: owner labels and idempotency keys; queued heads' processes.
     "ALTER TABLE semaphore_leases ADD COLUMN owner TEXT;
      ALTER TABLE semaphore_leases ADD COLUMN borrow_key TEXT;
+     ALTER TABLE semaphore_waiters ADD COLUMN pid INTEGER;
+     ALTER TABLE semaphore_waiters ADD COLUMN pid_ns TEXT;
      CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON semaphore_leases (pool, borrow_key)
          WHERE borrow_key IS NOT NULL;",
 ];

@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::liveness;
 use semaphore_core::{
     BorrowRequest, Holder, Lease, LeaseId, PoolId, PoolState, TryBorrow, TryBorrowAll, WaiterId,
     from_unix_ms, unix_ms,
@@ -175,9 +177,13 @@ pub(crate) fn try_borrow(
             .optional()?,
         None => None,
     };
-    let ahead: i64 = conn
+    let my_ticket = mine.map_or(i64::MAX, |m| m.0);
+    let mut ahead: i64 = conn
         .prepare_cached("SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2")?
-        .query_row(params![key, mine.map_or(i64::MAX, |m| m.0)], |r| r.get(0))?;
+        .query_row(params![key, my_ticket], |r| r.get(0))?;
+    if ahead > 0 && free > 0 {
+        ahead -= drop_dead_heads(conn, key, my_ticket)?;
+    }
 
     if free > ahead {
         // Every row left is active (expired ones were reaped above), and
@@ -242,6 +248,29 @@ fn forget_waiter(conn: &Connection, pool: &[u8], waiter: &[u8; 16]) -> rusqlite:
     Ok(())
 }
 
+/// Drops the heads queued ahead of `ticket` whose process is gone (see
+/// [`liveness`](crate::liveness)); how many it dropped.
+fn drop_dead_heads(conn: &Connection, key: &[u8], ticket: i64) -> rusqlite::Result<i64> {
+    let dead: Vec<Vec<u8>> = conn
+        .prepare_cached(
+            "SELECT waiter, pid, pid_ns FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2",
+        )?
+        .query_map(params![key, ticket], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get::<_, Option<String>>(2)?))
+        })?
+        .filter_map(|row| match row {
+            Ok((w, pid, ns)) if liveness::is_gone(pid, ns.as_deref()) => Some(Ok(w)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<rusqlite::Result<_>>()?;
+    for w in &dead {
+        conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
+            .execute(params![key, w])?;
+    }
+    Ok(dead.len() as i64)
+}
+
 /// A refused head joins the store's queue of `pool`, or refreshes its place
 /// when less than half of `WAITER_TTL` is left of it (`alive_until`).
 fn keep_place(
@@ -255,10 +284,10 @@ fn keep_place(
     match alive_until {
         None => {
             conn.prepare_cached(
-                "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until)
-                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3)",
+                "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until, pid, pid_ns)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3, ?4, ?5)",
             )?
-            .execute(params![key, w, renewed])?;
+            .execute(params![key, w, renewed, liveness::me().pid, &liveness::me().namespace])?;
         }
         Some(alive) if alive - now < ms(WAITER_TTL) / 2 => {
             conn.prepare_cached(

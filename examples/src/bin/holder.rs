@@ -5,6 +5,7 @@
 //! holder cycles <db> <pool> <n> <work_us> <log>   borrow / work / return n times, logging each hold
 //! holder loop   <db> <pool> <ms> <work_us> <log>  borrow / work / return back to back for <ms>
 //! holder hold   <db> <pool> <ttl_ms>              borrow once, print HOLDING, return on a stdin line
+//! holder torture <db> <pool> <ms> <log>           random ttls, waits and work for <ms>, logging as it goes
 //! ```
 //!
 //! The pool must already be registered. Holds are logged as
@@ -25,6 +26,7 @@ fn usage() -> ! {
     eprintln!("usage: holder cycles <db> <pool> <n> <work_us> <log>");
     eprintln!("       holder loop <db> <pool> <ms> <work_us> <log>");
     eprintln!("       holder hold <db> <pool> <ttl_ms>");
+    eprintln!("       holder torture <db> <pool> <ms> <log>");
     std::process::exit(2)
 }
 
@@ -78,7 +80,52 @@ async fn main() -> Result<(), Error> {
             lease.release().await?;
             println!("RETURNED {at}");
         }
+        "torture" => {
+            let until = Instant::now() + Duration::from_millis(number(args.get(4)));
+            torture(&pool, until, args.get(5).unwrap_or_else(|| usage())).await?;
+        }
         _ => usage(),
+    }
+    Ok(())
+}
+
+/// Borrow with a random ttl (100-600 ms) and wait (0-200 ms), hold for a
+/// random part of the ttl, return; until `until`. Each grant is appended to
+/// `log` the moment it lands, as `G position token start_us expires_us`,
+/// and each return as `E token end_us`, unbuffered, so that a process
+/// killed with SIGKILL leaves its open hold on record.
+async fn torture(pool: &Pool, until: Instant, log: &str) -> Result<(), Error> {
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("opening the torture log");
+    let micros = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    };
+    while Instant::now() < until {
+        let ttl = Duration::from_millis(fastrand::u64(100..=600));
+        let wait = Duration::from_millis(fastrand::u64(0..=200));
+        let lease = match pool.borrow(ttl, wait).await {
+            Ok(lease) => lease,
+            Err(Error::Exhausted { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let line = format!(
+            "G {} {} {} {}\n",
+            lease.position,
+            lease.token,
+            unix_us(),
+            micros(lease.expires_at)
+        );
+        log.write_all(line.as_bytes())
+            .expect("writing the torture log");
+        tokio::time::sleep(ttl.mul_f64(fastrand::f64() * 0.8)).await;
+        let line = format!("E {} {}\n", lease.token, unix_us());
+        log.write_all(line.as_bytes())
+            .expect("writing the torture log");
+        lease.release().await?;
     }
     Ok(())
 }
