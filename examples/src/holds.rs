@@ -87,6 +87,20 @@ pub fn shared_positions(holds: &[Hold]) -> Vec<(Hold, Hold)> {
         .collect()
 }
 
+/// Fencing tokens that more than one hold carries: each one is a token
+/// granted twice (a broken R9).
+pub fn duplicate_tokens(holds: &[Hold]) -> Vec<u64> {
+    let mut tokens: Vec<u64> = holds.iter().map(|h| h.token).collect();
+    tokens.sort_unstable();
+    let mut twice: Vec<u64> = tokens
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    twice
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +141,21 @@ mod tests {
         assert_eq!(hold.to_string().parse::<Hold>(), Ok(hold));
         assert!("1 2 3".parse::<Hold>().is_err());
         assert!("a b c d".parse::<Hold>().is_err());
+    }
+
+    #[test]
+    fn duplicate_tokens_names_each_token_held_twice_once() {
+        let with = |token| Hold {
+            token,
+            ..h(0, 0, 1)
+        };
+        assert_eq!(
+            duplicate_tokens(&[with(1), with(2), with(3)]),
+            Vec::<u64>::new()
+        );
+        assert_eq!(
+            duplicate_tokens(&[with(2), with(1), with(2), with(2)]),
+            vec![2]
+        );
     }
 }

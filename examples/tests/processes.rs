@@ -7,7 +7,9 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use semaphore_examples::holds::{Hold, max_concurrency, shared_positions, unix_us};
+use semaphore_examples::holds::{
+    Hold, duplicate_tokens, max_concurrency, shared_positions, unix_us,
+};
 use semaphore_sqlite::{Pool, PoolId, SqliteOptions, SqliteStore};
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_holder");
@@ -101,12 +103,9 @@ async fn eight_processes_never_over_issue_and_a_killed_holders_slot_returns_afte
     );
     let most = max_concurrency(&holds);
     assert!(most <= 3, "concurrency reached {most} on 3 slots");
-    let mut tokens: Vec<u64> = holds.iter().map(|h| h.token).collect();
-    tokens.sort_unstable();
-    tokens.dedup();
     assert_eq!(
-        tokens.len(),
-        holds.len(),
+        duplicate_tokens(&holds),
+        Vec::<u64>::new(),
         "a fencing token was granted twice"
     );
 

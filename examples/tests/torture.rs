@@ -12,7 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use semaphore_examples::holds::{Hold, max_concurrency, shared_positions, unix_us};
+use semaphore_examples::holds::{
+    Hold, duplicate_tokens, max_concurrency, shared_positions, unix_us,
+};
 use semaphore_sqlite::rusqlite::Connection;
 use semaphore_sqlite::{Pool, PoolId, SqliteStore};
 
@@ -131,12 +133,9 @@ async fn sigkilled_holders_never_cause_over_issue_and_their_slots_come_back() {
         most <= SLOTS as usize,
         "concurrency reached {most} on {SLOTS} slots"
     );
-    let mut tokens: Vec<u64> = holds.iter().map(|h| h.token).collect();
-    tokens.sort_unstable();
-    tokens.dedup();
     assert_eq!(
-        tokens.len(),
-        holds.len(),
+        duplicate_tokens(&holds),
+        Vec::<u64>::new(),
         "a fencing token was granted twice"
     );
 

@@ -87,7 +87,7 @@ impl Pool {
     ///
     /// It counts this process's waiters only. A store shared by processes
     /// may report more: the SQLite store tells how many processes have
-    /// borrowers queued on a pool (`SqliteStore::queued_processes`).
+    /// borrowers queued on a pool (`SqliteStore::queue_heads`).
     pub fn waiting(&self) -> usize {
         self.store.changes().waiting(self.id)
     }
@@ -337,9 +337,8 @@ impl Pool {
             // A keyed retry must not queue behind others for a lease it
             // holds; with nobody queued, the first attempt finds it anyway.
             if self.store.changes().waiting(self.id) > 0 {
-                let holders = self.store.holders(self.id, start).await?;
-                if let Some(held) = holders.into_iter().find(|h| h.key.as_deref() == Some(key)) {
-                    return Ok(held.lease);
+                if let Some(lease) = keyed_lease(&self.store, self.id, key, start).await? {
+                    return Ok(lease);
                 }
             }
         }
@@ -363,4 +362,19 @@ impl Pool {
         )
         .await
     }
+}
+
+/// The lease of `pool` active at `now` that was borrowed with key `key`, if
+/// any: what a keyed retry gets without queueing.
+pub(crate) async fn keyed_lease(
+    store: &Arc<dyn Store>,
+    pool: PoolId,
+    key: &str,
+    now: SystemTime,
+) -> Result<Option<Lease>> {
+    let holders = store.holders(pool, now).await?;
+    Ok(holders
+        .into_iter()
+        .find(|h| h.key.as_deref() == Some(key))
+        .map(|h| h.lease))
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::acquire::acquire;
 use crate::cancel::{InFlight, return_detached};
 use crate::clock::truncate_ms;
+use crate::pool::keyed_lease;
 use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseId, Limits, Pool, PoolId, Result, Store,
 };
@@ -188,9 +189,8 @@ impl PoolSet {
     async fn keyed(&self, key: &str, now: std::time::SystemTime) -> Result<Option<Vec<Lease>>> {
         let mut leases = Vec::with_capacity(self.ids.len());
         for id in &self.ids {
-            let holders = self.store().holders(*id, now).await?;
-            match holders.into_iter().find(|h| h.key.as_deref() == Some(key)) {
-                Some(held) => leases.push(held.lease),
+            match keyed_lease(self.store(), *id, key, now).await? {
+                Some(lease) => leases.push(lease),
                 None => return Ok(None),
             }
         }

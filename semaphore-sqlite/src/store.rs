@@ -58,7 +58,7 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     /// The file as opened; every transaction first checks that the path
     /// still names it.
-    file: Arc<FileIdentity>,
+    pub(crate) file: Arc<FileIdentity>,
     changes: Arc<Changes>,
     clock: Arc<dyn Clock>,
     path: PathBuf,
@@ -379,7 +379,7 @@ impl Store for SqliteStore {
 /// replaced under it, where no other process will ever look; the store
 /// refuses instead.
 #[derive(Debug, PartialEq, Eq)]
-struct FileIdentity {
+pub(crate) struct FileIdentity {
     path: PathBuf,
     id: (u64, u64),
 }
@@ -402,6 +402,11 @@ impl FileIdentity {
     #[cfg(not(unix))]
     fn id(path: &Path) -> std::io::Result<(u64, u64)> {
         std::fs::metadata(path).map(|_| (0, 0))
+    }
+
+    /// Whether `path` names the file opened (a caller's connection, say).
+    pub(crate) fn names(&self, path: &Path) -> bool {
+        Self::id(path).is_ok_and(|id| id == self.id)
     }
 
     /// `Ok` if the path still names the file opened.

@@ -95,7 +95,10 @@ impl SqliteStore {
             pool: pool.id(),
             waited: Duration::ZERO,
         };
-        let answer = if pool.waiting() > 0 {
+        // Borrowers queued in this process go first (R11): only a keyed
+        // lease already held is answered then.
+        let queued = pool.waiting() > 0;
+        let answer = if queued {
             sql::keyed(tx, pool.id(), request.key.as_deref(), unix_ms(now) as i64)
                 .map_err(storage("borrow"))?
                 .map(|lease| TryBorrow::Granted { lease })
@@ -111,7 +114,7 @@ impl SqliteStore {
                 Ok(lease)
             }
             Some(TryBorrow::Exhausted { .. }) => Err(exhausted),
-            None if pool.waiting() > 0 => Err(exhausted),
+            None if queued => Err(exhausted),
             None => Err(Error::PoolNotFound { pool: pool.id() }),
         }
     }
@@ -145,12 +148,17 @@ impl SqliteStore {
     ) -> Result<Lease> {
         self.check_tx(tx, pool)?;
         let ttl = pool.limits().clamp_ttl(ttl)?;
+        if lease.pool != pool.id() {
+            return Err(Error::LeaseNotFound {
+                pool: pool.id(),
+                lease: lease.id,
+            });
+        }
         let now = self.now_ms();
         let (at, until) = (unix_ms(now) as i64, unix_ms(now + ttl) as i64);
         sql::renew(tx, pool.id(), lease.id, at, until)
             .map_err(storage("renew"))?
             .ok_or(Error::PoolNotFound { pool: pool.id() })?
-            .filter(|_| lease.pool == pool.id())
             .ok_or_else(|| Error::not_renewed(lease, now))
     }
 
@@ -169,11 +177,7 @@ impl SqliteStore {
                 got: "a connection outside any transaction".into(),
             });
         }
-        let same_file = tx.path().is_some_and(|p| {
-            let canonical = |p: &std::path::Path| std::fs::canonicalize(p).ok();
-            canonical(p.as_ref()).is_some() && canonical(p.as_ref()) == canonical(self.path())
-        });
-        if !same_file {
+        if !tx.path().is_some_and(|p| self.file.names(p.as_ref())) {
             return Err(Error::InvalidArgument {
                 field: "tx",
                 allowed: allowed.into(),

@@ -224,7 +224,12 @@ async fn a_return_committed_in_a_transaction_wakes_a_waiter() {
                 .map(|g| g.forget())
         })
     };
+    let started = std::time::Instant::now();
     while s.store.queue_heads(s.pool.id()).await.unwrap() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the waiter never queued"
+        );
         tokio::task::yield_now().await;
     }
     let tx = s.conn.transaction().unwrap();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Fixture, SEC, until_in_use, until_waiting};
+use super::{Fixture, SEC, spawn_borrow, until_in_use, until_waiting};
 use crate::{BorrowOptions, Error, Limits};
 
 fn key(k: &str) -> BorrowOptions {
@@ -81,10 +81,7 @@ pub async fn key_retry_does_not_wait_behind_queued_borrowers(f: Fixture) {
         .await
         .unwrap()
         .forget();
-    let waiter = {
-        let pool = pool.clone();
-        tokio::spawn(async move { pool.borrow(SEC, SEC * 3600).await.map(|g| g.forget()) })
-    };
+    let waiter = spawn_borrow(&pool, SEC, SEC * 3600);
     until_waiting(&pool, 1).await;
     let retry = pool
         .borrow_with(SEC * 60, Duration::ZERO, key("mine"))
@@ -192,10 +189,7 @@ pub async fn force_return_frees_a_position_and_wakes_a_waiter(f: Fixture) {
         .await
         .unwrap()
         .forget();
-    let waiter = {
-        let pool = pool.clone();
-        tokio::spawn(async move { pool.borrow(SEC, SEC * 3600).await.map(|g| g.forget()) })
-    };
+    let waiter = spawn_borrow(&pool, SEC, SEC * 3600);
     until_waiting(&pool, 1).await;
     let ended = pool.force_return(0).await.unwrap().expect("a lease at 0");
     assert_eq!(ended.lease, stuck);
@@ -220,10 +214,7 @@ pub async fn waiting_counts_queued_borrowers(f: Fixture) {
     let held = pool.borrow(SEC * 60, Duration::ZERO).await.unwrap();
     assert_eq!(pool.waiting(), 0);
     let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let pool = pool.clone();
-            tokio::spawn(async move { pool.borrow(SEC, SEC * 3600).await.map(|g| g.forget()) })
-        })
+        .map(|_| spawn_borrow(&pool, SEC, SEC * 3600))
         .collect();
     until_waiting(&pool, 3).await;
     waiters[2].abort();

@@ -191,6 +191,17 @@ macro_rules! __conformance_cases {
     };
 }
 
+/// Spawns a borrower of `pool` for `ttl` that waits up to `wait` and keeps
+/// what it gets (the lease is not returned when the task ends).
+pub(crate) fn spawn_borrow(
+    pool: &Pool,
+    ttl: Duration,
+    wait: Duration,
+) -> tokio::task::JoinHandle<crate::Result<crate::Lease>> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.borrow(ttl, wait).await.map(|g| g.forget()) })
+}
+
 /// Yields until `pool` has `n` waiters in this process. Cases use it to know
 /// a spawned borrower has queued before they act; it never sleeps.
 pub async fn until_waiting(pool: &Pool, n: usize) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::{Fixture, SEC, until_in_use, until_waiting};
+use super::{Fixture, SEC, spawn_borrow, until_in_use, until_waiting};
 use crate::{Error, Pool, PoolSet};
 
 const LONG: Duration = Duration::from_secs(3600);
@@ -105,10 +105,7 @@ pub async fn borrow_all_dropped_leaves_every_queue(f: Fixture) {
     let set = PoolSet::new(p.clone()).unwrap();
     let waiter = tokio::spawn(async move { set.borrow(SEC, LONG).await.map(|l| l.forget()) });
     until_waiting(&p[1], 1).await;
-    let behind = {
-        let pool = p[1].clone();
-        tokio::spawn(async move { pool.borrow(SEC, LONG).await.map(|g| g.forget()) })
-    };
+    let behind = spawn_borrow(&p[1], SEC, LONG);
     until_waiting(&p[1], 2).await;
     waiter.abort();
     until_waiting(&p[0], 0).await;

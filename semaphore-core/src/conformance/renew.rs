@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Fixture, SEC, until_waiting};
+use super::{Fixture, SEC, spawn_borrow, until_waiting};
 use crate::{Clock, Error, Lease, LeaseId};
 
 /// Renew extends a live lease from now, keeping position, token and id; the
@@ -120,10 +120,7 @@ pub async fn renew_shortening_a_lease_wakes_a_waiter_at_the_new_expiry(f: Fixtur
         .await
         .unwrap()
         .forget();
-    let waiter = {
-        let pool = pool.clone();
-        tokio::spawn(async move { pool.borrow(SEC, SEC * 3600).await.map(|g| g.forget()) })
-    };
+    let waiter = spawn_borrow(&pool, SEC, SEC * 3600);
     until_waiting(&pool, 1).await;
     pool.renew(&held, SEC * 5).await.unwrap();
     f.clock.advance(SEC * 5);

@@ -6,19 +6,11 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
-
-use super::{Fixture, SEC, until_waiting};
-use crate::{Error, Lease, Pool, Result};
+use super::{Fixture, SEC, spawn_borrow, until_waiting};
+use crate::{Error, Lease, Pool};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(3600);
-
-/// Spawns a borrower that waits up to `wait` and keeps what it gets.
-fn spawn_borrow(pool: &Pool, wait: Duration) -> JoinHandle<Result<Lease>> {
-    let pool = pool.clone();
-    tokio::spawn(async move { pool.borrow(TTL, wait).await.map(|g| g.forget()) })
-}
 
 /// A pool of `count` slots, all held.
 async fn full_pool(f: &Fixture, count: u32) -> (Pool, Vec<Lease>) {
@@ -34,9 +26,9 @@ async fn full_pool(f: &Fixture, count: u32) -> (Pool, Vec<Lease>) {
 /// R2: raising the count wakes waiters at once, as many as it frees.
 pub async fn r2_raising_count_wakes_waiters_at_once(f: Fixture) {
     let (pool, _held) = full_pool(&f, 1).await;
-    let w1 = spawn_borrow(&pool, LONG);
+    let w1 = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 1).await;
-    let w2 = spawn_borrow(&pool, LONG);
+    let w2 = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 2).await;
     pool.register(3).await.unwrap();
     let mut positions = [
@@ -51,7 +43,7 @@ pub async fn r2_raising_count_wakes_waiters_at_once(f: Fixture) {
 /// their deadline (the clock never moves here).
 pub async fn r4_delete_fails_waiters_at_once(f: Fixture) {
     let (pool, _held) = full_pool(&f, 1).await;
-    let waiters: Vec<_> = (0..3).map(|_| spawn_borrow(&pool, LONG)).collect();
+    let waiters: Vec<_> = (0..3).map(|_| spawn_borrow(&pool, TTL, LONG)).collect();
     until_waiting(&pool, 3).await;
     assert!(pool.delete().await.unwrap());
     for w in waiters {
@@ -66,7 +58,7 @@ pub async fn r5_waiter_fails_exhausted_when_wait_runs_out(f: Fixture) {
     let pool = f.pool("p");
     pool.register(1).await.unwrap();
     let _held = pool.borrow(LONG, Duration::ZERO).await.unwrap();
-    let waiter = spawn_borrow(&pool, Duration::from_secs(5));
+    let waiter = spawn_borrow(&pool, TTL, Duration::from_secs(5));
     until_waiting(&pool, 1).await;
     f.clock.advance(Duration::from_millis(4999));
     for _ in 0..100 {
@@ -92,7 +84,7 @@ pub async fn r5_waiter_is_woken_by_expiry(f: Fixture) {
         .await
         .unwrap()
         .forget();
-    let waiter = spawn_borrow(&pool, LONG);
+    let waiter = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 1).await;
     f.clock.advance(Duration::from_secs(10));
     let lease = waiter.await.unwrap().unwrap();
@@ -102,7 +94,7 @@ pub async fn r5_waiter_is_woken_by_expiry(f: Fixture) {
 /// R8: a return frees the slot at once and wakes a waiter.
 pub async fn r8_return_wakes_a_waiter(f: Fixture) {
     let (pool, held) = full_pool(&f, 2).await;
-    let waiter = spawn_borrow(&pool, LONG);
+    let waiter = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 1).await;
     assert!(pool.return_lease(held[1].id).await.unwrap());
     assert_eq!(waiter.await.unwrap().unwrap().position, 1);
@@ -113,7 +105,7 @@ pub async fn r11_ten_waiters_are_served_in_arrival_order(f: Fixture) {
     let (pool, held) = full_pool(&f, 1).await;
     let mut waiters = Vec::new();
     for i in 0..10 {
-        waiters.push(spawn_borrow(&pool, LONG));
+        waiters.push(spawn_borrow(&pool, TTL, LONG));
         until_waiting(&pool, i + 1).await;
     }
     let mut current = held[0];
@@ -131,9 +123,9 @@ pub async fn r11_ten_waiters_are_served_in_arrival_order(f: Fixture) {
 /// even one that frees up as the newcomer arrives.
 pub async fn r11_newcomer_does_not_jump_the_queue(f: Fixture) {
     let (pool, held) = full_pool(&f, 1).await;
-    let first = spawn_borrow(&pool, LONG);
+    let first = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 1).await;
-    let second = spawn_borrow(&pool, LONG);
+    let second = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 2).await;
     assert!(matches!(
         pool.try_borrow(TTL).await,
@@ -150,9 +142,9 @@ pub async fn r11_newcomer_does_not_jump_the_queue(f: Fixture) {
 /// next one is served.
 pub async fn r12_dropped_waiter_leaves_queue_and_next_is_served(f: Fixture) {
     let (pool, held) = full_pool(&f, 1).await;
-    let head = spawn_borrow(&pool, LONG);
+    let head = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 1).await;
-    let next = spawn_borrow(&pool, LONG);
+    let next = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 2).await;
     head.abort();
     until_waiting(&pool, 1).await;
@@ -207,7 +199,7 @@ pub async fn r5_new_head_is_woken_by_expiry_of_the_slot_just_granted(f: Fixture)
         })
     };
     until_waiting(&pool, 1).await;
-    let second = spawn_borrow(&pool, LONG);
+    let second = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 2).await;
     assert!(pool.return_lease(held[0].id).await.unwrap());
     assert_eq!(first.await.unwrap().unwrap().position, 0);
