@@ -368,8 +368,14 @@ impl Store for SqliteStore {
     }
 
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
-        self.write("leave_queue", move |c| sql::leave_queue(c, pool, waiter))
+        let left = self
+            .write("leave_queue", move |c| sql::leave_queue(c, pool, waiter))
             .await?;
+        if left {
+            // A borrower refused because this head stood ahead of it may
+            // now be granted; without this it waits for the file watch.
+            self.changes.notify(pool);
+        }
         Ok(())
     }
 }
