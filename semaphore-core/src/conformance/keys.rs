@@ -1,10 +1,12 @@
 //! Cases for idempotency keys, owner labels, the admin listing, forced
 //! returns and the waiter count (SPEC "Beyond the basic model").
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::gate::{GatedStore, Stop};
 use super::{Fixture, SEC, spawn_borrow, until_in_use, until_waiting};
-use crate::{BorrowOptions, Error, Limits};
+use crate::{BorrowOptions, Error, Limits, Pool, PoolId};
 
 fn key(k: &str) -> BorrowOptions {
     BorrowOptions::new().key(k)
@@ -33,6 +35,27 @@ pub async fn key_retry_after_a_lost_reply_returns_the_same_lease(f: Fixture) {
     assert_eq!(pool.inspect().await.unwrap().in_use, 1);
     let err = pool.borrow(SEC, Duration::ZERO).await.unwrap_err();
     assert!(matches!(err, Error::Exhausted { .. }), "{err:?}");
+}
+
+/// R12 with a key: a retry dropped in its store call, which the store
+/// answers with the key's lease, does not return that lease. It is the
+/// first borrow's, and its caller may still be using it.
+pub async fn key_retry_dropped_in_its_store_call_keeps_the_lease(f: Fixture) {
+    let gated = Arc::new(GatedStore::new(f.store.clone()));
+    let pool = Pool::new(gated.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    let first = pool
+        .borrow_with(SEC * 30, Duration::ZERO, key("job-9"))
+        .await
+        .unwrap()
+        .forget();
+    gated.arm(Stop::BeforeCall);
+    gated.drop_at_gate(pool.borrow_with(SEC * 30, Duration::ZERO, key("job-9")));
+    gated.release();
+    gated.until_quiet().await;
+    let holders = pool.holders().await.unwrap();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].lease, first);
 }
 
 /// Once the keyed lease is returned or expired, the key borrows anew: a new

@@ -19,7 +19,9 @@
 //! no case sleeps.
 
 mod basics;
+mod cancellation;
 mod concurrency;
+mod gate;
 mod keys;
 pub mod model;
 mod multi;
@@ -27,7 +29,9 @@ mod renew;
 mod waiting;
 
 pub use basics::*;
+pub use cancellation::*;
 pub use concurrency::*;
+pub use gate::{GatedStore, Stop};
 pub use keys::*;
 pub use multi::*;
 pub use renew::*;
@@ -132,6 +136,11 @@ macro_rules! store_conformance {
             r11_newcomer_does_not_jump_the_queue,
             r12_dropped_waiter_leaves_queue_and_next_is_served,
             r12_borrow_dropped_after_first_poll_holds_nothing,
+            r12_grant_landing_after_the_drop_is_returned_at_once,
+            r12_matrix_borrow_dropped_while_queued,
+            r12_matrix_borrow_dropped_before_the_store_acts,
+            r12_matrix_borrow_dropped_after_the_store_granted,
+            r12_matrix_guard_dropped_just_after_the_grant,
             r13_guard_returns_on_drop_and_forget_keeps_until_ttl,
             r13_owned_guard_works_in_spawned_task,
             r14_bad_input_names_field_and_range,
@@ -143,6 +152,7 @@ macro_rules! store_conformance {
             key_retry_after_a_lost_reply_returns_the_same_lease,
             key_borrows_anew_after_return_or_expiry_and_is_per_pool,
             key_retry_does_not_wait_behind_queued_borrowers,
+            key_retry_dropped_in_its_store_call_keeps_the_lease,
             holders_lists_active_leases_with_owner_labels,
             labels_out_of_range_are_refused_and_nothing_changes,
             force_return_frees_a_position_and_wakes_a_waiter,

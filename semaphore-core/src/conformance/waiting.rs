@@ -6,8 +6,11 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use super::gate::{GatedStore, Stop};
 use super::{Fixture, SEC, spawn_borrow, until_waiting};
-use crate::{Error, Lease, Pool};
+use crate::{Error, Lease, Pool, PoolId};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(3600);
@@ -184,6 +187,23 @@ pub async fn r12_borrow_dropped_after_first_poll_holds_nothing(f: Fixture) {
         }
         tokio::task::yield_now().await;
     }
+}
+
+/// R12: a borrow dropped in its store call, before the store acted: the
+/// store then grants the call, finished without the borrower, and the core
+/// returns that lease at once, not at its ttl. Its token is spent.
+pub async fn r12_grant_landing_after_the_drop_is_returned_at_once(f: Fixture) {
+    let gated = Arc::new(GatedStore::new(f.store.clone()));
+    let pool = Pool::new(gated.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    gated.arm(Stop::BeforeCall);
+    gated.drop_at_gate(pool.borrow(TTL, Duration::ZERO));
+    gated.release();
+    gated.until_quiet().await;
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0);
+    let next = pool.try_borrow(TTL).await.unwrap();
+    assert_eq!(next.position, 0);
+    assert_eq!(next.token, 2, "token 1 went to the dropped borrow");
 }
 
 /// R5, R7, R11: a waiter that became head when the one ahead took the last
