@@ -186,22 +186,7 @@ pub(crate) fn try_borrow(
     }
 
     if free > ahead {
-        // Every row left is active (expired ones were reaped above), and
-        // free > 0 means some position below count is free, so the first
-        // gap in key order is the lowest free position of R6
-        // (`lowest_free`); the scan stops there.
-        let mut positions = conn.prepare_cached(
-            "SELECT position FROM semaphore_leases WHERE pool = ?1 ORDER BY position",
-        )?;
-        let mut rows = positions.query([key])?;
-        let mut position = 0u32;
-        while let Some(row) = rows.next()? {
-            if row.get::<_, u32>(0)? != position {
-                break;
-            }
-            position += 1;
-        }
-        drop(rows);
+        let position = lowest_free(conn, key, held)?;
         let token: i64 = conn
             .prepare_cached(
                 "UPDATE semaphore_store SET last_token = MAX(last_token, ?1) + 1 WHERE id = 1 RETURNING last_token",
@@ -240,6 +225,34 @@ pub(crate) fn try_borrow(
     Ok(Some(TryBorrow::Exhausted {
         next_expiry: next_expiry(conn, key, now)?,
     }))
+}
+
+/// R6: the lowest position below the count that no lease holds
+/// (`lowest_free`), given that one is free and `held` leases are active
+/// (expired rows were reaped).
+///
+/// Positions fill from the bottom, so they are most often dense: `0..held`,
+/// which the largest position tells in one index lookup. Otherwise the
+/// first gap in key order is the answer; the scan stops there.
+fn lowest_free(conn: &Connection, key: &[u8], held: i64) -> rusqlite::Result<u32> {
+    let highest: Option<i64> = conn
+        .prepare_cached("SELECT MAX(position) FROM semaphore_leases WHERE pool = ?1")?
+        .query_row([key], |r| r.get(0))?;
+    if highest.is_none_or(|h| h + 1 == held) {
+        return Ok(u32::try_from(held).unwrap_or(u32::MAX));
+    }
+    let mut positions = conn.prepare_cached(
+        "SELECT position FROM semaphore_leases WHERE pool = ?1 ORDER BY position",
+    )?;
+    let mut rows = positions.query([key])?;
+    let mut position = 0u32;
+    while let Some(row) = rows.next()? {
+        if row.get::<_, u32>(0)? != position {
+            break;
+        }
+        position += 1;
+    }
+    Ok(position)
 }
 
 fn forget_waiter(conn: &Connection, pool: &[u8], waiter: &[u8; 16]) -> rusqlite::Result<()> {
