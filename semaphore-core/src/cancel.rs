@@ -27,7 +27,7 @@ pub(crate) enum Step<G> {
 }
 
 /// A store's answer to one borrow attempt, single or multi-pool.
-pub(crate) trait Answer: Send + 'static {
+pub(crate) trait Answer: Send + Unpin + 'static {
     /// What the borrower gets.
     type Granted;
     /// The leases the answer grants, for returning them if nobody takes them.
@@ -75,9 +75,13 @@ impl Answer for TryBorrowAll {
 /// call is finished in a spawned task and the leases it grants are returned
 /// at once: only those this attempt made, never a keyed lease it was
 /// answered with, which belongs to the borrow that first got it.
+///
+/// A store that answers at once ([`Store::try_borrow_now`]) makes it ready
+/// from the start, with no future to box.
 pub(crate) struct InFlight<A: Answer> {
     store: Arc<dyn Store>,
     made: Made,
+    ready: Option<Result<A>>,
     call: Option<BoxFuture<Result<A>>>,
 }
 
@@ -98,10 +102,20 @@ impl Made {
 
 impl InFlight<TryBorrow> {
     pub(crate) fn one(store: &Arc<dyn Store>, request: BorrowRequest) -> Self {
+        let made = Made::One(request.lease);
+        if let Some(answer) = store.try_borrow_now(&request) {
+            return Self {
+                store: store.clone(),
+                made,
+                ready: Some(answer),
+                call: None,
+            };
+        }
         let owned = store.clone();
         Self {
             store: store.clone(),
-            made: Made::One(request.lease),
+            made,
+            ready: None,
             call: Some(Box::pin(async move { owned.try_borrow(&request).await })),
         }
     }
@@ -113,6 +127,7 @@ impl InFlight<TryBorrowAll> {
         Self {
             store: store.clone(),
             made: Made::Many(requests.iter().map(|r| r.lease).collect()),
+            ready: None,
             call: Some(Box::pin(
                 async move { owned.try_borrow_all(&requests).await },
             )),
@@ -124,6 +139,9 @@ impl<A: Answer> Future for InFlight<A> {
     type Output = Result<A>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(answer) = self.ready.take() {
+            return Poll::Ready(answer);
+        }
         let Some(call) = self.call.as_mut() else {
             return Poll::Pending;
         };
@@ -135,6 +153,12 @@ impl<A: Answer> Future for InFlight<A> {
 
 impl<A: Answer> Drop for InFlight<A> {
     fn drop(&mut self) {
+        if let Some(Ok(answer)) = self.ready.take() {
+            // Answered at once, but never polled: nobody takes the grant.
+            for lease in answer.leases().iter().filter(|l| self.made.contains(l.id)) {
+                return_detached(&self.store, lease);
+            }
+        }
         let Some(call) = self.call.take() else {
             return;
         };
@@ -193,11 +217,15 @@ impl Drop for QueuePlace<'_> {
 }
 
 /// Returns `lease` without waiting for the answer: used by guards on drop.
+/// In place if the store answers at once ([`Store::return_lease_now`]).
 pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
-    let store = store.clone();
     let (pool, id) = (lease.pool, lease.id);
+    let now = truncate_ms(store.clock().now());
+    if store.return_lease_now(pool, id, now).is_some() {
+        return;
+    }
+    let store = store.clone();
     run_detached(Box::pin(async move {
-        let now = truncate_ms(store.clock().now());
         let _ = store.return_lease(pool, id, now).await;
     }));
 }

@@ -76,7 +76,7 @@ pub struct SlotTable {
     /// Indexed by position; may be longer than `count` after a lowering,
     /// while leases above it are still active.
     slots: Vec<Option<Held>>,
-    by_id: HashMap<LeaseId, u32>,
+    by_id: foldhash::HashMap<LeaseId, u32>,
     /// Idempotency keys of held slots.
     by_key: HashMap<Arc<str>, u32>,
     /// `(expires_at, position)` of every held slot.

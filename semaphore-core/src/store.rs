@@ -103,8 +103,10 @@ pub enum TryBorrowAll {
 /// its equivalent), when to wake, and who is next (R11) are decided once,
 /// in the core. Users do not call these methods; they call [`Pool`](crate::Pool).
 ///
-/// The trait has no default methods, on purpose: every store states each
-/// primitive.
+/// The primitives have no default, on purpose: every store states each one.
+/// Only the two synchronous fast paths,
+/// [`try_borrow_now`](Store::try_borrow_now) and
+/// [`return_lease_now`](Store::return_lease_now), default to "not offered".
 ///
 /// # Contract
 ///
@@ -200,6 +202,34 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         position: u32,
         now: SystemTime,
     ) -> Result<Option<Holder>>;
+
+    /// [`try_borrow`](Store::try_borrow) answered at once, without a future,
+    /// by a store that needs no I/O for it; `None` (the default) if the
+    /// store does not offer it, and the core then awaits `try_borrow`.
+    ///
+    /// An in-process store offers it to save the boxed future and the
+    /// cancel-safety box of each borrow (the uncontended borrow costs about
+    /// half as much; BENCHMARKS.md line 1). It must give the answer
+    /// `try_borrow` would, under the same contract, and never block on I/O
+    /// or on another task.
+    fn try_borrow_now(&self, request: &BorrowRequest) -> Option<Result<TryBorrow>> {
+        let _ = request;
+        None
+    }
+
+    /// [`return_lease`](Store::return_lease) answered at once, without a
+    /// future; `None` (the default) if the store does not offer it. A
+    /// guard's drop uses it to return its lease in place instead of on a
+    /// spawned task. Same rules as [`try_borrow_now`](Store::try_borrow_now).
+    fn return_lease_now(
+        &self,
+        pool: PoolId,
+        lease: LeaseId,
+        now: SystemTime,
+    ) -> Option<Result<bool>> {
+        let _ = (pool, lease, now);
+        None
+    }
 
     /// Borrower `waiter` of `pool` stopped waiting without a grant (it timed
     /// out, was dropped or failed): forget any place the store keeps for it

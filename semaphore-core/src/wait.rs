@@ -7,7 +7,7 @@
 //! that can let a waiter in; that wakes exactly the head. A head that leaves
 //! (granted, timed out, failed or dropped) hands the turn to the next.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,7 +26,7 @@ use crate::PoolId;
 /// core's; a store never writes it again.
 #[derive(Default)]
 pub struct Changes {
-    queues: Mutex<HashMap<PoolId, Queue>>,
+    queues: Mutex<foldhash::HashMap<PoolId, Queue>>,
     /// Waiters of all pools, kept beside the map (changed only under its
     /// lock) so that the common case, nobody waiting, costs one atomic load.
     total: AtomicUsize,

@@ -1,6 +1,5 @@
 //! [`MemoryStore`]: pools in this process's memory.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -38,7 +37,7 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct State {
-    pools: HashMap<PoolId, SlotTable>,
+    pools: foldhash::HashMap<PoolId, SlotTable>,
     /// The last token granted, by any pool.
     last_token: u64,
 }
@@ -63,6 +62,35 @@ impl MemoryStore {
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// `try_borrow`, which never waits: the store offers it both ways.
+    fn borrow_in_place(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        let mut state = self.state.lock();
+        let State { pools, last_token } = &mut *state;
+        let table = pools
+            .get_mut(&request.pool)
+            .ok_or_else(|| not_found(request.pool))?;
+        Ok(table.grant(request, || {
+            *last_token += 1;
+            *last_token
+        }))
+    }
+
+    /// `return_lease`, which never waits: the store offers it both ways.
+    fn return_in_place(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> bool {
+        let returned = self
+            .state
+            .lock()
+            .pools
+            .get_mut(&pool)
+            .is_some_and(|table| table.release(lease, now));
+        if returned {
+            self.changes.notify(pool);
+        }
+        returned
     }
 }
 
@@ -104,15 +132,11 @@ impl Store for MemoryStore {
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        let mut state = self.state.lock();
-        let State { pools, last_token } = &mut *state;
-        let table = pools
-            .get_mut(&request.pool)
-            .ok_or_else(|| not_found(request.pool))?;
-        Ok(table.grant(request, || {
-            *last_token += 1;
-            *last_token
-        }))
+        self.borrow_in_place(request)
+    }
+
+    fn try_borrow_now(&self, request: &BorrowRequest) -> Option<Result<TryBorrow>> {
+        Some(self.borrow_in_place(request))
     }
 
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
@@ -168,16 +192,16 @@ impl Store for MemoryStore {
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool> {
-        let returned = self
-            .state
-            .lock()
-            .pools
-            .get_mut(&pool)
-            .is_some_and(|table| table.release(lease, now));
-        if returned {
-            self.changes.notify(pool);
-        }
-        Ok(returned)
+        Ok(self.return_in_place(pool, lease, now))
+    }
+
+    fn return_lease_now(
+        &self,
+        pool: PoolId,
+        lease: LeaseId,
+        now: SystemTime,
+    ) -> Option<Result<bool>> {
+        Some(Ok(self.return_in_place(pool, lease, now)))
     }
 
     async fn renew(
