@@ -208,8 +208,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// store does not offer it, and the core then awaits `try_borrow`.
     ///
     /// An in-process store offers it to save the boxed future and the
-    /// cancel-safety box of each borrow (the uncontended borrow costs about
-    /// half as much; BENCHMARKS.md line 1). It must give the answer
+    /// cancel-safety box of each borrow (about a fifth of an uncontended
+    /// borrow and return on the memory store; BENCHMARKS.md line 1). It
+    /// must give the answer
     /// `try_borrow` would, under the same contract, and never block on I/O
     /// or on another task.
     fn try_borrow_now(&self, request: &BorrowRequest) -> Option<Result<TryBorrow>> {
