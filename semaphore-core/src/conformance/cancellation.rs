@@ -198,26 +198,20 @@ impl Model {
         self.serve();
     }
 
-    /// `(in_use, waiting, survivors done)`; `in_use` is `None` once the pool
-    /// is gone.
-    fn expected(&self) -> (Option<u32>, usize, usize) {
+    /// `(in_use, waiting, survivors done)`: `in_use` is `None` once the pool
+    /// is gone; the survivors done (granted or failed) by arrival index.
+    fn expected(&self) -> (Option<u32>, usize, Vec<usize>) {
         let in_use = self.exists.then(|| self.taken().len() as u32);
         let waiting = self
             .borrowers
             .iter()
             .filter(|b| matches!(b, Borrower::Queued | Borrower::InCall))
             .count();
-        let done = self
-            .survivors()
-            .filter(|(_, b)| matches!(b, Borrower::Granted(_) | Borrower::Failed))
-            .count();
-        (in_use, waiting, done)
-    }
-
-    fn survivors(&self) -> impl Iterator<Item = (usize, Borrower)> + '_ {
-        (0..self.borrowers.len())
+        let done = (0..self.borrowers.len())
             .filter(|i| *i != self.victim)
-            .map(|i| (i, self.borrowers[i]))
+            .filter(|i| matches!(self.borrowers[*i], Borrower::Granted(_) | Borrower::Failed))
+            .collect();
+        (in_use, waiting, done)
     }
 }
 
@@ -330,19 +324,11 @@ impl Run {
     /// from the queue, and exactly the survivors it says are served done.
     async fn check(self, pool: &Pool, gated: &GatedStore, model: &Model, tasks: &Tasks) {
         let expected = model.expected();
-        let served: Vec<usize> = model
-            .survivors()
-            .filter(|(_, b)| matches!(b, Borrower::Granted(_) | Borrower::Failed))
-            .map(|(i, _)| i)
-            .collect();
         settle(gated, self, model, || async {
             let in_use = pool.inspect().await.map(|s| s.in_use).ok();
             let done = tasks.survivors.iter().filter(|(_, t)| t.is_finished());
-            let done: Vec<usize> = done.map(|(i, _)| *i).collect();
-            let seen = (in_use, pool.waiting(), done.len());
-            (seen == expected && done == served)
-                .then_some(())
-                .ok_or(seen)
+            let seen = (in_use, pool.waiting(), done.map(|(i, _)| *i).collect());
+            if seen == expected { Ok(()) } else { Err(seen) }
         })
         .await;
     }
