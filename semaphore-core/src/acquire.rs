@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::cancel::{Answer, InFlight, QueuePlace, Step};
-use crate::clock::truncate_ms;
+use crate::clock::{saturating_add, truncate_ms};
 use crate::{Error, PoolId, Result, Store, WaiterId};
 
 /// Borrows through `attempt` on `pools`, waiting up to `wait` from `start`.
@@ -15,8 +15,12 @@ use crate::{Error, PoolId, Result, Store, WaiterId};
 /// nothing free, queues in every pool's queue and asks again each time its
 /// turn comes while it heads them all (R11): when a pool changes, when the
 /// earliest lease it was told of expires, or when the borrower ahead leaves.
-/// Fails with `exhausted()` once `wait` has passed. Dropping the future
-/// leaves every queue and returns a grant that lands after the drop (R12).
+/// Fails with `exhausted()` once `wait` has passed (the deadline saturates,
+/// so no `wait` overflows), and with [`Error::NoRuntime`] if it must wait
+/// outside a tokio runtime. Dropping the future leaves every queue and
+/// returns a grant that lands after the drop (R12); the store is told to
+/// forget a queued place only after the attempt in flight has finished, so
+/// that the place it may still write is forgotten too.
 pub(crate) async fn acquire<A: Answer>(
     store: &Arc<dyn Store>,
     pools: &[PoolId],
@@ -34,11 +38,16 @@ pub(crate) async fn acquire<A: Answer>(
     if wait.is_zero() {
         return Err(exhausted());
     }
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(Error::NoRuntime {
+            operation: "borrow",
+        });
+    }
 
     let clock = store.clock();
     let ticket = changes.enqueue(pools);
     let place = QueuePlace::new(store, pools);
-    let mut timeout = clock.sleep_until(start + wait);
+    let mut timeout = clock.sleep_until(saturating_add(start, wait));
     let mut next_expiry = None;
     loop {
         tokio::select! {
@@ -56,6 +65,7 @@ pub(crate) async fn acquire<A: Answer>(
             continue;
         }
         match attempt(truncate_ms(clock.now()), Some(place.waiter))
+            .ordered_before(&place)
             .await?
             .step()
         {

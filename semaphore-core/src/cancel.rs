@@ -9,15 +9,16 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::SystemTime;
 
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
 use crate::clock::truncate_ms;
+use crate::detach::{BoxFuture, run_detached};
 use crate::{
     BorrowRequest, Lease, LeaseId, PoolId, Result, Store, TryBorrow, TryBorrowAll, WaiterId,
 };
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// What one attempt at the store came to.
 pub(crate) enum Step<G> {
@@ -83,6 +84,9 @@ pub(crate) struct InFlight<A: Answer> {
     made: Made,
     ready: Option<Result<A>>,
     call: Option<BoxFuture<Result<A>>>,
+    /// Held until the call has finished, detached or not, so that a
+    /// [`QueuePlace`] left meanwhile is forgotten only after it.
+    order: Option<OwnedMutexGuard<()>>,
 }
 
 /// The lease ids an attempt asked for.
@@ -109,6 +113,7 @@ impl InFlight<TryBorrow> {
                 made,
                 ready: Some(answer),
                 call: None,
+                order: None,
             };
         }
         let owned = store.clone();
@@ -117,6 +122,7 @@ impl InFlight<TryBorrow> {
             made,
             ready: None,
             call: Some(Box::pin(async move { owned.try_borrow(&request).await })),
+            order: None,
         }
     }
 }
@@ -131,7 +137,22 @@ impl InFlight<TryBorrowAll> {
             call: Some(Box::pin(
                 async move { owned.try_borrow_all(&requests).await },
             )),
+            order: None,
         }
+    }
+}
+
+impl<A: Answer> InFlight<A> {
+    /// Makes `place`'s leaving wait for this attempt to finish, even if the
+    /// attempt is dropped and finished detached: an attempt that joins or
+    /// refreshes the store's queue must not land after the leave (R12).
+    pub(crate) fn ordered_before(mut self, place: &QueuePlace<'_>) -> Self {
+        if self.call.is_some() {
+            // Attempts of one borrow are made one at a time, so the lock is
+            // free; a place whose leave is already running is never asked.
+            self.order = place.order.clone().try_lock_owned().ok();
+        }
+        self
     }
 }
 
@@ -147,6 +168,7 @@ impl<A: Answer> Future for InFlight<A> {
         };
         let out = std::task::ready!(call.as_mut().poll(cx));
         self.call = None;
+        self.order = None;
         Poll::Ready(out)
     }
 }
@@ -164,7 +186,9 @@ impl<A: Answer> Drop for InFlight<A> {
         };
         let store = self.store.clone();
         let made = std::mem::replace(&mut self.made, Made::Many(Vec::new()));
+        let order = self.order.take();
         run_detached(Box::pin(async move {
+            let _order = order;
             let Ok(answer) = call.await else { return };
             for lease in answer.leases().iter().filter(|l| made.contains(l.id)) {
                 let now = truncate_ms(store.clock().now());
@@ -185,6 +209,8 @@ pub(crate) struct QueuePlace<'a> {
     pools: &'a [PoolId],
     pub(crate) waiter: WaiterId,
     armed: bool,
+    /// Locked by the attempt in flight ([`InFlight::ordered_before`]).
+    order: Arc<Mutex<()>>,
 }
 
 impl<'a> QueuePlace<'a> {
@@ -194,6 +220,7 @@ impl<'a> QueuePlace<'a> {
             pools,
             waiter: WaiterId::new(),
             armed: true,
+            order: Arc::new(Mutex::new(())),
         }
     }
 
@@ -207,7 +234,11 @@ impl Drop for QueuePlace<'_> {
     fn drop(&mut self) {
         if self.armed {
             let (store, pools, waiter) = (self.store.clone(), self.pools.to_vec(), self.waiter);
+            let order = self.order.clone();
             run_detached(Box::pin(async move {
+                // After the attempt in flight, which may still write the
+                // place this forgets.
+                let _turn = order.lock_owned().await;
                 for pool in pools {
                     let _ = store.leave_queue(pool, waiter).await;
                 }
@@ -228,18 +259,4 @@ pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
     run_detached(Box::pin(async move {
         let _ = store.return_lease(pool, id, now).await;
     }));
-}
-
-/// Runs `work` to completion without an owner: polled once here, which
-/// finishes it outright for stores that do not do I/O, and spawned on the
-/// current tokio runtime if it is still pending. Outside a runtime nothing
-/// is run, and a lease involved frees itself at its ttl.
-fn run_detached(mut work: BoxFuture<()>) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let mut cx = Context::from_waker(Waker::noop());
-    if work.as_mut().poll(&mut cx).is_pending() {
-        drop(runtime.spawn(work));
-    }
 }

@@ -91,8 +91,9 @@ impl ManualClock {
     }
 
     /// Moves the clock forward by `by` and wakes the sleepers it reaches.
+    /// Saturates at [`MAX_UNIX_MS`], the last instant stores keep.
     pub fn advance(&self, by: Duration) {
-        self.now.send_modify(|t| *t += by);
+        self.now.send_modify(|t| *t = saturating_add(*t, by));
     }
 }
 
@@ -119,22 +120,55 @@ impl Clock for ManualClock {
     }
 }
 
+/// The last instant any store keeps, in unix milliseconds:
+/// 9999-12-31T23:59:59.999Z.
+///
+/// Every time the library computes (an expiry `now + ttl`, a wait's
+/// deadline `start + wait`) saturates here instead of wrapping or panicking,
+/// however large [`Limits::max_ttl`](crate::Limits::max_ttl) or
+/// [`Limits::max_wait`](crate::Limits::max_wait) is set, so that every
+/// store can represent it: a SQLite or PostgreSQL `bigint`, a PostgreSQL
+/// `timestamptz`, and a JSON number of seconds (below 2^53) all hold it. A
+/// lease that expires then is, in practice, held until returned; all stores
+/// answer alike for it.
+pub const MAX_UNIX_MS: u64 = 253_402_300_799_999;
+
+/// The instant [`MAX_UNIX_MS`] names.
+pub fn max_time() -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(MAX_UNIX_MS)
+}
+
+/// `t + d`, saturating at [`max_time`]: how the library computes every
+/// expiry and deadline, so that no `ttl` or `wait` can overflow or wrap.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use semaphore_core::{max_time, saturating_add};
+///
+/// assert_eq!(saturating_add(SystemTime::now(), Duration::MAX), max_time());
+/// ```
+pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
+    t.checked_add(d).map_or_else(max_time, |sum| sum.min(max_time()))
+}
+
 /// `t` truncated to whole milliseconds since the Unix epoch, the resolution
 /// at which stores keep times (SPEC "SQLite store": integer unix ms).
 pub(crate) fn truncate_ms(t: SystemTime) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(unix_ms(t))
 }
 
-/// `t` as whole milliseconds since the Unix epoch; times before the epoch
-/// are 0.
+/// `t` as whole milliseconds since the Unix epoch, between 0 (for times
+/// before the epoch) and [`MAX_UNIX_MS`] (for times after it): a value
+/// that fits an `i64` and every store's time column.
 pub fn unix_ms(t: SystemTime) -> u64 {
     let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-    u64::try_from(ms).unwrap_or(u64::MAX)
+    u64::try_from(ms).map_or(MAX_UNIX_MS, |ms| ms.min(MAX_UNIX_MS))
 }
 
-/// The inverse of [`unix_ms`].
+/// The inverse of [`unix_ms`]; `ms` above [`MAX_UNIX_MS`] is
+/// [`max_time`].
 pub fn from_unix_ms(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
+    UNIX_EPOCH + Duration::from_millis(ms.min(MAX_UNIX_MS))
 }
 
 #[cfg(test)]
@@ -160,5 +194,18 @@ mod tests {
         assert_eq!(unix_ms(t), 1500);
         assert_eq!(truncate_ms(t), from_unix_ms(1500));
         assert_eq!(unix_ms(UNIX_EPOCH - Duration::from_secs(1)), 0);
+    }
+
+    /// Issue 11, items 2 and 4: no ttl or wait overflows, panics or wraps.
+    #[test]
+    fn times_saturate_at_the_last_instant_stores_keep() {
+        let now = SystemTime::now();
+        assert_eq!(saturating_add(now, Duration::MAX), max_time());
+        assert_eq!(unix_ms(saturating_add(now, Duration::MAX)), MAX_UNIX_MS);
+        assert!(i64::try_from(unix_ms(now + Duration::from_secs(1 << 40))).is_ok());
+        assert_eq!(from_unix_ms(u64::MAX), max_time());
+        let clock = ManualClock::new();
+        clock.advance(Duration::MAX);
+        assert_eq!(clock.now(), max_time());
     }
 }

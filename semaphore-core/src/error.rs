@@ -23,6 +23,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///   [`Error::is_retryable`]. Nothing was half done (R14).
 /// - [`SchemaMismatch`](Error::SchemaMismatch): a persistent store found
 ///   tables of another shape and changed nothing.
+/// - [`ClockSkew`](Error::ClockSkew): this process's clock disagrees with
+///   the clock that decides for everyone sharing the store; fix the clock.
+/// - [`NoRuntime`](Error::NoRuntime): a call that must wait was made
+///   outside a tokio runtime.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -107,6 +111,42 @@ pub enum Error {
         expected: String,
         /// What it found.
         found: String,
+    },
+
+    /// The clock this store was given disagrees with the clock that decides
+    /// expiry for everyone sharing the store (SPEC "Time": the machine's
+    /// clock for a SQLite file) by more than `tolerance`. The call was
+    /// refused and nothing changed: a process whose clock is off would
+    /// otherwise time its waits by the wrong instants. Give the store the
+    /// system clock (the default), or fix the clock you gave it. A step of
+    /// the system clock itself (NTP) moves every process at once and is
+    /// never refused.
+    #[error(
+        "clock skew: the store's clock is {skew:?} {} the {reference}, more than the {tolerance:?} allowed; use the system clock or fix the one given to the store",
+        if *ahead { "ahead of" } else { "behind" }
+    )]
+    ClockSkew {
+        /// How far the store's clock is from the deciding clock.
+        skew: Duration,
+        /// Whether the store's clock is ahead (fast) or behind (slow).
+        ahead: bool,
+        /// The largest disagreement allowed.
+        tolerance: Duration,
+        /// The deciding clock, in words ("machine's clock").
+        reference: &'static str,
+    },
+
+    /// `operation` must wait (a borrow on an exhausted pool with a non-zero
+    /// `wait`) and was called outside a tokio runtime, whose timer the wait
+    /// needs. Nothing is held. Call it from inside a runtime with its time
+    /// driver enabled (`#[tokio::main]`, `Runtime::block_on`), or borrow
+    /// with a zero wait.
+    #[error(
+        "{operation} must wait and needs a tokio runtime with its timer: call it inside #[tokio::main] or Runtime::block_on, or with a zero wait"
+    )]
+    NoRuntime {
+        /// The call that needed the runtime (`borrow`).
+        operation: &'static str,
     },
 }
 

@@ -33,6 +33,7 @@
 mod acquire;
 mod cancel;
 mod clock;
+mod detach;
 mod error;
 mod guard;
 mod id;
@@ -48,7 +49,10 @@ mod wait;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use clock::{Clock, ManualClock, Sleep, SystemClock, from_unix_ms, unix_ms};
+pub use clock::{
+    Clock, MAX_UNIX_MS, ManualClock, Sleep, SystemClock, from_unix_ms, max_time, saturating_add,
+    unix_ms,
+};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseGuard, OwnedLeaseGuard};
 pub use id::{LeaseId, POOL_NAMESPACE, PoolId, WaiterId};

@@ -92,18 +92,21 @@ impl Limits {
     }
 
     /// Checks a label (an owner label or an idempotency key): 1 to
-    /// `max_len` bytes of UTF-8 with no control characters, so that it
-    /// prints on one line of a log or an admin listing.
+    /// `max_len` bytes of UTF-8 that print as they read, on one line of a
+    /// log or an admin listing: no character of the Unicode categories
+    /// control (Cc), format (Cf: U+200B zero width space, U+202E
+    /// right-to-left override, U+FEFF byte order mark, ...), line separator
+    /// (Zl) or paragraph separator (Zp). Spaces (Zs) are allowed.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `field` when `label` is empty, too
-    /// long, or holds a control character.
+    /// long, or holds such a character.
     pub(crate) fn check_label(field: &'static str, label: &str, max_len: usize) -> Result<()> {
-        if label.is_empty() || label.len() > max_len || label.chars().any(char::is_control) {
+        if label.is_empty() || label.len() > max_len || label.chars().any(is_unprintable) {
             let shown: String = label.chars().take(80).collect();
             return Err(Error::invalid(
                 field,
-                format!("1..={max_len} bytes of UTF-8 without control characters"),
+                format!("1..={max_len} bytes of UTF-8 {PRINTABLE}"),
                 format!("{:?} ({} bytes)", shown, label.len()),
             ));
         }
@@ -151,6 +154,19 @@ impl Limits {
     }
 }
 
+/// What a label may not hold, in the words of the error.
+const PRINTABLE: &str = "without control, format, line or paragraph separator characters";
+
+/// Whether `c` would not print as it reads on one line: a control, format,
+/// line separator or paragraph separator character.
+fn is_unprintable(c: char) -> bool {
+    use unicode_properties::{GeneralCategory as G, UnicodeGeneralCategory};
+    matches!(
+        c.general_category(),
+        G::Control | G::Format | G::LineSeparator | G::ParagraphSeparator
+    )
+}
+
 fn ceil_ms(d: Duration) -> Duration {
     let ms = d.as_nanos().div_ceil(1_000_000);
     Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
@@ -191,11 +207,25 @@ mod tests {
     fn labels_are_bounded_and_printable() {
         assert!(Limits::check_label("owner", "host-1/4242", 64).is_ok());
         assert!(Limits::check_label("owner", &"x".repeat(64), 64).is_ok());
-        for bad in ["", "a\nb", "tab\there", &"x".repeat(65)] {
+        assert!(Limits::check_label("owner", "host a / 4242 \u{e9}", 64).is_ok());
+        // Issue 11, item 11: labels that do not print as they read, on one
+        // line, are refused too.
+        for bad in [
+            "",
+            "a\nb",
+            "tab\there",
+            &"x".repeat(65),
+            "evil\u{202e}gnp.exe",
+            "two\u{2028}lines",
+            "para\u{2029}graph",
+            "zero\u{200b}width",
+            "\u{feff}bom",
+        ] {
             let err = Limits::check_label("owner", bad, 64).unwrap_err();
             assert!(
                 err.to_string().starts_with("invalid owner: got ")
-                    && err.to_string().contains("allowed 1..=64 bytes"),
+                    && err.to_string().contains("allowed 1..=64 bytes")
+                    && err.to_string().contains("format"),
                 "{err}"
             );
         }

@@ -24,12 +24,13 @@ pub struct BorrowOptions {
     /// it is returned or expired, the key may be granted anew. This is how a
     /// caller retries safely after a timeout or a crash between grant and
     /// reply (as Stripe's idempotency keys make a retried charge safe).
-    /// 1 to [`Limits::max_key_len`] bytes (default 255), no control
-    /// characters. Keys are per pool.
+    /// 1 to [`Limits::max_key_len`] bytes (default 255), no control, format,
+    /// line or paragraph separator characters. Keys are per pool.
     pub key: Option<String>,
     /// A label saying who holds the lease (a host and process, a job id),
     /// shown by [`Pool::holders`](crate::Pool::holders). 1 to
-    /// [`Limits::max_owner_len`] bytes (default 64), no control characters.
+    /// [`Limits::max_owner_len`] bytes (default 64), no control, format,
+    /// line or paragraph separator characters.
     pub owner: Option<String>,
 }
 
@@ -53,7 +54,9 @@ impl BorrowOptions {
 
     /// Checks both labels against `limits`: each 1 to its maximum number of
     /// bytes ([`Limits::max_key_len`], [`Limits::max_owner_len`]), with no
-    /// control characters. Borrows call it; a store borrowing by another
+    /// control, format, line or paragraph separator character (Unicode
+    /// categories Cc, Cf, Zl, Zp), so that a label prints as it reads on
+    /// one line. Borrows call it; a store borrowing by another
     /// path (a caller-owned transaction) calls it too.
     ///
     /// # Errors

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::acquire::acquire;
 use crate::cancel::InFlight;
-use crate::clock::truncate_ms;
+use crate::clock::{saturating_add, truncate_ms};
 use crate::options::Labels;
 use crate::{
     BorrowOptions, BorrowRequest, Error, Holder, Lease, LeaseGuard, LeaseId, Limits,
@@ -214,7 +214,8 @@ impl Pool {
     /// Those of [`borrow`](Pool::borrow), and [`Error::InvalidArgument`]
     /// naming `key` or `owner` for a label that is empty, longer than
     /// [`Limits::max_key_len`] or [`Limits::max_owner_len`] bytes, or holds a
-    /// control character; nothing changes.
+    /// control, format, line or paragraph separator character; nothing
+    /// changes.
     ///
     /// # Cancel safety
     /// As [`borrow`](Pool::borrow). A dropped retry never returns the keyed
@@ -293,7 +294,7 @@ impl Pool {
             });
         }
         self.store
-            .renew(self.id, lease.id, now, now + ttl)
+            .renew(self.id, lease.id, now, saturating_add(now, ttl))
             .await?
             .ok_or_else(|| Error::not_renewed(lease, now))
     }
@@ -353,7 +354,12 @@ impl Pool {
             wait,
             exhausted,
             |now, waiter| {
-                let mut request = BorrowRequest::new(self.id, LeaseId::new(), now, now + ttl);
+                let mut request = BorrowRequest::new(
+                    self.id,
+                    LeaseId::new(),
+                    now,
+                    saturating_add(now, ttl),
+                );
                 request.waiter = waiter;
                 request.key.clone_from(&labels.key);
                 request.owner.clone_from(&labels.owner);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::acquire::acquire;
 use crate::cancel::{InFlight, return_detached};
-use crate::clock::truncate_ms;
+use crate::clock::{saturating_add, truncate_ms};
 use crate::pool::keyed_lease;
 use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseId, Limits, Pool, PoolId, Result, Store,
@@ -172,7 +172,7 @@ impl PoolSet {
                 .ids
                 .iter()
                 .map(|id| {
-                    let mut request = BorrowRequest::new(*id, LeaseId::new(), now, now + ttl);
+                    let mut request = BorrowRequest::new(*id, LeaseId::new(), now, saturating_add(now, ttl));
                     request.waiter = waiter;
                     request.key.clone_from(&labels.key);
                     request.owner.clone_from(&labels.owner);

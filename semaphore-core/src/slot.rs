@@ -63,8 +63,12 @@ impl Held {
 /// when, with the free positions and the expiries indexed so that a grant,
 /// a return and a reap each cost O(log count).
 ///
-/// Free positions are a bitset, so the lowest is found a word at a time
-/// (16 words at the default `max_count` of 1000).
+/// Memory follows the leases held, never `count`: a table of count
+/// `u32::MAX` with one lease costs what a table of count 1 does. Only
+/// positions below the highest one held are tracked (the *high mark*);
+/// free ones among them are a bitset, so the lowest is found a word at a
+/// time (at most 16 words at the default `max_count` of 1000), and above the
+/// high mark every position is free.
 ///
 /// Expired leases are reaped at the start of every call that takes `now`,
 /// so an expired lease never counts (R7) and its slot is the next one handed
@@ -73,15 +77,16 @@ impl Held {
 #[derive(Debug, Clone, Default)]
 pub struct SlotTable {
     count: u32,
-    /// Indexed by position; may be longer than `count` after a lowering,
-    /// while leases above it are still active.
+    /// Indexed by position, up to the highest held (the high mark), which
+    /// may be above `count` after a lowering while those leases are active.
+    /// Never ends in `None`.
     slots: Vec<Option<Held>>,
     by_id: foldhash::HashMap<LeaseId, u32>,
     /// Idempotency keys of held slots.
     by_key: HashMap<Arc<str>, u32>,
     /// `(expires_at, position)` of every held slot.
     expiries: BTreeSet<(SystemTime, u32)>,
-    /// Free positions below `count`.
+    /// Free positions below the high mark (`slots.len()`).
     free: FreeSet,
 }
 
@@ -101,19 +106,9 @@ impl SlotTable {
     /// Changes the number of slots (R2). Lowering it revokes nothing: leases
     /// at or above the new count stay until returned or expired, and their
     /// positions are not handed out again.
+    ///
+    /// O(1), whatever `count` is: nothing is allocated per slot.
     pub fn set_count(&mut self, count: u32) {
-        if count > self.count {
-            if self.slots.len() < count as usize {
-                self.slots.resize(count as usize, None);
-            }
-            for p in self.count..count {
-                if self.slots[p as usize].is_none() {
-                    self.free.insert(p);
-                }
-            }
-        } else {
-            self.free.truncate(count);
-        }
         self.count = count;
     }
 
@@ -145,7 +140,11 @@ impl SlotTable {
                 next_expiry: self.next_expiry(),
             };
         };
-        self.free.remove(position);
+        if position as usize == self.slots.len() {
+            self.slots.push(None);
+        } else {
+            self.free.remove(position);
+        }
         let held = Held {
             id: request.lease,
             token: next_token(),
@@ -229,10 +228,15 @@ impl SlotTable {
         Some(held.lease(request.pool, position))
     }
 
+    /// The lowest free position below `count` (R6), if fewer than `count`
+    /// leases are active (R10): the first gap below the high mark, or the
+    /// high mark itself.
     fn lowest_free(&self) -> Option<u32> {
-        self.free
-            .first()
-            .filter(|_| (self.by_id.len() as u32) < self.count)
+        if self.by_id.len() as u64 >= u64::from(self.count) {
+            return None;
+        }
+        let position = self.free.first().unwrap_or(self.slots.len() as u32);
+        (position < self.count).then_some(position)
     }
 
     fn reap(&mut self, now: SystemTime) {
@@ -246,18 +250,23 @@ impl SlotTable {
     }
 
     /// Empties `position`: forgets its lease, id, key and expiry, and frees
-    /// it if it is below the count.
+    /// it. Lowers the high mark past every free position at the top, so
+    /// that memory shrinks back with the leases held.
     fn vacate(&mut self, position: u32) {
-        if let Some(held) = self.slots[position as usize].take() {
-            self.expiries.remove(&(held.expires_at, position));
-            self.by_id.remove(&held.id);
-            if let Some(key) = &held.key {
-                self.by_key.remove(key);
-            }
+        let Some(held) = self.slots.get_mut(position as usize).and_then(Option::take) else {
+            return;
+        };
+        self.expiries.remove(&(held.expires_at, position));
+        self.by_id.remove(&held.id);
+        if let Some(key) = &held.key {
+            self.by_key.remove(key);
         }
-        if position < self.count {
-            self.free.insert(position);
+        self.free.insert(position);
+        while let Some(None) = self.slots.last() {
+            self.slots.pop();
+            self.free.remove(self.slots.len() as u32);
         }
+        self.free.truncate(self.slots.len() as u32);
     }
 }
 
@@ -287,13 +296,26 @@ mod free {
             Some(i as u32 * 64 + w.trailing_zeros())
         }
 
-        /// Removes every position at or above `count`.
-        pub(super) fn truncate(&mut self, count: u32) {
-            let (word, bit) = (count as usize / 64, count % 64);
+        /// Removes every position at or above `end`, and the words that
+        /// held only such positions.
+        pub(super) fn truncate(&mut self, end: u32) {
+            let (word, bit) = (end as usize / 64, end % 64);
             if let Some(w) = self.0.get_mut(word) {
                 *w &= (1u64 << bit) - 1;
             }
-            self.0.truncate(word + 1);
+            self.0.truncate(word + usize::from(bit != 0));
+        }
+
+        /// The words allocated, for tests of memory use.
+        #[cfg(test)]
+        pub(super) fn words(&self) -> usize {
+            self.0.capacity()
+        }
+
+        /// The words in use.
+        #[cfg(test)]
+        pub(super) fn len(&self) -> usize {
+            self.0.len()
         }
     }
 }
@@ -413,6 +435,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Issue 11, item 6: registering a huge count allocates nothing per
+    /// slot; what is allocated follows the most leases held at once.
+    #[test]
+    fn memory_follows_leases_held_not_count() {
+        let mut t = SlotTable::new(u32::MAX);
+        assert_eq!((t.slots.capacity(), t.free.words()), (0, 0));
+        let leases: Vec<_> = (0..200)
+            .map(|i| {
+                let r = req(0, 10);
+                assert_eq!(position(t.grant(&r, || i)), i as u32);
+                r.lease
+            })
+            .collect();
+        assert_eq!(t.slots.len(), 200);
+        assert!(t.slots.capacity() <= 256 && t.free.words() <= 4);
+        assert!(t.release(leases[3], UNIX_EPOCH));
+        assert_eq!(position(t.grant(&req(0, 10), || 300)), 3, "a gap is reused first");
+        for id in &leases[4..] {
+            assert!(t.release(*id, UNIX_EPOCH));
+        }
+        assert_eq!(t.slots.len(), 4, "the high mark came down with the leases");
+        assert!(t.free.len() <= 1);
+        t.set_count(2);
+        assert_eq!(t.in_use(UNIX_EPOCH), 4);
+        assert!(matches!(t.grant(&req(0, 10), || 9), TryBorrow::Exhausted { .. }));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
@@ -11,8 +11,11 @@ use crate::{Changes, Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result, W
 
 /// One borrow attempt, as the core hands it to [`Store::try_borrow`].
 ///
-/// Every time in it was computed by the core from the store's
-/// [`Clock`]; the store reads no clock of its own.
+/// Its times were computed by the core from the store's [`Clock`] just
+/// before the call. A store whose deciding clock is read inside its atomic
+/// step (SPEC "Time": the machine's clock for SQLite, the server's for
+/// PostgreSQL) decides with that reading instead, and grants for
+/// [`ttl`](BorrowRequest::ttl) from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BorrowRequest {
@@ -55,6 +58,15 @@ impl BorrowRequest {
             key: None,
             owner: None,
         }
+    }
+
+    /// The lease's ttl: `expires_at - now`, as checked and clamped by the
+    /// core (R5), whole milliseconds; for stores that read `now` inside
+    /// their atomic step. Zero if `expires_at` is not after `now`.
+    pub fn ttl(&self) -> Duration {
+        self.expires_at
+            .duration_since(self.now)
+            .unwrap_or(Duration::ZERO)
     }
 }
 
@@ -115,10 +127,19 @@ pub enum TryBorrowAll {
 ///   the store behave as if run one at a time (R10, R14). A failure leaves
 ///   nothing half done and is [`Error::Storage`](crate::Error::Storage) with
 ///   the right `retryable` flag.
-/// - **Time is data.** Every time comes in as an argument computed from
-///   [`Store::clock`]; a store never reads another clock (no `now()` in
-///   SQL). A lease with `expires_at <= now` is not active, whether or not it
-///   has been cleaned up (R7).
+/// - **One clock decides** (SPEC "Time"). Every time comes in as an
+///   argument computed from [`Store::clock`] just before the call. A store
+///   whose processes share one clock and read it cheaply may decide with
+///   those arguments (the memory store). A store shared by processes or
+///   machines decides with the one clock they all share, read inside its
+///   atomic step: the machine's clock for a SQLite file, the database
+///   server's (`clock_timestamp()`) for PostgreSQL; it then grants and
+///   renews for the request's ttl from that reading, and reports the
+///   expiry it stored. Either way a lease with `expires_at <= now` is not
+///   active, whether or not it has been cleaned up (R7), and every time a
+///   store keeps lies in `UNIX_EPOCH..=`[`max_time`](crate::max_time).
+///   In test mode a store takes the test's manual clock for its deciding
+///   clock, so that expiry is tested without sleeping.
 /// - **Lowest free.** A grant takes the position that
 ///   [`lowest_free`](crate::lowest_free) names for the active leases (R6),
 ///   and only while `in_use < count` (R10).
@@ -147,7 +168,10 @@ pub enum TryBorrowAll {
 ///   [`Limits`](crate::Limits); a store need not check them again.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
-    /// The clock all times handed to this store come from.
+    /// The clock all times handed to this store come from, and by which the
+    /// core times its waits: the deciding clock itself, or this process's
+    /// best view of it (SPEC "Time"). Every wake re-checks the store, so a
+    /// view that is slightly off costs latency, never correctness.
     fn clock(&self) -> &dyn Clock;
 
     /// The store's change notification, which holds the in-process wait

@@ -21,6 +21,7 @@
 mod basics;
 mod cancellation;
 mod concurrency;
+mod edges;
 mod gate;
 mod keys;
 pub mod model;
@@ -31,6 +32,7 @@ mod waiting;
 pub use basics::*;
 pub use cancellation::*;
 pub use concurrency::*;
+pub use edges::*;
 pub use gate::{GatedStore, Stop};
 pub use keys::*;
 pub use multi::*;
@@ -163,6 +165,10 @@ macro_rules! store_conformance {
             borrow_all_dropped_leaves_every_queue,
             pool_set_refuses_no_pools_and_duplicates,
             borrow_all_in_opposite_orders_never_deadlocks_or_over_issues,
+            limits_raised_to_the_maximum_saturate_and_never_wrap,
+            calls_outside_a_runtime_fail_clearly_or_work,
+            r12_grant_in_flight_when_its_runtime_is_dropped_is_returned,
+            r12_head_dropped_while_refused_in_the_store_holds_no_one_back,
         );
     };
 }

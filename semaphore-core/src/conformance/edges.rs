@@ -1,0 +1,138 @@
+//! Cases at the edges a hostile but fair user finds: limits raised to the
+//! maximum, calls from outside a runtime, a runtime dropped mid-call, and a
+//! head dropped while its refused attempt is still in the store (R5, R7,
+//! R12, R13).
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use super::gate::{GatedStore, Stop};
+use super::{Fixture, SEC, until_in_use, until_waiting};
+use crate::{Error, Limits, Pool, PoolId, max_time};
+
+const TTL: Duration = Duration::from_secs(60);
+const LONG: Duration = Duration::from_secs(3600);
+
+/// Polls `future` once, with no runtime and no waker.
+fn poll_once<F: Future>(future: F) -> Poll<F::Output> {
+    pin!(future).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// R5, R7: with `max_ttl` and `max_wait` raised to `Duration::MAX`, a ttl
+/// of `Duration::MAX` expires at [`max_time`] (it never wraps into the
+/// past, so a second borrow on one slot is refused), a renew saturates the
+/// same way, and a borrow waiting `Duration::MAX` waits and is served.
+pub async fn limits_raised_to_the_maximum_saturate_and_never_wrap(f: Fixture) {
+    let limits = Limits::default()
+        .with_max_ttl(Duration::MAX)
+        .with_max_wait(Duration::MAX);
+    let pool = f.pool("p").with_limits(limits);
+    pool.register(1).await.unwrap();
+    let mut held = pool.borrow(Duration::MAX, Duration::ZERO).await.unwrap();
+    assert_eq!(held.expires_at, max_time());
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+    match pool.borrow(Duration::MAX, Duration::ZERO).await {
+        Err(Error::Exhausted { .. }) => {}
+        other => panic!("a second lease on one slot: {other:?}"),
+    }
+    held.renew(Duration::MAX).await.unwrap();
+    assert_eq!(held.expires_at, max_time());
+
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.borrow(SEC, Duration::MAX).await.map(|g| g.forget()) })
+    };
+    until_waiting(&pool, 1).await;
+    assert!(held.release().await.unwrap());
+    assert_eq!(waiter.await.unwrap().unwrap().position, 0);
+}
+
+/// R5, R13: outside any runtime, a borrow that must wait fails with
+/// [`Error::NoRuntime`] instead of panicking, a borrow that need not wait
+/// is granted, and a guard dropped there returns its lease promptly.
+pub async fn calls_outside_a_runtime_fail_clearly_or_work(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(1).await.unwrap();
+    let plain = pool.clone();
+    let (refused, position) = std::thread::spawn(move || {
+        let Poll::Ready(Ok(guard)) = poll_once(plain.try_borrow(TTL)) else {
+            panic!("a free slot was not granted outside a runtime");
+        };
+        let refused = poll_once(plain.borrow(TTL, LONG)).map(|r| r.map(|g| g.forget()));
+        let position = guard.position;
+        drop(guard);
+        (refused, position)
+    })
+    .join()
+    .expect("a call outside a runtime panicked");
+    assert_eq!(position, 0);
+    match refused {
+        Poll::Ready(Err(Error::NoRuntime { operation: "borrow" })) => {}
+        other => panic!("expected NoRuntime for a wait outside a runtime, got {other:?}"),
+    }
+    assert_eq!(pool.waiting(), 0, "the refused borrow left a waiter behind");
+    until_in_use(&pool, 0).await;
+}
+
+/// R12: a borrow whose store call has granted, on a runtime that is dropped
+/// before the reply arrives, gives its lease back at once; the return does
+/// not depend on the dying runtime.
+pub async fn r12_grant_in_flight_when_its_runtime_is_dropped_is_returned(f: Fixture) {
+    let gated = Arc::new(GatedStore::new(f.store.clone()));
+    let pool = Pool::new(gated.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    gated.arm(Stop::AfterGrant);
+    let (borrower, gate) = (pool.clone(), gated.clone());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            drop(tokio::spawn(async move {
+                borrower.borrow(TTL, Duration::ZERO).await.map(|g| g.forget())
+            }));
+            gate.caught().await;
+        });
+        // Drops the borrow in the middle of its store call.
+        drop(runtime);
+    })
+    .join()
+    .unwrap();
+    gated.release();
+    until_in_use(&pool, 0).await;
+    assert_eq!(pool.try_borrow(TTL).await.unwrap().token, 2);
+}
+
+/// R11, R12: a queued head dropped while its refused attempt is still in
+/// the store holds no one back: the store forgets its place only after that
+/// attempt, which may (re)write it, has finished.
+pub async fn r12_head_dropped_while_refused_in_the_store_holds_no_one_back(f: Fixture) {
+    let gated = Arc::new(GatedStore::new(f.store.clone()));
+    let pool = Pool::new(gated.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    let held = pool.try_borrow(TTL).await.unwrap().forget();
+    let head = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.borrow(TTL, LONG).await.map(|g| g.forget()) })
+    };
+    until_waiting(&pool, 1).await;
+    gated.until_quiet().await;
+    gated.arm(Stop::BeforeCall);
+    pool.register(1).await.unwrap(); // the head asks again, into the gate
+    gated.caught().await;
+    head.abort();
+    assert!(head.await.unwrap_err().is_cancelled());
+    gated.release(); // the refused attempt lands after the drop
+    gated.until_quiet().await;
+
+    assert!(pool.return_lease(held.id).await.unwrap());
+    let newcomer = pool.try_borrow(TTL).await;
+    assert!(
+        newcomer.is_ok(),
+        "a dropped head's place still stood ahead: {newcomer:?}"
+    );
+}
