@@ -17,10 +17,10 @@ use crate::{Error, PoolId, Result, Store, WaiterId};
 /// earliest lease it was told of expires, or when the borrower ahead leaves.
 /// Fails with `exhausted()` once `wait` has passed (the deadline saturates,
 /// so no `wait` overflows), and with [`Error::NoRuntime`] if it must wait
-/// outside a tokio runtime. Dropping the future leaves every queue and
-/// returns a grant that lands after the drop (R12); the store is told to
-/// forget a queued place only after the attempt in flight has finished, so
-/// that the place it may still write is forgotten too.
+/// outside a tokio runtime. Dropping the future leaves every queue at once
+/// and returns a grant that lands after the drop (R12); an attempt still in
+/// the store then leaves once more when it finishes, since it may have
+/// written the place just forgotten.
 pub(crate) async fn acquire<A: Answer>(
     store: &Arc<dyn Store>,
     pools: &[PoolId],
@@ -65,7 +65,7 @@ pub(crate) async fn acquire<A: Answer>(
             continue;
         }
         match attempt(truncate_ms(clock.now()), Some(place.waiter))
-            .ordered_before(&place)
+            .made_from(&place)
             .await?
             .step()
         {

@@ -12,8 +12,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
-use tokio::sync::{Mutex, OwnedMutexGuard};
-
 use crate::clock::truncate_ms;
 use crate::detach::{BoxFuture, run_detached};
 use crate::{
@@ -84,9 +82,10 @@ pub(crate) struct InFlight<A: Answer> {
     made: Made,
     ready: Option<Result<A>>,
     call: Option<BoxFuture<Result<A>>>,
-    /// Held until the call has finished, detached or not, so that a
-    /// [`QueuePlace`] left meanwhile is forgotten only after it.
-    order: Option<OwnedMutexGuard<()>>,
+    /// The queued place the attempt asks with, to forget once more after a
+    /// detached call finishes (the call may have written it after the
+    /// [`QueuePlace`] was left).
+    place: Option<(Vec<PoolId>, WaiterId)>,
 }
 
 /// The lease ids an attempt asked for.
@@ -113,7 +112,7 @@ impl InFlight<TryBorrow> {
                 made,
                 ready: Some(answer),
                 call: None,
-                order: None,
+                place: None,
             };
         }
         let owned = store.clone();
@@ -122,7 +121,7 @@ impl InFlight<TryBorrow> {
             made,
             ready: None,
             call: Some(Box::pin(async move { owned.try_borrow(&request).await })),
-            order: None,
+            place: None,
         }
     }
 }
@@ -137,20 +136,20 @@ impl InFlight<TryBorrowAll> {
             call: Some(Box::pin(
                 async move { owned.try_borrow_all(&requests).await },
             )),
-            order: None,
+            place: None,
         }
     }
 }
 
 impl<A: Answer> InFlight<A> {
-    /// Makes `place`'s leaving wait for this attempt to finish, even if the
-    /// attempt is dropped and finished detached: an attempt that joins or
-    /// refreshes the store's queue must not land after the leave (R12).
-    pub(crate) fn ordered_before(mut self, place: &QueuePlace<'_>) -> Self {
+    /// Marks the attempt as made from `place`. If it is dropped in flight,
+    /// `place` is left at once (by the [`QueuePlace`]) and, once the call
+    /// finishes detached, left again: a refused attempt joins or refreshes
+    /// the store's queue, and must not leave a place behind by landing after
+    /// the first leave (R12).
+    pub(crate) fn made_from(mut self, place: &QueuePlace<'_>) -> Self {
         if self.call.is_some() {
-            // Attempts of one borrow are made one at a time, so the lock is
-            // free; a place whose leave is already running is never asked.
-            self.order = place.order.clone().try_lock_owned().ok();
+            self.place = Some((place.pools.to_vec(), place.waiter));
         }
         self
     }
@@ -168,7 +167,6 @@ impl<A: Answer> Future for InFlight<A> {
         };
         let out = std::task::ready!(call.as_mut().poll(cx));
         self.call = None;
-        self.order = None;
         Poll::Ready(out)
     }
 }
@@ -186,15 +184,21 @@ impl<A: Answer> Drop for InFlight<A> {
         };
         let store = self.store.clone();
         let made = std::mem::replace(&mut self.made, Made::Many(Vec::new()));
-        let order = self.order.take();
+        let place = self.place.take();
         run_detached(Box::pin(async move {
-            let _order = order;
-            let Ok(answer) = call.await else { return };
-            for lease in answer.leases().iter().filter(|l| made.contains(l.id)) {
-                let now = truncate_ms(store.clock().now());
-                // Nobody is left to hear about a failure; the lease then
-                // frees itself at its ttl.
-                let _ = store.return_lease(lease.pool, lease.id, now).await;
+            let answer = call.await;
+            if let Ok(answer) = &answer {
+                for lease in answer.leases().iter().filter(|l| made.contains(l.id)) {
+                    let now = truncate_ms(store.clock().now());
+                    // Nobody is left to hear about a failure; the lease then
+                    // frees itself at its ttl.
+                    let _ = store.return_lease(lease.pool, lease.id, now).await;
+                }
+            }
+            if let Some((pools, waiter)) = place {
+                for pool in pools {
+                    let _ = store.leave_queue(pool, waiter).await;
+                }
             }
         }));
     }
@@ -209,8 +213,6 @@ pub(crate) struct QueuePlace<'a> {
     pools: &'a [PoolId],
     pub(crate) waiter: WaiterId,
     armed: bool,
-    /// Locked by the attempt in flight ([`InFlight::ordered_before`]).
-    order: Arc<Mutex<()>>,
 }
 
 impl<'a> QueuePlace<'a> {
@@ -220,7 +222,6 @@ impl<'a> QueuePlace<'a> {
             pools,
             waiter: WaiterId::new(),
             armed: true,
-            order: Arc::new(Mutex::new(())),
         }
     }
 
@@ -234,11 +235,7 @@ impl Drop for QueuePlace<'_> {
     fn drop(&mut self) {
         if self.armed {
             let (store, pools, waiter) = (self.store.clone(), self.pools.to_vec(), self.waiter);
-            let order = self.order.clone();
             run_detached(Box::pin(async move {
-                // After the attempt in flight, which may still write the
-                // place this forgets.
-                let _turn = order.lock_owned().await;
                 for pool in pools {
                     let _ = store.leave_queue(pool, waiter).await;
                 }

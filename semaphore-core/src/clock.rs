@@ -19,8 +19,10 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 ///
 /// Expiries are wall-clock times because a SQLite file is shared by processes
 /// that share no monotonic clock. The core reads `now` from the store's clock
-/// and hands every time to the store as data; a store never reads time on its
-/// own (and never calls SQL's `now()`).
+/// to time its waits and hands it to the store; which clock *decides* expiry
+/// is the store's (SPEC "Time", and the [`Store`](crate::Store) contract):
+/// for a store shared by processes or machines, the one clock they share,
+/// read inside the deciding step.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current wall-clock time.
     fn now(&self) -> SystemTime;
@@ -148,7 +150,8 @@ pub fn max_time() -> SystemTime {
 /// assert_eq!(saturating_add(SystemTime::now(), Duration::MAX), max_time());
 /// ```
 pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
-    t.checked_add(d).map_or_else(max_time, |sum| sum.min(max_time()))
+    t.checked_add(d)
+        .map_or_else(max_time, |sum| sum.min(max_time()))
 }
 
 /// `t` truncated to whole milliseconds since the Unix epoch, the resolution

@@ -18,11 +18,14 @@ use crate::{Lease, Pool, Result};
 /// It derefs to the [`Lease`]: `guard.position`, `guard.token`,
 /// `guard.expires_at`.
 ///
-/// Dropping the guard returns the lease at once: in place for stores that do
-/// no I/O, on a task spawned on the current tokio runtime otherwise. Dropped
-/// outside any tokio runtime, the lease is not returned and frees itself at
-/// its ttl. [`release`](LeaseGuard::release) returns it and reports the
-/// result; [`forget`](LeaseGuard::forget) keeps it until its ttl.
+/// Dropping the guard returns the lease at once, from any thread (R13): in
+/// place for stores that do no I/O, on a task spawned on the current tokio
+/// runtime otherwise, and on the library's rescue thread (one per process,
+/// started when first needed) when dropped outside any runtime or while its
+/// runtime shuts down. Only if the process exits first is the lease left to
+/// free itself at its ttl. [`release`](LeaseGuard::release) returns it and
+/// reports the result; [`forget`](LeaseGuard::forget) keeps it until its
+/// ttl.
 #[must_use = "dropping the guard returns the lease at once"]
 pub struct LeaseGuard<P: AsRef<Pool> = Pool> {
     pool: P,

@@ -18,6 +18,14 @@ use crate::{
 /// Cheap to clone (an `Arc` and two small values). Handles on the same pool
 /// id of the same store share one wait queue, wherever they were made.
 ///
+/// # Runtime
+/// Waiting needs a tokio runtime with its timer enabled: a borrow that
+/// must wait, called outside one, fails with [`Error::NoRuntime`] and holds
+/// nothing. Every other call needs what its store needs and no more: the
+/// memory and SQLite stores answer on any executor, or none (SQLite then
+/// runs its statement in place on the calling thread); a networked store
+/// needs the runtime its driver runs on.
+///
 /// ```
 /// use std::{sync::Arc, time::Duration};
 /// use semaphore_memory::{MemoryStore, Pool, PoolId};
@@ -150,6 +158,8 @@ impl Pool {
     /// `ttl` must be above zero; it is clamped to [`Limits::max_ttl`] and
     /// rounded up to whole milliseconds. `wait` is clamped to
     /// [`Limits::max_wait`]; zero means fail at once if no slot is free.
+    /// Expiries and deadlines saturate at [`max_time`](crate::max_time),
+    /// so no limit, however high, makes one overflow or wrap.
     /// The grant is immediate if a slot is free and no earlier borrower in
     /// this process is still waiting. Otherwise the borrower queues, first
     /// come first served (R11), and is woken the instant a lease is returned,
@@ -160,6 +170,8 @@ impl Pool {
     /// - [`Error::PoolNotFound`] at once for an unknown pool, whatever
     ///   `wait` is, and at once for waiters when the pool is deleted (R4).
     /// - [`Error::Exhausted`] if no slot freed up within `wait`.
+    /// - [`Error::NoRuntime`] if it must wait outside a tokio runtime (see
+    ///   [Runtime](Pool#runtime)).
     /// - [`Error::Storage`] if the store failed.
     ///
     /// # Cancel safety
@@ -354,12 +366,8 @@ impl Pool {
             wait,
             exhausted,
             |now, waiter| {
-                let mut request = BorrowRequest::new(
-                    self.id,
-                    LeaseId::new(),
-                    now,
-                    saturating_add(now, ttl),
-                );
+                let mut request =
+                    BorrowRequest::new(self.id, LeaseId::new(), now, saturating_add(now, ttl));
                 request.waiter = waiter;
                 request.key.clone_from(&labels.key);
                 request.owner.clone_from(&labels.owner);

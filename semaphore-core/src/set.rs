@@ -131,6 +131,8 @@ impl PoolSet {
     /// - [`Error::PoolNotFound`] naming the first unknown pool, at once.
     /// - [`Error::Exhausted`] naming the first pool if the slots were not all
     ///   free together within `wait`.
+    /// - [`Error::NoRuntime`] if it must wait outside a tokio runtime (see
+    ///   [`Pool`'s runtime notes](crate::Pool#runtime)).
     /// - [`Error::Storage`] if the store failed; nothing is held.
     ///
     /// # Cancel safety
@@ -172,7 +174,8 @@ impl PoolSet {
                 .ids
                 .iter()
                 .map(|id| {
-                    let mut request = BorrowRequest::new(*id, LeaseId::new(), now, saturating_add(now, ttl));
+                    let mut request =
+                        BorrowRequest::new(*id, LeaseId::new(), now, saturating_add(now, ttl));
                     request.waiter = waiter;
                     request.key.clone_from(&labels.key);
                     request.owner.clone_from(&labels.owner);

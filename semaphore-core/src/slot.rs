@@ -453,7 +453,11 @@ mod tests {
         assert_eq!(t.slots.len(), 200);
         assert!(t.slots.capacity() <= 256 && t.free.words() <= 4);
         assert!(t.release(leases[3], UNIX_EPOCH));
-        assert_eq!(position(t.grant(&req(0, 10), || 300)), 3, "a gap is reused first");
+        assert_eq!(
+            position(t.grant(&req(0, 10), || 300)),
+            3,
+            "a gap is reused first"
+        );
         for id in &leases[4..] {
             assert!(t.release(*id, UNIX_EPOCH));
         }
@@ -461,7 +465,10 @@ mod tests {
         assert!(t.free.len() <= 1);
         t.set_count(2);
         assert_eq!(t.in_use(UNIX_EPOCH), 4);
-        assert!(matches!(t.grant(&req(0, 10), || 9), TryBorrow::Exhausted { .. }));
+        assert!(matches!(
+            t.grant(&req(0, 10), || 9),
+            TryBorrow::Exhausted { .. }
+        ));
     }
 
     #[test]

@@ -1,17 +1,21 @@
 #![doc = include_str!("../README.md")]
 
 mod error;
+mod file;
 mod liveness;
 mod options;
 mod schema;
 mod sql;
 mod store;
+mod time;
 mod tx;
 mod watch;
 
-pub use options::{SqliteOptions, Synchronous};
+pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, SqliteOptions, Synchronous};
 pub use semaphore_core::*;
 pub use store::SqliteStore;
+pub use time::MAX_CLOCK_SKEW;
+pub use watch::WakeUp;
 
 /// The SQLite driver this store is built on, re-exported so that one
 /// dependency is enough and the versions always match.

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use semaphore_core::{Clock, SystemClock};
+use semaphore_core::{Clock, Error, Result};
+
+use crate::time::Time;
 
 /// `PRAGMA synchronous` for the connections the store opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,7 +44,7 @@ pub struct SqliteOptions {
     pub(crate) busy_timeout: Duration,
     pub(crate) synchronous: Synchronous,
     pub(crate) poll_interval: Duration,
-    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) time: Time,
 }
 
 impl Default for SqliteOptions {
@@ -51,10 +53,19 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             synchronous: Synchronous::Normal,
             poll_interval: Duration::from_secs(1),
-            clock: Arc::new(SystemClock),
+            time: Time::Machine { view: None },
         }
     }
 }
+
+/// The shortest [`SqliteOptions::poll_interval`]: a shorter one would have
+/// idle waiters spin a core re-reading the file.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The longest [`SqliteOptions::poll_interval`]: it is also the heartbeat of
+/// a waiting process's place in the cross-process queue, which others drop
+/// after 3 s without one.
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_millis(1500);
 
 impl SqliteOptions {
     /// How long a statement waits for another connection's lock before it
@@ -78,16 +89,53 @@ impl SqliteOptions {
     /// arrives: the fallback for file systems that report no changes, and
     /// the heartbeat that keeps a waiting process's place in the
     /// cross-process queue. Default 1 s (an idle waiter then costs about
-    /// one check a second); at most 1.5 s, longer is clamped.
+    /// one check a second). Allowed: [`MIN_POLL_INTERVAL`] (10 ms) to
+    /// [`MAX_POLL_INTERVAL`] (1.5 s); [`SqliteStore::open_with`] refuses
+    /// anything else with [`Error::InvalidArgument`] naming
+    /// `poll_interval`.
+    ///
+    /// [`SqliteStore::open_with`]: crate::SqliteStore::open_with
     pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval.min(Duration::from_millis(1500));
+        self.poll_interval = interval;
         self
     }
 
-    /// The clock times come from; [`SystemClock`] by default. Processes
-    /// sharing a file must share wall-clock time.
+    /// The clock by which this process times its waits; the system clock
+    /// by default, which is what production wants.
+    ///
+    /// Expiry is never judged by it (SPEC "Time"): every process sharing a
+    /// file decides with the one clock they all share, the machine's, read
+    /// inside each transaction, so that no process can take a live lease's
+    /// slot or write a lease already expired. A clock that disagrees with
+    /// the machine's by more than [`MAX_CLOCK_SKEW`](crate::MAX_CLOCK_SKEW)
+    /// would time its waits wrong, so every call through the store then
+    /// fails with [`Error::ClockSkew`], changing nothing. A step of the
+    /// system clock (NTP) moves every process at once and refuses no one.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.time = Time::Machine { view: Some(clock) };
         self
+    }
+
+    /// Test mode (feature `test-util`): `clock` decides expiry and times
+    /// every wait, so that tests move time without sleeping (SPEC "Time":
+    /// the store takes an explicit now in test mode). Every store handle on
+    /// the file must then share this clock: never open a production file
+    /// in test mode.
+    #[cfg(feature = "test-util")]
+    pub fn manual_clock(mut self, clock: Arc<semaphore_core::ManualClock>) -> Self {
+        self.time = Time::Manual(clock);
+        self
+    }
+
+    /// Checks the options, naming the first field out of range.
+    pub(crate) fn check(&self) -> Result<()> {
+        if !(MIN_POLL_INTERVAL..=MAX_POLL_INTERVAL).contains(&self.poll_interval) {
+            return Err(Error::InvalidArgument {
+                field: "poll_interval",
+                allowed: format!("{MIN_POLL_INTERVAL:?}..={MAX_POLL_INTERVAL:?}"),
+                got: format!("{:?}", self.poll_interval),
+            });
+        }
+        Ok(())
     }
 }

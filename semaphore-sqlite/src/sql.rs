@@ -1,17 +1,18 @@
 //! The store's primitives as SQL on one connection, each meant to run inside
 //! one transaction the caller opened (`BEGIN IMMEDIATE` for writes).
 //!
-//! Times arrive as data from the core's clock and are kept as integer unix
-//! milliseconds; no statement reads SQLite's own clock.
+//! Times are integer unix milliseconds. `now` is the deciding instant, read
+//! by the store inside the transaction (see [`time`](crate::time)); new
+//! expiries are that `now` plus the request's ttl, saturating.
 
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::liveness;
+use crate::time::{instant, plus};
 use semaphore_core::{
     BorrowRequest, Holder, Lease, LeaseId, PoolId, PoolState, TryBorrow, TryBorrowAll, WaiterId,
-    from_unix_ms, unix_ms,
 };
 
 /// How long a queued head's row stays without being refreshed before other
@@ -140,15 +141,16 @@ pub(crate) fn leave_queue(
 ///
 /// A request whose key names an active lease is answered with it, as is.
 /// Tokens are above both the stored counter and `floor` (see
-/// [`SqliteStore`](crate::SqliteStore)'s caller-owned transactions).
+/// [`SqliteStore`](crate::SqliteStore)'s caller-owned transactions). A
+/// grant expires at `now` plus the request's ttl.
 pub(crate) fn try_borrow(
     conn: &Connection,
     request: &BorrowRequest,
     floor: u64,
+    now: i64,
 ) -> rusqlite::Result<Option<TryBorrow>> {
     let pool = request.pool;
     let key = pool.as_uuid().as_bytes();
-    let now = unix_ms(request.now) as i64;
     let Some(count) = count_of(conn, &pool)? else {
         return Ok(None);
     };
@@ -192,7 +194,7 @@ pub(crate) fn try_borrow(
                 "UPDATE semaphore_store SET last_token = MAX(last_token, ?1) + 1 WHERE id = 1 RETURNING last_token",
             )?
             .query_row([i64::try_from(floor).unwrap_or(i64::MAX)], |r| r.get(0))?;
-        let expires_at = unix_ms(request.expires_at) as i64;
+        let expires_at = plus(now, request.ttl());
         conn.prepare_cached(
             "INSERT INTO semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -213,8 +215,8 @@ pub(crate) fn try_borrow(
             request.lease,
             pool,
             position,
-            token as u64,
-            from_unix_ms(expires_at as u64),
+            token.unsigned_abs(),
+            instant(expires_at),
         );
         return Ok(Some(TryBorrow::Granted { lease }));
     }
@@ -324,7 +326,7 @@ fn next_expiry(
             "SELECT MIN(expires_at) FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?2",
         )?
         .query_row(params![key, now], |r| r.get(0))?;
-    Ok(at.map(|t| from_unix_ms(t as u64)))
+    Ok(at.map(instant))
 }
 
 /// The active lease of `pool` borrowed with `borrow_key`, if any.
@@ -356,8 +358,8 @@ fn lease_from_row(r: &rusqlite::Row<'_>, pool: PoolId) -> rusqlite::Result<Lease
         LeaseId::from_uuid(uuid::Uuid::from_bytes(id)),
         pool,
         r.get(1)?,
-        token as u64,
-        from_unix_ms(expires_at as u64),
+        token.unsigned_abs(),
+        instant(expires_at),
     ))
 }
 
@@ -374,6 +376,7 @@ pub(crate) fn try_borrow_all(
     conn: &Connection,
     requests: &[BorrowRequest],
     floor: u64,
+    now: i64,
 ) -> rusqlite::Result<Result<TryBorrowAll, PoolId>> {
     // Grants are made one pool at a time and undone whole if any pool
     // refuses; `Err(Ok(..))` carries a refusal out of the savepoint.
@@ -381,7 +384,7 @@ pub(crate) fn try_borrow_all(
         let mut leases = Vec::with_capacity(requests.len());
         let mut blocked = Vec::new();
         for request in requests {
-            match try_borrow(conn, request, floor)? {
+            match try_borrow(conn, request, floor, now)? {
                 Some(TryBorrow::Granted { lease }) => leases.push(lease),
                 Some(TryBorrow::Exhausted { next_expiry }) => blocked.push((request, next_expiry)),
                 None => return Err(Refused::Missing(request.pool)),
@@ -399,7 +402,6 @@ pub(crate) fn try_borrow_all(
         Err(Refused::Sql(e)) => return Err(e),
         Err(Refused::Blocked(blocked)) => blocked,
     };
-    let now = unix_ms(requests[0].now) as i64;
     for (request, _) in &blocked {
         if let Some(w) = request.waiter.map(|w| *w.as_uuid().as_bytes()) {
             let key = request.pool.as_uuid().as_bytes();
@@ -433,15 +435,16 @@ impl From<rusqlite::Error> for Refused<'_> {
     }
 }
 
-/// Moves an active lease's expiry; `None` if the pool does not exist,
-/// `Some(None)` if the lease is not active.
+/// Moves an active lease's expiry to `now + ttl`; `None` if the pool does
+/// not exist, `Some(None)` if the lease is not active.
 pub(crate) fn renew(
     conn: &Connection,
     pool: PoolId,
     lease: LeaseId,
     now: i64,
-    expires_at: i64,
+    ttl: Duration,
 ) -> rusqlite::Result<Option<Option<Lease>>> {
+    let expires_at = plus(now, ttl);
     if count_of(conn, &pool)?.is_none() {
         return Ok(None);
     }
@@ -540,6 +543,11 @@ mod tests {
         r
     }
 
+    /// `try_borrow` deciding at the request's own instant.
+    fn borrow(conn: &Connection, r: &BorrowRequest) -> Option<TryBorrow> {
+        try_borrow(conn, r, 0, crate::time::ms(r.now)).unwrap()
+    }
+
     fn position(answer: Option<TryBorrow>) -> Option<u32> {
         match answer {
             Some(TryBorrow::Granted { lease, .. }) => Some(lease.position),
@@ -577,7 +585,7 @@ mod tests {
                         .then(|| semaphore_core::lowest_free(count, held.iter().map(|h| h.1)))
                         .flatten();
                     let r = request(1, None);
-                    let got = position(try_borrow(&conn, &r, 0).unwrap());
+                    let got = position(borrow(&conn, &r));
                     assert_eq!(got, expected, "step {step}: count {count}, held {held:?}");
                     if let Some(p) = got {
                         held.push((r.lease, p));
@@ -597,26 +605,24 @@ mod tests {
         let pool = PoolId::from_name("p");
         register(&conn, pool, 1, 0).unwrap();
         let first = request(0, None);
-        assert!(granted(try_borrow(&conn, &first, 0).unwrap()));
+        assert!(granted(borrow(&conn, &first)));
 
         let head = WaiterId::new();
         assert!(
-            !granted(try_borrow(&conn, &request(1, Some(head)), 0).unwrap()),
+            !granted(borrow(&conn, &request(1, Some(head)))),
             "pool is full"
         );
         assert!(return_lease(&conn, pool, first.lease, 2).unwrap());
 
         assert!(
-            !granted(try_borrow(&conn, &request(3, None), 0).unwrap()),
+            !granted(borrow(&conn, &request(3, None))),
             "a newcomer jumped the queue"
         );
         assert!(
-            !granted(try_borrow(&conn, &request(3, Some(WaiterId::new())), 0).unwrap()),
+            !granted(borrow(&conn, &request(3, Some(WaiterId::new())))),
             "a later head jumped the queue"
         );
-        assert!(granted(
-            try_borrow(&conn, &request(4, Some(head)), 0).unwrap()
-        ));
+        assert!(granted(borrow(&conn, &request(4, Some(head)))));
         let left: i64 = conn
             .query_row("SELECT COUNT(*) FROM semaphore_waiters", [], |r| r.get(0))
             .unwrap();
@@ -632,19 +638,17 @@ mod tests {
         let pool = PoolId::from_name("p");
         register(&conn, pool, 1, 0).unwrap();
         let first = request(0, None);
-        assert!(granted(try_borrow(&conn, &first, 0).unwrap()));
-        assert!(!granted(
-            try_borrow(&conn, &request(1, Some(WaiterId::new())), 0).unwrap()
-        ));
+        assert!(granted(borrow(&conn, &first)));
+        assert!(!granted(borrow(&conn, &request(1, Some(WaiterId::new())))));
         assert!(return_lease(&conn, pool, first.lease, 2).unwrap());
 
         let ttl = WAITER_TTL.as_millis() as u64;
         assert!(
-            !granted(try_borrow(&conn, &request(ttl, None), 0).unwrap()),
+            !granted(borrow(&conn, &request(ttl, None))),
             "the head is still alive"
         );
         assert!(
-            granted(try_borrow(&conn, &request(ttl + 1, None), 0).unwrap()),
+            granted(borrow(&conn, &request(ttl + 1, None))),
             "a dead head blocks no one"
         );
     }
@@ -654,12 +658,12 @@ mod tests {
         let conn = db();
         let pool = PoolId::from_name("p");
         register(&conn, pool, 1, 0).unwrap();
-        assert!(granted(try_borrow(&conn, &request(0, None), 0).unwrap()));
+        assert!(granted(borrow(&conn, &request(0, None))));
         let head = WaiterId::new();
-        let _ = try_borrow(&conn, &request(1, Some(head)), 0).unwrap();
+        let _ = borrow(&conn, &request(1, Some(head)));
         let before = conn.total_changes();
-        let _ = try_borrow(&conn, &request(2, Some(head)), 0).unwrap();
-        let _ = try_borrow(&conn, &request(3, None), 0).unwrap();
+        let _ = borrow(&conn, &request(2, Some(head)));
+        let _ = borrow(&conn, &request(3, None));
         assert_eq!(conn.total_changes(), before, "a re-check wrote to the file");
     }
 }

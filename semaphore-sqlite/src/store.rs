@@ -9,18 +9,26 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use semaphore_core::{
     BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Store,
-    TryBorrow, TryBorrowAll, WaiterId, async_trait, unix_ms,
+    TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
 
 use crate::error::storage;
-use crate::watch::{Watcher, watch};
+use crate::file::Files;
+use crate::time::Time;
+use crate::watch::{WakeUp, Watcher, watch};
 use crate::{SqliteOptions, schema, sql};
 
 /// A [`Store`] in one SQLite file, shared by any number of threads and
 /// processes (SPEC "SQLite store").
 ///
 /// - Every primitive is one transaction; writes are `BEGIN IMMEDIATE`
-///   (R14). Times are integer unix milliseconds from the store's clock.
+///   (R14). Times are integer unix milliseconds.
+/// - One clock decides for every process on the file (SPEC "Time"): the
+///   machine's, read inside each transaction. A clock given with
+///   [`SqliteOptions::clock`] only times this process's waits, and one that
+///   disagrees with the machine's by more than
+///   [`MAX_CLOCK_SKEW`](crate::MAX_CLOCK_SKEW) is refused with
+///   [`Error::ClockSkew`] at every call.
 /// - Tables are prefixed `semaphore_`, so the file may be the application's
 ///   own. The schema version is kept in `semaphore_store`, never in
 ///   `user_version`.
@@ -30,16 +38,19 @@ use crate::{SqliteOptions, schema, sql};
 ///   [`Error::Exhausted`].
 /// - SQLite calls never run on the async scheduler's time: on a multi-thread
 ///   runtime they run in place under `block_in_place`, on a current-thread
-///   runtime on tokio's blocking pool.
-/// - If the file is deleted or replaced while the store runs, every call
-///   fails with a non-retryable [`Error::Storage`] (open the store again),
-///   where SQLite alone would keep writing to the unlinked file that no
-///   other process sees.
+///   runtime on tokio's blocking pool, and outside any runtime in place
+///   (rusqlite is synchronous). Only a borrow that must wait needs a tokio
+///   runtime ([`Error::NoRuntime`] otherwise).
+/// - If the file or its `-wal` or `-shm` file is deleted or replaced while
+///   the store runs, every call fails with a non-retryable
+///   [`Error::Storage`] (open the store again), where SQLite alone would
+///   keep writing to unlinked files that no other process sees.
 /// - A waiter learns of another process's return, count raise or delete
 ///   from a file-change notification on the WAL, with a fallback poll
-///   ([`SqliteOptions::poll_interval`]); the heads of every process's queue
-///   are themselves queued in the file, so that no process's waiters starve
-///   (R11).
+///   ([`SqliteOptions::poll_interval`]; [`SqliteStore::wake_up`] says which
+///   is in force); the heads of every process's queue are themselves queued
+///   in the file, so that no process's waiters starve (R11).
+/// - Dropping the store closes its connection and ends its watch threads.
 ///
 /// ```no_run
 /// use std::{sync::Arc, time::Duration};
@@ -56,11 +67,12 @@ use crate::{SqliteOptions, schema, sql};
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
-    /// The file as opened; every transaction first checks that the path
-    /// still names it.
-    pub(crate) file: Arc<FileIdentity>,
+    /// The files as opened; every transaction first checks that their
+    /// paths still name them.
+    pub(crate) files: Arc<Files>,
     changes: Arc<Changes>,
-    clock: Arc<dyn Clock>,
+    /// The deciding clock, and the one that times waits.
+    pub(crate) time: Time,
     path: PathBuf,
     watch: Watcher,
     /// The highest token this handle handed out inside a caller-owned
@@ -89,13 +101,17 @@ impl SqliteStore {
     /// A fresh file gets the tables; an older version is migrated.
     ///
     /// # Errors
+    /// - [`Error::InvalidArgument`] naming `poll_interval` if it is outside
+    ///   [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL)`..=`[`MAX_POLL_INTERVAL`](crate::MAX_POLL_INTERVAL).
     /// - [`Error::SchemaMismatch`] for tables of another shape or version.
     /// - [`Error::Storage`] if the file cannot be opened or read (not a
     ///   database, missing directory), or can only be opened read-only
     ///   (`SQLITE_READONLY`, refused at once rather than at the first
-    ///   borrow): not retryable; or if another connection held a lock past
+    ///   borrow), or cannot be put in WAL mode, or the watch thread cannot
+    ///   start: not retryable; or if another connection held a lock past
     ///   the busy timeout: retryable.
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+        options.check()?;
         let path = path.as_ref().to_path_buf();
         let mut conn = Connection::open_with_flags(
             &path,
@@ -122,11 +138,6 @@ impl SqliteStore {
                 )),
             });
         }
-        let file = Arc::new(FileIdentity::of(&path).map_err(|e| Error::Storage {
-            operation: "open",
-            retryable: false,
-            source: Box::new(e),
-        })?);
         let found = schema::inspect(&conn)?;
         // Tables first, WAL after: a refused migration rolls back and
         // leaves the file as it was, journal mode included.
@@ -135,14 +146,34 @@ impl SqliteStore {
             .map_err(storage("open"))?;
         conn.pragma_update(None, "synchronous", options.synchronous.pragma())
             .map_err(storage("open"))?;
+        // A read makes sure the -wal and -shm files exist before they are
+        // identified.
+        conn.query_row("SELECT COUNT(*) FROM semaphore_store", [], |_| Ok(()))
+            .map_err(storage("open"))?;
+        let files = Files::of(&path).map_err(|e| Error::Storage {
+            operation: "open",
+            retryable: false,
+            source: Box::new(std::io::Error::new(
+                e.kind(),
+                format!(
+                    "{} and its -wal and -shm files in WAL mode: {e}",
+                    path.display()
+                ),
+            )),
+        })?;
 
         let changes = Arc::new(Changes::new());
-        let watcher = watch(&path, changes.clone(), options.poll_interval);
+        let watcher =
+            watch(&path, changes.clone(), options.poll_interval).map_err(|e| Error::Storage {
+                operation: "open",
+                retryable: false,
+                source: Box::new(e),
+            })?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
-            file,
+            files: Arc::new(files),
             changes,
-            clock: options.clock,
+            time: options.time,
             path,
             watch: watcher,
             token_floor: AtomicU64::new(0),
@@ -152,6 +183,14 @@ impl SqliteStore {
     /// The database file's path, as given to `open`.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How waiters in this process learn of other processes' commits: a
+    /// file watch backed by the poll, or the poll alone if the platform
+    /// could not watch the file (a warning is then logged through
+    /// `tracing`).
+    pub fn wake_up(&self) -> WakeUp {
+        self.watch.wake_up()
     }
 
     /// The number of queued heads of `pool`: store handles (normally one
@@ -165,10 +204,11 @@ impl SqliteStore {
     /// # Errors
     /// [`Error::Storage`] if the file cannot be read.
     pub async fn queue_heads(&self, pool: PoolId) -> Result<u32> {
-        let now = ms(self.clock.now());
-        self.run("queue_heads", TransactionBehavior::Deferred, move |c| {
-            sql::queue_heads(c, pool, now)
-        })
+        self.run(
+            "queue_heads",
+            TransactionBehavior::Deferred,
+            move |c, now| sql::queue_heads(c, pool, now),
+        )
         .await
     }
 
@@ -176,19 +216,21 @@ impl SqliteStore {
         self.token_floor.load(Ordering::Acquire)
     }
 
-    /// Runs `f` in one transaction, off the async scheduler: on a
+    /// Runs `f` in one transaction, handing it the deciding instant read
+    /// inside the transaction (unix ms). Off the async scheduler: on a
     /// multi-thread runtime in place with `block_in_place` (tokio moves the
     /// worker's other tasks to another thread, and the caller waits for no
-    /// thread to wake), on a current-thread runtime on the blocking pool.
+    /// thread to wake), on a current-thread runtime on the blocking pool,
+    /// and outside any runtime in place.
     async fn run<T: Send + 'static>(
         &self,
         operation: &'static str,
         behavior: TransactionBehavior,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
-        let (conn, file) = (self.conn.clone(), self.file.clone());
+        let (conn, files, time) = (self.conn.clone(), self.files.clone(), self.time.clone());
         let work = move || {
-            file.check().map_err(|e| Error::Storage {
+            files.check().map_err(|e| Error::Storage {
                 operation,
                 retryable: false,
                 source: Box::new(e),
@@ -197,36 +239,31 @@ impl SqliteStore {
             let tx = conn
                 .transaction_with_behavior(behavior)
                 .map_err(storage(operation))?;
-            let out = f(&tx).map_err(storage(operation))?;
+            let now = time.now()?;
+            let out = f(&tx, now).map_err(storage(operation))?;
             tx.commit().map_err(storage(operation))?;
             Ok(out)
         };
-        let in_place = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if in_place {
-            tokio::task::block_in_place(work)
-        } else {
-            tokio::task::spawn_blocking(work)
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+            Ok(_) => tokio::task::spawn_blocking(work)
                 .await
                 .map_err(|join| Error::Storage {
                     operation,
                     retryable: false,
                     source: Box::new(join),
-                })?
+                })?,
+            Err(_) => work(),
         }
     }
 
     async fn write<T: Send + 'static>(
         &self,
         operation: &'static str,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
         self.run(operation, TransactionBehavior::Immediate, f).await
     }
-}
-
-fn ms(t: SystemTime) -> i64 {
-    unix_ms(t) as i64
 }
 
 /// SQLite's default busy handler sleeps in steps of up to 100 ms, which
@@ -255,25 +292,23 @@ fn busy_handler(timeout: Duration) -> impl FnMut(i32) -> bool + Send + 'static {
 #[async_trait]
 impl Store for SqliteStore {
     fn clock(&self) -> &dyn Clock {
-        &*self.clock
+        self.time.clock()
     }
 
     fn changes(&self) -> &Changes {
         &self.changes
     }
 
-    async fn register(&self, pool: PoolId, count: u32, now: SystemTime) -> Result<PoolState> {
-        let now = ms(now);
+    async fn register(&self, pool: PoolId, count: u32, _now: SystemTime) -> Result<PoolState> {
         let state = self
-            .write("register", move |c| sql::register(c, pool, count, now))
+            .write("register", move |c, now| sql::register(c, pool, count, now))
             .await?;
         self.changes.notify(pool);
         Ok(state)
     }
 
-    async fn inspect(&self, pool: PoolId, now: SystemTime) -> Result<PoolState> {
-        let now = ms(now);
-        self.run("inspect", TransactionBehavior::Deferred, move |c| {
+    async fn inspect(&self, pool: PoolId, _now: SystemTime) -> Result<PoolState> {
+        self.run("inspect", TransactionBehavior::Deferred, move |c, now| {
             sql::inspect(c, pool, now)
         })
         .await?
@@ -281,7 +316,9 @@ impl Store for SqliteStore {
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
-        let existed = self.write("delete", move |c| sql::delete(c, pool)).await?;
+        let existed = self
+            .write("delete", move |c, _| sql::delete(c, pool))
+            .await?;
         self.changes.notify(pool);
         Ok(existed)
     }
@@ -293,9 +330,11 @@ impl Store for SqliteStore {
         }
         let (request, floor) = (request.clone(), self.floor());
         let pool = request.pool;
-        self.write("borrow", move |c| sql::try_borrow(c, &request, floor))
-            .await?
-            .ok_or(Error::PoolNotFound { pool })
+        self.write("borrow", move |c, now| {
+            sql::try_borrow(c, &request, floor, now)
+        })
+        .await?
+        .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
@@ -303,9 +342,11 @@ impl Store for SqliteStore {
             self.watch.arm();
         }
         let (requests, floor) = (requests.to_vec(), self.floor());
-        self.write("borrow", move |c| sql::try_borrow_all(c, &requests, floor))
-            .await?
-            .map_err(|pool| Error::PoolNotFound { pool })
+        self.write("borrow", move |c, now| {
+            sql::try_borrow_all(c, &requests, floor, now)
+        })
+        .await?
+        .map_err(|pool| Error::PoolNotFound { pool })
     }
 
     async fn renew(
@@ -315,11 +356,9 @@ impl Store for SqliteStore {
         now: SystemTime,
         expires_at: SystemTime,
     ) -> Result<Option<Lease>> {
-        let (now, expires_at) = (ms(now), ms(expires_at));
+        let ttl = expires_at.duration_since(now).unwrap_or(Duration::ZERO);
         let renewed = self
-            .write("renew", move |c| {
-                sql::renew(c, pool, lease, now, expires_at)
-            })
+            .write("renew", move |c, now| sql::renew(c, pool, lease, now, ttl))
             .await?
             .ok_or(Error::PoolNotFound { pool })?;
         if renewed.is_some() {
@@ -328,9 +367,8 @@ impl Store for SqliteStore {
         Ok(renewed)
     }
 
-    async fn holders(&self, pool: PoolId, now: SystemTime) -> Result<Vec<Holder>> {
-        let now = ms(now);
-        self.run("holders", TransactionBehavior::Deferred, move |c| {
+    async fn holders(&self, pool: PoolId, _now: SystemTime) -> Result<Vec<Holder>> {
+        self.run("holders", TransactionBehavior::Deferred, move |c, now| {
             sql::holders(c, pool, now)
         })
         .await?
@@ -341,11 +379,10 @@ impl Store for SqliteStore {
         &self,
         pool: PoolId,
         position: u32,
-        now: SystemTime,
+        _now: SystemTime,
     ) -> Result<Option<Holder>> {
-        let now = ms(now);
         let ended = self
-            .write("force_return", move |c| {
+            .write("force_return", move |c, now| {
                 sql::force_return(c, pool, position, now)
             })
             .await?
@@ -356,10 +393,11 @@ impl Store for SqliteStore {
         Ok(ended)
     }
 
-    async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool> {
-        let now = ms(now);
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId, _now: SystemTime) -> Result<bool> {
         let returned = self
-            .write("return", move |c| sql::return_lease(c, pool, lease, now))
+            .write("return", move |c, now| {
+                sql::return_lease(c, pool, lease, now)
+            })
             .await?;
         if returned {
             self.changes.notify(pool);
@@ -369,7 +407,7 @@ impl Store for SqliteStore {
 
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         let left = self
-            .write("leave_queue", move |c| sql::leave_queue(c, pool, waiter))
+            .write("leave_queue", move |c, _| sql::leave_queue(c, pool, waiter))
             .await?;
         if left {
             // A borrower refused because this head stood ahead of it may
@@ -377,59 +415,5 @@ impl Store for SqliteStore {
             self.changes.notify(pool);
         }
         Ok(())
-    }
-}
-
-/// Which file a path named when the store opened it: device and inode on
-/// Unix. SQLite keeps writing to a database file that was deleted or
-/// replaced under it, where no other process will ever look; the store
-/// refuses instead.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct FileIdentity {
-    path: PathBuf,
-    id: (u64, u64),
-}
-
-impl FileIdentity {
-    fn of(path: &Path) -> std::io::Result<Self> {
-        Ok(Self {
-            path: path.to_path_buf(),
-            id: Self::id(path)?,
-        })
-    }
-
-    #[cfg(unix)]
-    fn id(path: &Path) -> std::io::Result<(u64, u64)> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(path)?;
-        Ok((meta.dev(), meta.ino()))
-    }
-
-    #[cfg(not(unix))]
-    fn id(path: &Path) -> std::io::Result<(u64, u64)> {
-        std::fs::metadata(path).map(|_| (0, 0))
-    }
-
-    /// Whether `path` names the file opened (a caller's connection, say).
-    pub(crate) fn names(&self, path: &Path) -> bool {
-        Self::id(path).is_ok_and(|id| id == self.id)
-    }
-
-    /// `Ok` if the path still names the file opened.
-    fn check(&self) -> std::io::Result<()> {
-        match Self::id(&self.path) {
-            Ok(id) if id == self.id => Ok(()),
-            Ok(_) => Err(std::io::Error::other(format!(
-                "{} was replaced by another file since the store opened it; open the store again",
-                self.path.display()
-            ))),
-            Err(e) => Err(std::io::Error::new(
-                e.kind(),
-                format!(
-                    "{} is gone since the store opened it ({e}); open the store again",
-                    self.path.display()
-                ),
-            )),
-        }
     }
 }

@@ -3,15 +3,16 @@
 //! together).
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use rusqlite::Connection;
 use semaphore_core::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseId, Pool, Result, Store, TryBorrow,
-    from_unix_ms, unix_ms,
+    saturating_add,
 };
 
 use crate::error::storage;
+use crate::time::instant;
 use crate::{SqliteStore, sql};
 
 /// # Caller-owned transactions
@@ -87,8 +88,10 @@ impl SqliteStore {
         self.check_tx(tx, pool)?;
         let ttl = pool.limits().clamp_ttl(ttl)?;
         options.validate(pool.limits())?;
-        let now = self.now_ms();
-        let mut request = BorrowRequest::new(pool.id(), LeaseId::new(), now, now + ttl);
+        let now = self.time.now()?;
+        let at = instant(now);
+        let mut request =
+            BorrowRequest::new(pool.id(), LeaseId::new(), at, saturating_add(at, ttl));
         request.key = options.key.as_deref().map(Into::into);
         request.owner = options.owner.as_deref().map(Into::into);
         let exhausted = Error::Exhausted {
@@ -99,11 +102,11 @@ impl SqliteStore {
         // lease already held is answered then.
         let queued = pool.waiting() > 0;
         let answer = if queued {
-            sql::keyed(tx, pool.id(), request.key.as_deref(), unix_ms(now) as i64)
+            sql::keyed(tx, pool.id(), request.key.as_deref(), now)
                 .map_err(storage("borrow"))?
                 .map(|lease| TryBorrow::Granted { lease })
         } else {
-            sql::in_savepoint(tx, |c| sql::try_borrow(c, &request, self.floor()))
+            sql::in_savepoint(tx, |c| sql::try_borrow(c, &request, self.floor(), now))
                 .map_err(storage("borrow"))?
         };
         match answer {
@@ -128,7 +131,7 @@ impl SqliteStore {
     /// failed, and `tx` is as it was.
     pub fn return_in(&self, tx: &Connection, pool: &Pool, lease: LeaseId) -> Result<bool> {
         self.check_tx(tx, pool)?;
-        let now = unix_ms(self.now_ms()) as i64;
+        let now = self.time.now()?;
         sql::return_lease(tx, pool.id(), lease, now).map_err(storage("return"))
     }
 
@@ -154,16 +157,11 @@ impl SqliteStore {
                 lease: lease.id,
             });
         }
-        let now = self.now_ms();
-        let (at, until) = (unix_ms(now) as i64, unix_ms(now + ttl) as i64);
-        sql::renew(tx, pool.id(), lease.id, at, until)
+        let now = self.time.now()?;
+        sql::renew(tx, pool.id(), lease.id, now, ttl)
             .map_err(storage("renew"))?
             .ok_or(Error::PoolNotFound { pool: pool.id() })?
-            .ok_or_else(|| Error::not_renewed(lease, now))
-    }
-
-    fn now_ms(&self) -> SystemTime {
-        from_unix_ms(unix_ms(Store::clock(self).now()))
+            .ok_or_else(|| Error::not_renewed(lease, instant(now)))
     }
 
     /// `tx` is inside a transaction on this store's file, and `pool` is a
@@ -177,7 +175,7 @@ impl SqliteStore {
                 got: "a connection outside any transaction".into(),
             });
         }
-        if !tx.path().is_some_and(|p| self.file.names(p.as_ref())) {
+        if !tx.path().is_some_and(|p| self.files.db.names(p.as_ref())) {
             return Err(Error::InvalidArgument {
                 field: "tx",
                 allowed: allowed.into(),

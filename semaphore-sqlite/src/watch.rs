@@ -13,11 +13,16 @@
 //! readers, so waiters are told at each notification and once more when the
 //! file has been quiet for a moment. Every telling makes the head of each
 //! queue re-check the store; nothing here trusts one look.
+//!
+//! Dropping the [`Watcher`] ends its thread and the notifier's, and closes
+//! the notifier's descriptors. If the platform cannot watch (the inotify
+//! limits of the user are reached, say), the store falls back to the poll,
+//! logs a `tracing` warning and says so in [`WakeUp`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher as _};
@@ -28,20 +33,54 @@ use semaphore_core::Changes;
 /// telling.
 const SETTLE: Duration = Duration::from_micros(500);
 
+/// How a waiter in this process learns of another process's commit, as
+/// reported by [`SqliteStore::wake_up`](crate::SqliteStore::wake_up).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WakeUp {
+    /// A file-change notification on the WAL (inotify on Linux), within
+    /// milliseconds, backed by the poll.
+    FileWatch {
+        /// The fallback poll's interval.
+        poll: Duration,
+    },
+    /// The fallback poll alone: a waiter learns of another process's
+    /// commit within `poll`. Returns and count raises made through this
+    /// store handle still wake its waiters at once.
+    Poll {
+        /// The poll's interval.
+        poll: Duration,
+        /// Why the file could not be watched, as the platform said it
+        /// (for inotify, raise `fs.inotify.max_user_instances` or
+        /// `max_user_watches`).
+        reason: String,
+    },
+}
+
 /// Watches a database file while armed; stops for good when dropped.
 pub(crate) struct Watcher {
     state: Arc<State>,
-    _stop: mpsc::Sender<()>,
+    tx: mpsc::Sender<Msg>,
+    thread: Option<JoinHandle<()>>,
+}
+
+enum Msg {
+    Changed,
+    Stop,
 }
 
 struct State {
     dir: PathBuf,
+    poll: Duration,
     watcher: Mutex<Option<RecommendedWatcher>>,
-    armed: AtomicBool,
+    /// Why the file is not watched, once it failed.
+    failed: Mutex<Option<String>>,
+    armed: std::sync::atomic::AtomicBool,
 }
 
 impl State {
     fn set_armed(&self, armed: bool) {
+        use std::sync::atomic::Ordering;
         let mut watcher = self.watcher.lock();
         if self.armed.load(Ordering::Acquire) == armed {
             return;
@@ -52,10 +91,21 @@ impl State {
             } else {
                 w.unwatch(&self.dir)
             };
-            // A platform that cannot watch leaves only the fallback poll.
-            drop(done);
+            if let (true, Err(e)) = (armed, done) {
+                self.fail(format!("watching {}: {e}", self.dir.display()));
+                *watcher = None;
+            }
         }
         self.armed.store(armed, Ordering::Release);
+    }
+
+    fn fail(&self, reason: String) {
+        tracing::warn!(
+            %reason,
+            poll = ?self.poll,
+            "semaphore-sqlite: cannot watch the database file; waiters learn of other processes' returns by polling only"
+        );
+        *self.failed.lock() = Some(reason);
     }
 }
 
@@ -63,7 +113,7 @@ impl std::fmt::Debug for Watcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watcher")
             .field("dir", &self.state.dir)
-            .field("armed", &self.state.armed.load(Ordering::Relaxed))
+            .field("wake_up", &self.wake_up())
             .finish()
     }
 }
@@ -71,8 +121,29 @@ impl std::fmt::Debug for Watcher {
 impl Watcher {
     /// Makes sure the file is watched; cheap when it already is.
     pub(crate) fn arm(&self) {
-        if !self.state.armed.load(Ordering::Acquire) {
+        if !self.state.armed.load(std::sync::atomic::Ordering::Acquire) {
             self.state.set_armed(true);
+        }
+    }
+
+    /// The wake-up in force.
+    pub(crate) fn wake_up(&self) -> WakeUp {
+        let poll = self.state.poll;
+        match self.state.failed.lock().clone() {
+            None => WakeUp::FileWatch { poll },
+            Some(reason) => WakeUp::Poll { poll, reason },
+        }
+    }
+}
+
+impl Drop for Watcher {
+    /// Ends the notifier (its thread and descriptors) and the watch thread,
+    /// and waits for the watch thread to finish.
+    fn drop(&mut self) {
+        drop(self.state.watcher.lock().take());
+        let _ = self.tx.send(Msg::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -80,8 +151,11 @@ impl Watcher {
 /// Prepares a watch on the directory of `db` for changes to `db` and its
 /// WAL, telling `changes` of each, and telling it of nothing at least every
 /// `poll`. The watch starts disarmed.
-pub(crate) fn watch(db: &Path, changes: Arc<Changes>, poll: Duration) -> Watcher {
-    let (tx, rx) = mpsc::channel::<()>();
+///
+/// # Errors
+/// If the watch thread cannot be started.
+pub(crate) fn watch(db: &Path, changes: Arc<Changes>, poll: Duration) -> std::io::Result<Watcher> {
+    let (tx, rx) = mpsc::channel::<Msg>();
     let names: Vec<PathBuf> = ["", "-wal"]
         .iter()
         .filter_map(|suffix| {
@@ -102,33 +176,41 @@ pub(crate) fn watch(db: &Path, changes: Arc<Changes>, poll: Duration) -> Watcher
             .iter()
             .any(|p| p.file_name().is_some_and(|n| names.iter().any(|m| m == n)));
         if ours && (event.kind.is_modify() || event.kind.is_create()) {
-            let _ = events.send(());
+            let _ = events.send(Msg::Changed);
         }
-    })
-    .ok();
+    });
     let state = Arc::new(State {
         dir,
-        watcher: Mutex::new(watcher),
-        armed: AtomicBool::new(false),
+        poll,
+        watcher: Mutex::new(None),
+        failed: Mutex::new(None),
+        armed: std::sync::atomic::AtomicBool::new(false),
     });
+    match watcher {
+        Ok(watcher) => *state.watcher.lock() = Some(watcher),
+        Err(e) => state.fail(format!("starting a file watcher: {e}")),
+    }
     let thread_state = state.clone();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("semaphore-sqlite-watch".into())
-        .spawn(move || run(&rx, &changes, &thread_state, poll))
-        .expect("spawning the file watch thread");
-    Watcher { state, _stop: tx }
+        .spawn(move || run(&rx, &changes, &thread_state, poll))?;
+    Ok(Watcher {
+        state,
+        tx,
+        thread: Some(thread),
+    })
 }
 
-fn run(rx: &mpsc::Receiver<()>, changes: &Changes, state: &State, poll: Duration) {
+fn run(rx: &mpsc::Receiver<Msg>, changes: &Changes, state: &State, poll: Duration) {
     loop {
         match rx.recv_timeout(poll) {
-            Ok(()) => {
+            Ok(Msg::Changed) => {
                 changes.notify_all();
                 loop {
                     match rx.recv_timeout(SETTLE) {
-                        Ok(()) => changes.notify_all(),
+                        Ok(Msg::Changed) => changes.notify_all(),
                         Err(RecvTimeoutError::Timeout) => break,
-                        Err(RecvTimeoutError::Disconnected) => return,
+                        Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
                 changes.notify_all();
@@ -140,7 +222,7 @@ fn run(rx: &mpsc::Receiver<()>, changes: &Changes, state: &State, poll: Duration
                     state.set_armed(false);
                 }
             }
-            Err(RecvTimeoutError::Disconnected) => return,
+            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use semaphore_sqlite::{Error, Pool, PoolId, SqliteStore};
+use semaphore_sqlite::{Error, Pool, PoolId, SqliteOptions, SqliteStore};
 
 /// Sets or clears the immutable attribute; removed again on drop.
 struct Immutable<'a>(&'a Path);
@@ -137,4 +137,51 @@ async fn database_deleted_under_a_running_store_fails_instead_of_writing_to_nowh
     let err = pool.try_borrow(Duration::from_secs(1)).await.unwrap_err();
     assert!(not_retryable_storage(&err), "{err:?}");
     assert!(err.to_string().contains("borrow"), "{err}");
+}
+
+/// Issue 11, item 3: with its `-wal` and `-shm` files deleted, a store
+/// would write to unlinked files that no other process sees, and report
+/// success. It fails instead, naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wal_deleted_under_a_running_store_fails_instead_of_writing_to_nowhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let pool = Pool::new(store, PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    let mut lease = pool.try_borrow(Duration::from_secs(30)).await.unwrap();
+    assert_eq!((lease.position, lease.token), (0, 1));
+    for suffix in ["-wal", "-shm"] {
+        std::fs::remove_file(dir.path().join(format!("s.db{suffix}"))).unwrap();
+    }
+    let err = lease.renew(Duration::from_secs(30)).await.unwrap_err();
+    assert!(not_retryable_storage(&err), "{err:?}");
+    assert!(err.to_string().contains("s.db-wal"), "{err}");
+    let err = lease.release().await.unwrap_err();
+    assert!(not_retryable_storage(&err), "{err:?}");
+}
+
+/// Issue 11, item 10: a poll interval that would spin a core (zero) or
+/// outlive the queue heartbeat is refused, naming the field.
+#[test]
+fn poll_interval_out_of_range_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.db");
+    for interval in [
+        Duration::ZERO,
+        Duration::from_millis(9),
+        Duration::from_secs(2),
+    ] {
+        let options = SqliteOptions::default().poll_interval(interval);
+        match SqliteStore::open_with(&path, options) {
+            Err(Error::InvalidArgument { field, allowed, .. }) => {
+                assert_eq!(field, "poll_interval");
+                assert_eq!(allowed, "10ms..=1.5s");
+            }
+            other => panic!("{interval:?} was not refused: {other:?}"),
+        }
+    }
+    assert!(!path.exists(), "a refused open created the file");
+    let options = SqliteOptions::default().poll_interval(Duration::from_millis(10));
+    SqliteStore::open_with(&path, options).unwrap();
 }

@@ -9,7 +9,7 @@ use semaphore_sqlite::{ManualClock, SqliteOptions, SqliteStore};
 
 async fn make(clock: Arc<ManualClock>) -> Fixture {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let options = SqliteOptions::default().clock(clock.clone());
+    let options = SqliteOptions::default().manual_clock(clock.clone());
     let store = SqliteStore::open_with(dir.path().join("model.db"), options)
         .expect("opening a fresh database");
     Fixture::new(Arc::new(store), clock).keep_alive(dir)

@@ -6,6 +6,7 @@
 //! holder loop   <db> <pool> <ms> <work_us> <log>  borrow / work / return back to back for <ms>
 //! holder hold   <db> <pool> <ttl_ms>              borrow once, print HOLDING, return on a stdin line
 //! holder torture <db> <pool> <ms> <log>           random ttls, waits and work for <ms>, logging as it goes
+//! holder skewed <db> <pool> <offset_ms>           one try_borrow on a clock <offset_ms> off (may be negative)
 //! ```
 //!
 //! The pool must already be registered. Holds are logged as
@@ -17,7 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use semaphore_examples::holds::{Hold, unix_us};
-use semaphore_sqlite::{Error, Pool, PoolId, SqliteStore};
+use semaphore_sqlite::{
+    Clock, Error, Pool, PoolId, Sleep, SqliteOptions, SqliteStore, SystemClock,
+};
 
 const TTL: Duration = Duration::from_secs(10);
 const WAIT: Duration = Duration::from_secs(60);
@@ -27,6 +30,7 @@ fn usage() -> ! {
     eprintln!("       holder loop <db> <pool> <ms> <work_us> <log>");
     eprintln!("       holder hold <db> <pool> <ttl_ms>");
     eprintln!("       holder torture <db> <pool> <ms> <log>");
+    eprintln!("       holder skewed <db> <pool> <offset_ms>");
     std::process::exit(2)
 }
 
@@ -50,6 +54,14 @@ async fn main() -> Result<(), Error> {
     let (Some(mode), Some(db), Some(name)) = (args.get(1), args.get(2), args.get(3)) else {
         usage()
     };
+    if mode == "skewed" {
+        let offset: i64 = args
+            .get(4)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| usage());
+        skewed(db, name, offset).await;
+        return Ok(());
+    }
     let pool = Pool::new(Arc::new(SqliteStore::open(db)?), PoolId::from_name(name));
     match mode.as_str() {
         "cycles" => {
@@ -87,6 +99,49 @@ async fn main() -> Result<(), Error> {
         _ => usage(),
     }
     Ok(())
+}
+
+/// The system clock, `offset_ms` off: a process whose clock disagrees with
+/// the machine's.
+#[derive(Debug)]
+struct Offset(i64);
+
+impl Offset {
+    fn shift(&self, t: std::time::SystemTime, sign: i64) -> std::time::SystemTime {
+        let by = Duration::from_millis(self.0.unsigned_abs());
+        if self.0 * sign >= 0 { t + by } else { t - by }
+    }
+}
+
+impl Clock for Offset {
+    fn now(&self) -> std::time::SystemTime {
+        self.shift(std::time::SystemTime::now(), 1)
+    }
+
+    fn sleep_until(&self, deadline: std::time::SystemTime) -> Sleep {
+        SystemClock.sleep_until(self.shift(deadline, -1))
+    }
+}
+
+/// One try_borrow of 10 s through a store whose clock is `offset_ms` off;
+/// prints `GRANTED position token`, `EXHAUSTED` or `REFUSED error`.
+async fn skewed(db: &str, name: &str, offset_ms: i64) {
+    let options = SqliteOptions::default().clock(Arc::new(Offset(offset_ms)));
+    let outcome = match SqliteStore::open_with(db, options) {
+        Ok(store) => {
+            let pool = Pool::new(Arc::new(store), PoolId::from_name(name));
+            match pool.try_borrow(Duration::from_secs(10)).await {
+                Ok(lease) => {
+                    let lease = lease.forget();
+                    format!("GRANTED {} {}", lease.position, lease.token)
+                }
+                Err(Error::Exhausted { .. }) => "EXHAUSTED".to_string(),
+                Err(e) => format!("REFUSED {e}"),
+            }
+        }
+        Err(e) => format!("REFUSED {e}"),
+    };
+    println!("{outcome}");
 }
 
 /// Borrow with a random ttl (100-600 ms) and wait (0-200 ms), hold for a

@@ -50,6 +50,20 @@ pub async fn limits_raised_to_the_maximum_saturate_and_never_wrap(f: Fixture) {
     assert_eq!(waiter.await.unwrap().unwrap().position, 0);
 }
 
+/// R2, R3: a pool may be registered with the largest count a caller allows
+/// (`u32::MAX` here) and costs what its leases cost, not its count.
+pub async fn r2_the_largest_count_costs_its_leases_not_its_slots(f: Fixture) {
+    let pool = f
+        .pool("p")
+        .with_limits(Limits::default().with_max_count(u32::MAX));
+    pool.register(u32::MAX).await.unwrap();
+    let first = pool.try_borrow(TTL).await.unwrap();
+    let second = pool.try_borrow(TTL).await.unwrap();
+    assert_eq!((first.position, second.position), (0, 1));
+    let state = pool.inspect().await.unwrap();
+    assert_eq!((state.in_use, state.available), (2, u32::MAX - 2));
+}
+
 /// R5, R13: outside any runtime, a borrow that must wait fails with
 /// [`Error::NoRuntime`] instead of panicking, a borrow that need not wait
 /// is granted, and a guard dropped there returns its lease promptly.
@@ -70,7 +84,9 @@ pub async fn calls_outside_a_runtime_fail_clearly_or_work(f: Fixture) {
     .expect("a call outside a runtime panicked");
     assert_eq!(position, 0);
     match refused {
-        Poll::Ready(Err(Error::NoRuntime { operation: "borrow" })) => {}
+        Poll::Ready(Err(Error::NoRuntime {
+            operation: "borrow",
+        })) => {}
         other => panic!("expected NoRuntime for a wait outside a runtime, got {other:?}"),
     }
     assert_eq!(pool.waiting(), 0, "the refused borrow left a waiter behind");
@@ -93,7 +109,10 @@ pub async fn r12_grant_in_flight_when_its_runtime_is_dropped_is_returned(f: Fixt
             .unwrap();
         runtime.block_on(async {
             drop(tokio::spawn(async move {
-                borrower.borrow(TTL, Duration::ZERO).await.map(|g| g.forget())
+                borrower
+                    .borrow(TTL, Duration::ZERO)
+                    .await
+                    .map(|g| g.forget())
             }));
             gate.caught().await;
         });

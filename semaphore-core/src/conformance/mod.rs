@@ -166,6 +166,7 @@ macro_rules! store_conformance {
             pool_set_refuses_no_pools_and_duplicates,
             borrow_all_in_opposite_orders_never_deadlocks_or_over_issues,
             limits_raised_to_the_maximum_saturate_and_never_wrap,
+            r2_the_largest_count_costs_its_leases_not_its_slots,
             calls_outside_a_runtime_fail_clearly_or_work,
             r12_grant_in_flight_when_its_runtime_is_dropped_is_returned,
             r12_head_dropped_while_refused_in_the_store_holds_no_one_back,
