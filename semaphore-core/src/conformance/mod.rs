@@ -176,20 +176,26 @@ macro_rules! store_conformance {
 
 /// Expands the model-based property test
 /// ([`conformance::model`](crate::conformance::model)) into one `#[test]`
-/// for a store: `PROPTEST_CASES` random sequences (default 10,000), each
-/// compared step by step with the SPEC's model. Failing sequences are saved
-/// in the calling crate's `proptest-regressions/model.txt`; commit them.
+/// for a store: `PROPTEST_CASES` random sequences (default 10,000, or the
+/// count given as a second argument, for a store whose round trips make
+/// 10,000 too slow for every run), each compared step by step with the
+/// SPEC's model. Failing sequences are saved in the calling crate's
+/// `proptest-regressions/model.txt`; commit them.
 #[macro_export]
 macro_rules! store_model {
     ($make:expr) => {
+        $crate::store_model!($make, $crate::conformance::model::DEFAULT_CASES);
+    };
+    ($make:expr, $cases:expr) => {
         #[test]
         fn model_based_sequences_match_the_spec_model() {
-            $crate::conformance::model::run_model(
+            $crate::conformance::model::run_model_cases(
                 $make,
                 concat!(
                     env!("CARGO_MANIFEST_DIR"),
                     "/proptest-regressions/model.txt"
                 ),
+                $cases,
             );
         }
     };

@@ -93,6 +93,16 @@ where
     M: FnOnce(Arc<ManualClock>) -> MF,
     MF: Future<Output = Fixture>,
 {
+    run_model_cases(make, regressions, DEFAULT_CASES);
+}
+
+/// [`run_model`] with `default_cases` sequences unless `PROPTEST_CASES`
+/// says otherwise.
+pub fn run_model_cases<M, MF>(make: M, regressions: &'static str, default_cases: u32)
+where
+    M: FnOnce(Arc<ManualClock>) -> MF,
+    MF: Future<Output = Fixture>,
+{
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -101,7 +111,7 @@ where
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_CASES);
+        .unwrap_or(default_cases);
     let config = Config {
         cases,
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),

@@ -1,0 +1,178 @@
+//! Wake-up across machines (SPEC "PostgreSQL store"): `LISTEN` on one
+//! dedicated connection per store, which every function that can let a
+//! waiter in (`semaphore_wake`) notifies at commit.
+//!
+//! A notification is a hint and the table is the truth. After every
+//! (re)connect all heads re-check, since notifications sent while the
+//! listener was away are lost; a fallback poll re-checks while anyone waits;
+//! the next expiry comes from the core. The listener also refreshes the
+//! store's view of the server's clock, and records its backend's pid so that
+//! other processes can tell, from `pg_stat_activity`, that a queued head's
+//! process has died.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+use semaphore_core::{Changes, PoolId};
+use tokio::sync::oneshot;
+use tokio_postgres::tls::NoTlsStream;
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Socket};
+
+type Conn = Connection<Socket, NoTlsStream>;
+
+use crate::time::{ServerClock, Time};
+
+/// How often the view of the server's clock is refreshed.
+const CLOCK_REFRESH: Duration = Duration::from_secs(60);
+
+/// The listener task's handle: dropping it stops the task.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    _stop: oneshot::Sender<()>,
+    /// The listener backend's pid; 0 while disconnected.
+    pub(crate) backend: Arc<AtomicI32>,
+}
+
+/// What the task needs.
+pub(crate) struct Setup {
+    pub(crate) config: Config,
+    pub(crate) channel: String,
+    pub(crate) changes: Arc<Changes>,
+    pub(crate) poll: Duration,
+    pub(crate) time: Time,
+}
+
+/// Starts the listener on the current tokio runtime.
+pub(crate) fn spawn(setup: Setup) -> Listener {
+    let (stop, stopped) = oneshot::channel();
+    let backend = Arc::new(AtomicI32::new(0));
+    tokio::spawn(run(setup, backend.clone(), stopped));
+    Listener {
+        _stop: stop,
+        backend,
+    }
+}
+
+async fn run(setup: Setup, backend: Arc<AtomicI32>, mut stopped: oneshot::Receiver<()>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let session = session(&setup, &backend);
+        tokio::select! {
+            _ = &mut stopped => return,
+            () = session => {}
+        }
+        backend.store(0, Ordering::Relaxed);
+        // Lost: heads re-check by the poll until the listener is back.
+        setup.changes.notify_all();
+        tokio::select! {
+            _ = &mut stopped => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// One connection's life: connects, listens, then hands notifications to
+/// the waiters until the connection fails.
+async fn session(setup: &Setup, backend: &AtomicI32) {
+    let Ok((client, mut connection)) = setup.config.connect(NoTls).await else {
+        return;
+    };
+    let ready = listen(&client, setup);
+    let Some(pid) = drive(&mut connection, &setup.changes, ready).await else {
+        return;
+    };
+    backend.store(pid, Ordering::Relaxed);
+    // Notifications sent while no one listened are lost: everyone re-checks.
+    setup.changes.notify_all();
+    let mut poll = tokio::time::interval(setup.poll);
+    let mut refresh = tokio::time::interval(CLOCK_REFRESH);
+    loop {
+        tokio::select! {
+            message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
+                if !dispatch(&setup.changes, message) {
+                    return;
+                }
+            }
+            _ = poll.tick() => {
+                if setup.changes.has_waiters() {
+                    setup.changes.notify_all();
+                }
+            }
+            _ = refresh.tick() => {
+                if let Time::Server(view) = &setup.time {
+                    let measured = measure(&client, view);
+                    if drive(&mut connection, &setup.changes, measured).await.is_none() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `LISTEN`s on the channel; the backend's pid.
+async fn listen(client: &Client, setup: &Setup) -> Option<i32> {
+    client
+        .batch_execute(&format!("LISTEN {}", setup.channel))
+        .await
+        .ok()?;
+    let row = client.query_one("SELECT pg_backend_pid()", &[]).await.ok()?;
+    row.try_get(0).ok()
+}
+
+/// Measures the offset of the server's clock against this process's.
+pub(crate) async fn measure(client: &Client, view: &ServerClock) -> Option<()> {
+    let before = view.local().now();
+    let row = client
+        .query_one(
+            "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            &[],
+        )
+        .await
+        .ok()?;
+    let after = view.local().now();
+    view.observe(before, row.try_get(0).ok()?, after);
+    Some(())
+}
+
+/// Runs `work` on the client while polling the connection, which is what
+/// makes the client's requests go, handing on notifications meanwhile;
+/// `None` if the connection ends first or `work` fails.
+async fn drive<T>(
+    connection: &mut Conn,
+    changes: &Changes,
+    work: impl std::future::Future<Output = Option<T>>,
+) -> Option<T> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
+                if !dispatch(changes, message) {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Hands a notification on to the waiters of its pool; `false` once the
+/// connection has ended.
+fn dispatch(
+    changes: &Changes,
+    message: Option<Result<AsyncMessage, tokio_postgres::Error>>,
+) -> bool {
+    match message {
+        Some(Ok(AsyncMessage::Notification(n))) => {
+            match n.payload().parse::<uuid::Uuid>() {
+                Ok(pool) => changes.notify(PoolId::from_uuid(pool)),
+                Err(_) => changes.notify_all(),
+            }
+            true
+        }
+        Some(Ok(_)) => true,
+        Some(Err(_)) | None => false,
+    }
+}

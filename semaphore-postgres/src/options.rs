@@ -1,0 +1,125 @@
+//! [`PostgresOptions`]: how [`PostgresStore`](crate::PostgresStore)
+//! connects and where it keeps its tables.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_core::{Clock, Error, Result};
+
+use crate::time::{ServerClock, Time};
+
+/// The shortest [`PostgresOptions::poll_interval`].
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The longest [`PostgresOptions::poll_interval`]: it is also the heartbeat
+/// of a waiting process's place in the cross-machine queue, which others
+/// drop after 3 s without one.
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_millis(1500);
+
+/// Options for [`PostgresStore::connect_with`](crate::PostgresStore::connect_with).
+///
+/// ```
+/// use std::time::Duration;
+/// use semaphore_postgres::PostgresOptions;
+///
+/// let options = PostgresOptions::default()
+///     .schema("limits")
+///     .pool_size(8)
+///     .listen_url("postgresql://app@db-primary/app");
+/// ```
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    pub(crate) schema: String,
+    pub(crate) pool_size: usize,
+    pub(crate) poll_interval: Duration,
+    pub(crate) listen_url: Option<String>,
+    pub(crate) time: Time,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            schema: "public".into(),
+            pool_size: 16,
+            poll_interval: Duration::from_secs(1),
+            listen_url: None,
+            time: Time::default(),
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// The schema that holds the store's tables (all named `semaphore_*`)
+    /// and functions; created if missing. Default `public`. 1 to 40 of
+    /// `a-z`, `0-9`, `_`, not starting with a digit; anything else is
+    /// refused at connect with [`Error::InvalidArgument`] naming `schema`.
+    /// Stores in different schemas share nothing, not even tokens.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The most connections the store's pool opens for its statements
+    /// (deadpool-postgres). Default 16. The listener takes one more.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// How often waiters re-check the tables when no notification arrives:
+    /// the fallback for lost notifications, and the heartbeat of a waiting
+    /// process's place in the cross-machine queue. Default 1 s; allowed
+    /// [`MIN_POLL_INTERVAL`] to [`MAX_POLL_INTERVAL`], else refused at
+    /// connect naming `poll_interval`.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// A separate connection string for the listener, which must reach the
+    /// server directly (`LISTEN` does not work through PgBouncer in
+    /// transaction mode, which the statements do). Default: the store's own.
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
+    /// This process's clock, from which the store's view of the server's
+    /// clock is made (its readings plus a measured offset); the system
+    /// clock by default. It never decides expiry: the server does, so a
+    /// process whose clock is off can neither over-issue nor take a live
+    /// lease (SPEC "Time").
+    pub fn clock(mut self, local: Arc<dyn Clock>) -> Self {
+        self.time = Time::Server(Arc::new(ServerClock::new(local)));
+        self
+    }
+
+    /// Test mode (feature `test-util`): `clock` decides expiry, passed into
+    /// every statement in place of the server's clock, and times every wait,
+    /// so that tests move time without sleeping. Every store on the schema
+    /// must then share this clock: never use it on a production schema.
+    #[cfg(feature = "test-util")]
+    pub fn manual_clock(mut self, clock: Arc<semaphore_core::ManualClock>) -> Self {
+        self.time = Time::Manual(clock);
+        self
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        crate::schema::check_name(&self.schema)?;
+        if !(MIN_POLL_INTERVAL..=MAX_POLL_INTERVAL).contains(&self.poll_interval) {
+            return Err(Error::InvalidArgument {
+                field: "poll_interval",
+                allowed: format!("{MIN_POLL_INTERVAL:?}..={MAX_POLL_INTERVAL:?}"),
+                got: format!("{:?}", self.poll_interval),
+            });
+        }
+        if self.pool_size == 0 {
+            return Err(Error::InvalidArgument {
+                field: "pool_size",
+                allowed: "1 or more".into(),
+                got: "0".into(),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,195 @@
+//! The store's tables and functions, their version, and the check that a
+//! database holds what this version expects (SPEC "PostgreSQL store").
+//!
+//! The version lives in `semaphore_store`, a table of the store's own. A
+//! schema whose `semaphore_` tables have another shape, or a version this
+//! build does not know, is refused with [`Error::SchemaMismatch`] before
+//! anything is written.
+
+use semaphore_core::{Error, MAX_UNIX_MS, Result};
+use tokio_postgres::Client;
+
+use crate::error::storage;
+
+/// The schema version this build writes and reads.
+pub(crate) const VERSION: i32 = 1;
+
+/// How long a queued head's row stays without being refreshed before other
+/// processes treat its process as gone (R11), in ms.
+pub(crate) const WAITER_TTL_MS: i64 = 3_000;
+
+/// The DDL and functions of [`VERSION`], with `{s}`, `{channel}`,
+/// `{max_ms}` and `{waiter_ttl}` to fill in.
+const SCRIPT: &str = include_str!("schema.sql");
+
+/// The shape of every table of ours: (table, [(column, type, not null)]),
+/// as `information_schema.columns` reports it.
+const SHAPE: &[(&str, &[(&str, &str, bool)])] = &[
+    (
+        "semaphore_leases",
+        &[
+            ("pool", "uuid", true),
+            ("position", "bigint", true),
+            ("lease", "uuid", true),
+            ("token", "bigint", true),
+            ("expires_at", "bigint", true),
+            ("owner", "text", false),
+            ("borrow_key", "text", false),
+        ],
+    ),
+    ("semaphore_pools", &[("pool", "uuid", true), ("count", "bigint", true)]),
+    (
+        "semaphore_store",
+        &[("id", "integer", true), ("schema_version", "integer", true)],
+    ),
+    (
+        "semaphore_waiters",
+        &[
+            ("pool", "uuid", true),
+            ("waiter", "uuid", true),
+            ("ticket", "bigint", true),
+            ("alive_until", "bigint", true),
+            ("backend", "integer", false),
+        ],
+    ),
+];
+
+/// A schema name the store accepts: 1 to 40 of `a-z`, `0-9`, `_`, not
+/// starting with a digit, so that it is quoted the same everywhere and its
+/// notification channel fits PostgreSQL's 63-byte names.
+pub(crate) fn check_name(schema: &str) -> Result<()> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 40
+        && !schema.starts_with(|c: char| c.is_ascii_digit())
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        field: "schema",
+        allowed: "1 to 40 of a-z, 0-9 and _, not starting with a digit".into(),
+        got: format!("{schema:?}"),
+    })
+}
+
+/// The notification channel of the store in `schema`.
+pub(crate) fn channel(schema: &str) -> String {
+    format!("semaphore_{schema}")
+}
+
+/// `text` with the placeholders of the script filled in for `schema`.
+pub(crate) fn fill(text: &str, schema: &str) -> String {
+    text.replace("{s}", &format!("\"{schema}\""))
+        .replace("{channel}", &channel(schema))
+        .replace("{max_ms}", &MAX_UNIX_MS.to_string())
+        .replace("{waiter_ttl}", &WAITER_TTL_MS.to_string())
+}
+
+fn describe(shape: &[(String, Vec<(String, String, bool)>)]) -> String {
+    shape
+        .iter()
+        .map(|(t, cols)| {
+            let cols: Vec<_> = cols.iter().map(|c| format!("{} {}", c.0, c.1)).collect();
+            format!("{t}({})", cols.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn expected() -> Vec<(String, Vec<(String, String, bool)>)> {
+    SHAPE
+        .iter()
+        .map(|(t, cols)| {
+            let cols = cols
+                .iter()
+                .map(|(c, ty, nn)| ((*c).to_string(), (*ty).to_string(), *nn))
+                .collect();
+            ((*t).to_string(), cols)
+        })
+        .collect()
+}
+
+async fn found(client: &Client, schema: &str) -> Result<Vec<(String, Vec<(String, String, bool)>)>> {
+    let rows = client
+        .query(
+            "SELECT table_name::text, column_name::text, data_type::text, is_nullable = 'NO'
+             FROM information_schema.columns
+             WHERE table_schema = $1 AND table_name LIKE 'semaphore\\_%'
+             ORDER BY table_name, ordinal_position",
+            &[&schema],
+        )
+        .await
+        .map_err(storage("open"))?;
+    let mut shape: Vec<(String, Vec<(String, String, bool)>)> = Vec::new();
+    for row in rows {
+        let table: String = row.get(0);
+        let column = (row.get(1), row.get(2), row.get(3));
+        match shape.last_mut() {
+            Some((t, cols)) if *t == table => cols.push(column),
+            _ => shape.push((table, vec![column])),
+        }
+    }
+    Ok(shape)
+}
+
+async fn version(client: &Client, schema: &str) -> Result<Option<i32>> {
+    let sql = fill("SELECT schema_version FROM {s}.semaphore_store WHERE id = 1", schema);
+    client
+        .query_opt(&sql, &[])
+        .await
+        .map(|row| row.map(|r| r.get(0)))
+        .map_err(|e| Error::SchemaMismatch {
+            expected: format!("semaphore_store at version {VERSION}"),
+            found: format!("unreadable semaphore_store: {e}"),
+        })
+}
+
+/// Checks the schema and, if it holds none of our tables, creates them, in
+/// one transaction serialized with other processes doing the same. Refuses,
+/// changing nothing, tables of another shape or version.
+pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
+    let expected = expected();
+    let shape = found(client, schema).await?;
+    if !shape.is_empty() {
+        if shape != expected {
+            return Err(Error::SchemaMismatch {
+                expected: describe(&expected),
+                found: describe(&shape),
+            });
+        }
+        return match version(client, schema).await? {
+            Some(VERSION) => Ok(()),
+            Some(v) if v > VERSION => Err(Error::SchemaMismatch {
+                expected: format!("schema version {VERSION} or older"),
+                found: format!("schema version {v}: written by a newer version of this library"),
+            }),
+            found => Err(Error::SchemaMismatch {
+                expected: format!("semaphore_store with schema version {VERSION}"),
+                found: format!("{found:?}"),
+            }),
+        };
+    }
+    // One simple query: one implicit transaction, one round trip.
+    let script = format!(
+        "SELECT pg_advisory_xact_lock(hashtext('semaphore-store:{schema}'));
+         CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+         {}
+         INSERT INTO \"{schema}\".semaphore_store (id, schema_version) VALUES (1, {VERSION})
+             ON CONFLICT (id) DO NOTHING;",
+        fill(SCRIPT, schema)
+    );
+    client
+        .batch_execute(&script)
+        .await
+        .map_err(storage("open"))?;
+    let made = found(client, schema).await?;
+    if made != expected {
+        return Err(Error::SchemaMismatch {
+            expected: describe(&expected),
+            found: describe(&made),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,288 @@
+-- The PostgreSQL store's tables and functions, schema version 1.
+-- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
+-- Times are unix milliseconds on the server's clock (SPEC "Time"); each
+-- function reads it once, after taking the pool row's lock, unless a test
+-- passes an explicit `p_now`.
+
+CREATE TABLE IF NOT EXISTS {s}.semaphore_store (
+    id integer PRIMARY KEY CHECK (id = 1),
+    schema_version integer NOT NULL
+);
+CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tokens;
+CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tickets;
+CREATE TABLE IF NOT EXISTS {s}.semaphore_pools (
+    pool uuid PRIMARY KEY,
+    count bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.semaphore_leases (
+    pool uuid NOT NULL,
+    position bigint NOT NULL,
+    lease uuid NOT NULL UNIQUE,
+    token bigint NOT NULL,
+    expires_at bigint NOT NULL,
+    owner text,
+    borrow_key text,
+    PRIMARY KEY (pool, position)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON {s}.semaphore_leases (pool, borrow_key)
+    WHERE borrow_key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS {s}.semaphore_waiters (
+    pool uuid NOT NULL,
+    waiter uuid NOT NULL,
+    ticket bigint NOT NULL,
+    alive_until bigint NOT NULL,
+    backend integer,
+    PRIMARY KEY (pool, waiter)
+);
+
+DO $$ BEGIN
+    CREATE TYPE {s}.semaphore_attempt AS (
+        o_status smallint, o_lease uuid, o_position bigint, o_token bigint, o_expires_at bigint);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+-- The deciding instant: the test's, or the server's clock now.
+CREATE OR REPLACE FUNCTION {s}.semaphore_now(p_now bigint) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+$$;
+
+-- Wakes waiters of every process if any head is queued on the pool.
+CREATE OR REPLACE FUNCTION {s}.semaphore_wake(p_pool uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM {s}.semaphore_waiters WHERE pool = p_pool) THEN
+        PERFORM pg_notify('{channel}', p_pool::text);
+    END IF;
+END $$;
+
+-- R2: creates the pool or sets its count; its count and in_use.
+CREATE OR REPLACE FUNCTION {s}.semaphore_register(p_pool uuid, p_count bigint, p_now bigint)
+RETURNS TABLE (o_count bigint, o_in_use bigint)
+LANGUAGE plpgsql AS $$
+DECLARE v_now bigint;
+BEGIN
+    INSERT INTO {s}.semaphore_pools AS p (pool, count) VALUES (p_pool, p_count)
+        ON CONFLICT (pool) DO UPDATE SET count = excluded.count;
+    v_now := {s}.semaphore_now(p_now);
+    PERFORM {s}.semaphore_wake(p_pool);
+    RETURN QUERY SELECT p_count,
+        (SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > v_now);
+END $$;
+
+-- R4: removes the pool, its leases and its queued heads.
+CREATE OR REPLACE FUNCTION {s}.semaphore_delete(p_pool uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM {s}.semaphore_wake(p_pool);
+    DELETE FROM {s}.semaphore_leases WHERE pool = p_pool;
+    DELETE FROM {s}.semaphore_waiters WHERE pool = p_pool;
+    DELETE FROM {s}.semaphore_pools WHERE pool = p_pool;
+    RETURN FOUND;
+END $$;
+
+-- R5, R6, R10, R11: one borrow attempt on one pool. status 0: granted
+-- (the new lease, or the keyed one); 1: exhausted (expires_at is the
+-- earliest expiry); 2: no such pool. A refused head keeps its place if
+-- p_keep_place.
+CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow(
+    p_pool uuid, p_lease uuid, p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
+    p_now bigint, p_backend integer, p_keep_place boolean)
+RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint, o_token bigint, o_expires_at bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_count bigint; v_now bigint; v_held bigint; v_ticket bigint; v_alive bigint;
+    v_ahead bigint; v_dropped bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
+BEGIN
+    SELECT p.count INTO v_count FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    v_now := {s}.semaphore_now(p_now);
+    DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at <= v_now;
+    DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.alive_until <= v_now;
+    IF p_key IS NOT NULL THEN
+        SELECT l.lease, l.position, l.token, l.expires_at INTO v_id, v_pos, v_tok, v_exp
+            FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.borrow_key = p_key;
+        IF FOUND THEN
+            DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+            RETURN QUERY SELECT 0::smallint, v_id, v_pos, v_tok, v_exp;
+            RETURN;
+        END IF;
+    END IF;
+    SELECT count(*) INTO v_held FROM {s}.semaphore_leases l WHERE l.pool = p_pool;
+    IF p_waiter IS NOT NULL THEN
+        SELECT w.ticket, w.alive_until INTO v_ticket, v_alive
+            FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+    END IF;
+    SELECT count(*) INTO v_ahead FROM {s}.semaphore_waiters w
+        WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807);
+    IF v_ahead > 0 AND v_count > v_held THEN
+        -- Heads whose store's listener connection is gone: their process died.
+        DELETE FROM {s}.semaphore_waiters w
+            WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807)
+            AND w.backend IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.backend);
+        GET DIAGNOSTICS v_dropped = ROW_COUNT;
+        v_ahead := v_ahead - v_dropped;
+    END IF;
+    IF v_count - v_held > v_ahead THEN
+        SELECT max(l.position) INTO v_pos FROM {s}.semaphore_leases l WHERE l.pool = p_pool;
+        IF v_pos IS NULL OR v_pos + 1 = v_held THEN
+            v_pos := v_held;
+        ELSE
+            SELECT min(c.p) INTO v_pos FROM (
+                SELECT 0::bigint AS p
+                UNION ALL SELECT l.position + 1 FROM {s}.semaphore_leases l WHERE l.pool = p_pool
+            ) c
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.position = c.p);
+        END IF;
+        v_tok := nextval('{s}.semaphore_tokens');
+        v_exp := least(v_now + p_ttl, {max_ms});
+        INSERT INTO {s}.semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key)
+            VALUES (p_pool, v_pos, p_lease, v_tok, v_exp, p_owner, p_key);
+        DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+        RETURN QUERY SELECT 0::smallint, p_lease, v_pos, v_tok, v_exp;
+        RETURN;
+    END IF;
+    IF p_waiter IS NOT NULL AND p_keep_place THEN
+        IF v_ticket IS NULL THEN
+            INSERT INTO {s}.semaphore_waiters (pool, waiter, ticket, alive_until, backend)
+                VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + {waiter_ttl}, p_backend);
+        ELSIF v_alive - v_now < {waiter_ttl} / 2 THEN
+            UPDATE {s}.semaphore_waiters w SET alive_until = v_now + {waiter_ttl}
+                WHERE w.pool = p_pool AND w.waiter = p_waiter;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint, NULL::bigint,
+        (SELECT min(l.expires_at) FROM {s}.semaphore_leases l WHERE l.pool = p_pool);
+END $$;
+
+-- All or nothing over several pools: rows as semaphore_try_borrow's, one per
+-- pool in the order given, or one row (2, the first unknown pool). Pool rows
+-- are locked in id order, so two callers naming the same pools in any order
+-- never deadlock.
+CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow_all(
+    p_pools uuid[], p_leases uuid[], p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
+    p_now bigint, p_backend integer)
+RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint, o_token bigint, o_expires_at bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows {s}.semaphore_attempt[] := '{}';
+    v_row {s}.semaphore_attempt;
+    v_missing uuid;
+    v_blocked boolean := false;
+    i integer;
+BEGIN
+    PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = ANY(p_pools) ORDER BY p.pool FOR UPDATE;
+    SELECT t.x INTO v_missing FROM unnest(p_pools) WITH ORDINALITY AS t(x, n)
+        WHERE NOT EXISTS (SELECT 1 FROM {s}.semaphore_pools p WHERE p.pool = t.x)
+        ORDER BY t.n LIMIT 1;
+    IF v_missing IS NOT NULL THEN
+        RETURN QUERY SELECT 2::smallint, v_missing, NULL::bigint, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    BEGIN
+        FOR i IN 1 .. cardinality(p_pools) LOOP
+            SELECT * INTO v_row FROM {s}.semaphore_try_borrow(
+                p_pools[i], p_leases[i], p_ttl, p_waiter, p_key, p_owner, p_now, p_backend, false);
+            v_blocked := v_blocked OR v_row.o_status <> 0;
+            v_rows := v_rows || v_row;
+        END LOOP;
+        IF v_blocked THEN
+            RAISE EXCEPTION USING ERRCODE = 'SMBLK';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'SMBLK' THEN
+        -- Every grant above is rolled back; refused heads keep their place.
+        FOR i IN 1 .. cardinality(v_rows) LOOP
+            IF v_rows[i].o_status = 1 THEN
+                PERFORM {s}.semaphore_try_borrow(
+                    p_pools[i], NULL, p_ttl, p_waiter, NULL, NULL, p_now, p_backend, true);
+            END IF;
+        END LOOP;
+    END;
+    RETURN QUERY SELECT * FROM unnest(v_rows);
+END $$;
+
+-- R8: ends an active lease; whether it was active.
+CREATE OR REPLACE FUNCTION {s}.semaphore_return(p_pool uuid, p_lease uuid, p_now bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE v_now bigint;
+BEGIN
+    PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
+    v_now := {s}.semaphore_now(p_now);
+    DELETE FROM {s}.semaphore_leases l
+        WHERE l.lease = p_lease AND l.pool = p_pool AND l.expires_at > v_now;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM {s}.semaphore_wake(p_pool);
+    RETURN true;
+END $$;
+
+-- Moves an active lease's expiry to now + ttl. status 0: renewed; 1: not
+-- active; 2: no such pool.
+CREATE OR REPLACE FUNCTION {s}.semaphore_renew(p_pool uuid, p_lease uuid, p_ttl bigint, p_now bigint)
+RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint, o_token bigint, o_expires_at bigint)
+LANGUAGE plpgsql AS $$
+DECLARE v_now bigint; v_pos bigint; v_tok bigint; v_exp bigint;
+BEGIN
+    PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    v_now := {s}.semaphore_now(p_now);
+    UPDATE {s}.semaphore_leases l SET expires_at = least(v_now + p_ttl, {max_ms})
+        WHERE l.lease = p_lease AND l.pool = p_pool AND l.expires_at > v_now
+        RETURNING l.position, l.token, l.expires_at INTO v_pos, v_tok, v_exp;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    PERFORM {s}.semaphore_wake(p_pool);
+    RETURN QUERY SELECT 0::smallint, p_lease, v_pos, v_tok, v_exp;
+END $$;
+
+-- Ends the active lease at a position, as a return would. status 0: ended
+-- (with the lease); 1: none; 2: no such pool.
+CREATE OR REPLACE FUNCTION {s}.semaphore_force_return(p_pool uuid, p_position bigint, p_now bigint)
+RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint, o_token bigint,
+    o_expires_at bigint, o_owner text, o_key text)
+LANGUAGE plpgsql AS $$
+DECLARE v_now bigint; v_row record;
+BEGIN
+    PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint,
+            NULL::text, NULL::text;
+        RETURN;
+    END IF;
+    v_now := {s}.semaphore_now(p_now);
+    DELETE FROM {s}.semaphore_leases l
+        WHERE l.pool = p_pool AND l.position = p_position AND l.expires_at > v_now
+        RETURNING l.lease, l.position, l.token, l.expires_at, l.owner, l.borrow_key INTO v_row;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint,
+            NULL::text, NULL::text;
+        RETURN;
+    END IF;
+    PERFORM {s}.semaphore_wake(p_pool);
+    RETURN QUERY SELECT 0::smallint, v_row.lease, v_row.position, v_row.token, v_row.expires_at,
+        v_row.owner, v_row.borrow_key;
+END $$;
+
+-- R12: forgets a queued head's place, and wakes the next if it left.
+CREATE OR REPLACE FUNCTION {s}.semaphore_leave_queue(p_pool uuid, p_waiter uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM {s}.semaphore_wake(p_pool);
+    RETURN true;
+END $$;

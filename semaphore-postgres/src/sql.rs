@@ -1,0 +1,131 @@
+//! The statements each primitive sends, filled in for the store's schema,
+//! and the decoding of their rows.
+//!
+//! Every primitive is one statement in autocommit, sent with
+//! `query_typed`: an unnamed statement with its parameter types given, so
+//! one round trip, and nothing prepared that PgBouncer in transaction mode
+//! would lose between two server connections.
+
+use semaphore_core::{Holder, Lease, LeaseId, PoolId, from_unix_ms};
+use tokio_postgres::Row;
+use tokio_postgres::types::Type;
+
+use crate::schema::fill;
+
+/// The statement texts of one schema.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub(crate) register: String,
+    pub(crate) inspect: String,
+    pub(crate) delete: String,
+    pub(crate) try_borrow: String,
+    pub(crate) try_borrow_all: String,
+    pub(crate) return_lease: String,
+    pub(crate) renew: String,
+    pub(crate) holders: String,
+    pub(crate) force_return: String,
+    pub(crate) leave_queue: String,
+    pub(crate) queue_heads: String,
+}
+
+/// The parameter types of `semaphore_try_borrow`.
+pub(crate) const TRY_BORROW: &[Type] = &[
+    Type::UUID,
+    Type::UUID,
+    Type::INT8,
+    Type::UUID,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT4,
+    Type::BOOL,
+];
+
+/// The parameter types of `semaphore_try_borrow_all`.
+pub(crate) const TRY_BORROW_ALL: &[Type] = &[
+    Type::UUID_ARRAY,
+    Type::UUID_ARRAY,
+    Type::INT8,
+    Type::UUID,
+    Type::TEXT,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT4,
+];
+
+impl Sql {
+    pub(crate) fn new(schema: &str) -> Self {
+        let f = |text: &str| fill(text, schema);
+        Self {
+            register: f("SELECT * FROM {s}.semaphore_register($1, $2, $3)"),
+            inspect: f("SELECT p.count, (SELECT count(*) FROM {s}.semaphore_leases l
+                    WHERE l.pool = p.pool AND l.expires_at > {s}.semaphore_now($2))
+                FROM {s}.semaphore_pools p WHERE p.pool = $1"),
+            delete: f("SELECT {s}.semaphore_delete($1)"),
+            try_borrow: f("SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+            try_borrow_all: f("SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8)"),
+            return_lease: f("SELECT {s}.semaphore_return($1, $2, $3)"),
+            renew: f("SELECT * FROM {s}.semaphore_renew($1, $2, $3, $4)"),
+            holders: f("SELECT EXISTS (SELECT 1 FROM {s}.semaphore_pools WHERE pool = $1),
+                    l.lease, l.position, l.token, l.expires_at, l.owner, l.borrow_key
+                FROM (SELECT 1) one
+                LEFT JOIN {s}.semaphore_leases l
+                    ON l.pool = $1 AND l.expires_at > {s}.semaphore_now($2)
+                ORDER BY l.position"),
+            force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
+            leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
+            queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters
+                WHERE pool = $1 AND alive_until > {s}.semaphore_now($2)"),
+        }
+    }
+}
+
+/// What one attempt row says (`status, lease, position, token,
+/// expires_at`).
+pub(crate) enum Attempt {
+    Granted(Lease),
+    /// Exhausted; the earliest expiry, if any lease is active.
+    Exhausted(Option<std::time::SystemTime>),
+    /// No such pool (for a multi-pool attempt, the one named).
+    Missing(Option<PoolId>),
+}
+
+/// Decodes an attempt row of pool `pool`.
+pub(crate) fn attempt(row: &Row, pool: PoolId) -> Result<Attempt, tokio_postgres::Error> {
+    let status: i16 = row.try_get(0)?;
+    Ok(match status {
+        0 => Attempt::Granted(lease(row, pool, 1)?),
+        1 => Attempt::Exhausted(row.try_get::<_, Option<i64>>(4)?.map(instant)),
+        _ => Attempt::Missing(row.try_get::<_, Option<uuid::Uuid>>(1)?.map(PoolId::from_uuid)),
+    })
+}
+
+/// A lease of `pool` from columns `lease, position, token, expires_at`
+/// starting at `at`.
+pub(crate) fn lease(row: &Row, pool: PoolId, at: usize) -> Result<Lease, tokio_postgres::Error> {
+    let id: uuid::Uuid = row.try_get(at)?;
+    let position: i64 = row.try_get(at + 1)?;
+    let token: i64 = row.try_get(at + 2)?;
+    Ok(Lease::new(
+        LeaseId::from_uuid(id),
+        pool,
+        u32::try_from(position).unwrap_or(u32::MAX),
+        token.unsigned_abs(),
+        instant(row.try_get(at + 3)?),
+    ))
+}
+
+/// A holder from columns `lease, position, token, expires_at, owner,
+/// borrow_key` starting at `at`.
+pub(crate) fn holder(row: &Row, pool: PoolId, at: usize) -> Result<Holder, tokio_postgres::Error> {
+    Ok(Holder::new(
+        lease(row, pool, at)?,
+        row.try_get(at + 4)?,
+        row.try_get(at + 5)?,
+    ))
+}
+
+/// A unix ms value read back from the database.
+pub(crate) fn instant(ms: i64) -> std::time::SystemTime {
+    from_unix_ms(u64::try_from(ms).unwrap_or(0))
+}

@@ -1,0 +1,488 @@
+//! [`PostgresStore`]: one PostgreSQL database shared by processes on many
+//! machines.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool as ConnectionPool, RecyclingMethod};
+use semaphore_core::{
+    BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Store,
+    TryBorrow, TryBorrowAll, WaiterId, async_trait,
+};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Config, NoTls, Row};
+
+use crate::error::{pool as pool_error, storage};
+use crate::listen::{self, Listener};
+use crate::sql::{self, Attempt, Sql};
+use crate::time::Time;
+use crate::{PostgresOptions, schema};
+
+/// A [`Store`] in one PostgreSQL database, shared by any number of
+/// processes on any number of machines (SPEC "PostgreSQL store").
+///
+/// - **One round trip per primitive.** Each is one statement in autocommit
+///   calling a server-side function that locks the pool row, ignores
+///   expired leases, picks the lowest free position and writes. No
+///   transaction is ever held open across an `.await`, so a dropped future
+///   never strands one on a pooled connection (R12, R14).
+/// - **The server's clock decides** (SPEC "Time"): `clock_timestamp()`,
+///   read after the lock, judges expiry and sets `expires_at`. Clients whose
+///   clocks disagree by any amount can neither over-issue nor take a live
+///   lease. [`Store::clock`] is this process's view of the server's clock,
+///   its own plus an offset measured at connect and refreshed.
+/// - **Wake-up:** one `LISTEN` connection per store; the functions that can
+///   let a waiter in notify at commit. After a listener reconnect every
+///   head re-checks, and a fallback poll covers the rest.
+/// - **Fair across machines (R11):** the heads of each process's queue are
+///   queued in `semaphore_waiters`; a head whose process died (its
+///   listener's backend gone from `pg_stat_activity`, or no heartbeat for
+///   3 s) stops blocking others.
+/// - **Tokens** come from a sequence that survives delete, and never
+///   repeat, even for a grant rolled back (R9).
+/// - **Errors:** SQLSTATE 40001, 40P01, 55P03, 57014, class 08, a closed
+///   connection and a pool timeout are retryable [`Error::Storage`]; a lost
+///   connection is never [`Error::Exhausted`].
+///
+/// Needs a tokio runtime: the driver and the listener run on it.
+///
+/// ```no_run
+/// use std::{sync::Arc, time::Duration};
+/// use semaphore_postgres::{Pool, PoolId, PostgresStore};
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), semaphore_postgres::Error> {
+/// let store = Arc::new(PostgresStore::connect("postgresql://app@db/app").await?);
+/// let pool = Pool::new(store, PoolId::from_name("exports"));
+/// pool.register(3).await?; // idempotent: every machine may call it
+/// let lease = pool.borrow(Duration::from_secs(600), Duration::from_secs(30)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct PostgresStore {
+    pool: ConnectionPool,
+    schema: String,
+    sql: Sql,
+    changes: Arc<Changes>,
+    time: Time,
+    listener: Listener,
+}
+
+fn invalid_url(field: &'static str, e: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument {
+        field,
+        allowed: "a PostgreSQL connection string (URL or key=value form)".into(),
+        got: format!("one that does not parse: {e}"),
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` with [`PostgresOptions::default`].
+    ///
+    /// # Errors
+    /// See [`connect_with`](PostgresStore::connect_with).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connects to the database at `url` (a URL or a key=value connection
+    /// string, without TLS) through a deadpool-postgres pool of
+    /// [`PostgresOptions::pool_size`] connections, checks or creates the
+    /// store's tables, and starts the listener.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] naming `url`, `listen_url`, `schema`,
+    ///   `pool_size` or `poll_interval`.
+    /// - [`Error::SchemaMismatch`] if the schema holds `semaphore_` tables
+    ///   of another shape or version; nothing is changed.
+    /// - [`Error::Storage`] if the server cannot be reached (retryable) or
+    ///   refuses (not retryable).
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
+        options.check()?;
+        let config: Config = url.parse().map_err(|e| invalid_url("url", e))?;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = ConnectionPool::builder(manager)
+            .max_size(options.pool_size)
+            .build()
+            .map_err(|e| Error::InvalidArgument {
+                field: "pool_size",
+                allowed: "a pool deadpool can build".into(),
+                got: e.to_string(),
+            })?;
+        let listen = match &options.listen_url {
+            Some(url) => url.parse().map_err(|e| invalid_url("listen_url", e))?,
+            None => config,
+        };
+        Self::from_pool(pool, listen, options).await
+    }
+
+    /// A store on a deadpool-postgres pool the application already has, its
+    /// statements on `pool` (which may go through PgBouncer in transaction
+    /// mode) and its listener on a connection of its own made from
+    /// `listen`, which must reach the server directly. Checks or creates
+    /// the tables and starts the listener.
+    ///
+    /// # Errors
+    /// As [`connect_with`](PostgresStore::connect_with).
+    pub async fn from_pool(
+        pool: ConnectionPool,
+        listen: Config,
+        options: PostgresOptions,
+    ) -> Result<Self> {
+        options.check()?;
+        let client = pool.get().await.map_err(pool_error("open"))?;
+        schema::prepare(&client, &options.schema).await?;
+        if let Time::Server(view) = &options.time {
+            listen::measure(&client, view).await.ok_or_else(|| Error::Storage {
+                operation: "open",
+                retryable: true,
+                source: "reading the server's clock failed".into(),
+            })?;
+        }
+        drop(client);
+        let changes = Arc::new(Changes::new());
+        let listener = listen::spawn(listen::Setup {
+            config: listen,
+            channel: schema::channel(&options.schema),
+            changes: changes.clone(),
+            poll: options.poll_interval,
+            time: options.time.clone(),
+        });
+        Ok(Self {
+            pool,
+            sql: Sql::new(&options.schema),
+            schema: options.schema,
+            changes,
+            time: options.time,
+            listener,
+        })
+    }
+
+    /// The schema the store's tables are in.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The connection pool the store's statements run on.
+    pub fn connection_pool(&self) -> &ConnectionPool {
+        &self.pool
+    }
+
+    /// The number of queued heads of `pool`: store handles (normally one
+    /// per process) whose borrowers wait on it, on every machine, as the
+    /// table records them.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the database failed.
+    pub async fn queue_heads(&self, pool: PoolId) -> Result<u32> {
+        let now = self.time.now_param();
+        let rows = self
+            .query(
+                "queue_heads",
+                &self.sql.queue_heads,
+                &[(&pool.as_uuid(), Type::UUID), (&now, Type::INT8)],
+            )
+            .await?;
+        let n: i64 = first(&rows, "queue_heads")?
+            .try_get(0)
+            .map_err(storage("queue_heads"))?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    /// Runs one statement on a pooled connection: one round trip.
+    async fn query(
+        &self,
+        operation: &'static str,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>> {
+        let client = self.pool.get().await.map_err(pool_error(operation))?;
+        client
+            .query_typed(statement, params)
+            .await
+            .map_err(storage(operation))
+    }
+
+    fn backend(&self) -> Option<i32> {
+        match self.listener.backend.load(Ordering::Relaxed) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+}
+
+fn first<'a>(rows: &'a [Row], operation: &'static str) -> Result<&'a Row> {
+    rows.first().ok_or_else(|| Error::Storage {
+        operation,
+        retryable: false,
+        source: format!("{operation} returned no row").into(),
+    })
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn clock(&self) -> &dyn Clock {
+        self.time.clock()
+    }
+
+    fn changes(&self) -> &Changes {
+        &self.changes
+    }
+
+    async fn register(&self, pool: PoolId, count: u32, _now: SystemTime) -> Result<PoolState> {
+        let (now, count) = (self.time.now_param(), i64::from(count));
+        let rows = self
+            .query(
+                "register",
+                &self.sql.register,
+                &[
+                    (&pool.as_uuid(), Type::UUID),
+                    (&count, Type::INT8),
+                    (&now, Type::INT8),
+                ],
+            )
+            .await?;
+        let row = first(&rows, "register")?;
+        let in_use: i64 = row.try_get(1).map_err(storage("register"))?;
+        self.changes.notify(pool);
+        Ok(PoolState::new(
+            pool,
+            u32::try_from(count).unwrap_or(u32::MAX),
+            u32::try_from(in_use).unwrap_or(u32::MAX),
+        ))
+    }
+
+    async fn inspect(&self, pool: PoolId, _now: SystemTime) -> Result<PoolState> {
+        let now = self.time.now_param();
+        let rows = self
+            .query(
+                "inspect",
+                &self.sql.inspect,
+                &[(&pool.as_uuid(), Type::UUID), (&now, Type::INT8)],
+            )
+            .await?;
+        let row = rows.first().ok_or(Error::PoolNotFound { pool })?;
+        let (count, in_use): (i64, i64) = (
+            row.try_get(0).map_err(storage("inspect"))?,
+            row.try_get(1).map_err(storage("inspect"))?,
+        );
+        Ok(PoolState::new(
+            pool,
+            u32::try_from(count).unwrap_or(u32::MAX),
+            u32::try_from(in_use).unwrap_or(u32::MAX),
+        ))
+    }
+
+    async fn delete(&self, pool: PoolId) -> Result<bool> {
+        let rows = self
+            .query("delete", &self.sql.delete, &[(&pool.as_uuid(), Type::UUID)])
+            .await?;
+        let existed = first(&rows, "delete")?
+            .try_get(0)
+            .map_err(storage("delete"))?;
+        self.changes.notify(pool);
+        Ok(existed)
+    }
+
+    async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        let (now, ttl, backend) = (self.time.now_param(), ms(request.ttl()), self.backend());
+        let waiter = request.waiter.map(|w| *w.as_uuid());
+        let (key, owner) = (request.key.as_deref(), request.owner.as_deref());
+        let keep = true;
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &request.pool.as_uuid(),
+            &request.lease.as_uuid(),
+            &ttl,
+            &waiter,
+            &key,
+            &owner,
+            &now,
+            &backend,
+            &keep,
+        ];
+        let typed: Vec<_> = params.into_iter().zip(sql::TRY_BORROW.iter().cloned()).collect();
+        let rows = self.query("borrow", &self.sql.try_borrow, &typed).await?;
+        let row = first(&rows, "borrow")?;
+        match sql::attempt(row, request.pool).map_err(storage("borrow"))? {
+            Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
+            Attempt::Exhausted(next_expiry) => Ok(TryBorrow::Exhausted { next_expiry }),
+            Attempt::Missing(_) => Err(Error::PoolNotFound { pool: request.pool }),
+        }
+    }
+
+    async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
+        let Some(head) = requests.first() else {
+            return Ok(TryBorrowAll::Granted { leases: Vec::new() });
+        };
+        let (now, ttl, backend) = (self.time.now_param(), ms(head.ttl()), self.backend());
+        let pools: Vec<_> = requests.iter().map(|r| r.pool.as_uuid()).collect();
+        let leases: Vec<_> = requests.iter().map(|r| r.lease.as_uuid()).collect();
+        let waiter = head.waiter.map(|w| *w.as_uuid());
+        let (key, owner) = (head.key.as_deref(), head.owner.as_deref());
+        let params: [&(dyn ToSql + Sync); 8] =
+            [&pools, &leases, &ttl, &waiter, &key, &owner, &now, &backend];
+        let typed: Vec<_> = params
+            .into_iter()
+            .zip(sql::TRY_BORROW_ALL.iter().cloned())
+            .collect();
+        let rows = self.query("borrow", &self.sql.try_borrow_all, &typed).await?;
+        let mut granted = Vec::with_capacity(requests.len());
+        let mut blocked = Vec::new();
+        for (row, request) in rows.iter().zip(requests) {
+            match sql::attempt(row, request.pool).map_err(storage("borrow"))? {
+                Attempt::Granted(lease) => granted.push(lease),
+                Attempt::Exhausted(at) => blocked.push(at),
+                Attempt::Missing(pool) => {
+                    return Err(Error::PoolNotFound {
+                        pool: pool.unwrap_or(request.pool),
+                    });
+                }
+            }
+        }
+        if blocked.is_empty() {
+            return Ok(TryBorrowAll::Granted { leases: granted });
+        }
+        let next_expiry = if blocked.contains(&None) {
+            None
+        } else {
+            blocked.into_iter().flatten().max()
+        };
+        Ok(TryBorrowAll::Exhausted { next_expiry })
+    }
+
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId, _now: SystemTime) -> Result<bool> {
+        let now = self.time.now_param();
+        let rows = self
+            .query(
+                "return",
+                &self.sql.return_lease,
+                &[
+                    (&pool.as_uuid(), Type::UUID),
+                    (&lease.as_uuid(), Type::UUID),
+                    (&now, Type::INT8),
+                ],
+            )
+            .await?;
+        let returned: bool = first(&rows, "return")?
+            .try_get(0)
+            .map_err(storage("return"))?;
+        if returned {
+            self.changes.notify(pool);
+        }
+        Ok(returned)
+    }
+
+    async fn renew(
+        &self,
+        pool: PoolId,
+        lease: LeaseId,
+        now: SystemTime,
+        expires_at: SystemTime,
+    ) -> Result<Option<Lease>> {
+        let ttl = ms(expires_at.duration_since(now).unwrap_or_default());
+        let now = self.time.now_param();
+        let rows = self
+            .query(
+                "renew",
+                &self.sql.renew,
+                &[
+                    (&pool.as_uuid(), Type::UUID),
+                    (&lease.as_uuid(), Type::UUID),
+                    (&ttl, Type::INT8),
+                    (&now, Type::INT8),
+                ],
+            )
+            .await?;
+        match sql::attempt(first(&rows, "renew")?, pool).map_err(storage("renew"))? {
+            Attempt::Granted(lease) => {
+                self.changes.notify(pool);
+                Ok(Some(lease))
+            }
+            Attempt::Exhausted(_) => Ok(None),
+            Attempt::Missing(_) => Err(Error::PoolNotFound { pool }),
+        }
+    }
+
+    async fn holders(&self, pool: PoolId, _now: SystemTime) -> Result<Vec<Holder>> {
+        let now = self.time.now_param();
+        let rows = self
+            .query(
+                "holders",
+                &self.sql.holders,
+                &[(&pool.as_uuid(), Type::UUID), (&now, Type::INT8)],
+            )
+            .await?;
+        let exists: bool = first(&rows, "holders")?
+            .try_get(0)
+            .map_err(storage("holders"))?;
+        if !exists {
+            return Err(Error::PoolNotFound { pool });
+        }
+        let mut holders = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let lease: Option<uuid::Uuid> = row.try_get(1).map_err(storage("holders"))?;
+            if lease.is_some() {
+                holders.push(sql::holder(row, pool, 1).map_err(storage("holders"))?);
+            }
+        }
+        Ok(holders)
+    }
+
+    async fn force_return(
+        &self,
+        pool: PoolId,
+        position: u32,
+        _now: SystemTime,
+    ) -> Result<Option<Holder>> {
+        let (now, position) = (self.time.now_param(), i64::from(position));
+        let rows = self
+            .query(
+                "force_return",
+                &self.sql.force_return,
+                &[
+                    (&pool.as_uuid(), Type::UUID),
+                    (&position, Type::INT8),
+                    (&now, Type::INT8),
+                ],
+            )
+            .await?;
+        let row = first(&rows, "force_return")?;
+        let status: i16 = row.try_get(0).map_err(storage("force_return"))?;
+        match status {
+            0 => {
+                self.changes.notify(pool);
+                Ok(Some(sql::holder(row, pool, 1).map_err(storage("force_return"))?))
+            }
+            1 => Ok(None),
+            _ => Err(Error::PoolNotFound { pool }),
+        }
+    }
+
+    async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
+        let rows = self
+            .query(
+                "leave_queue",
+                &self.sql.leave_queue,
+                &[(&pool.as_uuid(), Type::UUID), (&waiter.as_uuid(), Type::UUID)],
+            )
+            .await?;
+        let left: bool = first(&rows, "leave_queue")?
+            .try_get(0)
+            .map_err(storage("leave_queue"))?;
+        if left {
+            self.changes.notify(pool);
+        }
+        Ok(())
+    }
+}

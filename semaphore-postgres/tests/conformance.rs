@@ -1,0 +1,22 @@
+//! The shared conformance suite, run against [`PostgresStore`] on a real
+//! server, each case in a schema of its own.
+
+use std::sync::Arc;
+
+use semaphore_core::conformance::Fixture;
+use semaphore_postgres::testing::TestServer;
+use semaphore_postgres::{ManualClock, PostgresOptions, PostgresStore};
+
+async fn make(clock: Arc<ManualClock>) -> Fixture {
+    let server = TestServer::shared();
+    let options = PostgresOptions::default()
+        .schema(TestServer::fresh_schema())
+        .pool_size(8)
+        .manual_clock(clock.clone());
+    let store = PostgresStore::connect_with(server.url(), options)
+        .await
+        .expect("a PostgreSQL store on the test server");
+    Fixture::new(Arc::new(store), clock)
+}
+
+semaphore_core::store_conformance!(make);
