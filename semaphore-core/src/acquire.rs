@@ -17,7 +17,9 @@ use crate::{Error, PoolId, Result, Store, WaiterId};
 /// earliest lease it was told of expires, or when the borrower ahead leaves.
 /// Fails with `exhausted()` once `wait` has passed (the deadline saturates,
 /// so no `wait` overflows), and with [`Error::NoRuntime`] if it must wait
-/// outside a tokio runtime. Dropping the future leaves every queue at once
+/// outside a tokio runtime. A retryable storage error while queued is
+/// retried (50 ms, doubling to 1 s) until the wait runs out, and is then
+/// the error returned. Dropping the future leaves every queue at once
 /// and returns a grant that lands after the drop (R12); an attempt still in
 /// the store then leaves once more when it finishes, since it may have
 /// written the place just forgotten.
@@ -49,6 +51,11 @@ pub(crate) async fn acquire<A: Answer>(
     let place = QueuePlace::new(store, pools);
     let mut timeout = clock.sleep_until(saturating_add(start, wait));
     let mut next_expiry = None;
+    // A retryable storage failure while waiting (a connection lost, a lock
+    // held too long) is retried with backoff until the wait runs out, and
+    // then reported as itself, never as exhausted.
+    let mut failed: Option<(Error, Duration)> = None;
+    let mut retry = None;
     loop {
         tokio::select! {
             biased;
@@ -59,22 +66,52 @@ pub(crate) async fn acquire<A: Answer>(
                     None => std::future::pending().await,
                 }
             } => next_expiry = None,
-            () = &mut timeout => return Err(exhausted()),
+            () = async {
+                match retry.as_mut() {
+                    Some(retry) => retry.await,
+                    None => std::future::pending().await,
+                }
+            } => retry = None,
+            () = &mut timeout => {
+                return Err(failed.map_or_else(exhausted, |(e, _)| e));
+            }
         }
         if !ticket.is_head() {
             continue;
         }
-        match attempt(truncate_ms(clock.now()), Some(place.waiter))
+        let answer = attempt(truncate_ms(clock.now()), Some(place.waiter))
             .made_from(&place)
-            .await?
-            .step()
-        {
-            Step::Granted(granted) => {
-                place.granted();
-                // Dropping the ticket wakes the next head of each queue.
-                return Ok(granted);
+            .await;
+        match answer {
+            Ok(answer) => {
+                failed = None;
+                match answer.step() {
+                    Step::Granted(granted) => {
+                        place.granted();
+                        // Dropping the ticket wakes the next head of each queue.
+                        return Ok(granted);
+                    }
+                    Step::Exhausted(at) => next_expiry = at.map(|at| clock.sleep_until(at)),
+                }
             }
-            Step::Exhausted(at) => next_expiry = at.map(|at| clock.sleep_until(at)),
+            Err(
+                e @ Error::Storage {
+                    retryable: true, ..
+                },
+            ) => {
+                let backoff = failed
+                    .as_ref()
+                    .map_or(RETRY_FIRST, |(_, last)| (*last * 2).min(RETRY_MAX));
+                retry = Some(Box::pin(tokio::time::sleep(backoff)));
+                failed = Some((e, backoff));
+            }
+            Err(e) => return Err(e),
         }
     }
 }
+
+/// The first pause before a waiter retries a retryable storage failure.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+
+/// The longest pause between retries.
+const RETRY_MAX: Duration = Duration::from_secs(1);

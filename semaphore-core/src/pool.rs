@@ -172,7 +172,10 @@ impl Pool {
     /// - [`Error::Exhausted`] if no slot freed up within `wait`.
     /// - [`Error::NoRuntime`] if it must wait outside a tokio runtime (see
     ///   [Runtime](Pool#runtime)).
-    /// - [`Error::Storage`] if the store failed.
+    /// - [`Error::Storage`] if the store failed: at once on the first
+    ///   attempt, or if not retryable; a retryable failure while waiting (a
+    ///   lost connection, a busy file) is retried with backoff until `wait`
+    ///   runs out, and then returned instead of [`Error::Exhausted`].
     ///
     /// # Cancel safety
     /// Cancel safe (R12). Dropping the future while it waits takes nothing

@@ -118,7 +118,10 @@ async fn listen(client: &Client, setup: &Setup) -> Option<i32> {
         .batch_execute(&format!("LISTEN {}", setup.channel))
         .await
         .ok()?;
-    let row = client.query_one("SELECT pg_backend_pid()", &[]).await.ok()?;
+    let row = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .ok()?;
     row.try_get(0).ok()
 }
 

@@ -31,6 +31,7 @@ pub const MAX_POLL_INTERVAL: Duration = Duration::from_millis(1500);
 pub struct PostgresOptions {
     pub(crate) schema: String,
     pub(crate) pool_size: usize,
+    pub(crate) pool_timeout: Duration,
     pub(crate) poll_interval: Duration,
     pub(crate) listen_url: Option<String>,
     pub(crate) time: Time,
@@ -41,6 +42,7 @@ impl Default for PostgresOptions {
         Self {
             schema: "public".into(),
             pool_size: 16,
+            pool_timeout: Duration::from_secs(5),
             poll_interval: Duration::from_secs(1),
             listen_url: None,
             time: Time::default(),
@@ -63,6 +65,15 @@ impl PostgresOptions {
     /// (deadpool-postgres). Default 16. The listener takes one more.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
+        self
+    }
+
+    /// How long a call waits for a free connection of the pool, or for a
+    /// new one to connect, before it fails with a retryable
+    /// [`Error::Storage`]. Default 5 s. A borrow's own `wait` is separate:
+    /// it is spent between calls, never holding a connection.
+    pub fn pool_timeout(mut self, timeout: Duration) -> Self {
+        self.pool_timeout = timeout;
         self
     }
 

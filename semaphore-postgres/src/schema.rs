@@ -22,9 +22,15 @@ pub(crate) const WAITER_TTL_MS: i64 = 3_000;
 /// `{max_ms}` and `{waiter_ttl}` to fill in.
 const SCRIPT: &str = include_str!("schema.sql");
 
+/// A column: name, type, and whether it is `NOT NULL`.
+type Column<S> = (S, S, bool);
+
+/// Every table of ours with its columns, in order.
+type Shape = Vec<(String, Vec<Column<String>>)>;
+
 /// The shape of every table of ours: (table, [(column, type, not null)]),
 /// as `information_schema.columns` reports it.
-const SHAPE: &[(&str, &[(&str, &str, bool)])] = &[
+const SHAPE: &[(&str, &[Column<&str>])] = &[
     (
         "semaphore_leases",
         &[
@@ -37,7 +43,10 @@ const SHAPE: &[(&str, &[(&str, &str, bool)])] = &[
             ("borrow_key", "text", false),
         ],
     ),
-    ("semaphore_pools", &[("pool", "uuid", true), ("count", "bigint", true)]),
+    (
+        "semaphore_pools",
+        &[("pool", "uuid", true), ("count", "bigint", true)],
+    ),
     (
         "semaphore_store",
         &[("id", "integer", true), ("schema_version", "integer", true)],
@@ -87,7 +96,7 @@ pub(crate) fn fill(text: &str, schema: &str) -> String {
         .replace("{waiter_ttl}", &WAITER_TTL_MS.to_string())
 }
 
-fn describe(shape: &[(String, Vec<(String, String, bool)>)]) -> String {
+fn describe(shape: &Shape) -> String {
     shape
         .iter()
         .map(|(t, cols)| {
@@ -98,7 +107,7 @@ fn describe(shape: &[(String, Vec<(String, String, bool)>)]) -> String {
         .join("; ")
 }
 
-fn expected() -> Vec<(String, Vec<(String, String, bool)>)> {
+fn expected() -> Shape {
     SHAPE
         .iter()
         .map(|(t, cols)| {
@@ -111,7 +120,10 @@ fn expected() -> Vec<(String, Vec<(String, String, bool)>)> {
         .collect()
 }
 
-async fn found(client: &Client, schema: &str) -> Result<Vec<(String, Vec<(String, String, bool)>)>> {
+async fn found(
+    client: &Client,
+    schema: &str,
+) -> Result<Vec<(String, Vec<(String, String, bool)>)>> {
     let rows = client
         .query(
             "SELECT table_name::text, column_name::text, data_type::text, is_nullable = 'NO'
@@ -122,7 +134,7 @@ async fn found(client: &Client, schema: &str) -> Result<Vec<(String, Vec<(String
         )
         .await
         .map_err(storage("open"))?;
-    let mut shape: Vec<(String, Vec<(String, String, bool)>)> = Vec::new();
+    let mut shape: Shape = Vec::new();
     for row in rows {
         let table: String = row.get(0);
         let column = (row.get(1), row.get(2), row.get(3));
@@ -135,7 +147,10 @@ async fn found(client: &Client, schema: &str) -> Result<Vec<(String, Vec<(String
 }
 
 async fn version(client: &Client, schema: &str) -> Result<Option<i32>> {
-    let sql = fill("SELECT schema_version FROM {s}.semaphore_store WHERE id = 1", schema);
+    let sql = fill(
+        "SELECT schema_version FROM {s}.semaphore_store WHERE id = 1",
+        schema,
+    );
     client
         .query_opt(&sql, &[])
         .await

@@ -58,20 +58,28 @@ impl Sql {
         let f = |text: &str| fill(text, schema);
         Self {
             register: f("SELECT * FROM {s}.semaphore_register($1, $2, $3)"),
-            inspect: f("SELECT p.count, (SELECT count(*) FROM {s}.semaphore_leases l
+            inspect: f(
+                "SELECT p.count, (SELECT count(*) FROM {s}.semaphore_leases l
                     WHERE l.pool = p.pool AND l.expires_at > {s}.semaphore_now($2))
-                FROM {s}.semaphore_pools p WHERE p.pool = $1"),
+                FROM {s}.semaphore_pools p WHERE p.pool = $1",
+            ),
             delete: f("SELECT {s}.semaphore_delete($1)"),
-            try_borrow: f("SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
-            try_borrow_all: f("SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8)"),
+            try_borrow: f(
+                "SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            ),
+            try_borrow_all: f(
+                "SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8)",
+            ),
             return_lease: f("SELECT {s}.semaphore_return($1, $2, $3)"),
             renew: f("SELECT * FROM {s}.semaphore_renew($1, $2, $3, $4)"),
-            holders: f("SELECT EXISTS (SELECT 1 FROM {s}.semaphore_pools WHERE pool = $1),
+            holders: f(
+                "SELECT EXISTS (SELECT 1 FROM {s}.semaphore_pools WHERE pool = $1),
                     l.lease, l.position, l.token, l.expires_at, l.owner, l.borrow_key
                 FROM (SELECT 1) one
                 LEFT JOIN {s}.semaphore_leases l
                     ON l.pool = $1 AND l.expires_at > {s}.semaphore_now($2)
-                ORDER BY l.position"),
+                ORDER BY l.position",
+            ),
             force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
             leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
             queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters
@@ -96,7 +104,10 @@ pub(crate) fn attempt(row: &Row, pool: PoolId) -> Result<Attempt, tokio_postgres
     Ok(match status {
         0 => Attempt::Granted(lease(row, pool, 1)?),
         1 => Attempt::Exhausted(row.try_get::<_, Option<i64>>(4)?.map(instant)),
-        _ => Attempt::Missing(row.try_get::<_, Option<uuid::Uuid>>(1)?.map(PoolId::from_uuid)),
+        _ => Attempt::Missing(
+            row.try_get::<_, Option<uuid::Uuid>>(1)?
+                .map(PoolId::from_uuid),
+        ),
     })
 }
 

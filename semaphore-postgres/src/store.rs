@@ -94,6 +94,8 @@ impl PostgresStore {
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `url`, `listen_url`, `schema`,
     ///   `pool_size` or `poll_interval`.
+    /// - [`Error::Storage`], retryable, if no connection could be had
+    ///   within [`PostgresOptions::pool_timeout`].
     /// - [`Error::SchemaMismatch`] if the schema holds `semaphore_` tables
     ///   of another shape or version; nothing is changed.
     /// - [`Error::Storage`] if the server cannot be reached (retryable) or
@@ -110,6 +112,9 @@ impl PostgresStore {
         );
         let pool = ConnectionPool::builder(manager)
             .max_size(options.pool_size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(options.pool_timeout))
+            .create_timeout(Some(options.pool_timeout))
             .build()
             .map_err(|e| Error::InvalidArgument {
                 field: "pool_size",
@@ -140,11 +145,13 @@ impl PostgresStore {
         let client = pool.get().await.map_err(pool_error("open"))?;
         schema::prepare(&client, &options.schema).await?;
         if let Time::Server(view) = &options.time {
-            listen::measure(&client, view).await.ok_or_else(|| Error::Storage {
-                operation: "open",
-                retryable: true,
-                source: "reading the server's clock failed".into(),
-            })?;
+            listen::measure(&client, view)
+                .await
+                .ok_or_else(|| Error::Storage {
+                    operation: "open",
+                    retryable: true,
+                    source: "reading the server's clock failed".into(),
+                })?;
         }
         drop(client);
         let changes = Arc::new(Changes::new());
@@ -168,6 +175,22 @@ impl PostgresStore {
     /// The schema the store's tables are in.
     pub fn schema(&self) -> &str {
         &self.schema
+    }
+
+    /// This process's view of the server's clock, which times its waits;
+    /// `None` in test mode (a manual clock).
+    pub fn server_clock(&self) -> Option<&crate::ServerClock> {
+        match &self.time {
+            Time::Server(view) => Some(view),
+            Time::Manual(_) => None,
+        }
+    }
+
+    /// The process id of the listener's backend on the server, while it is
+    /// connected: what other processes look for in `pg_stat_activity` to
+    /// tell that this process's queued heads are alive.
+    pub fn listener_backend(&self) -> Option<i32> {
+        self.backend()
     }
 
     /// The connection pool the store's statements run on.
@@ -311,7 +334,10 @@ impl Store for PostgresStore {
             &backend,
             &keep,
         ];
-        let typed: Vec<_> = params.into_iter().zip(sql::TRY_BORROW.iter().cloned()).collect();
+        let typed: Vec<_> = params
+            .into_iter()
+            .zip(sql::TRY_BORROW.iter().cloned())
+            .collect();
         let rows = self.query("borrow", &self.sql.try_borrow, &typed).await?;
         let row = first(&rows, "borrow")?;
         match sql::attempt(row, request.pool).map_err(storage("borrow"))? {
@@ -336,7 +362,9 @@ impl Store for PostgresStore {
             .into_iter()
             .zip(sql::TRY_BORROW_ALL.iter().cloned())
             .collect();
-        let rows = self.query("borrow", &self.sql.try_borrow_all, &typed).await?;
+        let rows = self
+            .query("borrow", &self.sql.try_borrow_all, &typed)
+            .await?;
         let mut granted = Vec::with_capacity(requests.len());
         let mut blocked = Vec::new();
         for (row, request) in rows.iter().zip(requests) {
@@ -462,7 +490,9 @@ impl Store for PostgresStore {
         match status {
             0 => {
                 self.changes.notify(pool);
-                Ok(Some(sql::holder(row, pool, 1).map_err(storage("force_return"))?))
+                Ok(Some(
+                    sql::holder(row, pool, 1).map_err(storage("force_return"))?,
+                ))
             }
             1 => Ok(None),
             _ => Err(Error::PoolNotFound { pool }),
@@ -474,7 +504,10 @@ impl Store for PostgresStore {
             .query(
                 "leave_queue",
                 &self.sql.leave_queue,
-                &[(&pool.as_uuid(), Type::UUID), (&waiter.as_uuid(), Type::UUID)],
+                &[
+                    (&pool.as_uuid(), Type::UUID),
+                    (&waiter.as_uuid(), Type::UUID),
+                ],
             )
             .await?;
         let left: bool = first(&rows, "leave_queue")?

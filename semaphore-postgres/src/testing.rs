@@ -21,6 +21,9 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use semaphore_core::{Clock, Sleep, SystemClock};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,7 +118,11 @@ impl TestServer {
             "t{}_{}_{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed),
-            uuid::Uuid::new_v4().simple().to_string().get(..8).unwrap_or("x")
+            uuid::Uuid::new_v4()
+                .simple()
+                .to_string()
+                .get(..8)
+                .unwrap_or("x")
         )
     }
 
@@ -231,9 +238,8 @@ fn run(command: &mut Command) -> Result<(), String> {
 /// The directory holding `initdb` and `pg_ctl`: on `PATH`, or the newest
 /// `/usr/lib/postgresql/*/bin`.
 fn binaries() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file())
-    });
+    let on_path = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file()));
     on_path.or_else(|| {
         let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
             .ok()?
@@ -254,4 +260,42 @@ fn is_root() -> bool {
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// The system clock, off by a fixed amount: a machine whose clock
+/// disagrees with the server's, for tests.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetClock {
+    by: Duration,
+    ahead: bool,
+}
+
+impl OffsetClock {
+    /// A clock `by` ahead of the system clock.
+    pub fn ahead(by: Duration) -> Self {
+        Self { by, ahead: true }
+    }
+
+    /// A clock `by` behind the system clock.
+    pub fn behind(by: Duration) -> Self {
+        Self { by, ahead: false }
+    }
+
+    fn shift(&self, t: SystemTime, forward: bool) -> SystemTime {
+        if self.ahead == forward {
+            t + self.by
+        } else {
+            t - self.by
+        }
+    }
+}
+
+impl Clock for OffsetClock {
+    fn now(&self) -> SystemTime {
+        self.shift(SystemTime::now(), true)
+    }
+
+    fn sleep_until(&self, deadline: SystemTime) -> Sleep {
+        SystemClock.sleep_until(self.shift(deadline, false))
+    }
 }

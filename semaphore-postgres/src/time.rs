@@ -52,7 +52,8 @@ impl ServerClock {
     pub(crate) fn observe(&self, before: SystemTime, server_ms: i64, after: SystemTime) {
         let (before, after) = (unix_ms(before) as i64, unix_ms(after) as i64);
         let midpoint = before + (after - before) / 2;
-        self.offset_ms.store(server_ms - midpoint, Ordering::Relaxed);
+        self.offset_ms
+            .store(server_ms - midpoint, Ordering::Relaxed);
     }
 
     /// The local clock, whose readings [`observe`](Self::observe) takes.

@@ -89,7 +89,13 @@ pub async fn calls_outside_a_runtime_fail_clearly_or_work(f: Fixture) {
     .join()
     .expect("a call outside a runtime panicked");
     let late = match (&in_place, refused) {
-        (_, Poll::Ready(Err(Error::NoRuntime { operation: "borrow" })) | Poll::Pending) => None,
+        (
+            _,
+            Poll::Ready(Err(Error::NoRuntime {
+                operation: "borrow",
+            }))
+            | Poll::Pending,
+        ) => None,
         // The first call stayed pending, so the pool was not full.
         (None, Poll::Ready(Ok(lease))) => Some(lease),
         (_, other) => panic!("a borrow that must wait outside a runtime gave {other:?}"),

@@ -1,0 +1,185 @@
+//! Faults on a real server (issue 12, SPEC R14): a restart mid-run, the
+//! listener's connection killed, a statement timeout, the connection pool
+//! exhausted. Each gives a retryable storage error (never `Exhausted`),
+//! over-issues nothing, and the store recovers by itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_core::conformance::{until_in_use, until_waiting};
+use semaphore_postgres::testing::TestServer;
+use semaphore_postgres::{Error, Pool, PoolId, PostgresOptions, PostgresStore};
+
+const TTL: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn store(url: &str, schema: &str, options: PostgresOptions) -> Arc<PostgresStore> {
+    let options = options
+        .schema(schema)
+        .poll_interval(Duration::from_millis(200));
+    Arc::new(PostgresStore::connect_with(url, options).await.unwrap())
+}
+
+fn retryable_storage(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Storage {
+            retryable: true,
+            ..
+        }
+    ) && err.is_retryable()
+}
+
+/// Retries `call` while it fails with a retryable storage error.
+async fn retry<T, F: std::future::Future<Output = Result<T, Error>>>(
+    mut call: impl FnMut() -> F,
+) -> T {
+    for _ in 0..200 {
+        match call().await {
+            Ok(out) => return out,
+            Err(e) if retryable_storage(&e) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("a non-retryable error after a fault: {e:?}"),
+        }
+    }
+    panic!("the store did not recover in 10 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_fails_calls_retryably_then_waiters_are_served() {
+    let server = TestServer::start().unwrap();
+    let schema = TestServer::fresh_schema();
+    let store = store(server.url(), &schema, PostgresOptions::default()).await;
+    let pool = Pool::new(store.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    let held = pool.try_borrow(TTL).await.unwrap().forget();
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.borrow(TTL, WAIT).await.map(|g| g.forget()) })
+    };
+    until_waiting(&pool, 1).await;
+
+    tokio::task::block_in_place(|| server.restart());
+    // The pooled connections died with the old server: the first calls may
+    // fail, always as retryable storage errors, never as Exhausted.
+    match pool.inspect().await {
+        Ok(state) => assert_eq!(state.in_use, 1),
+        Err(e) => assert!(retryable_storage(&e), "{e:?}"),
+    }
+    assert!(retry(|| pool.return_lease(held.id)).await);
+    let next = waiter
+        .await
+        .unwrap()
+        .expect("the waiter was not served after the restart");
+    assert_eq!(next.position, 0);
+    assert!(next.token > held.token);
+    assert_eq!(retry(|| pool.inspect()).await.in_use, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_listener_reconnects_and_waiters_are_still_woken() {
+    let server = TestServer::shared();
+    let schema = TestServer::fresh_schema();
+    let here = store(server.url(), &schema, PostgresOptions::default()).await;
+    let there = store(server.url(), &schema, PostgresOptions::default()).await;
+    let id = PoolId::from_name("p");
+    let (pool, other) = (Pool::new(here.clone(), id), Pool::new(there.clone(), id));
+    pool.register(1).await.unwrap();
+    let held = other.try_borrow(TTL).await.unwrap().forget();
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.borrow(TTL, WAIT).await.map(|g| g.forget()) })
+    };
+    until_waiting(&pool, 1).await;
+
+    let backend = loop {
+        match here.listener_backend() {
+            Some(pid) => break pid,
+            None => tokio::task::yield_now().await,
+        }
+    };
+    let client = there.connection_pool().get().await.unwrap();
+    let killed: bool = client
+        .query_one("SELECT pg_terminate_backend($1)", &[&backend])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed);
+    drop(client);
+    // Another process's return must still reach the waiter.
+    assert!(other.return_lease(held.id).await.unwrap());
+    let next = waiter.await.unwrap().expect("the waiter was not woken");
+    assert_eq!(next.position, 0);
+    // The listener came back under a new backend.
+    while here.listener_backend().is_none_or(|pid| pid == backend) {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_timeout_is_a_retryable_error_and_changes_nothing() {
+    let server = TestServer::shared();
+    let schema = TestServer::fresh_schema();
+    let url = format!("{} options='-c statement_timeout=300'", server.url());
+    let store = store(&url, &schema, PostgresOptions::default()).await;
+    let pool = Pool::new(store.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+
+    // Another session holds the pool's row, so the borrow waits on its lock
+    // until the statement times out.
+    let (mut locker, connection) = tokio_postgres_connect(server.url()).await;
+    let tx = locker.transaction().await.unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM \"{schema}\".semaphore_pools FOR UPDATE"),
+        &[],
+    )
+    .await
+    .unwrap();
+    let err = pool.try_borrow(TTL).await.unwrap_err();
+    assert!(retryable_storage(&err), "{err:?}");
+    assert!(err.to_string().contains("borrow"), "{err}");
+    tx.rollback().await.unwrap();
+    drop((locker, connection));
+
+    assert_eq!(
+        pool.inspect().await.unwrap().in_use,
+        0,
+        "the timed-out borrow left a lease"
+    );
+    assert_eq!(pool.try_borrow(TTL).await.unwrap().position, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_connection_pool_is_a_retryable_error_not_a_hang() {
+    let server = TestServer::shared();
+    let schema = TestServer::fresh_schema();
+    let options = PostgresOptions::default()
+        .pool_size(1)
+        .pool_timeout(Duration::from_millis(200));
+    let store = store(server.url(), &schema, options).await;
+    let pool = Pool::new(store.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+
+    let taken = store.connection_pool().get().await.unwrap();
+    let err = pool.try_borrow(TTL).await.unwrap_err();
+    assert!(retryable_storage(&err), "{err:?}");
+    drop(taken);
+    assert_eq!(pool.try_borrow(TTL).await.unwrap().position, 0);
+    until_in_use(&pool, 0).await;
+}
+
+/// A plain connection of the test's own, its connection driven on a task.
+async fn tokio_postgres_connect(
+    url: &str,
+) -> (tokio_postgres::Client, tokio::task::JoinHandle<()>) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (client, driver)
+}
+
+use semaphore_postgres::tokio_postgres;
