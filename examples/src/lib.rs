@@ -1,4 +1,6 @@
 //! Shared pieces of the example programs: the hold log that worker
-//! processes write, and the checks run over it (no over-issue, R10).
+//! processes write, the checks run over it (no over-issue, R10), and
+//! opening the store a program is given.
 
 pub mod holds;
+pub mod store;

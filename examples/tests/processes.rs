@@ -10,12 +10,24 @@ use std::time::Duration;
 use semaphore_examples::holds::{
     Hold, duplicate_tokens, max_concurrency, shared_positions, unix_us,
 };
+use semaphore_examples::store;
+use semaphore_postgres::testing::TestServer;
+use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_sqlite::{Pool, PoolId, SqliteOptions, SqliteStore};
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_holder");
 
 fn holder(args: &[&str]) -> Child {
-    Command::new(HOLDER)
+    holder_in(args, None)
+}
+
+/// A holder process; `schema` is the PostgreSQL schema, if any.
+fn holder_in(args: &[&str], schema: Option<&str>) -> Child {
+    let mut command = Command::new(HOLDER);
+    if let Some(schema) = schema {
+        command.env(store::SCHEMA_VAR, schema);
+    }
+    command
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -45,15 +57,34 @@ async fn register(db: &Path, name: &str, count: u32, options: SqliteOptions) -> 
     pool
 }
 
-/// 8 processes x 200 borrow / work / return cycles on 3 slots, started
-/// just after a ninth process was killed with SIGKILL while it held a slot.
+/// 8 processes x 200 borrow / work / return cycles on 3 slots of one SQLite
+/// file, started just after a ninth process was killed with SIGKILL while
+/// it held a slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_processes_never_over_issue_and_a_killed_holders_slot_returns_after_its_ttl() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("shared.db");
-    let db_arg = db.to_str().unwrap();
     let pool = register(&db, "three", 3, SqliteOptions::default()).await;
+    eight_processes(dir.path(), db.to_str().unwrap(), None, &pool).await;
+}
 
+/// The same on one PostgreSQL database, each process with a store (and a
+/// listener) of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_on_postgres_never_over_issue_and_a_killed_holders_slot_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, schema) = (TestServer::shared().url(), TestServer::fresh_schema());
+    let options = PostgresOptions::default().schema(&schema);
+    let store = Arc::new(PostgresStore::connect_with(url, options).await.unwrap());
+    let pool = Pool::new(store, PoolId::from_name("three"));
+    pool.register(3).await.unwrap();
+    eight_processes(dir.path(), url, Some(&schema), &pool).await;
+}
+
+/// The 8-process run on the store `db` names (a path or a PostgreSQL
+/// connection string in `schema`), logs in `dir`.
+async fn eight_processes(dir: &Path, db_arg: &str, schema: Option<&str>, pool: &Pool) {
+    let holder = |args: &[&str]| holder_in(args, schema);
     // The victim holds a slot for 500 ms and is killed while holding it.
     let mut victim = holder(&["hold", db_arg, "three", "500"]);
     let mut out = BufReader::new(victim.stdout.take().unwrap());
@@ -76,7 +107,7 @@ async fn eight_processes_never_over_issue_and_a_killed_holders_slot_returns_afte
 
     let workers: Vec<_> = (0..8)
         .map(|i| {
-            let log = dir.path().join(format!("worker-{i}.log"));
+            let log = dir.join(format!("worker-{i}.log"));
             let args = [
                 "cycles",
                 db_arg,

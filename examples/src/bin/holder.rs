@@ -1,5 +1,7 @@
-//! A process that holds slots of a pool in a shared SQLite file, for the
-//! multi-process tests (and to try by hand).
+//! A process that holds slots of a pool in a shared SQLite file or
+//! PostgreSQL database, for the multi-process tests (and to try by hand).
+//! `<db>` is a file path or a PostgreSQL connection string (schema from
+//! `SEMAPHORE_PG_SCHEMA`).
 //!
 //! ```text
 //! holder cycles <db> <pool> <n> <work_us> <log>   borrow / work / return n times, logging each hold
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use semaphore_examples::holds::{Hold, unix_us};
+use semaphore_examples::store;
 use semaphore_sqlite::{
     Clock, Error, Pool, PoolId, Sleep, SqliteOptions, SqliteStore, SystemClock,
 };
@@ -62,7 +65,7 @@ async fn main() -> Result<(), Error> {
         skewed(db, name, offset).await;
         return Ok(());
     }
-    let pool = Pool::new(Arc::new(SqliteStore::open(db)?), PoolId::from_name(name));
+    let pool = Pool::new(store::open(db).await?, PoolId::from_name(name));
     match mode.as_str() {
         "cycles" => {
             let (n, work_us) = (number(args.get(4)), number(args.get(5)));

@@ -1,7 +1,8 @@
-//! The flagship: 8 OS processes share 3 slots through one SQLite file.
+//! The flagship: 8 OS processes share 3 slots through one SQLite file, or
+//! through one PostgreSQL database with `--postgres URL`.
 //!
-//! The parent creates a database file, registers a pool of 3 slots and
-//! starts 8 worker processes of this same program. Each worker borrows a
+//! The parent creates a database file (or uses the database), registers a
+//! pool of 3 slots and starts 8 worker processes of this same program. Each worker borrows a
 //! slot (waiting for one), hashes a chunk of a real file (this program's own
 //! binary) while it holds the slot, prints what it held, and returns it.
 //! The parent prints a per-slot timeline and checks, from the workers'
@@ -9,16 +10,18 @@
 //! came back.
 //!
 //! Run: `cargo run --release -p semaphore-examples --bin shared-pool`
+//! (add `-- --postgres postgresql://user@host/db` for PostgreSQL; the
+//! schema is `SEMAPHORE_PG_SCHEMA`, default `public`).
 
 use std::hash::{DefaultHasher, Hasher};
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use semaphore_examples::holds::{Hold, max_concurrency, shared_positions, unix_us};
-use semaphore_sqlite::{Error, Pool, PoolId, SqliteStore};
+use semaphore_examples::store;
+use semaphore_sqlite::{Error, Pool, PoolId};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -38,23 +41,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("worker") => {
             let db = args.get(2).ok_or("worker needs <db> <index>")?;
             let index: usize = args.get(3).ok_or("worker needs <index>")?.parse()?;
-            Ok(worker(Path::new(db), index).await?)
+            Ok(worker(db, index).await?)
         }
-        None => parent().await,
-        Some(other) => Err(format!("unknown argument {other:?}; run without arguments").into()),
+        Some("--postgres") => {
+            let url = args.get(2).ok_or("--postgres needs a connection string")?;
+            parent(Some(url)).await
+        }
+        None => parent(None).await,
+        Some(other) => Err(format!(
+            "unknown argument {other:?}; run without arguments, or with --postgres URL"
+        )
+        .into()),
     }
 }
 
-fn pool(db: &Path) -> Result<Pool, Error> {
-    Ok(Pool::new(
-        Arc::new(SqliteStore::open(db)?),
-        PoolId::from_name(POOL),
-    ))
+async fn pool(db: &str) -> Result<Pool, Error> {
+    Ok(Pool::new(store::open(db).await?, PoolId::from_name(POOL)))
 }
 
 /// One worker process: `JOBS` times, borrow a slot, hash a chunk, return.
-async fn worker(db: &Path, index: usize) -> Result<(), Error> {
-    let pool = pool(db)?;
+async fn worker(db: &str, index: usize) -> Result<(), Error> {
+    let pool = pool(db).await?;
     let file = std::env::current_exe().expect("this program's path");
     for job in 0..JOBS {
         // Hold for at most 30 s (a crashed worker frees its slot by then);
@@ -113,16 +120,23 @@ fn parse(line: &str) -> Option<Report> {
     })
 }
 
-async fn parent() -> Result<(), Box<dyn std::error::Error>> {
+async fn parent(postgres: Option<&String>) -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("semaphore-shared-pool-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let db: PathBuf = dir.join("shared.db");
-    let pool = pool(&db)?;
+    let db = match postgres {
+        Some(url) => url.clone(),
+        None => {
+            std::fs::create_dir_all(&dir)?;
+            dir.join("shared.db").display().to_string()
+        }
+    };
+    let pool = pool(&db).await?;
     pool.register(SLOTS).await?;
-    println!(
-        "{WORKERS} worker processes, {JOBS} jobs each, share {SLOTS} slots in {}",
-        db.display()
-    );
+    let place = if postgres.is_some() {
+        "one PostgreSQL database".to_string()
+    } else {
+        db.clone()
+    };
+    println!("{WORKERS} worker processes, {JOBS} jobs each, share {SLOTS} slots in {place}");
 
     let started = Instant::now();
     let exe = std::env::current_exe()?;
@@ -176,7 +190,9 @@ async fn parent() -> Result<(), Box<dyn std::error::Error>> {
     let state = pool.inspect().await?;
     let most = max_concurrency(&holds);
     let shared = shared_positions(&holds).len();
-    std::fs::remove_dir_all(&dir).ok();
+    if postgres.is_none() {
+        std::fs::remove_dir_all(&dir).ok();
+    }
     if holds.len() != WORKERS * JOBS || most > SLOTS as usize || shared > 0 || state.in_use != 0 {
         return Err(format!(
             "check failed: {} holds, highest concurrency {most}, {shared} shared slots, {} still in use",
