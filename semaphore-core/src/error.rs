@@ -25,8 +25,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///   tables of another shape and changed nothing.
 /// - [`ClockSkew`](Error::ClockSkew): this process's clock disagrees with
 ///   the clock that decides for everyone sharing the store; fix the clock.
-/// - [`NoRuntime`](Error::NoRuntime): a call that must wait was made
-///   outside a tokio runtime.
+/// - [`NoRuntime`](Error::NoRuntime): a call that needs a tokio runtime was
+///   made outside one.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -136,16 +136,17 @@ pub enum Error {
         reference: &'static str,
     },
 
-    /// `operation` must wait (a borrow on an exhausted pool with a non-zero
-    /// `wait`) and was called outside a tokio runtime, whose timer the wait
-    /// needs. Nothing is held. Call it from inside a runtime with its time
-    /// driver enabled (`#[tokio::main]`, `Runtime::block_on`), or borrow
-    /// with a zero wait.
+    /// `operation` needs a tokio runtime and was called outside one: a
+    /// borrow that must wait (an exhausted pool, a non-zero `wait`) needs
+    /// the runtime's timer, and a store whose driver runs on tokio (the
+    /// PostgreSQL store) needs it for every call. Nothing changed and
+    /// nothing is held. Call it from inside a runtime with its time driver
+    /// enabled (`#[tokio::main]`, `Runtime::block_on`).
     #[error(
-        "{operation} must wait and needs a tokio runtime with its timer: call it inside #[tokio::main] or Runtime::block_on, or with a zero wait"
+        "{operation} needs a tokio runtime (for a wait's timer, or the store's driver): call it inside #[tokio::main] or Runtime::block_on"
     )]
     NoRuntime {
-        /// The call that needed the runtime (`borrow`).
+        /// The call that needed the runtime (`borrow`, `inspect`, ...).
         operation: &'static str,
     },
 }

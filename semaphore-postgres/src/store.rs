@@ -45,7 +45,9 @@ use crate::{PostgresOptions, schema};
 ///   connection and a pool timeout are retryable [`Error::Storage`]; a lost
 ///   connection is never [`Error::Exhausted`].
 ///
-/// Needs a tokio runtime: the driver and the listener run on it.
+/// Needs a tokio runtime: the driver and the listener run on it. A call
+/// made outside one fails with [`Error::NoRuntime`]; a guard dropped
+/// outside one is still returned, on the library's rescue thread.
 ///
 /// ```no_run
 /// use std::{sync::Arc, time::Duration};
@@ -96,6 +98,7 @@ impl PostgresStore {
     ///   `pool_size` or `poll_interval`.
     /// - [`Error::Storage`], retryable, if no connection could be had
     ///   within [`PostgresOptions::pool_timeout`].
+    /// - [`Error::NoRuntime`] outside a tokio runtime.
     /// - [`Error::SchemaMismatch`] if the schema holds `semaphore_` tables
     ///   of another shape or version; nothing is changed.
     /// - [`Error::Storage`] if the server cannot be reached (retryable) or
@@ -142,6 +145,11 @@ impl PostgresStore {
         options: PostgresOptions,
     ) -> Result<Self> {
         options.check()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime {
+                operation: "connect",
+            });
+        }
         let client = pool.get().await.map_err(pool_error("open"))?;
         schema::prepare(&client, &options.schema).await?;
         if let Time::Server(view) = &options.time {
@@ -226,6 +234,9 @@ impl PostgresStore {
         statement: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime { operation });
+        }
         let client = self.pool.get().await.map_err(pool_error(operation))?;
         client
             .query_typed(statement, params)

@@ -65,10 +65,10 @@ pub async fn r2_the_largest_count_costs_its_leases_not_its_slots(f: Fixture) {
 }
 
 /// R5, R13: outside any runtime nothing panics. A free slot is granted
-/// there or the call stays pending (a store whose driver lives on a
-/// runtime), and a borrow that must wait fails with [`Error::NoRuntime`]
-/// or stays pending; a pending call dropped takes nothing. A guard dropped
-/// on a plain thread returns its lease.
+/// there, or the call fails with [`Error::NoRuntime`] or stays pending (a
+/// store whose driver lives on a runtime); a borrow that must wait fails
+/// with [`Error::NoRuntime`] or stays pending; a pending call dropped takes
+/// nothing. A guard dropped on a plain thread returns its lease.
 pub async fn calls_outside_a_runtime_fail_clearly_or_work(f: Fixture) {
     let pool = f.pool("p");
     pool.register(1).await.unwrap();
@@ -80,8 +80,8 @@ pub async fn calls_outside_a_runtime_fail_clearly_or_work(f: Fixture) {
     let plain = pool.clone();
     let (in_place, refused) = std::thread::spawn(move || {
         let in_place = match poll_once(plain.try_borrow(TTL)).map(|r| r.map(|g| g.forget())) {
+            Poll::Ready(Err(Error::NoRuntime { .. })) | Poll::Pending => None,
             Poll::Ready(granted) => Some(granted.expect("a free slot outside a runtime")),
-            Poll::Pending => None,
         };
         let refused = poll_once(plain.borrow(TTL, LONG)).map(|r| r.map(|g| g.forget()));
         (in_place, refused)
