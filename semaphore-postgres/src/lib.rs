@@ -7,6 +7,7 @@ mod schema;
 mod sql;
 mod store;
 mod time;
+mod tx;
 
 #[cfg(feature = "test-util")]
 pub mod testing;

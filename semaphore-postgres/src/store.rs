@@ -244,6 +244,14 @@ impl PostgresStore {
             .map_err(storage(operation))
     }
 
+    pub(crate) fn statements(&self) -> &Sql {
+        &self.sql
+    }
+
+    pub(crate) fn now_param(&self) -> Option<i64> {
+        self.time.now_param()
+    }
+
     fn backend(&self) -> Option<i32> {
         match self.listener.backend.load(Ordering::Relaxed) {
             0 => None,

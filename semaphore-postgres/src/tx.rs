@@ -1,0 +1,162 @@
+//! Leases inside a transaction the application owns (SPEC "Beyond the basic
+//! model": the lease and the application's own write commit or roll back
+//! together).
+
+use std::time::Duration;
+
+use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result, Store};
+use tokio_postgres::Transaction;
+use tokio_postgres::types::{ToSql, Type};
+
+use crate::PostgresStore;
+use crate::error::storage;
+use crate::sql::{self, Attempt};
+
+/// # Caller-owned transactions
+///
+/// `borrow_in` and `return_in` run the store's functions on a
+/// [`Transaction`] the application opened on the same database, so that a
+/// lease and the application's own writes commit or roll back together.
+/// They never commit or roll back; each is one round trip.
+///
+/// - The transaction holds the pool's row lock from the call to its end:
+///   keep it short, and expect other borrowers of the pool to wait for it.
+/// - No waiting: a borrow either gets a free slot at once or fails with
+///   [`Error::Exhausted`]. It does not jump borrowers queued in this process
+///   or heads queued by other processes (R11).
+/// - A rolled-back borrow leaves no lease; its token came from a sequence
+///   and is never handed out again (R9).
+/// - Waiters everywhere learn of a committed return through the store's
+///   notification, sent at commit.
+///
+/// ```no_run
+/// use std::{sync::Arc, time::Duration};
+/// use semaphore_postgres::{BorrowOptions, Pool, PoolId, PostgresStore};
+///
+/// # async fn demo(mut client: semaphore_postgres::tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Arc::new(PostgresStore::connect("postgresql://app@db/app").await?);
+/// let pool = Pool::new(store.clone(), PoolId::from_name("exports"));
+/// let tx = client.transaction().await?;
+/// let lease = store.borrow_in(&tx, &pool, Duration::from_secs(600), BorrowOptions::new()).await?;
+/// tx.execute("INSERT INTO jobs (slot, token) VALUES ($1, $2)",
+///     &[&i64::from(lease.position), &(lease.token as i64)]).await?;
+/// tx.commit().await?; // the lease and the row exist together, or neither does
+/// # Ok(()) }
+/// ```
+impl PostgresStore {
+    /// Borrows the lowest free slot of `pool` for `ttl` inside `tx`, without
+    /// waiting (R5, R6). The lease exists once `tx` commits. `ttl`, the key
+    /// and the owner label are checked and clamped as by
+    /// [`Pool::borrow_with`], against `pool`'s limits; with a key whose
+    /// lease is active, that lease is returned.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] naming `pool` if the handle is on
+    ///   another store, or `ttl`, `key`, `owner` as for a borrow.
+    /// - [`Error::PoolNotFound`], [`Error::Exhausted`] (waited zero).
+    /// - [`Error::Storage`] if the database failed; PostgreSQL then fails
+    ///   the rest of `tx` too, as it does for any error in a transaction.
+    pub async fn borrow_in(
+        &self,
+        tx: &Transaction<'_>,
+        pool: &Pool,
+        ttl: Duration,
+        options: BorrowOptions,
+    ) -> Result<Lease> {
+        self.check_pool(pool)?;
+        let ttl = pool.limits().clamp_ttl(ttl)?;
+        options.validate(pool.limits())?;
+        let exhausted = Error::Exhausted {
+            pool: pool.id(),
+            waited: Duration::ZERO,
+        };
+        if pool.waiting() > 0 && options.key.is_none() {
+            return Err(exhausted);
+        }
+        let (now, ttl, backend) = (self.now_param(), ms(ttl), self.listener_backend());
+        let (id, lease, waiter) = (pool.id(), LeaseId::new(), None::<uuid::Uuid>);
+        let keep = false;
+        let params: [&(dyn ToSql + Sync); 9] = [
+            id.as_uuid(),
+            lease.as_uuid(),
+            &ttl,
+            &waiter,
+            &options.key,
+            &options.owner,
+            &now,
+            &backend,
+            &keep,
+        ];
+        let typed: Vec<_> = params
+            .into_iter()
+            .zip(sql::TRY_BORROW.iter().cloned())
+            .collect();
+        let rows = tx
+            .query_typed(&self.statements().try_borrow, &typed)
+            .await
+            .map_err(storage("borrow"))?;
+        let row = rows.first().ok_or_else(|| storage_gap("borrow"))?;
+        match sql::attempt(row, pool.id()).map_err(storage("borrow"))? {
+            Attempt::Granted(lease) => Ok(lease),
+            Attempt::Exhausted(_) => Err(exhausted),
+            Attempt::Missing(_) => Err(Error::PoolNotFound { pool: pool.id() }),
+        }
+    }
+
+    /// Returns lease `lease` of `pool` inside `tx` (R8): `true` if it was
+    /// active. The slot is free once `tx` commits.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `pool` as for
+    /// [`borrow_in`](PostgresStore::borrow_in); [`Error::Storage`] if the
+    /// database failed.
+    pub async fn return_in(
+        &self,
+        tx: &Transaction<'_>,
+        pool: &Pool,
+        lease: LeaseId,
+    ) -> Result<bool> {
+        self.check_pool(pool)?;
+        let (now, id) = (self.now_param(), pool.id());
+        let rows = tx
+            .query_typed(
+                &self.statements().return_lease,
+                &[
+                    (id.as_uuid(), Type::UUID),
+                    (lease.as_uuid(), Type::UUID),
+                    (&now, Type::INT8),
+                ],
+            )
+            .await
+            .map_err(storage("return"))?;
+        rows.first()
+            .ok_or_else(|| storage_gap("return"))?
+            .try_get(0)
+            .map_err(storage("return"))
+    }
+
+    /// `pool` is a handle on this store.
+    fn check_pool(&self, pool: &Pool) -> Result<()> {
+        let store: *const dyn Store = std::sync::Arc::as_ptr(pool.store());
+        if std::ptr::addr_eq(store, self as *const Self) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument {
+            field: "pool",
+            allowed: "a handle on this store".into(),
+            got: format!("pool {} on another store", pool.id()),
+        })
+    }
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn storage_gap(operation: &'static str) -> Error {
+    Error::Storage {
+        operation,
+        retryable: false,
+        source: format!("{operation} returned no row").into(),
+    }
+}
