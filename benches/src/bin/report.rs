@@ -67,6 +67,20 @@ const LINES: &[Line] = &[
         ours: "sqlite_pool_pair",
         goal: Goal::None,
     },
+    Line {
+        name: "8. PostgreSQL pair rate vs two one-row UPDATEs",
+        group: "postgres_pairs",
+        anchor: "anchor_raw_pair",
+        ours: "postgres_pool_pair",
+        goal: Goal::ThroughputAtLeast(0.5),
+    },
+    Line {
+        name: "9. PostgreSQL count-1 pool vs pg_advisory_xact_lock mutex",
+        group: "postgres_mutex",
+        anchor: "anchor_advisory_xact_lock",
+        ours: "postgres_pool_count_1",
+        goal: Goal::ThroughputAtLeast(0.8),
+    },
 ];
 
 fn target_dir() -> PathBuf {
@@ -140,6 +154,26 @@ fn print_processes() {
             );
         }
         None => println!("| 5. cross-process wake | not run | | | | |"),
+    }
+    match processes(10) {
+        Some(v) => {
+            let n = v["hand_offs"].as_u64().unwrap_or(0);
+            for (key, label, goal_us) in [("p50_us", "p50", 1_000.0), ("p99_us", "p99", 5_000.0)] {
+                let us = v[key].as_f64().unwrap_or(f64::NAN);
+                println!(
+                    "| 10. PostgreSQL cross-process wake (NOTIFY), {label} over {n} hand-offs | {} | | | <= {} | {} |",
+                    time(us * 1e3),
+                    time(goal_us * 1e3),
+                    judged(us <= goal_us)
+                );
+            }
+            let idle = v["idle_cpu_share"].as_f64().unwrap_or(f64::NAN) * 100.0;
+            println!(
+                "| 10. PostgreSQL idle waiter, CPU per second waiting | {idle:.3}% of a core | | | <= 0.1% | {} |",
+                judged(idle <= 0.1)
+            );
+        }
+        None => println!("| 10. PostgreSQL cross-process wake | not run | | | | |"),
     }
 }
 
