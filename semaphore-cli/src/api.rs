@@ -1,0 +1,242 @@
+//! The routes: a thin mapping of the seed's HTTP API onto
+//! `Pool`, as a store is of primitives onto SQL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use semaphore_memory::{BorrowOptions, LeaseId, Limits, Pool, PoolId, Store};
+use serde_json::json;
+use tokio::sync::watch;
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::error::ApiError;
+use crate::wire;
+
+/// The largest request body accepted: the seed's bodies are a few dozen
+/// bytes.
+const BODY_LIMIT: usize = 64 * 1024;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct App {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) limits: Limits,
+    /// Turns `true` when the server shuts down: waiting borrows answer 503.
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+impl App {
+    fn pool(&self, id: &str) -> Result<Pool, ApiError> {
+        let id = PoolId::from_uuid(wire::uuid("id", id)?);
+        Ok(Pool::new(self.store.clone(), id).with_limits(self.limits))
+    }
+
+    fn now(&self) -> std::time::SystemTime {
+        self.store.clock().now()
+    }
+}
+
+/// The router: the seed's five routes, the extensions, and the layers.
+pub(crate) fn router(app: App) -> Router {
+    Router::new()
+        .route("/l/{id}", put(register).get(inspect).delete(delete))
+        .route("/l/{id}/borrow", post(borrow))
+        .route("/l/{id}/return", post(return_lease))
+        .route("/l/{id}/renew", post(renew))
+        .route("/l/{id}/leases", get(holders))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            )
+            .into_response()
+        }))
+        .with_state(app)
+}
+
+/// The body of a request that must be JSON: refuses another content type
+/// (415) and a body over the limit (413).
+fn json_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    if let Some(kind) = headers.get(header::CONTENT_TYPE) {
+        let kind = kind.to_str().unwrap_or("");
+        let essence = kind
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!("the body must be JSON: send Content-Type: application/json, not {kind:?}"),
+            ));
+        }
+    }
+    body.map_err(|e| {
+        let status = e.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "too_large"
+        } else {
+            "bad_request"
+        };
+        ApiError::new(
+            status,
+            code,
+            format!("cannot read the body (at most {BODY_LIMIT} bytes): {e}"),
+        )
+    })
+}
+
+async fn register(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<wire::State>, ApiError> {
+    let pool = app.pool(&id)?;
+    let request: wire::Register = wire::parse(&json_body(&headers, body)?)?;
+    let count = wire::count(&request.count, app.limits.max_count)?;
+    Ok(Json(pool.register(count).await?.into()))
+}
+
+async fn inspect(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<wire::State>, ApiError> {
+    Ok(Json(app.pool(&id)?.inspect().await?.into()))
+}
+
+async fn delete(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let deleted = app.pool(&id)?.delete().await?;
+    Ok(Json(json!({ "deleted": deleted })).into_response())
+}
+
+async fn borrow(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<wire::Granted>, ApiError> {
+    let pool = app.pool(&id)?;
+    let request: wire::Borrow = wire::parse(&json_body(&headers, body)?)?;
+    let ttl = wire::seconds("ttl", &request.ttl, true)?;
+    let wait = match &request.wait {
+        Some(wait) => wire::seconds("wait", wait, false)?,
+        None => Duration::ZERO,
+    };
+    let mut options = BorrowOptions::new();
+    if let Some(key) = headers.get("idempotency-key") {
+        let key = key.to_str().map_err(|_| {
+            ApiError::bad_request(
+                "Idempotency-Key must be printable text",
+                Some("Idempotency-Key"),
+            )
+        })?;
+        options = options.key(key);
+    }
+    if let Some(owner) = request.owner {
+        options = options.owner(owner);
+    }
+    let mut shutdown = app.shutdown.clone();
+    // A client that disconnects drops this future: the borrow leaves the
+    // queue and takes nothing (R12).
+    let lease = tokio::select! {
+        lease = pool.borrow_with(ttl, wait, options) => lease?.forget(),
+        _ = shutdown.wait_for(|down| *down) => return Err(ApiError::shutting_down()),
+    };
+    Ok(Json(wire::Granted::new(&lease, app.now())))
+}
+
+async fn return_lease(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let pool = app.pool(&id)?;
+    let request: wire::Return = wire::parse(&json_body(&headers, body)?)?;
+    let lease = LeaseId::from_uuid(wire::uuid("lease", &request.lease)?);
+    let returned = pool.return_lease(lease).await?;
+    Ok(Json(json!({ "returned": returned })).into_response())
+}
+
+async fn renew(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<wire::Granted>, ApiError> {
+    let pool = app.pool(&id)?;
+    let request: wire::Renew = wire::parse(&json_body(&headers, body)?)?;
+    let lease = LeaseId::from_uuid(wire::uuid("lease", &request.lease)?);
+    let ttl = wire::seconds("ttl", &request.ttl, true)?;
+    // Renew needs the lease's position and token; the holders listing has
+    // them, read under the same id.
+    let holders = pool.holders().await?;
+    let current = holders
+        .into_iter()
+        .find(|h| h.lease.id == lease)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "lease_not_active",
+                "lease is not active: returned, expired, or never this pool's",
+            )
+        })?;
+    let renewed = pool.renew(&current.lease, ttl).await?;
+    Ok(Json(wire::Granted::new(&renewed, app.now())))
+}
+
+/// The holders (positions, tokens, owners, expiries; never lease ids),
+/// and how many borrowers wait on this server.
+async fn holders(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let now = app.now();
+    let pool = app.pool(&id)?;
+    let holders: Vec<wire::Holder> = pool
+        .holders()
+        .await?
+        .iter()
+        .map(|h| wire::Holder::new(h, now))
+        .collect();
+    Ok(Json(json!({ "leases": holders, "waiting": pool.waiting() })).into_response())
+}
+
+async fn healthz() -> Response {
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+/// Ready when the store answers: an inspect of a pool that never exists.
+async fn readyz(State(app): State<App>) -> Result<Response, ApiError> {
+    let probe = Pool::new(
+        app.store.clone(),
+        PoolId::from_name("semaphore-readyz-probe"),
+    );
+    match probe.inspect().await {
+        Ok(_) | Err(semaphore_memory::Error::PoolNotFound { .. }) => {
+            Ok(Json(json!({ "status": "ready" })).into_response())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        "no such route: see the API in the README",
+    )
+}

@@ -1,0 +1,97 @@
+//! Errors on the wire: the seed's `{"error": "..."}` body with its status,
+//! plus `code`, `field` and `retryable`, and `Retry-After` on 409, 502 and
+//! 503.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use semaphore_memory::Error;
+use serde::Serialize;
+
+/// An error answer.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    body: Body,
+}
+
+#[derive(Debug, Serialize)]
+struct Body {
+    error: String,
+    code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'static str>,
+    retryable: bool,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, error: impl Into<String>) -> Self {
+        let retryable = matches!(
+            status,
+            StatusCode::CONFLICT | StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
+        );
+        Self {
+            status,
+            body: Body {
+                error: error.into(),
+                code,
+                field: None,
+                retryable,
+            },
+        }
+    }
+
+    pub(crate) fn bad_request(error: impl Into<String>, field: Option<&'static str>) -> Self {
+        let mut e = Self::new(StatusCode::BAD_REQUEST, "bad_request", error);
+        e.body.field = field;
+        e
+    }
+
+    pub(crate) fn shutting_down() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the server is shutting down; retry on another",
+        )
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::InvalidArgument { field, .. } => Self::bad_request(e.to_string(), Some(field)),
+            Error::PoolNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "not_found", "no such pool")
+            }
+            Error::Exhausted { .. } => {
+                Self::new(StatusCode::CONFLICT, "exhausted", "no resource available")
+            }
+            Error::LeaseExpired { .. } | Error::LeaseNotFound { .. } => {
+                Self::new(StatusCode::NOT_FOUND, "lease_not_active", e.to_string())
+            }
+            Error::Storage { retryable, .. } => {
+                let mut err = Self::new(StatusCode::BAD_GATEWAY, "storage", e.to_string());
+                err.body.retryable = retryable;
+                err
+            }
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let retry = self.body.retryable;
+        let mut response = (self.status, Json(self.body)).into_response();
+        if retry {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
