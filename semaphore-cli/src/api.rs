@@ -13,7 +13,6 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use semaphore_memory::{BorrowOptions, LeaseId, Limits, Pool, PoolId, Store};
-use serde_json::json;
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -53,6 +52,7 @@ pub(crate) fn router(app: App) -> Router {
         .route("/l/{id}/renew", post(renew))
         .route("/l/{id}/leases", get(holders))
         .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi))
         .route("/readyz", get(readyz))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -101,7 +101,17 @@ fn json_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result
     })
 }
 
-async fn register(
+#[utoipa::path(put, path = "/l/{id}", tag = "pools",
+    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    request_body = wire::Register,
+    responses(
+        (status = 200, description = "Created, or its count set", body = wire::State),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 413, description = "Body too large", body = crate::error::ErrorBody),
+        (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn register(
     State(app): State<App>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -113,19 +123,54 @@ async fn register(
     Ok(Json(pool.register(count).await?.into()))
 }
 
-async fn inspect(
+#[utoipa::path(get, path = "/l/{id}", tag = "pools",
+    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    responses(
+        (status = 200, description = "The pool's state", body = wire::State),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 404, description = "No such pool", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn inspect(
     State(app): State<App>,
     Path(id): Path<String>,
 ) -> Result<Json<wire::State>, ApiError> {
     Ok(Json(app.pool(&id)?.inspect().await?.into()))
 }
 
-async fn delete(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ApiError> {
+#[utoipa::path(delete, path = "/l/{id}", tag = "pools",
+    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    responses(
+        (status = 200, description = "Whether it existed", body = wire::Deleted),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn delete(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let deleted = app.pool(&id)?.delete().await?;
-    Ok(Json(json!({ "deleted": deleted })).into_response())
+    Ok(Json(wire::Deleted { deleted }).into_response())
 }
 
-async fn borrow(
+#[utoipa::path(post, path = "/l/{id}/borrow", tag = "leases",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The pool's secret UUID"),
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
+            description = "A retry with the same key while the lease is active gets the same lease (1-255 bytes, printable)"),
+    ),
+    request_body = wire::Borrow,
+    responses(
+        (status = 200, description = "The lowest free slot", body = wire::Granted),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 404, description = "No such pool", body = crate::error::ErrorBody),
+        (status = 409, description = "No resource available within the wait", body = crate::error::ErrorBody),
+        (status = 413, description = "Body too large", body = crate::error::ErrorBody),
+        (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+        (status = 503, description = "The server is shutting down", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn borrow(
     State(app): State<App>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -161,7 +206,17 @@ async fn borrow(
     Ok(Json(wire::Granted::new(&lease, app.now())))
 }
 
-async fn return_lease(
+#[utoipa::path(post, path = "/l/{id}/return", tag = "leases",
+    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    request_body = wire::Return,
+    responses(
+        (status = 200, description = "Whether the lease was active", body = wire::Returned),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 413, description = "Body too large", body = crate::error::ErrorBody),
+        (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn return_lease(
     State(app): State<App>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -171,10 +226,21 @@ async fn return_lease(
     let request: wire::Return = wire::parse(&json_body(&headers, body)?)?;
     let lease = LeaseId::from_uuid(wire::uuid("lease", &request.lease)?);
     let returned = pool.return_lease(lease).await?;
-    Ok(Json(json!({ "returned": returned })).into_response())
+    Ok(Json(wire::Returned { returned }).into_response())
 }
 
-async fn renew(
+#[utoipa::path(post, path = "/l/{id}/renew", tag = "leases",
+    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    request_body = wire::Renew,
+    responses(
+        (status = 200, description = "The renewed lease: same position and token", body = wire::Granted),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 404, description = "No such pool, or the lease is not active", body = crate::error::ErrorBody),
+        (status = 413, description = "Body too large", body = crate::error::ErrorBody),
+        (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn renew(
     State(app): State<App>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -203,7 +269,18 @@ async fn renew(
 
 /// The holders (positions, tokens, owners, expiries; never lease ids),
 /// and how many borrowers wait on this server.
-async fn holders(State(app): State<App>, Path(id): Path<String>) -> Result<Response, ApiError> {
+#[utoipa::path(get, path = "/l/{id}/leases", tag = "leases",
+    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    responses(
+        (status = 200, description = "Holders, never with lease ids", body = wire::Holders),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 404, description = "No such pool", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn holders(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let now = app.now();
     let pool = app.pool(&id)?;
     let holders: Vec<wire::Holder> = pool
@@ -212,25 +289,46 @@ async fn holders(State(app): State<App>, Path(id): Path<String>) -> Result<Respo
         .iter()
         .map(|h| wire::Holder::new(h, now))
         .collect();
-    Ok(Json(json!({ "leases": holders, "waiting": pool.waiting() })).into_response())
+    let waiting = pool.waiting();
+    Ok(Json(wire::Holders {
+        leases: holders,
+        waiting,
+    })
+    .into_response())
 }
 
-async fn healthz() -> Response {
-    Json(json!({ "status": "ok" })).into_response()
+#[utoipa::path(get, path = "/healthz", tag = "service",
+    responses((status = 200, description = "The process runs", body = wire::Status)))]
+pub(crate) async fn healthz() -> Response {
+    Json(wire::Status { status: "ok" }).into_response()
 }
 
 /// Ready when the store answers: an inspect of a pool that never exists.
-async fn readyz(State(app): State<App>) -> Result<Response, ApiError> {
+#[utoipa::path(get, path = "/readyz", tag = "service",
+    responses(
+        (status = 200, description = "The store answers", body = wire::Status),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn readyz(State(app): State<App>) -> Result<Response, ApiError> {
     let probe = Pool::new(
         app.store.clone(),
         PoolId::from_name("semaphore-readyz-probe"),
     );
     match probe.inspect().await {
         Ok(_) | Err(semaphore_memory::Error::PoolNotFound { .. }) => {
-            Ok(Json(json!({ "status": "ready" })).into_response())
+            Ok(Json(wire::Status { status: "ready" }).into_response())
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The OpenAPI document of this API.
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::document(),
+    )
+        .into_response()
 }
 
 async fn not_found() -> ApiError {

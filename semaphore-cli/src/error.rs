@@ -7,20 +7,28 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use semaphore_memory::Error;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// An error answer.
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: StatusCode,
-    body: Body,
+    body: ErrorBody,
 }
 
-#[derive(Debug, Serialize)]
-struct Body {
+/// Every error: the seed's `{"error": "..."}`, then what a client acts on.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ErrorBody {
+    /// What went wrong, for people.
     error: String,
+    /// What went wrong, for programs: `bad_request`, `not_found`,
+    /// `exhausted`, `lease_not_active`, `too_large`,
+    /// `unsupported_media_type`, `storage`, `shutting_down`, `internal`.
     code: &'static str,
+    /// The request field at fault, for `bad_request`.
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'static str>,
+    /// Whether the same request may succeed later.
     retryable: bool,
 }
 
@@ -32,7 +40,7 @@ impl ApiError {
         );
         Self {
             status,
-            body: Body {
+            body: ErrorBody {
                 error: error.into(),
                 code,
                 field: None,

@@ -5,45 +5,63 @@ use std::time::{Duration, SystemTime};
 
 use semaphore_memory::{Lease, PoolState, unix_ms};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::error::ApiError;
 
-/// `PUT /l/{id}`.
-#[derive(Debug, Deserialize)]
+/// `PUT /l/{id}`: the number of slots.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Register {
+    /// The number of slots, `0..=max-count` (default 1000).
+    #[schema(value_type = u32, minimum = 0, maximum = 1000)]
     pub(crate) count: serde_json::Number,
 }
 
 /// `POST /l/{id}/borrow`: `wait` defaults to 0; `owner` is an extension.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Borrow {
+    /// Seconds the lease is held before it frees itself; above 0, clamped
+    /// to the server's max ttl.
+    #[schema(value_type = f64, exclusive_minimum = 0.0)]
     pub(crate) ttl: serde_json::Number,
+    /// Seconds the call may wait for a slot; default 0, clamped to the
+    /// server's max wait.
     #[serde(default)]
+    #[schema(value_type = Option<f64>, minimum = 0.0)]
     pub(crate) wait: Option<serde_json::Number>,
+    /// A label saying who holds the lease (1-64 bytes, printable).
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 64)]
     pub(crate) owner: Option<String>,
 }
 
 /// `POST /l/{id}/return`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Return {
+    /// The lease to return.
+    #[schema(value_type = uuid::Uuid)]
     pub(crate) lease: String,
 }
 
 /// `POST /l/{id}/renew` (an extension): a new ttl from now.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Renew {
+    /// The lease to renew.
+    #[schema(value_type = uuid::Uuid)]
     pub(crate) lease: String,
+    /// Seconds from now; above 0, clamped to the server's max ttl.
+    #[schema(value_type = f64, exclusive_minimum = 0.0)]
     pub(crate) ttl: serde_json::Number,
 }
 
-/// `{id, count, in_use, available}`.
-#[derive(Debug, Serialize)]
+/// `{id, count, in_use, available}`: a pool's state at one instant.
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct State {
+    #[schema(value_type = uuid::Uuid)]
     id: String,
     count: u32,
     in_use: u32,
@@ -63,8 +81,10 @@ impl From<PoolState> for State {
 
 /// A granted or renewed lease: the seed's four fields, then `token` and
 /// `expires_at_ms`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Granted {
+    /// The lease's id: keep it secret, it returns the lease.
+    #[schema(value_type = uuid::Uuid)]
     lease: String,
     position: u32,
     expires_at_unix: u64,
@@ -87,7 +107,7 @@ impl Granted {
 }
 
 /// A holder in `GET /l/{id}/leases`: never its lease id.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Holder {
     position: u32,
     token: u64,
@@ -125,9 +145,15 @@ pub(crate) fn uuid(field: &'static str, text: &str) -> Result<uuid::Uuid, ApiErr
         .map_err(|_| ApiError::bad_request(format!("{field} is not a UUID: {text:?}"), Some(field)))
 }
 
-/// A count: a whole number in `0..=max`.
+/// A count: a whole number in `0..=max` (`4` or `4.0`: JSON Schema's
+/// integers include integral floats).
 pub(crate) fn count(n: &serde_json::Number, max: u32) -> Result<u32, ApiError> {
-    n.as_u64()
+    let whole = n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(f))
+            .map(|f| f as u64)
+    });
+    whole
         .and_then(|c| u32::try_from(c).ok())
         .filter(|c| *c <= max)
         .ok_or_else(|| {
@@ -157,5 +183,41 @@ pub(crate) fn seconds(
             Some(field),
         )
     })?;
-    Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+    let duration = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
+    // A positive value below a nanosecond is still positive: the pool
+    // rounds it up to its resolution (1 ms).
+    if positive && duration.is_zero() {
+        return Ok(Duration::from_nanos(1));
+    }
+    Ok(duration)
+}
+
+/// `GET /l/{id}/leases`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Holders {
+    /// The active leases, by position.
+    pub(crate) leases: Vec<Holder>,
+    /// Borrowers waiting on the pool at this server.
+    pub(crate) waiting: usize,
+}
+
+/// `{"deleted": bool}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Deleted {
+    /// Whether the pool existed.
+    pub(crate) deleted: bool,
+}
+
+/// `{"returned": bool}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Returned {
+    /// Whether the lease was active.
+    pub(crate) returned: bool,
+}
+
+/// `{"status": "ok"}` or `{"status": "ready"}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Status {
+    /// `ok` or `ready`.
+    pub(crate) status: &'static str,
 }

@@ -1,0 +1,44 @@
+//! The OpenAPI document the server serves at `/openapi.json` is the one
+//! committed in `semaphore-cli/openapi.json` (a snapshot, as crates.io pins
+//! its own): a change to the API shows up in review as a change to that
+//! file. Regenerate it with `SEMAPHORE_BLESS=1 cargo test -p semaphore-cli
+//! --test openapi`.
+
+mod common;
+
+use common::Server;
+
+const SNAPSHOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_openapi_document_matches_the_committed_snapshot() {
+    let server = Server::start(&["--memory"]);
+    let served = server
+        .http
+        .get(server.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let document: serde_json::Value = serde_json::from_str(&served).expect("JSON");
+    for path in [
+        "/l/{id}",
+        "/l/{id}/borrow",
+        "/l/{id}/return",
+        "/l/{id}/renew",
+        "/l/{id}/leases",
+    ] {
+        assert!(document["paths"][path].is_object(), "{path} is missing");
+    }
+    if std::env::var_os("SEMAPHORE_BLESS").is_some() {
+        std::fs::write(SNAPSHOT, &served).unwrap();
+    }
+    let committed = std::fs::read_to_string(SNAPSHOT).unwrap_or_default();
+    assert!(
+        committed == served,
+        "the OpenAPI document changed; review it and run \
+         `SEMAPHORE_BLESS=1 cargo test -p semaphore-cli --test openapi` to update {SNAPSHOT}"
+    );
+}
