@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 use crate::wire;
 
 /// The largest request body accepted: the seed's bodies are a few dozen
@@ -30,6 +31,7 @@ pub(crate) struct App {
     pub(crate) limits: Limits,
     /// Turns `true` when the server shuts down: waiting borrows answer 503.
     pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) metrics: Metrics,
 }
 
 impl App {
@@ -40,6 +42,16 @@ impl App {
 
     fn now(&self) -> std::time::SystemTime {
         self.store.clock().now()
+    }
+
+    /// `result` as an answer, counting storage failures.
+    fn track<T>(&self, result: Result<T, semaphore_memory::Error>) -> Result<T, ApiError> {
+        result.map_err(|e| {
+            if matches!(e, semaphore_memory::Error::Storage { .. }) {
+                self.metrics.storage_error();
+            }
+            e.into()
+        })
     }
 }
 
@@ -53,6 +65,7 @@ pub(crate) fn router(app: App) -> Router {
         .route("/l/{id}/leases", get(holders))
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
+        .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -120,7 +133,7 @@ pub(crate) async fn register(
     let pool = app.pool(&id)?;
     let request: wire::Register = wire::parse(&json_body(&headers, body)?)?;
     let count = wire::count(&request.count, app.limits.max_count)?;
-    Ok(Json(pool.register(count).await?.into()))
+    Ok(Json(app.track(pool.register(count).await)?.into()))
 }
 
 #[utoipa::path(get, path = "/l/{id}", tag = "pools",
@@ -135,7 +148,8 @@ pub(crate) async fn inspect(
     State(app): State<App>,
     Path(id): Path<String>,
 ) -> Result<Json<wire::State>, ApiError> {
-    Ok(Json(app.pool(&id)?.inspect().await?.into()))
+    let state = app.track(app.pool(&id)?.inspect().await)?;
+    Ok(Json(state.into()))
 }
 
 #[utoipa::path(delete, path = "/l/{id}", tag = "pools",
@@ -149,7 +163,7 @@ pub(crate) async fn delete(
     State(app): State<App>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let deleted = app.pool(&id)?.delete().await?;
+    let deleted = app.track(app.pool(&id)?.delete().await)?;
     Ok(Json(wire::Deleted { deleted }).into_response())
 }
 
@@ -199,10 +213,17 @@ pub(crate) async fn borrow(
     let mut shutdown = app.shutdown.clone();
     // A client that disconnects drops this future: the borrow leaves the
     // queue and takes nothing (R12).
+    let arrived = std::time::Instant::now();
     let lease = tokio::select! {
-        lease = pool.borrow_with(ttl, wait, options) => lease?.forget(),
+        lease = pool.borrow_with(ttl, wait, options) => lease.map(|guard| guard.forget()),
         _ = shutdown.wait_for(|down| *down) => return Err(ApiError::shutting_down()),
     };
+    match &lease {
+        Ok(_) => app.metrics.granted(arrived.elapsed()),
+        Err(semaphore_memory::Error::Exhausted { .. }) => app.metrics.exhausted(arrived.elapsed()),
+        Err(_) => {}
+    }
+    let lease = app.track(lease)?;
     Ok(Json(wire::Granted::new(&lease, app.now())))
 }
 
@@ -225,7 +246,10 @@ pub(crate) async fn return_lease(
     let pool = app.pool(&id)?;
     let request: wire::Return = wire::parse(&json_body(&headers, body)?)?;
     let lease = LeaseId::from_uuid(wire::uuid("lease", &request.lease)?);
-    let returned = pool.return_lease(lease).await?;
+    let returned = app.track(pool.return_lease(lease).await)?;
+    if returned {
+        app.metrics.returned();
+    }
     Ok(Json(wire::Returned { returned }).into_response())
 }
 
@@ -252,7 +276,7 @@ pub(crate) async fn renew(
     let ttl = wire::seconds("ttl", &request.ttl, true)?;
     // Renew needs the lease's position and token; the holders listing has
     // them, read under the same id.
-    let holders = pool.holders().await?;
+    let holders = app.track(pool.holders().await)?;
     let current = holders
         .into_iter()
         .find(|h| h.lease.id == lease)
@@ -263,7 +287,7 @@ pub(crate) async fn renew(
                 "lease is not active: returned, expired, or never this pool's",
             )
         })?;
-    let renewed = pool.renew(&current.lease, ttl).await?;
+    let renewed = app.track(pool.renew(&current.lease, ttl).await)?;
     Ok(Json(wire::Granted::new(&renewed, app.now())))
 }
 
@@ -283,9 +307,8 @@ pub(crate) async fn holders(
 ) -> Result<Response, ApiError> {
     let now = app.now();
     let pool = app.pool(&id)?;
-    let holders: Vec<wire::Holder> = pool
-        .holders()
-        .await?
+    let holders: Vec<wire::Holder> = app
+        .track(pool.holders().await)?
         .iter()
         .map(|h| wire::Holder::new(h, now))
         .collect();
@@ -320,6 +343,21 @@ pub(crate) async fn readyz(State(app): State<App>) -> Result<Response, ApiError>
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Prometheus metrics, in the OpenMetrics text format.
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses((status = 200, description = "Counters, the wait histogram, and gauges of aliased pools",
+        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String)))]
+pub(crate) async fn metrics(State(app): State<App>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.render(&app.store).await,
+    )
+        .into_response()
 }
 
 /// The OpenAPI document of this API.

@@ -70,6 +70,26 @@ pub(crate) struct ServeArgs {
     /// The largest count a pool may be registered with.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub(crate) max_count: u32,
+
+    /// Names a pool for /metrics (repeatable): its gauges are exported
+    /// under NAME. Pools without an alias get none, since a pool's UUID is
+    /// its bearer secret and never appears in metrics.
+    #[arg(long, value_name = "NAME=UUID", value_parser = alias)]
+    pub(crate) alias: Vec<(String, uuid::Uuid)>,
+}
+
+fn alias(text: &str) -> Result<(String, uuid::Uuid), String> {
+    let (name, id) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=UUID"))?;
+    let printable = |c: char| c.is_ascii_alphanumeric() || "-_.:".contains(c);
+    if name.is_empty() || !name.chars().all(printable) {
+        return Err(format!(
+            "alias {name:?} must be 1 or more of a-z, A-Z, 0-9, -_.:"
+        ));
+    }
+    let id = uuid::Uuid::parse_str(id).map_err(|e| format!("{id:?} is not a UUID: {e}"))?;
+    Ok((name.to_string(), id))
 }
 
 fn duration(text: &str) -> Result<Duration, String> {

@@ -7,6 +7,7 @@
 mod api;
 mod cli;
 mod error;
+mod metrics;
 mod openapi;
 mod serve;
 mod wire;

@@ -26,6 +26,7 @@ use crate::{api, error, wire};
         api::holders,
         api::healthz,
         api::readyz,
+        api::metrics,
     ),
     components(schemas(
         wire::Register,

@@ -71,10 +71,16 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .with_max_ttl(args.max_ttl)
         .with_max_wait(args.max_wait);
     let (down, shutdown) = watch::channel(false);
+    let aliases = args
+        .alias
+        .iter()
+        .map(|(name, id)| (name.clone(), semaphore_memory::PoolId::from_uuid(*id)))
+        .collect();
     let app = App {
         store,
         limits,
         shutdown,
+        metrics: crate::metrics::Metrics::new(aliases),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
