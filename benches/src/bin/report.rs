@@ -175,6 +175,42 @@ fn print_processes() {
         }
         None => println!("| 10. PostgreSQL cross-process wake | not run | | | | |"),
     }
+    match processes(11) {
+        Some(v) => {
+            for (store, goal) in [("memory", Some(0.5)), ("sqlite", None)] {
+                let ours = v[store]["requests_per_s"].as_f64().unwrap_or(f64::NAN);
+                let ceiling = v[store]["ceiling_requests_per_s"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN);
+                let ratio = ours / ceiling;
+                let (goal, met) = match goal {
+                    Some(g) => (format!(">= {g}x"), judged(ratio >= g)),
+                    None => ("none".to_string(), "-"),
+                };
+                println!(
+                    "| 11. HTTP borrow+return ({store}) vs a do-nothing axum handler, wrk keep-alive | {ours:.0} req/s | {ceiling:.0} req/s | {ratio:.2}x | {goal} | {met} |"
+                );
+            }
+        }
+        None => println!("| 11. HTTP pairs | not run | | | | |"),
+    }
+    match processes(12) {
+        Some(v) => {
+            let n = v["hand_offs"].as_u64().unwrap_or(0);
+            let p50 = v["p50_us"].as_f64().unwrap_or(f64::NAN);
+            let p99 = v["p99_us"].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "| 12. HTTP waiting borrow woken by another client's return, p50 over {n} | {} | | | <= 1 ms | {} |",
+                time(p50 * 1e3),
+                judged(p50 <= 1_000.0)
+            );
+            println!(
+                "| 12. HTTP waiting borrow woken by another client's return, p99 over {n} | {} | | | none | - |",
+                time(p99 * 1e3)
+            );
+        }
+        None => println!("| 12. HTTP wake | not run | | | | |"),
+    }
 }
 
 /// Mean time per iteration in nanoseconds, from criterion's estimates.
