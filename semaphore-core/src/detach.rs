@@ -10,11 +10,11 @@
 //! 2. Still pending inside a runtime, it is spawned there, wrapped so that a
 //!    runtime shutting down before it finishes (dropping the task unpolled)
 //!    hands it on instead of losing it.
-//! 3. Outside any runtime, or handed on at shutdown, it runs on the rescue
-//!    thread: one thread per process, started the first time it is needed,
-//!    with a current-thread runtime of its own. A future moved there may
-//!    await a blocking task of the dying runtime: tokio finishes blocking
-//!    tasks that have started, and their `JoinHandle` wakes any runtime.
+//! 3. Outside any runtime, or handed on at shutdown, it runs on the library
+//!    runtime: one worker thread per process, started the first time it is
+//!    needed ([`library_runtime`]). A future moved there may await a
+//!    blocking task of the dying runtime: tokio finishes blocking tasks that
+//!    have started, and their `JoinHandle` wakes any runtime.
 //!
 //! Only when the process itself exits (or cannot start a thread) is such
 //! work lost; the leases involved then free themselves at their ttl.
@@ -23,8 +23,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
-
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -44,8 +42,20 @@ pub(crate) fn run_detached(work: BoxFuture<()>) {
     }
 }
 
-/// Work that moves to the rescue thread if dropped before it finished: by a
-/// runtime shutting down with the task still pending.
+/// Spawns `work` on the current runtime, or else on the library's; its
+/// abort handle, or `None` if no runtime could be had.
+pub(crate) fn spawn(
+    work: impl Future<Output = ()> + Send + 'static,
+) -> Option<tokio::task::AbortHandle> {
+    let handle = match tokio::runtime::Handle::try_current() {
+        Ok(current) => current.spawn(work),
+        Err(_) => library_runtime()?.spawn(work),
+    };
+    Some(handle.abort_handle())
+}
+
+/// Work that moves to the library runtime if dropped before it finished: by
+/// a runtime shutting down with the task still pending.
 struct Rescued(Option<BoxFuture<()>>);
 
 impl Future for Rescued {
@@ -69,32 +79,31 @@ impl Drop for Rescued {
     }
 }
 
-/// Hands `work` to the rescue thread, starting it if need be.
+/// Runs `work` on the library runtime, starting it if need be.
 fn rescue(work: BoxFuture<()>) {
-    static RESCUE: OnceLock<Option<UnboundedSender<BoxFuture<()>>>> = OnceLock::new();
-    let sender = RESCUE.get_or_init(|| {
-        let (tx, mut rx) = unbounded_channel::<BoxFuture<()>>();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .ok()?;
-        std::thread::Builder::new()
-            .name("semaphore-rescue".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    while let Some(work) = rx.recv().await {
-                        drop(tokio::spawn(work));
-                    }
-                });
-            })
-            .ok()?;
-        Some(tx)
-    });
-    // With no thread to run it, the work is dropped: its leases free
+    // With no runtime to run it on, the work is dropped: its leases free
     // themselves at their ttl.
-    if let Some(sender) = sender {
-        let _ = sender.send(work);
+    if let Some(runtime) = library_runtime() {
+        drop(runtime.spawn(work));
     }
+}
+
+/// The library's own runtime: one worker thread, started the first time it
+/// is needed, alive until the process exits. Rescued clean-up runs on it,
+/// and the blocking API drives its calls with it.
+pub(crate) fn library_runtime() -> Option<&'static tokio::runtime::Handle> {
+    static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("semaphore-runtime")
+                .enable_all()
+                .build()
+                .ok()
+        })
+        .as_ref()
+        .map(tokio::runtime::Runtime::handle)
 }
 
 #[cfg(test)]
@@ -105,7 +114,7 @@ mod tests {
 
     /// Work left pending on a runtime that is dropped still completes.
     #[test]
-    fn work_pending_when_its_runtime_is_dropped_finishes_on_the_rescue_thread() {
+    fn work_pending_when_its_runtime_is_dropped_finishes_on_the_library_runtime() {
         let (gate_tx, gate_rx) = tokio::sync::oneshot::channel::<()>();
         let (done_tx, done_rx) = mpsc::channel();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -124,7 +133,7 @@ mod tests {
             .expect("the work never finished");
     }
 
-    /// Outside any runtime, work runs on the rescue thread.
+    /// Outside any runtime, work runs on the library runtime.
     #[test]
     fn work_detached_outside_a_runtime_finishes() {
         let (done_tx, done_rx) = mpsc::channel();

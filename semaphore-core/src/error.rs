@@ -27,6 +27,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///   the clock that decides for everyone sharing the store; fix the clock.
 /// - [`NoRuntime`](Error::NoRuntime): a call that needs a tokio runtime was
 ///   made outside one.
+/// - [`BlockingInRuntime`](Error::BlockingInRuntime): a blocking call was
+///   made inside one.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -147,6 +149,17 @@ pub enum Error {
     )]
     NoRuntime {
         /// The call that needed the runtime (`borrow`, `inspect`, ...).
+        operation: &'static str,
+    },
+
+    /// A `blocking_*` method was called from inside a tokio runtime, where
+    /// blocking the thread would stall the runtime (or deadlock it).
+    /// Nothing was done. Await the async method instead.
+    #[error(
+        "blocking {operation} called inside a tokio runtime: await the async {operation} instead"
+    )]
+    BlockingInRuntime {
+        /// The blocking call (`borrow`, `inspect`, ...).
         operation: &'static str,
     },
 }

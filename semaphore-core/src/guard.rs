@@ -4,7 +4,10 @@ use std::fmt;
 use std::ops::Deref;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use crate::cancel::return_detached;
+use crate::keepalive::{self, KeepAlive, Kept};
 use crate::{Lease, Pool, Result};
 
 /// A held lease that is returned when the guard is dropped (R13), like
@@ -20,7 +23,7 @@ use crate::{Lease, Pool, Result};
 ///
 /// Dropping the guard returns the lease at once, from any thread (R13): in
 /// place for stores that do no I/O, on a task spawned on the current tokio
-/// runtime otherwise, and on the library's rescue thread (one per process,
+/// runtime otherwise, and on the library runtime (one worker thread per process,
 /// started when first needed) when dropped outside any runtime or while its
 /// runtime shuts down. Only if the process exits first is the lease left to
 /// free itself at its ttl. [`release`](LeaseGuard::release) returns it and
@@ -31,17 +34,97 @@ pub struct LeaseGuard<P: AsRef<Pool> = Pool> {
     pool: P,
     lease: Lease,
     armed: bool,
+    /// The ttl the lease was borrowed for, as clamped: keep-alive renews to it.
+    ttl: Duration,
+    keep: Option<KeepAlive>,
 }
 
 /// A [`LeaseGuard`] that owns its pool handle: `'static`, for spawned tasks.
 pub type OwnedLeaseGuard = LeaseGuard<Pool>;
 
 impl<P: AsRef<Pool>> LeaseGuard<P> {
-    pub(crate) fn new(pool: P, lease: Lease) -> Self {
+    pub(crate) fn new(pool: P, lease: Lease, ttl: Duration) -> Self {
         Self {
             pool,
             lease,
             armed: true,
+            ttl,
+            keep: None,
+        }
+    }
+
+    /// Keeps the lease alive while the guard lives: a background task
+    /// renews it to its ttl every ttl/3 (by the store's clock), keeping its
+    /// position and token. A renewal that fails with a retryable error is
+    /// tried again until the lease would have expired. When a renewal finds
+    /// the lease gone (force-returned, expired during a stall, its pool
+    /// deleted), [`lost`](LeaseGuard::lost) resolves and
+    /// [`is_lost`](LeaseGuard::is_lost) turns true; the guard then holds
+    /// nothing. Dropping the guard stops the renewals and returns the lease.
+    /// Calling it again changes nothing.
+    ///
+    /// The task runs on the current tokio runtime, or else on the
+    /// library's own, so it works from plain threads too. [`Lease::expires_at`]
+    /// of the guard stays the grant's; [`time_left`](LeaseGuard::time_left)
+    /// follows the renewals.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use semaphore_memory::{MemoryStore, Pool, PoolId};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// pool.register(1).await?;
+    /// let mut lease = pool.borrow(Duration::from_secs(30), Duration::ZERO).await?;
+    /// lease.keep_alive(); // a short ttl, however long the work takes
+    /// tokio::select! {
+    ///     _ = async { /* the work */ } => {}
+    ///     reason = lease.lost() => eprintln!("lease lost, stopping: {reason}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_alive(&mut self) {
+        if self.keep.is_none() {
+            self.keep = Some(keepalive::start(self.pool().clone(), self.lease, self.ttl));
+        }
+    }
+
+    /// Whether a keep-alive renewal found the lease gone (see
+    /// [`keep_alive`](LeaseGuard::keep_alive)); always `false` without
+    /// keep-alive. Cheap: one atomic read.
+    pub fn is_lost(&self) -> bool {
+        self.keep
+            .as_ref()
+            .is_some_and(|k| matches!(*k.state.borrow(), Kept::Lost(_)))
+    }
+
+    /// Resolves when a keep-alive renewal finds the lease gone, with the
+    /// reason ([`Error::LeaseNotFound`](crate::Error::LeaseNotFound) for a
+    /// forced return, [`Error::LeaseExpired`](crate::Error::LeaseExpired)
+    /// after a stall, [`Error::PoolNotFound`](crate::Error::PoolNotFound)
+    /// for a deleted pool, or the storage error that outlasted the lease).
+    /// Without keep-alive it never resolves.
+    ///
+    /// The future does not borrow the guard, so it can be awaited beside
+    /// work that uses it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches.
+    pub fn lost(&self) -> impl std::future::Future<Output = Arc<crate::Error>> + Send + 'static {
+        let state = self.keep.as_ref().map(|k| k.state.clone());
+        async move {
+            let Some(mut state) = state else {
+                return std::future::pending().await;
+            };
+            loop {
+                if let Kept::Lost(reason) = &*state.borrow_and_update() {
+                    return reason.clone();
+                }
+                if state.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
         }
     }
 
@@ -58,7 +141,12 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// Time left before the lease frees itself, by the store's clock; zero
     /// once expired.
     pub fn time_left(&self) -> Duration {
-        self.lease.time_left(self.pool().store().clock().now())
+        let now = self.pool().store().clock().now();
+        match self.keep.as_ref().map(|k| k.state.borrow().clone()) {
+            Some(Kept::Alive(latest)) => latest.time_left(now),
+            Some(Kept::Lost(_)) => Duration::ZERO,
+            None => self.lease.time_left(now),
+        }
     }
 
     /// Returns the lease now and reports whether it was still active (R8):
@@ -74,6 +162,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// at the latest.
     pub async fn release(mut self) -> Result<bool> {
         self.armed = false;
+        self.keep = None;
         self.pool.as_ref().return_lease(self.lease.id).await
     }
 
@@ -102,6 +191,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// [`Pool::return_lease`] and its `id`.
     pub fn forget(mut self) -> Lease {
         self.armed = false;
+        self.keep = None;
         self.lease
     }
 }
@@ -119,12 +209,14 @@ impl<P: AsRef<Pool>> fmt::Debug for LeaseGuard<P> {
         f.debug_struct("LeaseGuard")
             .field("lease", &self.lease)
             .field("armed", &self.armed)
+            .field("keep_alive", &self.keep.is_some())
             .finish()
     }
 }
 
 impl<P: AsRef<Pool>> Drop for LeaseGuard<P> {
     fn drop(&mut self) {
+        self.keep = None;
         if self.armed {
             return_detached(self.pool.as_ref().store(), &self.lease);
         }

@@ -31,12 +31,14 @@
 //! ```
 
 mod acquire;
+mod blocking;
 mod cancel;
 mod clock;
 mod detach;
 mod error;
 mod guard;
 mod id;
+mod keepalive;
 mod lease;
 mod limits;
 mod options;

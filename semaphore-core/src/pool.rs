@@ -183,15 +183,15 @@ impl Pool {
     /// had already granted when the future was dropped, the lease is returned
     /// at once, not left to its ttl.
     pub async fn borrow(&self, ttl: Duration, wait: Duration) -> Result<LeaseGuard<&Pool>> {
-        let lease = self.acquire(ttl, wait, Labels::default()).await?;
-        Ok(LeaseGuard::new(self, lease))
+        let (lease, ttl) = self.acquire(ttl, wait, Labels::default()).await?;
+        Ok(LeaseGuard::new(self, lease, ttl))
     }
 
     /// [`borrow`](Pool::borrow), with a guard that owns a clone of this
     /// handle, for `'static` tasks. Same errors and cancel safety.
     pub async fn borrow_owned(&self, ttl: Duration, wait: Duration) -> Result<OwnedLeaseGuard> {
-        let lease = self.acquire(ttl, wait, Labels::default()).await?;
-        Ok(LeaseGuard::new(self.clone(), lease))
+        let (lease, ttl) = self.acquire(ttl, wait, Labels::default()).await?;
+        Ok(LeaseGuard::new(self.clone(), lease, ttl))
     }
 
     /// [`borrow`](Pool::borrow) with an idempotency key and an owner label
@@ -242,8 +242,8 @@ impl Pool {
         options: BorrowOptions,
     ) -> Result<LeaseGuard<&Pool>> {
         let labels = options.check(&self.limits)?;
-        let lease = self.acquire(ttl, wait, labels).await?;
-        Ok(LeaseGuard::new(self, lease))
+        let (lease, ttl) = self.acquire(ttl, wait, labels).await?;
+        Ok(LeaseGuard::new(self, lease, ttl))
     }
 
     /// [`borrow_with`](Pool::borrow_with), with a guard that owns a clone of
@@ -255,8 +255,8 @@ impl Pool {
         options: BorrowOptions,
     ) -> Result<OwnedLeaseGuard> {
         let labels = options.check(&self.limits)?;
-        let lease = self.acquire(ttl, wait, labels).await?;
-        Ok(LeaseGuard::new(self.clone(), lease))
+        let (lease, ttl) = self.acquire(ttl, wait, labels).await?;
+        Ok(LeaseGuard::new(self.clone(), lease, ttl))
     }
 
     /// [`borrow`](Pool::borrow) with a zero wait: a free slot or
@@ -345,7 +345,13 @@ impl Pool {
         self.store.force_return(self.id, position, self.now()).await
     }
 
-    async fn acquire(&self, ttl: Duration, wait: Duration, labels: Labels) -> Result<Lease> {
+    /// The lease, and its ttl as clamped.
+    async fn acquire(
+        &self,
+        ttl: Duration,
+        wait: Duration,
+        labels: Labels,
+    ) -> Result<(Lease, Duration)> {
         let ttl = self.limits.clamp_ttl(ttl)?;
         let wait = self.limits.clamp_wait(wait);
         let start = self.now();
@@ -354,7 +360,7 @@ impl Pool {
             // holds; with nobody queued, the first attempt finds it anyway.
             if self.store.changes().waiting(self.id) > 0 {
                 if let Some(lease) = keyed_lease(&self.store, self.id, key, start).await? {
-                    return Ok(lease);
+                    return Ok((lease, ttl));
                 }
             }
         }
@@ -378,6 +384,7 @@ impl Pool {
             },
         )
         .await
+        .map(|lease| (lease, ttl))
     }
 }
 

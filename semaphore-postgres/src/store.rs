@@ -47,7 +47,7 @@ use crate::{PostgresOptions, schema};
 ///
 /// Needs a tokio runtime: the driver and the listener run on it. A call
 /// made outside one fails with [`Error::NoRuntime`]; a guard dropped
-/// outside one is still returned, on the library's rescue thread.
+/// outside one is still returned, on the library's own runtime.
 ///
 /// ```no_run
 /// use std::{sync::Arc, time::Duration};

@@ -19,10 +19,12 @@
 //! no case sleeps.
 
 mod basics;
+mod blocking;
 mod cancellation;
 mod concurrency;
 mod edges;
 mod gate;
+mod keepalive;
 mod keys;
 pub mod model;
 mod multi;
@@ -30,10 +32,12 @@ mod renew;
 mod waiting;
 
 pub use basics::*;
+pub use blocking::*;
 pub use cancellation::*;
 pub use concurrency::*;
 pub use edges::*;
 pub use gate::{GatedStore, Stop};
+pub use keepalive::*;
 pub use keys::*;
 pub use multi::*;
 pub use renew::*;
@@ -170,6 +174,9 @@ macro_rules! store_conformance {
             calls_outside_a_runtime_fail_clearly_or_work,
             r12_grant_in_flight_when_its_runtime_is_dropped_is_returned,
             r12_head_dropped_while_refused_in_the_store_holds_no_one_back,
+            blocking_api_serves_plain_threads_and_refuses_inside_a_runtime,
+            keep_alive_holds_a_one_second_lease_through_ten_seconds_of_work,
+            keep_alive_signals_each_way_of_losing_the_lease,
         );
     };
 }
