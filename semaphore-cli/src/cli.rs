@@ -20,6 +20,125 @@ pub(crate) enum Command {
     /// Serve the HTTP API (PUT/GET/DELETE /l/{id}, POST /l/{id}/borrow,
     /// /return, /renew) over a store.
     Serve(ServeArgs),
+    /// Hold one slot while CMD runs: the child gets SEMAPHORE_POSITION,
+    /// SEMAPHORE_TOKEN, SEMAPHORE_LEASE_ID, SEMAPHORE_POOL and
+    /// SEMAPHORE_EXPIRES_AT_MS (and CUDA_VISIBLE_DEVICES with --devices).
+    ///
+    /// Exit codes: CMD's own; 128+N if CMD was killed by signal N; 75 when
+    /// the wait elapsed (or -E CODE); 64 usage; 69 unknown pool; 74
+    /// storage; 126/127 cannot execute / not found; 70 lease lost while
+    /// running.
+    Run(RunArgs),
+    /// Create a pool or set its count.
+    Register(RegisterArgs),
+    /// Print a pool's count, in_use and available.
+    Inspect(PoolArgs),
+    /// Delete a pool and its leases.
+    Delete(PoolArgs),
+}
+
+/// Which store a command works on.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct StoreArgs {
+    /// A SQLite file shared by the processes of this machine (default:
+    /// $SEMAPHORE_DB, else semaphore.db in the user's data directory).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "SEMAPHORE_DB",
+        conflicts_with = "postgres"
+    )]
+    pub(crate) sqlite: Option<PathBuf>,
+
+    /// A PostgreSQL connection string, for jobs on many machines.
+    #[arg(long, value_name = "URL", env = "SEMAPHORE_PG_URL")]
+    pub(crate) postgres: Option<String>,
+
+    /// The PostgreSQL schema of the store's tables.
+    #[arg(long, value_name = "NAME", default_value = "public")]
+    pub(crate) postgres_schema: String,
+}
+
+/// Which pool: by name (the same name means the same pool everywhere) or
+/// by its UUID.
+#[derive(Debug, Clone, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct PoolName {
+    /// The pool's name.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) pool: Option<String>,
+    /// The pool's UUID.
+    #[arg(long, value_name = "UUID")]
+    pub(crate) pool_id: Option<uuid::Uuid>,
+}
+
+/// A store and a pool.
+#[derive(Debug, Args)]
+pub(crate) struct PoolArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    #[command(flatten)]
+    pub(crate) name: PoolName,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `register`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct RegisterArgs {
+    #[command(flatten)]
+    pub(crate) pool: PoolArgs,
+    /// The number of slots.
+    #[arg(long, value_name = "N")]
+    pub(crate) count: u32,
+}
+
+/// `run`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    #[command(flatten)]
+    pub(crate) name: PoolName,
+
+    /// Register the pool with N slots first (idempotent); without it the
+    /// pool must exist.
+    #[arg(long, value_name = "N")]
+    pub(crate) count: Option<u32>,
+
+    /// How long to wait for a slot: a duration (30s, 5m, 1h30m) or inf.
+    #[arg(long, value_name = "DURATION", default_value = "inf", value_parser = wait)]
+    pub(crate) wait: Duration,
+
+    /// The lease's ttl; it is renewed every ttl/3 while CMD runs.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    pub(crate) ttl: Duration,
+
+    /// Devices, one per position (0,2,5): CMD gets CUDA_VISIBLE_DEVICES set
+    /// to the one at its position.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub(crate) devices: Option<Vec<String>>,
+
+    /// The exit code when the wait elapses with no slot (default 75).
+    #[arg(short = 'E', value_name = "CODE")]
+    pub(crate) exhausted_code: Option<u8>,
+
+    /// Run CMD ARGS as one `sh -c` line instead of executing argv directly.
+    #[arg(long)]
+    pub(crate) shell: bool,
+
+    /// The command and its arguments; `{position}` in one is replaced by the
+    /// slot's position.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<String>,
+}
+
+fn wait(text: &str) -> Result<Duration, String> {
+    if text == "inf" {
+        return Ok(Duration::MAX);
+    }
+    duration(text)
 }
 
 /// Where `serve` keeps its pools, and its limits.

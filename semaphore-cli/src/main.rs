@@ -6,16 +6,29 @@
 
 mod api;
 mod cli;
+mod commands;
 mod error;
+mod exit;
 mod metrics;
 mod openapi;
+mod run;
 mod serve;
 mod wire;
 
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return std::process::ExitCode::from(if e.use_stderr() {
+                exit::code::USAGE
+            } else {
+                0
+            });
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -23,16 +36,24 @@ fn main() -> std::process::ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("semaphore: cannot start the async runtime: {e}");
-            return std::process::ExitCode::from(71);
+            return std::process::ExitCode::from(exit::code::SOFTWARE);
         }
     };
-    match cli.command {
+    let code = match cli.command {
         cli::Command::Serve(args) => match runtime.block_on(serve::serve(args)) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
+            Ok(()) => 0,
             Err(e) => {
                 eprintln!("semaphore serve: {e}");
-                std::process::ExitCode::from(e.exit_code())
+                e.exit_code()
             }
         },
-    }
+        other => match runtime.block_on(commands::run(other)) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("semaphore: {}", e.message);
+                e.code
+            }
+        },
+    };
+    std::process::ExitCode::from(code)
 }
