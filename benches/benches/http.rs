@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
+use semaphore_benches::{out_dir, percentile};
 use serde_json::{Value, json};
 
 const SECONDS: &str = "4";
@@ -144,26 +145,17 @@ async fn line12(binary: &Path) -> Value {
         held = lease;
     }
     latencies.sort_unstable();
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    json!({ "hand_offs": latencies.len(), "p50_us": at(0.5), "p99_us": at(0.99) })
+    json!({
+        "hand_offs": latencies.len(),
+        "p50_us": percentile(&latencies, 0.5),
+        "p99_us": percentile(&latencies, 0.99),
+    })
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    // Run unless a name filter is given that does not match "http" (see
-    // processes.rs for how filters are told from flag values).
     let args: Vec<String> = std::env::args().collect();
-    let filters: Vec<&String> = args
-        .iter()
-        .enumerate()
-        .skip(1)
-        .filter(|(i, a)| {
-            let prev = &args[i - 1];
-            !a.starts_with('-') && (*i == 1 || !prev.starts_with("--") || prev == "--bench")
-        })
-        .map(|(_, a)| a)
-        .collect();
-    if !filters.is_empty() && !filters.iter().any(|f| "http".contains(f.as_str())) {
+    if !semaphore_benches::selected("http", &args) {
         return;
     }
     let binary = target_dir().join("release/semaphore");
@@ -189,8 +181,7 @@ async fn main() {
     let twelve = line12(&binary).await;
     println!("line 11: {eleven}");
     println!("line 12: {twelve}");
-    let out = target_dir().join("semaphore-bench");
-    std::fs::create_dir_all(&out).unwrap();
+    let out = out_dir(env!("CARGO_TARGET_TMPDIR"));
     std::fs::write(out.join("line11.json"), eleven.to_string()).unwrap();
     std::fs::write(out.join("line12.json"), twelve.to_string()).unwrap();
 }

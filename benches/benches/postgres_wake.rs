@@ -6,8 +6,8 @@
 //! its own harness: it re-invokes itself as process A, and writes its
 //! figures to `target/semaphore-bench/line10.json` for the `report` binary.
 
+use semaphore_benches::{cpu_ns, out_dir, percentile};
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -24,21 +24,6 @@ fn unix_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
-}
-
-fn percentile(sorted: &[u64], q: f64) -> u64 {
-    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
-}
-
-/// CPU time of this whole process (every thread), in nanoseconds.
-fn cpu_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
 }
 
 async fn store(url: &str, schema: &str) -> Arc<PostgresStore> {
@@ -125,38 +110,21 @@ async fn line10(url: &str) -> serde_json::Value {
     })
 }
 
-fn out_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
-        .join("semaphore-bench");
-    std::fs::create_dir_all(&dir).expect("creating the output directory");
-    dir
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if std::env::var(ROLE).as_deref() == Ok("hold") {
         return holder(&args[1], &args[2]).await;
     }
-    // Run unless a name filter is given that does not match "postgres_wake"
-    // (see processes.rs for how filters are told from flag values).
-    let filters: Vec<&String> = args
-        .iter()
-        .enumerate()
-        .skip(1)
-        .filter(|(i, a)| {
-            let prev = &args[i - 1];
-            !a.starts_with('-') && (*i == 1 || !prev.starts_with("--") || prev == "--bench")
-        })
-        .map(|(_, a)| a)
-        .collect();
-    if !filters.is_empty() && !filters.iter().any(|f| "postgres_wake".contains(f.as_str())) {
+    if !semaphore_benches::selected("postgres_wake", &args) {
         return;
     }
     let server = TestServer::start().expect("a PostgreSQL server for the bench");
     let ten = line10(server.url()).await;
     println!("line 10: {ten}");
-    std::fs::write(out_dir().join("line10.json"), ten.to_string()).expect("writing line 10");
+    std::fs::write(
+        out_dir(env!("CARGO_TARGET_TMPDIR")).join("line10.json"),
+        ten.to_string(),
+    )
+    .expect("writing line 10");
 }

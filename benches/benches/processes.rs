@@ -11,8 +11,9 @@
 //!   latency from A's return having committed to B's grant, over 300
 //!   hand-offs; and the CPU an idle waiter burns per second of waiting.
 
+use semaphore_benches::{cpu_ns, out_dir, percentile};
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -36,22 +37,6 @@ fn pool(db: &Path, name: &str) -> Pool {
         Arc::new(SqliteStore::open(db).expect("opening the bench database")),
         PoolId::from_name(name),
     )
-}
-
-fn percentile(sorted: &[u64], q: f64) -> u64 {
-    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
-}
-
-/// CPU time of this whole process (every thread), from the kernel's
-/// scheduler statistics, in nanoseconds.
-fn cpu_ns() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
 }
 
 /// Loops borrow / return for `LOOP_FOR`; prints the pair count and every
@@ -179,15 +164,6 @@ async fn line5(db: &Path) -> serde_json::Value {
     })
 }
 
-fn out_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
-        .join("semaphore-bench");
-    std::fs::create_dir_all(&dir).expect("creating the output directory");
-    dir
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -196,20 +172,7 @@ async fn main() {
         Ok("hold") => return holder(Path::new(&args[1])).await,
         _ => {}
     }
-    // Run unless a name filter is given that does not match "processes".
-    // A filter is an argument that is neither a flag nor a flag's value
-    // (`--measurement-time 3`); `--bench` takes no value.
-    let filters: Vec<&String> = args
-        .iter()
-        .enumerate()
-        .skip(1)
-        .filter(|(i, a)| {
-            let prev = &args[i - 1];
-            !a.starts_with('-') && (*i == 1 || !prev.starts_with("--") || prev == "--bench")
-        })
-        .map(|(_, a)| a)
-        .collect();
-    if !filters.is_empty() && !filters.iter().any(|f| "processes".contains(f.as_str())) {
+    if !semaphore_benches::selected("processes", &args) {
         return;
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temporary directory");
@@ -219,7 +182,7 @@ async fn main() {
     let five = line5(&dir.path().join("line5.db")).await;
     println!("line 4: {four}");
     println!("line 5: {five}");
-    let out = out_dir();
+    let out = out_dir(env!("CARGO_TARGET_TMPDIR"));
     std::fs::write(out.join("line4.json"), four.to_string()).expect("writing line 4");
     std::fs::write(out.join("line5.json"), five.to_string()).expect("writing line 5");
 }

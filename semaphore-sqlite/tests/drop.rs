@@ -38,6 +38,15 @@ fn three_hundred_stores_opened_and_dropped_leave_no_thread_or_descriptor() {
     while (threads(), fds()) > (threads_before, fds_before) && std::time::Instant::now() < guard {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(threads(), threads_before, "threads leaked");
-    assert_eq!(fds(), fds_before, "file descriptors leaked");
+    // At most as many as before: the first store's notifier may still
+    // have been ending when the first count was taken.
+    let (threads_after, fds_after) = (threads(), fds());
+    assert!(
+        threads_after <= threads_before,
+        "threads leaked: {threads_before} -> {threads_after}"
+    );
+    assert!(
+        fds_after <= fds_before,
+        "file descriptors leaked: {fds_before} -> {fds_after}"
+    );
 }
