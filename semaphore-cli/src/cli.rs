@@ -35,6 +35,55 @@ pub(crate) enum Command {
     Inspect(PoolArgs),
     /// Delete a pool and its leases.
     Delete(PoolArgs),
+    /// Borrow a slot and print `export SEMAPHORE_...=` lines for a shell to
+    /// eval; the lease is held until returned or its ttl (no renewal).
+    /// Exits 75 (or -E CODE) when the wait elapses.
+    Borrow(BorrowArgs),
+    /// Return a lease early; prints whether it was active.
+    Return(LeaseArgs),
+    /// Renew a lease to a new ttl from now, keeping its position and token.
+    Renew(RenewArgs),
+    /// List a pool's holders: position, token, owner, expiry (ms), lease id.
+    Holders(PoolArgs),
+}
+
+/// `borrow`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct BorrowArgs {
+    #[command(flatten)]
+    pub(crate) pool: PoolArgs,
+    /// Register the pool with N slots first (idempotent).
+    #[arg(long, value_name = "N")]
+    pub(crate) count: Option<u32>,
+    /// How long to wait for a slot: a duration or inf.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = wait)]
+    pub(crate) wait: Duration,
+    /// The lease's ttl.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    pub(crate) ttl: Duration,
+    /// The exit code when the wait elapses with no slot (default 75).
+    #[arg(short = 'E', value_name = "CODE")]
+    pub(crate) exhausted_code: Option<u8>,
+}
+
+/// A pool and one of its leases.
+#[derive(Debug, Args)]
+pub(crate) struct LeaseArgs {
+    #[command(flatten)]
+    pub(crate) pool: PoolArgs,
+    /// The lease's id (SEMAPHORE_LEASE_ID).
+    #[arg(long, value_name = "UUID", env = "SEMAPHORE_LEASE_ID")]
+    pub(crate) lease: uuid::Uuid,
+}
+
+/// `renew`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct RenewArgs {
+    #[command(flatten)]
+    pub(crate) lease: LeaseArgs,
+    /// The new ttl, from now.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    pub(crate) ttl: Duration,
 }
 
 /// Which store a command works on.

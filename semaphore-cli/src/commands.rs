@@ -31,6 +31,89 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             print_state(&args, state);
             Ok(0)
         }
+        Command::Borrow(args) => {
+            let (pool, name) = pool(&args.pool.store, &args.pool.name).await?;
+            if let Some(count) = args.count {
+                pool.register(count).await.map_err(Exit::from_store)?;
+            }
+            let lease = match pool.borrow(args.ttl, args.wait).await {
+                Ok(guard) => guard.forget(),
+                Err(semaphore_memory::Error::Exhausted { waited, .. }) => {
+                    return Err(Exit::new(
+                        args.exhausted_code.unwrap_or(code::TEMPFAIL),
+                        format!("no slot of pool {name} freed up within {waited:?}"),
+                    ));
+                }
+                Err(e) => return Err(Exit::from_store(e)),
+            };
+            println!("export SEMAPHORE_POSITION={}", lease.position);
+            println!("export SEMAPHORE_TOKEN={}", lease.token);
+            println!("export SEMAPHORE_LEASE_ID={}", lease.id);
+            println!("export SEMAPHORE_POOL='{}'", name.replace('\'', "'\\''"));
+            println!(
+                "export SEMAPHORE_EXPIRES_AT_MS={}",
+                semaphore_memory::unix_ms(lease.expires_at)
+            );
+            Ok(0)
+        }
+        Command::Return(args) => {
+            let (pool, _) = pool(&args.pool.store, &args.pool.name).await?;
+            let id = semaphore_memory::LeaseId::from_uuid(args.lease);
+            let returned = pool.return_lease(id).await.map_err(Exit::from_store)?;
+            println!(
+                "{}",
+                if args.pool.json {
+                    format!("{{\"returned\":{returned}}}")
+                } else {
+                    format!("returned: {returned}")
+                }
+            );
+            Ok(0)
+        }
+        Command::Renew(args) => {
+            let (pool, _) = pool(&args.lease.pool.store, &args.lease.pool.name).await?;
+            let id = semaphore_memory::LeaseId::from_uuid(args.lease.lease);
+            let holders = pool.holders().await.map_err(Exit::from_store)?;
+            let current = holders
+                .into_iter()
+                .find(|h| h.lease.id == id)
+                .ok_or_else(|| {
+                    Exit::new(
+                        code::UNAVAILABLE,
+                        format!(
+                            "lease {id} is not active: returned, expired, or never this pool's"
+                        ),
+                    )
+                })?;
+            let renewed = pool
+                .renew(&current.lease, args.ttl)
+                .await
+                .map_err(Exit::from_store)?;
+            println!(
+                "export SEMAPHORE_EXPIRES_AT_MS={}",
+                semaphore_memory::unix_ms(renewed.expires_at)
+            );
+            Ok(0)
+        }
+        Command::Holders(args) => {
+            let (pool, _) = pool(&args.store, &args.name).await?;
+            for h in pool.holders().await.map_err(Exit::from_store)? {
+                let expires = semaphore_memory::unix_ms(h.lease.expires_at);
+                let owner = h.owner.unwrap_or_else(|| "-".into());
+                if args.json {
+                    println!(
+                        "{{\"position\":{},\"token\":{},\"owner\":{:?},\"expires_at_ms\":{expires},\"lease\":\"{}\"}}",
+                        h.lease.position, h.lease.token, owner, h.lease.id
+                    );
+                } else {
+                    println!(
+                        "{} {} {owner} {expires} {}",
+                        h.lease.position, h.lease.token, h.lease.id
+                    );
+                }
+            }
+            Ok(0)
+        }
         Command::Delete(args) => {
             let (pool, _) = pool(&args.store, &args.name).await?;
             let deleted = pool.delete().await.map_err(Exit::from_store)?;

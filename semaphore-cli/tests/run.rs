@@ -237,3 +237,28 @@ fn signals_reach_the_child_and_its_exit_code_is_kept() {
         "the child's own exit code"
     );
 }
+
+#[test]
+fn script_subcommands_borrow_renew_list_and_return_a_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sub.db");
+    let script = format!(
+        r#"S={BIN}; D={db}
+        eval "$($S borrow --sqlite $D --pool jobs --count 1 --ttl 60s)" || exit 11
+        [ "$SEMAPHORE_POSITION" = 0 ] || exit 12
+        $S holders --sqlite $D --pool jobs | grep -q " $SEMAPHORE_LEASE_ID$" || exit 13
+        $S renew --sqlite $D --pool jobs --ttl 90s > /dev/null || exit 14
+        $S borrow --sqlite $D --pool jobs > /dev/null 2>&1; [ $? = 75 ] || exit 15
+        [ "$($S return --sqlite $D --pool jobs)" = "returned: true" ] || exit 16
+        [ "$($S return --sqlite $D --pool jobs)" = "returned: false" ] || exit 17
+        $S renew --sqlite $D --pool jobs > /dev/null 2>&1; [ $? = 69 ] || exit 18
+        [ "$($S inspect --sqlite $D --pool jobs)" = "count 1 in_use 0 available 1" ] || exit 19"#,
+        db = db.display()
+    );
+    let output = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert_eq!(
+        code(output),
+        0,
+        "the step whose number is the exit code failed"
+    );
+}
