@@ -270,55 +270,7 @@ impl SlotTable {
     }
 }
 
-mod free {
-    /// A set of positions as a bitset: bit `p` is set when `p` is free.
-    #[derive(Debug, Clone, Default)]
-    pub(super) struct FreeSet(Vec<u64>);
-
-    impl FreeSet {
-        pub(super) fn insert(&mut self, p: u32) {
-            let (word, bit) = (p as usize / 64, p % 64);
-            if self.0.len() <= word {
-                self.0.resize(word + 1, 0);
-            }
-            self.0[word] |= 1 << bit;
-        }
-
-        pub(super) fn remove(&mut self, p: u32) {
-            if let Some(w) = self.0.get_mut(p as usize / 64) {
-                *w &= !(1 << (p % 64));
-            }
-        }
-
-        /// The lowest position in the set, if any.
-        pub(super) fn first(&self) -> Option<u32> {
-            let (i, w) = self.0.iter().enumerate().find(|(_, w)| **w != 0)?;
-            Some(i as u32 * 64 + w.trailing_zeros())
-        }
-
-        /// Removes every position at or above `end`, and the words that
-        /// held only such positions.
-        pub(super) fn truncate(&mut self, end: u32) {
-            let (word, bit) = (end as usize / 64, end % 64);
-            if let Some(w) = self.0.get_mut(word) {
-                *w &= (1u64 << bit) - 1;
-            }
-            self.0.truncate(word + usize::from(bit != 0));
-        }
-
-        /// The words allocated, for tests of memory use.
-        #[cfg(test)]
-        pub(super) fn words(&self) -> usize {
-            self.0.capacity()
-        }
-
-        /// The words in use.
-        #[cfg(test)]
-        pub(super) fn len(&self) -> usize {
-            self.0.len()
-        }
-    }
-}
+mod free;
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,7 @@
 mod error;
 mod listen;
 mod options;
+mod primitives;
 mod schema;
 mod sql;
 mod store;

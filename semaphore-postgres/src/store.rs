@@ -3,23 +3,20 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool as ConnectionPool, RecyclingMethod};
-use semaphore_core::{
-    BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Store,
-    TryBorrow, TryBorrowAll, WaiterId, async_trait,
-};
+use semaphore_core::{Changes, Error, PoolId, Result};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Config, NoTls, Row};
 
 use crate::error::{pool as pool_error, storage};
 use crate::listen::{self, Listener};
-use crate::sql::{self, Attempt, Sql};
+use crate::primitives::first;
+use crate::sql::Sql;
 use crate::time::Time;
 use crate::{PostgresOptions, schema};
 
-/// A [`Store`] in one PostgreSQL database, shared by any number of
+/// A [`Store`](semaphore_core::Store) in one PostgreSQL database, shared by any number of
 /// processes on any number of machines (SPEC "PostgreSQL store").
 ///
 /// - **One round trip per primitive.** Each is one statement in autocommit
@@ -30,7 +27,7 @@ use crate::{PostgresOptions, schema};
 /// - **The server's clock decides** (SPEC "Time"): `clock_timestamp()`,
 ///   read after the lock, judges expiry and sets `expires_at`. Clients whose
 ///   clocks disagree by any amount can neither over-issue nor take a live
-///   lease. [`Store::clock`] is this process's view of the server's clock,
+///   lease. [`Store::clock`](semaphore_core::Store::clock) is this process's view of the server's clock,
 ///   its own plus an offset measured at connect and refreshed.
 /// - **Wake-up:** one `LISTEN` connection per store; the functions that can
 ///   let a waiter in notify at commit. After a listener reconnect every
@@ -63,12 +60,12 @@ use crate::{PostgresOptions, schema};
 /// ```
 #[derive(Debug)]
 pub struct PostgresStore {
-    pool: ConnectionPool,
-    schema: String,
-    sql: Sql,
-    changes: Arc<Changes>,
-    time: Time,
-    listener: Listener,
+    pub(crate) pool: ConnectionPool,
+    pub(crate) schema: String,
+    pub(crate) sql: Sql,
+    pub(crate) changes: Arc<Changes>,
+    pub(crate) time: Time,
+    pub(crate) listener: Listener,
 }
 
 fn invalid_url(field: &'static str, e: impl std::fmt::Display) -> Error {
@@ -228,7 +225,7 @@ impl PostgresStore {
     }
 
     /// Runs one statement on a pooled connection: one round trip.
-    async fn query(
+    pub(crate) async fn query(
         &self,
         operation: &'static str,
         statement: &str,
@@ -252,289 +249,10 @@ impl PostgresStore {
         self.time.now_param()
     }
 
-    fn backend(&self) -> Option<i32> {
+    pub(crate) fn backend(&self) -> Option<i32> {
         match self.listener.backend.load(Ordering::Relaxed) {
             0 => None,
             pid => Some(pid),
         }
-    }
-}
-
-fn first<'a>(rows: &'a [Row], operation: &'static str) -> Result<&'a Row> {
-    rows.first().ok_or_else(|| Error::Storage {
-        operation,
-        retryable: false,
-        source: format!("{operation} returned no row").into(),
-    })
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-#[async_trait]
-impl Store for PostgresStore {
-    fn clock(&self) -> &dyn Clock {
-        self.time.clock()
-    }
-
-    fn changes(&self) -> &Changes {
-        &self.changes
-    }
-
-    async fn register(&self, pool: PoolId, count: u32, _now: SystemTime) -> Result<PoolState> {
-        let (now, count) = (self.time.now_param(), i64::from(count));
-        let rows = self
-            .query(
-                "register",
-                &self.sql.register,
-                &[
-                    (&pool.as_uuid(), Type::UUID),
-                    (&count, Type::INT8),
-                    (&now, Type::INT8),
-                ],
-            )
-            .await?;
-        let row = first(&rows, "register")?;
-        let in_use: i64 = row.try_get(1).map_err(storage("register"))?;
-        self.changes.notify(pool);
-        Ok(PoolState::new(
-            pool,
-            u32::try_from(count).unwrap_or(u32::MAX),
-            u32::try_from(in_use).unwrap_or(u32::MAX),
-        ))
-    }
-
-    async fn inspect(&self, pool: PoolId, _now: SystemTime) -> Result<PoolState> {
-        let now = self.time.now_param();
-        let rows = self
-            .query(
-                "inspect",
-                &self.sql.inspect,
-                &[(&pool.as_uuid(), Type::UUID), (&now, Type::INT8)],
-            )
-            .await?;
-        let row = rows.first().ok_or(Error::PoolNotFound { pool })?;
-        let (count, in_use): (i64, i64) = (
-            row.try_get(0).map_err(storage("inspect"))?,
-            row.try_get(1).map_err(storage("inspect"))?,
-        );
-        Ok(PoolState::new(
-            pool,
-            u32::try_from(count).unwrap_or(u32::MAX),
-            u32::try_from(in_use).unwrap_or(u32::MAX),
-        ))
-    }
-
-    async fn delete(&self, pool: PoolId) -> Result<bool> {
-        let rows = self
-            .query("delete", &self.sql.delete, &[(&pool.as_uuid(), Type::UUID)])
-            .await?;
-        let existed = first(&rows, "delete")?
-            .try_get(0)
-            .map_err(storage("delete"))?;
-        self.changes.notify(pool);
-        Ok(existed)
-    }
-
-    async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        let (now, ttl, backend) = (self.time.now_param(), ms(request.ttl()), self.backend());
-        let waiter = request.waiter.map(|w| *w.as_uuid());
-        let (key, owner) = (request.key.as_deref(), request.owner.as_deref());
-        let keep = true;
-        let params: [&(dyn ToSql + Sync); 9] = [
-            &request.pool.as_uuid(),
-            &request.lease.as_uuid(),
-            &ttl,
-            &waiter,
-            &key,
-            &owner,
-            &now,
-            &backend,
-            &keep,
-        ];
-        let typed: Vec<_> = params
-            .into_iter()
-            .zip(sql::TRY_BORROW.iter().cloned())
-            .collect();
-        let rows = self.query("borrow", &self.sql.try_borrow, &typed).await?;
-        let row = first(&rows, "borrow")?;
-        match sql::attempt(row, request.pool).map_err(storage("borrow"))? {
-            Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
-            Attempt::Exhausted(next_expiry) => Ok(TryBorrow::Exhausted { next_expiry }),
-            Attempt::Missing(_) => Err(Error::PoolNotFound { pool: request.pool }),
-        }
-    }
-
-    async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
-        let Some(head) = requests.first() else {
-            return Ok(TryBorrowAll::Granted { leases: Vec::new() });
-        };
-        let (now, ttl, backend) = (self.time.now_param(), ms(head.ttl()), self.backend());
-        let pools: Vec<_> = requests.iter().map(|r| r.pool.as_uuid()).collect();
-        let leases: Vec<_> = requests.iter().map(|r| r.lease.as_uuid()).collect();
-        let waiter = head.waiter.map(|w| *w.as_uuid());
-        let (key, owner) = (head.key.as_deref(), head.owner.as_deref());
-        let params: [&(dyn ToSql + Sync); 8] =
-            [&pools, &leases, &ttl, &waiter, &key, &owner, &now, &backend];
-        let typed: Vec<_> = params
-            .into_iter()
-            .zip(sql::TRY_BORROW_ALL.iter().cloned())
-            .collect();
-        let rows = self
-            .query("borrow", &self.sql.try_borrow_all, &typed)
-            .await?;
-        let mut granted = Vec::with_capacity(requests.len());
-        let mut blocked = Vec::new();
-        for (row, request) in rows.iter().zip(requests) {
-            match sql::attempt(row, request.pool).map_err(storage("borrow"))? {
-                Attempt::Granted(lease) => granted.push(lease),
-                Attempt::Exhausted(at) => blocked.push(at),
-                Attempt::Missing(pool) => {
-                    return Err(Error::PoolNotFound {
-                        pool: pool.unwrap_or(request.pool),
-                    });
-                }
-            }
-        }
-        if blocked.is_empty() {
-            return Ok(TryBorrowAll::Granted { leases: granted });
-        }
-        let next_expiry = if blocked.contains(&None) {
-            None
-        } else {
-            blocked.into_iter().flatten().max()
-        };
-        Ok(TryBorrowAll::Exhausted { next_expiry })
-    }
-
-    async fn return_lease(&self, pool: PoolId, lease: LeaseId, _now: SystemTime) -> Result<bool> {
-        let now = self.time.now_param();
-        let rows = self
-            .query(
-                "return",
-                &self.sql.return_lease,
-                &[
-                    (&pool.as_uuid(), Type::UUID),
-                    (&lease.as_uuid(), Type::UUID),
-                    (&now, Type::INT8),
-                ],
-            )
-            .await?;
-        let returned: bool = first(&rows, "return")?
-            .try_get(0)
-            .map_err(storage("return"))?;
-        if returned {
-            self.changes.notify(pool);
-        }
-        Ok(returned)
-    }
-
-    async fn renew(
-        &self,
-        pool: PoolId,
-        lease: LeaseId,
-        now: SystemTime,
-        expires_at: SystemTime,
-    ) -> Result<Option<Lease>> {
-        let ttl = ms(expires_at.duration_since(now).unwrap_or_default());
-        let now = self.time.now_param();
-        let rows = self
-            .query(
-                "renew",
-                &self.sql.renew,
-                &[
-                    (&pool.as_uuid(), Type::UUID),
-                    (&lease.as_uuid(), Type::UUID),
-                    (&ttl, Type::INT8),
-                    (&now, Type::INT8),
-                ],
-            )
-            .await?;
-        match sql::attempt(first(&rows, "renew")?, pool).map_err(storage("renew"))? {
-            Attempt::Granted(lease) => {
-                self.changes.notify(pool);
-                Ok(Some(lease))
-            }
-            Attempt::Exhausted(_) => Ok(None),
-            Attempt::Missing(_) => Err(Error::PoolNotFound { pool }),
-        }
-    }
-
-    async fn holders(&self, pool: PoolId, _now: SystemTime) -> Result<Vec<Holder>> {
-        let now = self.time.now_param();
-        let rows = self
-            .query(
-                "holders",
-                &self.sql.holders,
-                &[(&pool.as_uuid(), Type::UUID), (&now, Type::INT8)],
-            )
-            .await?;
-        let exists: bool = first(&rows, "holders")?
-            .try_get(0)
-            .map_err(storage("holders"))?;
-        if !exists {
-            return Err(Error::PoolNotFound { pool });
-        }
-        let mut holders = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let lease: Option<uuid::Uuid> = row.try_get(1).map_err(storage("holders"))?;
-            if lease.is_some() {
-                holders.push(sql::holder(row, pool, 1).map_err(storage("holders"))?);
-            }
-        }
-        Ok(holders)
-    }
-
-    async fn force_return(
-        &self,
-        pool: PoolId,
-        position: u32,
-        _now: SystemTime,
-    ) -> Result<Option<Holder>> {
-        let (now, position) = (self.time.now_param(), i64::from(position));
-        let rows = self
-            .query(
-                "force_return",
-                &self.sql.force_return,
-                &[
-                    (&pool.as_uuid(), Type::UUID),
-                    (&position, Type::INT8),
-                    (&now, Type::INT8),
-                ],
-            )
-            .await?;
-        let row = first(&rows, "force_return")?;
-        let status: i16 = row.try_get(0).map_err(storage("force_return"))?;
-        match status {
-            0 => {
-                self.changes.notify(pool);
-                Ok(Some(
-                    sql::holder(row, pool, 1).map_err(storage("force_return"))?,
-                ))
-            }
-            1 => Ok(None),
-            _ => Err(Error::PoolNotFound { pool }),
-        }
-    }
-
-    async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
-        let rows = self
-            .query(
-                "leave_queue",
-                &self.sql.leave_queue,
-                &[
-                    (&pool.as_uuid(), Type::UUID),
-                    (&waiter.as_uuid(), Type::UUID),
-                ],
-            )
-            .await?;
-        let left: bool = first(&rows, "leave_queue")?
-            .try_get(0)
-            .map_err(storage("leave_queue"))?;
-        if left {
-            self.changes.notify(pool);
-        }
-        Ok(())
     }
 }

@@ -10,6 +10,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::PostgresStore;
 use crate::error::storage;
+use crate::primitives::{first, ms};
 use crate::sql::{self, Attempt};
 
 /// # Caller-owned transactions
@@ -95,7 +96,7 @@ impl PostgresStore {
             .query_typed(&self.statements().try_borrow, &typed)
             .await
             .map_err(storage("borrow"))?;
-        let row = rows.first().ok_or_else(|| storage_gap("borrow"))?;
+        let row = first(&rows, "borrow")?;
         match sql::attempt(row, pool.id()).map_err(storage("borrow"))? {
             Attempt::Granted(lease) => Ok(lease),
             Attempt::Exhausted(_) => Err(exhausted),
@@ -129,8 +130,7 @@ impl PostgresStore {
             )
             .await
             .map_err(storage("return"))?;
-        rows.first()
-            .ok_or_else(|| storage_gap("return"))?
+        first(&rows, "return")?
             .try_get(0)
             .map_err(storage("return"))
     }
@@ -146,17 +146,5 @@ impl PostgresStore {
             allowed: "a handle on this store".into(),
             got: format!("pool {} on another store", pool.id()),
         })
-    }
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn storage_gap(operation: &'static str) -> Error {
-    Error::Storage {
-        operation,
-        retryable: false,
-        source: format!("{operation} returned no row").into(),
     }
 }

@@ -4,6 +4,7 @@ mod error;
 mod file;
 mod liveness;
 mod options;
+mod queue;
 mod schema;
 mod sql;
 mod store;

@@ -9,19 +9,11 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::liveness;
+use crate::queue::{drop_dead_heads, forget_waiter, keep_place};
 use crate::time::{instant, plus};
 use semaphore_core::{
-    BorrowRequest, Holder, Lease, LeaseId, PoolId, PoolState, TryBorrow, TryBorrowAll, WaiterId,
+    BorrowRequest, Holder, Lease, LeaseId, PoolId, PoolState, TryBorrow, TryBorrowAll,
 };
-
-/// How long a queued head's row stays without being refreshed before other
-/// processes treat its process as gone (crashed) and drop it (R11).
-pub(crate) const WAITER_TTL: Duration = Duration::from_secs(3);
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 fn count_of(conn: &Connection, pool: &PoolId) -> rusqlite::Result<Option<u32>> {
     conn.prepare_cached("SELECT count FROM semaphore_pools WHERE pool = ?1")?
@@ -110,21 +102,6 @@ pub(crate) fn return_lease(
             lease.as_uuid().as_bytes(),
             pool.as_uuid().as_bytes(),
             now
-        ])?
-        > 0)
-}
-
-/// R12: forgets a queued head's place.
-pub(crate) fn leave_queue(
-    conn: &Connection,
-    pool: PoolId,
-    waiter: WaiterId,
-) -> rusqlite::Result<bool> {
-    Ok(conn
-        .prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
-        .execute(params![
-            pool.as_uuid().as_bytes(),
-            waiter.as_uuid().as_bytes()
         ])?
         > 0)
 }
@@ -255,64 +232,6 @@ fn lowest_free(conn: &Connection, key: &[u8], held: i64) -> rusqlite::Result<u32
         position += 1;
     }
     Ok(position)
-}
-
-fn forget_waiter(conn: &Connection, pool: &[u8], waiter: &[u8; 16]) -> rusqlite::Result<()> {
-    conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
-        .execute(params![pool, waiter])?;
-    Ok(())
-}
-
-/// Drops the heads queued ahead of `ticket` whose process is gone (see
-/// [`liveness`](crate::liveness)); how many it dropped.
-fn drop_dead_heads(conn: &Connection, key: &[u8], ticket: i64) -> rusqlite::Result<i64> {
-    let dead: Vec<Vec<u8>> = conn
-        .prepare_cached(
-            "SELECT waiter, pid, pid_ns FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2",
-        )?
-        .query_map(params![key, ticket], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get::<_, Option<String>>(2)?))
-        })?
-        .filter_map(|row| match row {
-            Ok((w, pid, ns)) if liveness::is_gone(pid, ns.as_deref()) => Some(Ok(w)),
-            Ok(_) => None,
-            Err(e) => Some(Err(e)),
-        })
-        .collect::<rusqlite::Result<_>>()?;
-    for w in &dead {
-        conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
-            .execute(params![key, w])?;
-    }
-    Ok(dead.len() as i64)
-}
-
-/// A refused head joins the store's queue of `pool`, or refreshes its place
-/// when less than half of `WAITER_TTL` is left of it (`alive_until`).
-fn keep_place(
-    conn: &Connection,
-    key: &[u8],
-    w: &[u8; 16],
-    now: i64,
-    alive_until: Option<i64>,
-) -> rusqlite::Result<()> {
-    let renewed = now + ms(WAITER_TTL);
-    match alive_until {
-        None => {
-            conn.prepare_cached(
-                "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until, pid, pid_ns)
-                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3, ?4, ?5)",
-            )?
-            .execute(params![key, w, renewed, liveness::me().pid, &liveness::me().namespace])?;
-        }
-        Some(alive) if alive - now < ms(WAITER_TTL) / 2 => {
-            conn.prepare_cached(
-                "UPDATE semaphore_waiters SET alive_until = ?3 WHERE pool = ?1 AND waiter = ?2",
-            )?
-            .execute(params![key, w, renewed])?;
-        }
-        Some(_) => {}
-    }
-    Ok(())
 }
 
 /// The earliest expiry among `pool`'s leases active at `now`.
@@ -508,162 +427,5 @@ pub(crate) fn force_return(
     .map(Some)
 }
 
-/// The number of queued heads of `pool` alive at `now`: one per store
-/// handle (normally one per process) with borrowers waiting.
-pub(crate) fn queue_heads(conn: &Connection, pool: PoolId, now: i64) -> rusqlite::Result<u32> {
-    conn.prepare_cached(
-        "SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1 AND alive_until > ?2",
-    )?
-    .query_row(params![pool.as_uuid().as_bytes(), now], |r| r.get(0))
-}
-
 #[cfg(test)]
-mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
-
-    use super::*;
-    use crate::schema;
-
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        let found = schema::inspect(&conn).unwrap();
-        schema::prepare(&mut conn, found).unwrap();
-        conn
-    }
-
-    fn request(at_ms: u64, waiter: Option<WaiterId>) -> BorrowRequest {
-        let now = UNIX_EPOCH + Duration::from_millis(at_ms);
-        let mut r = BorrowRequest::new(
-            PoolId::from_name("p"),
-            LeaseId::new(),
-            now,
-            now + Duration::from_secs(60),
-        );
-        r.waiter = waiter;
-        r
-    }
-
-    /// `try_borrow` deciding at the request's own instant.
-    fn borrow(conn: &Connection, r: &BorrowRequest) -> Option<TryBorrow> {
-        try_borrow(conn, r, 0, crate::time::ms(r.now)).unwrap()
-    }
-
-    fn position(answer: Option<TryBorrow>) -> Option<u32> {
-        match answer {
-            Some(TryBorrow::Granted { lease, .. }) => Some(lease.position),
-            _ => None,
-        }
-    }
-
-    /// The first-gap query agrees with the reference `lowest_free` over a
-    /// deterministic walk of grants and returns, with count lowered and
-    /// raised on the way.
-    #[test]
-    fn lowest_free_position_agrees_with_the_reference() {
-        let conn = db();
-        let pool = PoolId::from_name("p");
-        let mut count = 8;
-        register(&conn, pool, count, 0).unwrap();
-        let mut held: Vec<(LeaseId, u32)> = Vec::new();
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        for step in 0..2_000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            match x % 7 {
-                0 | 1 if !held.is_empty() => {
-                    let (id, _) = held.swap_remove((x as usize / 7) % held.len());
-                    assert!(return_lease(&conn, pool, id, 1).unwrap());
-                }
-                2 if step % 50 == 0 => {
-                    count = 1 + (x % 12) as u32;
-                    register(&conn, pool, count, 1).unwrap();
-                }
-                _ => {
-                    let in_use = held.len() as u32;
-                    let expected = (in_use < count)
-                        .then(|| semaphore_core::lowest_free(count, held.iter().map(|h| h.1)))
-                        .flatten();
-                    let r = request(1, None);
-                    let got = position(borrow(&conn, &r));
-                    assert_eq!(got, expected, "step {step}: count {count}, held {held:?}");
-                    if let Some(p) = got {
-                        held.push((r.lease, p));
-                    }
-                }
-            }
-        }
-    }
-
-    fn granted(answer: Option<TryBorrow>) -> bool {
-        matches!(answer, Some(TryBorrow::Granted { .. }))
-    }
-
-    #[test]
-    fn a_free_slot_goes_to_the_queued_head_not_to_a_newcomer() {
-        let conn = db();
-        let pool = PoolId::from_name("p");
-        register(&conn, pool, 1, 0).unwrap();
-        let first = request(0, None);
-        assert!(granted(borrow(&conn, &first)));
-
-        let head = WaiterId::new();
-        assert!(
-            !granted(borrow(&conn, &request(1, Some(head)))),
-            "pool is full"
-        );
-        assert!(return_lease(&conn, pool, first.lease, 2).unwrap());
-
-        assert!(
-            !granted(borrow(&conn, &request(3, None))),
-            "a newcomer jumped the queue"
-        );
-        assert!(
-            !granted(borrow(&conn, &request(3, Some(WaiterId::new())))),
-            "a later head jumped the queue"
-        );
-        assert!(granted(borrow(&conn, &request(4, Some(head)))));
-        let left: i64 = conn
-            .query_row("SELECT COUNT(*) FROM semaphore_waiters", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(
-            left, 1,
-            "the granted head's row is gone, the later head's stays"
-        );
-    }
-
-    #[test]
-    fn a_head_that_stops_asking_is_dropped_after_waiter_ttl() {
-        let conn = db();
-        let pool = PoolId::from_name("p");
-        register(&conn, pool, 1, 0).unwrap();
-        let first = request(0, None);
-        assert!(granted(borrow(&conn, &first)));
-        assert!(!granted(borrow(&conn, &request(1, Some(WaiterId::new())))));
-        assert!(return_lease(&conn, pool, first.lease, 2).unwrap());
-
-        let ttl = WAITER_TTL.as_millis() as u64;
-        assert!(
-            !granted(borrow(&conn, &request(ttl, None))),
-            "the head is still alive"
-        );
-        assert!(
-            granted(borrow(&conn, &request(ttl + 1, None))),
-            "a dead head blocks no one"
-        );
-    }
-
-    #[test]
-    fn an_exhausted_attempt_writes_nothing_once_queued() {
-        let conn = db();
-        let pool = PoolId::from_name("p");
-        register(&conn, pool, 1, 0).unwrap();
-        assert!(granted(borrow(&conn, &request(0, None))));
-        let head = WaiterId::new();
-        let _ = borrow(&conn, &request(1, Some(head)));
-        let before = conn.total_changes();
-        let _ = borrow(&conn, &request(2, Some(head)));
-        let _ = borrow(&conn, &request(3, None));
-        assert_eq!(conn.total_changes(), before, "a re-check wrote to the file");
-    }
-}
+mod tests;

@@ -16,7 +16,7 @@ use crate::error::storage;
 use crate::file::Files;
 use crate::time::Time;
 use crate::watch::{WakeUp, Watcher, watch};
-use crate::{SqliteOptions, schema, sql};
+use crate::{SqliteOptions, queue, schema, sql};
 
 /// A [`Store`] in one SQLite file, shared by any number of threads and
 /// processes (SPEC "SQLite store").
@@ -207,7 +207,7 @@ impl SqliteStore {
         self.run(
             "queue_heads",
             TransactionBehavior::Deferred,
-            move |c, now| sql::queue_heads(c, pool, now),
+            move |c, now| queue::queue_heads(c, pool, now),
         )
         .await
     }
@@ -407,7 +407,9 @@ impl Store for SqliteStore {
 
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         let left = self
-            .write("leave_queue", move |c, _| sql::leave_queue(c, pool, waiter))
+            .write("leave_queue", move |c, _| {
+                queue::leave_queue(c, pool, waiter)
+            })
             .await?;
         if left {
             // A borrower refused because this head stood ahead of it may

@@ -1,0 +1,105 @@
+//! The cross-process queue of heads (R11, R12): each process's head
+//! waiter keeps a place in `semaphore_waiters` while it waits, first come
+//! first served, refreshed by its re-checks and dropped when its process is
+//! gone.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+use semaphore_core::{PoolId, WaiterId};
+
+use crate::liveness;
+
+/// How long a queued head's row stays without being refreshed before other
+/// processes treat its process as gone (crashed) and drop it (R11).
+pub(crate) const WAITER_TTL: Duration = Duration::from_secs(3);
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// R12: forgets a queued head's place.
+pub(crate) fn leave_queue(
+    conn: &Connection,
+    pool: PoolId,
+    waiter: WaiterId,
+) -> rusqlite::Result<bool> {
+    Ok(conn
+        .prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
+        .execute(params![
+            pool.as_uuid().as_bytes(),
+            waiter.as_uuid().as_bytes()
+        ])?
+        > 0)
+}
+
+pub(crate) fn forget_waiter(
+    conn: &Connection,
+    pool: &[u8],
+    waiter: &[u8; 16],
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
+        .execute(params![pool, waiter])?;
+    Ok(())
+}
+
+/// Drops the heads queued ahead of `ticket` whose process is gone (see
+/// [`liveness`](crate::liveness)); how many it dropped.
+pub(crate) fn drop_dead_heads(conn: &Connection, key: &[u8], ticket: i64) -> rusqlite::Result<i64> {
+    let dead: Vec<Vec<u8>> = conn
+        .prepare_cached(
+            "SELECT waiter, pid, pid_ns FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2",
+        )?
+        .query_map(params![key, ticket], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get::<_, Option<String>>(2)?))
+        })?
+        .filter_map(|row| match row {
+            Ok((w, pid, ns)) if liveness::is_gone(pid, ns.as_deref()) => Some(Ok(w)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<rusqlite::Result<_>>()?;
+    for w in &dead {
+        conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
+            .execute(params![key, w])?;
+    }
+    Ok(dead.len() as i64)
+}
+
+/// A refused head joins the store's queue of `pool`, or refreshes its place
+/// when less than half of `WAITER_TTL` is left of it (`alive_until`).
+pub(crate) fn keep_place(
+    conn: &Connection,
+    key: &[u8],
+    w: &[u8; 16],
+    now: i64,
+    alive_until: Option<i64>,
+) -> rusqlite::Result<()> {
+    let renewed = now + ms(WAITER_TTL);
+    match alive_until {
+        None => {
+            conn.prepare_cached(
+                "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until, pid, pid_ns)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3, ?4, ?5)",
+            )?
+            .execute(params![key, w, renewed, liveness::me().pid, &liveness::me().namespace])?;
+        }
+        Some(alive) if alive - now < ms(WAITER_TTL) / 2 => {
+            conn.prepare_cached(
+                "UPDATE semaphore_waiters SET alive_until = ?3 WHERE pool = ?1 AND waiter = ?2",
+            )?
+            .execute(params![key, w, renewed])?;
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// The number of queued heads of `pool` alive at `now`: one per store
+/// handle (normally one per process) with borrowers waiting.
+pub(crate) fn queue_heads(conn: &Connection, pool: PoolId, now: i64) -> rusqlite::Result<u32> {
+    conn.prepare_cached(
+        "SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1 AND alive_until > ?2",
+    )?
+    .query_row(params![pool.as_uuid().as_bytes(), now], |r| r.get(0))
+}
