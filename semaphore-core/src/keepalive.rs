@@ -48,9 +48,7 @@ pub(crate) fn start(pool: Pool, lease: Lease, ttl: Duration) -> KeepAlive {
 
 async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Sender<Kept>) {
     let every = (ttl / 3).max(Duration::from_millis(1));
-    let mut next = saturating_add(lease.expires_at, every)
-        .checked_sub(ttl)
-        .unwrap_or(lease.expires_at);
+    let mut next = due(&lease, ttl, every);
     let mut backoff = RETRY_FIRST;
     loop {
         pool.store().clock().sleep_until(next).await;
@@ -58,9 +56,7 @@ async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Send
             Ok(renewed) => {
                 lease = renewed;
                 backoff = RETRY_FIRST;
-                next = saturating_add(lease.expires_at, every)
-                    .checked_sub(ttl)
-                    .unwrap_or(lease.expires_at);
+                next = due(&lease, ttl, every);
                 let _ = tx.send(Kept::Alive(lease));
             }
             Err(e) if e.is_retryable() && pool.store().clock().now() < lease.expires_at => {
@@ -75,4 +71,12 @@ async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Send
             }
         }
     }
+}
+
+/// When `lease`, granted or renewed for `ttl`, is next due for renewal:
+/// `every` after it was granted or last renewed.
+fn due(lease: &Lease, ttl: Duration, every: Duration) -> std::time::SystemTime {
+    saturating_add(lease.expires_at, every)
+        .checked_sub(ttl)
+        .unwrap_or(lease.expires_at)
 }
