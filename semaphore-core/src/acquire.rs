@@ -32,10 +32,10 @@ pub(crate) async fn acquire<A: Answer>(
     mut attempt: impl FnMut(SystemTime, Option<WaiterId>) -> InFlight<A>,
 ) -> Result<A::Granted> {
     let changes = store.changes();
-    if pools.iter().all(|pool| changes.waiting(*pool) == 0) {
-        if let Step::Granted(granted) = attempt(start, None).await?.step() {
-            return Ok(granted);
-        }
+    if pools.iter().all(|pool| changes.waiting(*pool) == 0)
+        && let Step::Granted(granted) = attempt(start, None).await?.step()
+    {
+        return Ok(granted);
     }
     if wait.is_zero() {
         return Err(exhausted());

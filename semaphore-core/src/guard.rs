@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::cancel::return_detached;
 use crate::keepalive::{self, KeepAlive, Kept};
+use crate::telemetry;
 use crate::{Lease, Pool, Result};
 
 /// A held lease that is returned when the guard is dropped (R13), like
@@ -44,6 +45,7 @@ pub type OwnedLeaseGuard = LeaseGuard<Pool>;
 
 impl<P: AsRef<Pool>> LeaseGuard<P> {
     pub(crate) fn new(pool: P, lease: Lease, ttl: Duration) -> Self {
+        telemetry::held(pool.as_ref().name());
         Self {
             pool,
             lease,
@@ -141,11 +143,17 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// Time left before the lease frees itself, by the store's clock; zero
     /// once expired.
     pub fn time_left(&self) -> Duration {
-        let now = self.pool().store().clock().now();
         match self.keep.as_ref().map(|k| k.state.borrow().clone()) {
-            Some(Kept::Alive(latest)) => latest.time_left(now),
             Some(Kept::Lost(_)) => Duration::ZERO,
-            None => self.lease.time_left(now),
+            _ => self.latest().time_left(self.pool().store().clock().now()),
+        }
+    }
+
+    /// The lease as last renewed by keep-alive, or as granted.
+    fn latest(&self) -> Lease {
+        match self.keep.as_ref().map(|k| k.state.borrow().clone()) {
+            Some(Kept::Alive(latest)) => latest,
+            _ => self.lease,
         }
     }
 
@@ -161,9 +169,18 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// or may not have happened; either way the lease frees itself at its ttl
     /// at the latest.
     pub async fn release(mut self) -> Result<bool> {
+        let latest = self.latest();
         self.armed = false;
         self.keep = None;
-        self.pool.as_ref().return_lease(self.lease.id).await
+        let active = self.pool.as_ref().return_lease(self.lease.id).await?;
+        if !active
+            && latest
+                .time_left(self.pool().store().clock().now())
+                .is_zero()
+        {
+            telemetry::expired(self.pool().name(), &self.lease);
+        }
+        Ok(active)
     }
 
     /// Extends the lease to expire `ttl` from now, keeping its position and
@@ -217,8 +234,11 @@ impl<P: AsRef<Pool>> fmt::Debug for LeaseGuard<P> {
 impl<P: AsRef<Pool>> Drop for LeaseGuard<P> {
     fn drop(&mut self) {
         self.keep = None;
+        let pool = self.pool.as_ref();
         if self.armed {
-            return_detached(self.pool.as_ref().store(), &self.lease);
+            telemetry::returned(pool.name(), Some(&self.lease), None);
+            return_detached(pool.store(), &self.lease);
         }
+        telemetry::let_go(pool.name());
     }
 }

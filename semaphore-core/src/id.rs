@@ -3,7 +3,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::Error;
@@ -36,8 +35,9 @@ pub const POOL_NAMESPACE: Uuid = Uuid::from_u128(0x6f1d3c2a_8b4e_4d7a_9c51_2e8f0
 /// assert!("not-a-uuid".parse::<PoolId>().is_err());
 /// # Ok::<(), semaphore_core::Error>(())
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
 pub struct PoolId(Uuid);
 
 impl PoolId {
@@ -69,8 +69,9 @@ impl PoolId {
 /// It is the credential that returns the lease early
 /// ([`Pool::return_lease`](crate::Pool::return_lease)), so treat it as a
 /// secret; [`PoolState`](crate::PoolState) never shows it (R3).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
 pub struct LeaseId(Uuid);
 
 impl LeaseId {
@@ -99,8 +100,9 @@ impl LeaseId {
 /// every attempt made from the queue, so that a store shared by several
 /// processes can keep one queue of their heads and serve them first come,
 /// first served. Random (v4), so ids from different processes never clash.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
 pub struct WaiterId(Uuid);
 
 impl WaiterId {

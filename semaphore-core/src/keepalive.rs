@@ -66,6 +66,7 @@ async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Send
                 backoff = (backoff * 2).min(every);
             }
             Err(e) => {
+                crate::telemetry::lost(pool.name(), &lease, &e);
                 let _ = tx.send(Kept::Lost(Arc::new(e)));
                 return;
             }

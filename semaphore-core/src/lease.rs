@@ -2,8 +2,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
-
 use crate::{LeaseId, PoolId};
 
 /// One held slot (SPEC vocabulary, "lease"; R5, R6, R9).
@@ -11,7 +9,8 @@ use crate::{LeaseId, PoolId};
 /// A lease is *active* from its grant until the earlier of its return and
 /// `expires_at` (R7). Its `id` is the credential that returns it early, so
 /// keep it private.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Lease {
     /// The lease's own random id (UUID v4), made by the library.
@@ -60,7 +59,8 @@ impl Lease {
 }
 
 /// A pool as of one instant (SPEC R3). It never shows lease ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct PoolState {
     /// The pool.
@@ -90,7 +90,8 @@ impl PoolState {
 /// One active lease as the admin listing shows it
 /// ([`Pool::holders`](crate::Pool::holders)): the lease, id included, and
 /// the labels it was borrowed with.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Holder {
     /// The lease. Its `id` is the credential that returns it: the listing is

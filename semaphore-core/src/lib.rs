@@ -15,6 +15,45 @@
 //!
 //! Rules cited as "R1".."R14" are those of the project's SPEC.
 //!
+//! # Features
+//! All off by default; each store crate forwards them.
+//! - `serde`: `Serialize` and `Deserialize` for [`PoolId`], [`LeaseId`],
+//!   [`Lease`], [`PoolState`], [`Holder`] and [`Limits`].
+//! - `tracing`: spans and events through `tracing` (below).
+//! - `metrics`: counters, gauges and a histogram through the `metrics`
+//!   facade (below); the application installs the exporter.
+//! - `conformance`: the suite every store must pass.
+//!
+//! # Instrumentation
+//! Both features see what a [`Pool`] handle and its guards do in this
+//! process; [`PoolSet`]'s all-or-nothing borrows are not instrumented yet.
+//!
+//! ## Naming a pool
+//! Spans, events and metric labels name a pool by its alias
+//! ([`Pool::with_alias`](crate::Pool::with_alias)), or else by
+//! `pool-` and 8 hex digits of a one-way hash of its id: a pool id may be a
+//! secret credential (the HTTP service's are), so it never appears unless
+//! the caller makes it the alias.
+//!
+//! ## Tracing (target `semaphore`)
+//! - span `borrow` (debug) around each borrow, with `pool`, `ttl_ms` and
+//!   `wait_ms` (as asked), then `waited_ms`, `position`, `token` and
+//!   `outcome` (`granted`, `exhausted` or `error`, with `error`);
+//! - events (debug) `lease returned` and `lease renewed`; `expired lease
+//!   seen` (debug) when a return or renewal finds this process's lease
+//!   expired; `lease force-returned` (info); `lease lost` (warn) when a
+//!   keep-alive renewal finds its lease gone.
+//!
+//! ## Metrics (the `metrics` facade; install any recorder)
+//! All carry the label `pool`:
+//! - counters `semaphore_grants_total`, `semaphore_returns_total`,
+//!   `semaphore_expiries_total` (this process's leases found expired),
+//!   `semaphore_exhausted_total` (borrows that found no slot in their wait),
+//!   `semaphore_storage_errors_total`, `semaphore_leases_lost_total`;
+//! - gauges `semaphore_in_use` (leases this process holds through guards)
+//!   and `semaphore_waiting` (this process's borrows in progress);
+//! - histogram `semaphore_wait_seconds`: from a borrow's call to its grant.
+//!
 //! ```
 //! use std::{sync::Arc, time::Duration};
 //! use semaphore_memory::{MemoryStore, Pool, PoolId};
@@ -29,6 +68,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod blocking;
@@ -46,6 +86,7 @@ mod pool;
 mod set;
 mod slot;
 mod store;
+mod telemetry;
 mod wait;
 
 #[cfg(feature = "conformance")]

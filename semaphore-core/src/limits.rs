@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::{Error, Result};
 
 /// Bounds on arguments, set per [`Pool`](crate::Pool) handle with
@@ -30,7 +28,8 @@ use crate::{Error, Result};
 /// assert_eq!(limits.max_count, 1000);
 /// assert_eq!(limits.max_ttl, Duration::from_secs(60));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Limits {
     /// The largest `count` a pool may be registered with (R2). Default 1000.

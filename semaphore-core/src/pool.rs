@@ -7,6 +7,7 @@ use crate::acquire::acquire;
 use crate::cancel::InFlight;
 use crate::clock::{saturating_add, truncate_ms};
 use crate::options::Labels;
+use crate::telemetry::{self, Name};
 use crate::{
     BorrowOptions, BorrowRequest, Error, Holder, Lease, LeaseGuard, LeaseId, Limits,
     OwnedLeaseGuard, PoolId, PoolState, Result, Store,
@@ -15,7 +16,7 @@ use crate::{
 /// A handle on one pool of a store: register, inspect, delete, borrow and
 /// return.
 ///
-/// Cheap to clone (an `Arc` and two small values). Handles on the same pool
+/// Cheap to clone (two `Arc`s and a few small values). Handles on the same pool
 /// id of the same store share one wait queue, wherever they were made.
 ///
 /// # Runtime
@@ -48,6 +49,8 @@ pub struct Pool {
     store: Arc<dyn Store>,
     id: PoolId,
     limits: Limits,
+    alias: Option<Arc<str>>,
+    name: Name,
 }
 
 impl AsRef<Pool> for Pool {
@@ -65,7 +68,29 @@ impl Pool {
             store,
             id,
             limits: Limits::default(),
+            alias: None,
+            name: Name::hashed(id),
         }
+    }
+
+    /// The same handle, named `alias` in traces and metrics (the `tracing`
+    /// and `metrics` features) instead of by a hash of its id: a name for
+    /// people, such as `"gpus"`. The id itself never appears there, since it
+    /// may be a secret, unless it is made the alias. Changes nothing else.
+    pub fn with_alias(mut self, alias: impl Into<Arc<str>>) -> Self {
+        let alias = alias.into();
+        self.name = Name::alias(&alias);
+        self.alias = Some(alias);
+        self
+    }
+
+    /// The alias given by [`with_alias`](Pool::with_alias), if any.
+    pub fn alias(&self) -> Option<&str> {
+        self.alias.as_deref()
+    }
+
+    pub(crate) fn name(&self) -> &Name {
+        &self.name
     }
 
     /// The same handle with other [`Limits`] for the calls made through it.
@@ -276,7 +301,9 @@ impl Pool {
     /// Dropping the future may or may not leave the lease returned; either
     /// way it frees itself at its ttl at the latest.
     pub async fn return_lease(&self, lease: LeaseId) -> Result<bool> {
-        self.store.return_lease(self.id, lease, self.now()).await
+        let result = self.store.return_lease(self.id, lease, self.now()).await;
+        telemetry::returned(&self.name, None, Some(&result));
+        result
     }
 
     /// Extends lease `lease` of this pool to expire `ttl` from now, keeping
@@ -308,10 +335,13 @@ impl Pool {
                 lease: lease.id,
             });
         }
-        self.store
+        let result = self
+            .store
             .renew(self.id, lease.id, now, saturating_add(now, ttl))
-            .await?
-            .ok_or_else(|| Error::not_renewed(lease, now))
+            .await
+            .and_then(|renewed| renewed.ok_or_else(|| Error::not_renewed(lease, now)));
+        telemetry::renewed(&self.name, lease, &result);
+        result
     }
 
     /// Every active lease of the pool, by position, with its owner label and
@@ -342,10 +372,17 @@ impl Pool {
     /// # Cancel safety
     /// Dropping the future may or may not leave the lease ended.
     pub async fn force_return(&self, position: u32) -> Result<Option<Holder>> {
-        self.store.force_return(self.id, position, self.now()).await
+        let ended = self
+            .store
+            .force_return(self.id, position, self.now())
+            .await?;
+        if let Some(holder) = &ended {
+            telemetry::force_returned(&self.name, position, holder.lease.token);
+        }
+        Ok(ended)
     }
 
-    /// The lease, and its ttl as clamped.
+    /// The lease, and its ttl as clamped; traced and counted.
     async fn acquire(
         &self,
         ttl: Duration,
@@ -354,14 +391,27 @@ impl Pool {
     ) -> Result<(Lease, Duration)> {
         let ttl = self.limits.clamp_ttl(ttl)?;
         let wait = self.limits.clamp_wait(wait);
+        let borrow = telemetry::Borrow::start(&self.name, ttl, wait);
+        let result = borrow.run(self.acquire_clamped(ttl, wait, labels)).await;
+        borrow.finish(&result);
+        result.map(|lease| (lease, ttl))
+    }
+
+    /// The lease, for a `ttl` and `wait` already clamped.
+    async fn acquire_clamped(
+        &self,
+        ttl: Duration,
+        wait: Duration,
+        labels: Labels,
+    ) -> Result<Lease> {
         let start = self.now();
         if let Some(key) = &labels.key {
             // A keyed retry must not queue behind others for a lease it
             // holds; with nobody queued, the first attempt finds it anyway.
-            if self.store.changes().waiting(self.id) > 0 {
-                if let Some(lease) = keyed_lease(&self.store, self.id, key, start).await? {
-                    return Ok((lease, ttl));
-                }
+            if self.store.changes().waiting(self.id) > 0
+                && let Some(lease) = keyed_lease(&self.store, self.id, key, start).await?
+            {
+                return Ok(lease);
             }
         }
         let exhausted = || Error::Exhausted {
@@ -384,7 +434,6 @@ impl Pool {
             },
         )
         .await
-        .map(|lease| (lease, ttl))
     }
 }
 

@@ -158,12 +158,11 @@ impl PoolSet {
         let labels = options.check(&self.limits)?;
         let store = self.store();
         let start = truncate_ms(store.clock().now());
-        if let Some(key) = &labels.key {
-            if self.ids.iter().any(|id| store.changes().waiting(*id) > 0) {
-                if let Some(leases) = self.keyed(key, start).await? {
-                    return Ok(LeaseSet::new(self.clone(), leases));
-                }
-            }
+        if let Some(key) = &labels.key
+            && self.ids.iter().any(|id| store.changes().waiting(*id) > 0)
+            && let Some(leases) = self.keyed(key, start).await?
+        {
+            return Ok(LeaseSet::new(self.clone(), leases));
         }
         let exhausted = || Error::Exhausted {
             pool: self.ids[0],

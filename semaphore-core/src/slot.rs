@@ -433,7 +433,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 3 == 0 && !held.is_empty() {
+            if x.is_multiple_of(3) && !held.is_empty() {
                 let (id, _) = held.swap_remove((x as usize / 3) % held.len());
                 assert!(t.release(id, UNIX_EPOCH));
             } else {

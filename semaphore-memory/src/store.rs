@@ -177,10 +177,10 @@ impl Store for MemoryStore {
             return Ok(TryBorrowAll::Granted { leases });
         }
         for (lease, request) in leases.iter().zip(requests) {
-            if lease.id == request.lease {
-                if let Some(table) = pools.get_mut(&lease.pool) {
-                    table.release(lease.id, request.now);
-                }
+            if lease.id == request.lease
+                && let Some(table) = pools.get_mut(&lease.pool)
+            {
+                table.release(lease.id, request.now);
             }
         }
         let next_expiry = if blocked.contains(&None) {

@@ -1,0 +1,251 @@
+//! Instrumentation behind the `tracing` and `metrics` features (SPEC
+//! "Beyond the basic model"); without them every function here is empty
+//! and inlines to nothing.
+//!
+//! What they report is listed in the crate docs ("Instrumentation").
+
+// Each feature reads only some of what the hooks are given.
+#![cfg_attr(
+    not(all(feature = "tracing", feature = "metrics")),
+    allow(unused_variables)
+)]
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::{Error, Lease, PoolId, Result};
+
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+use std::time::Instant;
+
+/// Names a pool in traces and metrics: its alias or a hash of its id. A
+/// zero-sized nothing without the features.
+#[derive(Debug, Clone)]
+pub(crate) struct Name {
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    label: Arc<str>,
+}
+
+/// The namespace of the one-way hash that names a pool without an alias.
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+const HASH_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x3b0e_52c4_7d1a_4f96_a8e2_90c1_5d6b_e7f4);
+
+impl Name {
+    /// The name of a pool without an alias.
+    pub(crate) fn hashed(id: PoolId) -> Self {
+        Self {
+            #[cfg(any(feature = "tracing", feature = "metrics"))]
+            label: {
+                let hash = uuid::Uuid::new_v5(&HASH_NAMESPACE, id.as_uuid().as_bytes());
+                format!("pool-{}", &hash.simple().to_string()[..8]).into()
+            },
+        }
+    }
+
+    /// The name `alias`.
+    pub(crate) fn alias(alias: &Arc<str>) -> Self {
+        Self {
+            #[cfg(any(feature = "tracing", feature = "metrics"))]
+            label: alias.clone(),
+        }
+    }
+
+    #[cfg(feature = "metrics")]
+    fn counter(&self, name: &'static str) {
+        metrics::counter!(name, "pool" => self.label.clone()).increment(1);
+    }
+
+    #[cfg(feature = "metrics")]
+    fn gauge(&self, name: &'static str, delta: f64) {
+        metrics::gauge!(name, "pool" => self.label.clone()).increment(delta);
+    }
+
+    /// Counts a storage error, if `result` is one.
+    fn storage_error<T>(&self, result: &Result<T>) {
+        #[cfg(feature = "metrics")]
+        if matches!(result, Err(Error::Storage { .. })) {
+            self.counter("semaphore_storage_errors_total");
+        }
+    }
+}
+
+/// One borrow in progress: its span, its start, and its place in the
+/// waiting gauge until dropped.
+pub(crate) struct Borrow {
+    #[cfg(feature = "metrics")]
+    name: Name,
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    started: Instant,
+    #[cfg(feature = "tracing")]
+    span: tracing::Span,
+}
+
+impl Borrow {
+    /// A borrow of `ttl` waiting up to `wait` starts.
+    pub(crate) fn start(name: &Name, ttl: std::time::Duration, wait: std::time::Duration) -> Self {
+        #[cfg(feature = "metrics")]
+        name.gauge("semaphore_waiting", 1.0);
+        Self {
+            #[cfg(feature = "metrics")]
+            name: name.clone(),
+            #[cfg(any(feature = "tracing", feature = "metrics"))]
+            started: Instant::now(),
+            #[cfg(feature = "tracing")]
+            span: tracing::debug_span!(
+                target: "semaphore",
+                "borrow",
+                pool = &*name.label,
+                ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                waited_ms = tracing::field::Empty,
+                position = tracing::field::Empty,
+                token = tracing::field::Empty,
+                outcome = tracing::field::Empty,
+                error = tracing::field::Empty,
+            ),
+        }
+    }
+
+    /// `future`, inside the borrow's span.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn run<F: Future>(&self, future: F) -> tracing::instrument::Instrumented<F> {
+        tracing::Instrument::instrument(future, self.span.clone())
+    }
+
+    /// `future`, as it is.
+    #[cfg(not(feature = "tracing"))]
+    pub(crate) fn run<F: Future>(&self, future: F) -> F {
+        future
+    }
+
+    /// Records how the borrow ended.
+    pub(crate) fn finish(&self, result: &Result<Lease>) {
+        #[cfg(feature = "tracing")]
+        {
+            let waited = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.span.record("waited_ms", waited);
+            match result {
+                Ok(lease) => {
+                    self.span.record("position", lease.position);
+                    self.span.record("token", lease.token);
+                    self.span.record("outcome", "granted");
+                }
+                Err(Error::Exhausted { .. }) => {
+                    self.span.record("outcome", "exhausted");
+                }
+                Err(e) => {
+                    self.span.record("outcome", "error");
+                    self.span.record("error", tracing::field::display(e));
+                }
+            }
+        }
+        #[cfg(feature = "metrics")]
+        match result {
+            Ok(_) => {
+                self.name.counter("semaphore_grants_total");
+                metrics::histogram!("semaphore_wait_seconds", "pool" => self.name.label.clone())
+                    .record(self.started.elapsed().as_secs_f64());
+            }
+            Err(Error::Exhausted { .. }) => self.name.counter("semaphore_exhausted_total"),
+            Err(_) => self.name.storage_error(result),
+        }
+    }
+}
+
+impl Drop for Borrow {
+    fn drop(&mut self) {
+        #[cfg(feature = "metrics")]
+        self.name.gauge("semaphore_waiting", -1.0);
+    }
+}
+
+/// A guard now holds a lease of the pool `name`.
+pub(crate) fn held(name: &Name) {
+    #[cfg(feature = "metrics")]
+    name.gauge("semaphore_in_use", 1.0);
+}
+
+/// A guard no longer holds its lease (returned, forgotten or lost).
+pub(crate) fn let_go(name: &Name) {
+    #[cfg(feature = "metrics")]
+    name.gauge("semaphore_in_use", -1.0);
+}
+
+/// A return of `lease` was asked of the store; `result` if known.
+pub(crate) fn returned(name: &Name, lease: Option<&Lease>, result: Option<&Result<bool>>) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "semaphore",
+        pool = &*name.label,
+        position = lease.map(|l| l.position),
+        token = lease.map(|l| l.token),
+        active = result.and_then(|r| r.as_ref().ok().copied()),
+        "lease returned"
+    );
+    #[cfg(feature = "metrics")]
+    match result {
+        None | Some(Ok(true)) => name.counter("semaphore_returns_total"),
+        Some(Ok(false)) => {}
+        Some(r @ Err(_)) => name.storage_error(r),
+    }
+}
+
+/// This process's lease turned out to have expired before its holder let
+/// go of it.
+pub(crate) fn expired(name: &Name, lease: &Lease) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "semaphore",
+        pool = &*name.label,
+        position = lease.position,
+        token = lease.token,
+        "expired lease seen"
+    );
+    #[cfg(feature = "metrics")]
+    name.counter("semaphore_expiries_total");
+}
+
+/// A renewal of `lease` ended with `result`.
+pub(crate) fn renewed(name: &Name, lease: &Lease, result: &Result<Lease>) {
+    match result {
+        Ok(_renewed) => {
+            #[cfg(feature = "tracing")]
+            tracing::debug!(
+                target: "semaphore",
+                pool = &*name.label,
+                position = _renewed.position,
+                token = _renewed.token,
+                "lease renewed"
+            );
+        }
+        Err(Error::LeaseExpired { .. }) => expired(name, lease),
+        Err(_) => name.storage_error(result),
+    }
+}
+
+/// The lease at `position`, with fencing token `token`, was force-returned.
+pub(crate) fn force_returned(name: &Name, position: u32, token: u64) {
+    #[cfg(feature = "tracing")]
+    tracing::info!(
+        target: "semaphore",
+        pool = &*name.label,
+        position,
+        token,
+        "lease force-returned"
+    );
+}
+
+/// A keep-alive renewal found `lease` gone, for `reason`.
+pub(crate) fn lost(name: &Name, lease: &Lease, reason: &Error) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        target: "semaphore",
+        pool = &*name.label,
+        position = lease.position,
+        token = lease.token,
+        reason = %reason,
+        "lease lost"
+    );
+    #[cfg(feature = "metrics")]
+    name.counter("semaphore_leases_lost_total");
+}
