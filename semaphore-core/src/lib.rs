@@ -22,6 +22,8 @@
 //! - `tracing`: spans and events through `tracing` (below).
 //! - `metrics`: counters, gauges and a histogram through the `metrics`
 //!   facade (below); the application installs the exporter.
+//! - `tower`: [`PoolLimitLayer`], a tower layer that runs each HTTP request
+//!   under a lease.
 //! - `conformance`: the suite every store must pass.
 //!
 //! # Instrumentation
@@ -79,6 +81,8 @@ mod error;
 mod guard;
 mod id;
 mod keepalive;
+#[cfg(feature = "tower")]
+mod layer;
 mod lease;
 mod limits;
 mod options;
@@ -99,6 +103,8 @@ pub use clock::{
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseGuard, OwnedLeaseGuard};
 pub use id::{LeaseId, POOL_NAMESPACE, PoolId, WaiterId};
+#[cfg(feature = "tower")]
+pub use layer::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use lease::{Holder, Lease, PoolState};
 pub use limits::Limits;
 pub use options::BorrowOptions;
