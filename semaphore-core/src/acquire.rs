@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::cancel::{Answer, InFlight, QueuePlace, Step};
 use crate::clock::{saturating_add, truncate_ms};
+use crate::wait::HandOff;
 use crate::{Error, PoolId, Result, Store, WaiterId};
 
 /// Borrows through `attempt` on `pools`, waiting up to `wait` from `start`.
@@ -28,6 +29,7 @@ pub(crate) async fn acquire<A: Answer>(
     pools: &[PoolId],
     start: SystemTime,
     wait: Duration,
+    handoff: Option<HandOff>,
     exhausted: impl Fn() -> Error,
     mut attempt: impl FnMut(SystemTime, Option<WaiterId>) -> InFlight<A>,
 ) -> Result<A::Granted> {
@@ -47,7 +49,7 @@ pub(crate) async fn acquire<A: Answer>(
     }
 
     let clock = store.clock();
-    let ticket = changes.enqueue(pools);
+    let ticket = changes.enqueue(store, pools, handoff);
     let place = QueuePlace::new(store, pools);
     let mut timeout = clock.sleep_until(saturating_add(start, wait));
     let mut next_expiry = None;
@@ -73,8 +75,24 @@ pub(crate) async fn acquire<A: Answer>(
                 }
             } => retry = None,
             () = &mut timeout => {
+                // A hand-off that came first still counts.
+                if let Some(lease) = ticket.take_lease() {
+                    place.granted();
+                    return Ok(A::handed(lease));
+                }
                 return Err(failed.map_or_else(exhausted, |(e, _)| e));
             }
+        }
+        if let Some(lease) = ticket.take_lease() {
+            // A return in this process granted to us in its own step.
+            place.granted();
+            return Ok(A::handed(lease));
+        }
+        if let Some(at) = ticket.take_next_expiry() {
+            // A hand-off left the pool full and made us head: it told us
+            // the earliest expiry, so there is nothing to ask.
+            next_expiry = at.map(|at| clock.sleep_until(at));
+            continue;
         }
         if !ticket.is_head() {
             continue;

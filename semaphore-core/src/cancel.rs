@@ -32,6 +32,9 @@ pub(crate) trait Answer: Send + Unpin + 'static {
     /// The leases the answer grants, for returning them if nobody takes them.
     fn leases(&self) -> &[Lease];
     fn step(self) -> Step<Self::Granted>;
+    /// What the borrower gets from a lease handed over to it (single-pool
+    /// borrowers only are handed leases).
+    fn handed(lease: Lease) -> Self::Granted;
 }
 
 impl Answer for TryBorrow {
@@ -42,6 +45,10 @@ impl Answer for TryBorrow {
             TryBorrow::Granted { lease } => std::slice::from_ref(lease),
             TryBorrow::Exhausted { .. } => &[],
         }
+    }
+
+    fn handed(lease: Lease) -> Lease {
+        lease
     }
 
     fn step(self) -> Step<Lease> {
@@ -60,6 +67,10 @@ impl Answer for TryBorrowAll {
             TryBorrowAll::Granted { leases } => leases,
             TryBorrowAll::Exhausted { .. } => &[],
         }
+    }
+
+    fn handed(lease: Lease) -> Vec<Lease> {
+        vec![lease]
     }
 
     fn step(self) -> Step<Vec<Lease>> {

@@ -8,6 +8,7 @@ use crate::cancel::InFlight;
 use crate::clock::{saturating_add, truncate_ms};
 use crate::options::Labels;
 use crate::telemetry::{self, Name};
+use crate::wait::HandOff;
 use crate::{
     BorrowOptions, BorrowRequest, Error, Holder, Lease, LeaseGuard, LeaseId, Limits,
     OwnedLeaseGuard, PoolId, PoolState, Result, Store,
@@ -423,6 +424,11 @@ impl Pool {
             std::slice::from_ref(&self.id),
             start,
             wait,
+            Some(HandOff {
+                ttl,
+                key: labels.key.clone(),
+                owner: labels.owner.clone(),
+            }),
             exhausted,
             |now, waiter| {
                 let mut request =

@@ -168,21 +168,29 @@ impl PoolSet {
             pool: self.ids[0],
             waited: wait,
         };
-        let leases = acquire(store, &self.ids, start, wait, exhausted, |now, waiter| {
-            let requests = self
-                .ids
-                .iter()
-                .map(|id| {
-                    let mut request =
-                        BorrowRequest::new(*id, LeaseId::new(), now, saturating_add(now, ttl));
-                    request.waiter = waiter;
-                    request.key.clone_from(&labels.key);
-                    request.owner.clone_from(&labels.owner);
-                    request
-                })
-                .collect();
-            InFlight::all(store, requests)
-        })
+        let leases = acquire(
+            store,
+            &self.ids,
+            start,
+            wait,
+            None,
+            exhausted,
+            |now, waiter| {
+                let requests = self
+                    .ids
+                    .iter()
+                    .map(|id| {
+                        let mut request =
+                            BorrowRequest::new(*id, LeaseId::new(), now, saturating_add(now, ttl));
+                        request.waiter = waiter;
+                        request.key.clone_from(&labels.key);
+                        request.owner.clone_from(&labels.owner);
+                        request
+                    })
+                    .collect();
+                InFlight::all(store, requests)
+            },
+        )
         .await?;
         Ok(LeaseSet::new(self.clone(), leases))
     }

@@ -6,16 +6,25 @@
 //! storage free of herds. A store calls [`Changes::notify`] after a change
 //! that can let a waiter in; that wakes exactly the head. A head that leaves
 //! (granted, timed out, failed or dropped) hands the turn to the next.
+//!
+//! A store whose return runs in this process can do better than wake the
+//! head: [`Changes::hand_off`] grants the freed slot to the head inside the
+//! return's own atomic step and wakes it with the lease in hand, as tokio's
+//! semaphore assigns permits to the waiter it wakes. Nobody can barge in
+//! between (R11), and the head need not ask the store again.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::PoolId;
+use crate::cancel::return_detached;
+use crate::clock::saturating_add;
+use crate::{BorrowRequest, Lease, LeaseId, PoolId, Store, TryBorrow};
 
 /// A store's change notification and the in-process wait queues of its pools.
 ///
@@ -30,12 +39,60 @@ pub struct Changes {
     /// Waiters of all pools, kept beside the map (changed only under its
     /// lock) so that the common case, nobody waiting, costs one atomic load.
     total: AtomicUsize,
+    /// The conformance suite's gate catches a head's own store call, which
+    /// a hand-off would make needless; it turns hand-offs into plain
+    /// notifications while armed.
+    #[cfg(feature = "conformance")]
+    hand_offs_paused: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
 struct Queue {
     /// Front is the head: the one waiter allowed to ask the store.
-    waiters: VecDeque<Arc<Notify>>,
+    waiters: VecDeque<Arc<Waiter>>,
+}
+
+/// One queued borrower, as its queues see it.
+struct Waiter {
+    notify: Notify,
+    /// What to grant it in a hand-off; `None` for a multi-pool borrower,
+    /// which only the store's all-or-nothing step may serve.
+    request: Option<HandOff>,
+    /// Changed only under the queues' lock.
+    state: Mutex<Handed>,
+    /// Still in its queues; cleared (under the queues' lock) when a
+    /// hand-off takes it out.
+    queued: AtomicBool,
+}
+
+/// What a hand-off left a waiter.
+#[derive(Default)]
+struct Handed {
+    /// The lease granted to it.
+    lease: Option<Lease>,
+    /// It became the head of a pool that a hand-off left full: the
+    /// earliest expiry then (`Some(None)`: no lease will expire), so that
+    /// it can set its timer without asking the store. A plain change clears
+    /// it: the head must then ask.
+    next_expiry: Option<Option<SystemTime>>,
+}
+
+/// What a queued single-pool borrower asks for, for a store to grant it
+/// in a hand-off.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HandOff {
+    pub(crate) ttl: Duration,
+    pub(crate) key: Option<Arc<str>>,
+    pub(crate) owner: Option<Arc<str>>,
+}
+
+impl Waiter {
+    /// Wakes it to ask the store: anything it was told of the pool's
+    /// expiry may be stale.
+    fn wake_to_ask(&self) {
+        self.state.lock().next_expiry = None;
+        self.notify.notify_one();
+    }
 }
 
 impl Changes {
@@ -66,6 +123,80 @@ impl Changes {
         }
     }
 
+    /// Hands slots of `pool` just freed to this process's queued borrowers
+    /// of it, in queue order (R11), while the caller still holds the
+    /// pool's atomic step (its lock or transaction) and before anyone else
+    /// can take them. `grant` grants one request as a borrow would, in that
+    /// same step; each lease it grants goes to the head, which is taken
+    /// out of the queue and woken with it. It stops at the first refusal,
+    /// telling the new head the earliest expiry the refusal reported, or
+    /// at a multi-pool head (woken to ask the store, as by
+    /// [`notify`](Changes::notify)). Returns how many leases were handed
+    /// over; costs one atomic load when nobody waits.
+    ///
+    /// A store that calls this in its return instead of `notify` must also
+    /// end those leases if the step does not commit. Each request carries
+    /// a fresh [`LeaseId`], `now` as given, and the borrower's ttl, key and
+    /// owner.
+    pub fn hand_off(
+        &self,
+        pool: PoolId,
+        now: SystemTime,
+        mut grant: impl FnMut(&BorrowRequest) -> TryBorrow,
+    ) -> usize {
+        if !self.has_waiters() {
+            return 0;
+        }
+        #[cfg(feature = "conformance")]
+        if self.hand_offs_paused.load(Ordering::Acquire) {
+            self.notify(pool);
+            return 0;
+        }
+        let mut queues = self.queues.lock();
+        let Some(queue) = queues.get_mut(&pool) else {
+            return 0;
+        };
+        let mut handed = 0;
+        while let Some(head) = queue.waiters.front().cloned() {
+            let Some(asked) = &head.request else {
+                head.wake_to_ask();
+                break;
+            };
+            let mut request =
+                BorrowRequest::new(pool, LeaseId::new(), now, saturating_add(now, asked.ttl));
+            request.key.clone_from(&asked.key);
+            request.owner.clone_from(&asked.owner);
+            match grant(&request) {
+                TryBorrow::Granted { lease } => {
+                    queue.waiters.pop_front();
+                    self.total.fetch_sub(1, Ordering::AcqRel);
+                    // The lease first: a ticket that sees itself out of
+                    // the queue must find it.
+                    head.state.lock().lease = Some(lease);
+                    head.queued.store(false, Ordering::Release);
+                    head.notify.notify_one();
+                    handed += 1;
+                }
+                TryBorrow::Exhausted { next_expiry } => {
+                    head.state.lock().next_expiry = Some(next_expiry);
+                    head.notify.notify_one();
+                    break;
+                }
+            }
+        }
+        if queue.waiters.is_empty() {
+            queues.remove(&pool);
+        }
+        handed
+    }
+
+    /// Makes [`hand_off`](Changes::hand_off) only wake the head to ask the
+    /// store (`true`), or hand over again (`false`).
+    #[cfg(feature = "conformance")]
+    pub(crate) fn pause_hand_offs(&self, paused: bool) {
+        self.hand_offs_paused.store(paused, Ordering::Release);
+    }
+
     /// Whether any borrower of any pool waits in this process. A store may
     /// skip telling of changes while it is `false`: a borrower that starts
     /// waiting asks the store first.
@@ -87,8 +218,21 @@ impl Changes {
     /// they share: no two multi-pool borrowers can each hold the head of a
     /// queue the other needs. A ticket that lands at the head of all its
     /// queues is told at once that it is its turn.
-    pub(crate) fn enqueue(&self, pools: &[PoolId]) -> Ticket<'_> {
-        let waiter = Arc::new(Notify::new());
+    ///
+    /// `request` (for a single-pool borrower only) lets a store hand it a
+    /// slot ([`Changes::hand_off`]).
+    pub(crate) fn enqueue<'a>(
+        &'a self,
+        store: &'a Arc<dyn Store>,
+        pools: &[PoolId],
+        request: Option<HandOff>,
+    ) -> Ticket<'a> {
+        let waiter = Arc::new(Waiter {
+            notify: Notify::new(),
+            request: request.filter(|_| pools.len() == 1),
+            state: Mutex::default(),
+            queued: AtomicBool::new(true),
+        });
         let mut queues = self.queues.lock();
         let mut head_of_all = true;
         for pool in pools {
@@ -98,10 +242,11 @@ impl Changes {
         }
         self.total.fetch_add(pools.len(), Ordering::AcqRel);
         if head_of_all {
-            waiter.notify_one();
+            waiter.notify.notify_one();
         }
         Ticket {
             changes: self,
+            store,
             pools: pools.to_vec(),
             waiter,
         }
@@ -122,7 +267,7 @@ impl fmt::Debug for Changes {
 impl Queue {
     fn notify_head(&self) {
         if let Some(head) = self.waiters.front() {
-            head.notify_one();
+            head.wake_to_ask();
         }
     }
 }
@@ -131,8 +276,9 @@ impl Queue {
 /// (R12) and hands the turn on in each queue it headed.
 pub(crate) struct Ticket<'a> {
     changes: &'a Changes,
+    store: &'a Arc<dyn Store>,
     pools: Vec<PoolId>,
-    waiter: Arc<Notify>,
+    waiter: Arc<Waiter>,
 }
 
 impl Ticket<'_> {
@@ -140,7 +286,19 @@ impl Ticket<'_> {
     /// one of its queues, or heads one and that pool changed. May complete
     /// spuriously; the caller checks [`Ticket::is_head`] and the store.
     pub(crate) async fn turn(&self) {
-        self.waiter.notified().await;
+        self.waiter.notify.notified().await;
+    }
+
+    /// The lease a hand-off granted this ticket, if one did; the ticket is
+    /// then out of its queue.
+    pub(crate) fn take_lease(&self) -> Option<Lease> {
+        self.waiter.state.lock().lease.take()
+    }
+
+    /// The earliest expiry a hand-off that left the pool full told this
+    /// ticket of, as its new head, if no change came since.
+    pub(crate) fn take_next_expiry(&self) -> Option<Option<SystemTime>> {
+        self.waiter.state.lock().next_expiry.take()
     }
 
     /// Whether the ticket heads every queue it is in, and so may ask the
@@ -163,8 +321,22 @@ impl Drop for Ticket<'_> {
     /// Leaves every queue. The next head of each queue this ticket headed is
     /// always woken, even after a grant that left no slot free: it asks the
     /// store once, which tells it when the earliest lease expires (without
-    /// that it would sleep past an expiry, R5).
+    /// that it would sleep past an expiry, R5). A lease a hand-off granted
+    /// that nobody took (the borrower gave up meanwhile) is returned at
+    /// once (R12).
     fn drop(&mut self) {
+        self.leave_queues();
+        if let Some(lease) = self.take_lease() {
+            return_detached(self.store, &lease);
+        }
+    }
+}
+
+impl Ticket<'_> {
+    fn leave_queues(&mut self) {
+        if !self.waiter.queued.load(Ordering::Acquire) {
+            return;
+        }
         let mut queues = self.changes.queues.lock();
         for pool in &self.pools {
             let Some(queue) = queues.get_mut(pool) else {

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use semaphore_core::{
     BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result,
     SlotTable, Store, SystemClock, TryBorrow, TryBorrowAll, WaiterId, async_trait,
@@ -12,11 +14,13 @@ use semaphore_core::{
 /// A [`Store`] in this process's memory, for an in-process concurrency
 /// limiter. No I/O; nothing survives the process.
 ///
-/// Each primitive runs under one mutex, so it is atomic (R10, R14) and
-/// completes without ever yielding; it never fails with
+/// Each pool has a mutex of its own, and each primitive runs under the
+/// mutex of the pool it touches (a multi-pool borrow takes its pools' in
+/// id order), so it is atomic (R10, R14), completes without ever yielding,
+/// and never waits for work on another pool; it never fails with
 /// [`Error::Storage`]. Slots are kept in the core's [`SlotTable`] (R6, R7);
-/// tokens come from one store-wide counter, so they grow across pools and
-/// across delete and register again (R9).
+/// tokens come from one store-wide atomic counter, so they grow across
+/// pools and across delete and register again (R9).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -30,17 +34,17 @@ use semaphore_core::{
 /// ```
 #[derive(Debug)]
 pub struct MemoryStore {
-    state: Mutex<State>,
+    /// The pools; the map's lock is held only to find or add a pool's entry.
+    pools: RwLock<foldhash::HashMap<PoolId, Arc<Shard>>>,
+    /// The last token granted, by any pool.
+    last_token: AtomicU64,
     changes: Changes,
     clock: Arc<dyn Clock>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    pools: foldhash::HashMap<PoolId, SlotTable>,
-    /// The last token granted, by any pool.
-    last_token: u64,
-}
+/// One pool's slots, under the pool's own lock; `None` once deleted, so
+/// that a call that found the entry just before a delete sees the pool gone.
+type Shard = Mutex<Option<SlotTable>>;
 
 impl MemoryStore {
     /// An empty store on the [`SystemClock`].
@@ -52,7 +56,8 @@ impl MemoryStore {
     /// [`ManualClock`](semaphore_core::ManualClock).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         Self {
-            state: Mutex::default(),
+            pools: RwLock::default(),
+            last_token: AtomicU64::new(0),
             changes: Changes::new(),
             clock,
         }
@@ -68,30 +73,60 @@ impl Default for MemoryStore {
 impl MemoryStore {
     /// `try_borrow`, which never waits: the store offers it both ways.
     fn borrow_in_place(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        let mut state = self.state.lock();
-        let State { pools, last_token } = &mut *state;
-        let table = pools
-            .get_mut(&request.pool)
-            .ok_or_else(|| not_found(request.pool))?;
-        Ok(table.grant(request, || {
-            *last_token += 1;
-            *last_token
-        }))
+        self.with_table(request.pool, |table| {
+            table.grant(request, || self.next_token())
+        })
+    }
+
+    /// A token above every token granted before, by any pool (R9). Taken
+    /// under the granting pool's lock, so a pool's tokens grow in the
+    /// order of its grants.
+    fn next_token(&self) -> u64 {
+        self.last_token.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The pool's shard, if registered.
+    fn shard(&self, pool: PoolId) -> Option<Arc<Shard>> {
+        self.pools.read().get(&pool).cloned()
+    }
+
+    /// Runs `f` on the pool's slots under its lock; `PoolNotFound` if it
+    /// is not registered.
+    fn with_table<T>(&self, pool: PoolId, f: impl FnOnce(&mut SlotTable) -> T) -> Result<T> {
+        let shard = self.shard(pool).ok_or_else(|| not_found(pool))?;
+        let mut table = shard.lock();
+        table.as_mut().map(f).ok_or_else(|| not_found(pool))
     }
 
     /// `return_lease`, which never waits: the store offers it both ways.
+    /// The freed slot goes straight to this process's head waiter, in the
+    /// same step under the pool's lock ([`Changes::hand_off`]).
     fn return_in_place(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> bool {
-        let returned = self
-            .state
-            .lock()
-            .pools
-            .get_mut(&pool)
-            .is_some_and(|table| table.release(lease, now));
+        let Some(shard) = self.shard(pool) else {
+            return false;
+        };
+        let mut table = shard.lock();
+        let Some(table) = table.as_mut() else {
+            return false;
+        };
+        let returned = table.release(lease, now);
         if returned {
-            self.changes.notify(pool);
+            self.changes.hand_off(pool, now, |request| {
+                table.grant(request, || self.next_token())
+            });
         }
         returned
     }
+}
+
+/// The slots of `pool` among `tables`, locked in the order of `ids`.
+fn table<'a>(
+    tables: &'a mut [Option<MutexGuard<'_, Option<SlotTable>>>],
+    ids: &[PoolId],
+    pool: PoolId,
+) -> Option<&'a mut SlotTable> {
+    let index = ids.binary_search(&pool).ok()?;
+    tables[index].as_mut()?.as_mut()
 }
 
 fn not_found(pool: PoolId) -> Error {
@@ -109,24 +144,32 @@ impl Store for MemoryStore {
     }
 
     async fn register(&self, pool: PoolId, count: u32, now: SystemTime) -> Result<PoolState> {
-        let state = {
-            let mut state = self.state.lock();
-            let table = state.pools.entry(pool).or_default();
+        let set = |table: &mut SlotTable| {
             table.set_count(count);
             PoolState::new(pool, count, table.in_use(now))
+        };
+        let state = match self.with_table(pool, set) {
+            Ok(state) => state,
+            Err(_) => {
+                let mut pools = self.pools.write();
+                let shard = pools.entry(pool).or_default();
+                let mut table = shard.lock();
+                set(table.get_or_insert_with(SlotTable::default))
+            }
         };
         self.changes.notify(pool);
         Ok(state)
     }
 
     async fn inspect(&self, pool: PoolId, now: SystemTime) -> Result<PoolState> {
-        let mut state = self.state.lock();
-        let table = state.pools.get_mut(&pool).ok_or_else(|| not_found(pool))?;
-        Ok(PoolState::new(pool, table.count(), table.in_use(now)))
+        self.with_table(pool, |table| {
+            PoolState::new(pool, table.count(), table.in_use(now))
+        })
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
-        let existed = self.state.lock().pools.remove(&pool).is_some();
+        let removed = self.pools.write().remove(&pool);
+        let existed = removed.is_some_and(|shard| shard.lock().take().is_some());
         self.changes.notify(pool);
         Ok(existed)
     }
@@ -140,15 +183,28 @@ impl Store for MemoryStore {
     }
 
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
-        let mut state = self.state.lock();
-        let State { pools, last_token } = &mut *state;
+        // Lock each pool once, in id order, so that two multi-pool borrows
+        // never wait for each other's locks in a cycle.
+        let mut ids: Vec<PoolId> = requests.iter().map(|r| r.pool).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let shards: Vec<Option<Arc<Shard>>> = ids.iter().map(|id| self.shard(*id)).collect();
+        let mut tables: Vec<Option<MutexGuard<'_, Option<SlotTable>>>> = shards
+            .iter()
+            .map(|shard| shard.as_ref().map(|shard| shard.lock()))
+            .collect();
+        for request in requests {
+            if table(&mut tables, &ids, request.pool).is_none() {
+                return Err(not_found(request.pool));
+            }
+        }
         // Check every pool before granting any, so that a refusal costs no
         // token and writes nothing.
         let mut blocked = Vec::new();
         for request in requests {
-            let table = pools
-                .get_mut(&request.pool)
-                .ok_or_else(|| not_found(request.pool))?;
+            let Some(table) = table(&mut tables, &ids, request.pool) else {
+                continue;
+            };
             if !table.can_grant(request) {
                 blocked.push(table.next_expiry());
             }
@@ -156,14 +212,10 @@ impl Store for MemoryStore {
         let mut leases: Vec<Lease> = Vec::with_capacity(requests.len());
         if blocked.is_empty() {
             for request in requests {
-                let Some(table) = pools.get_mut(&request.pool) else {
+                let Some(table) = table(&mut tables, &ids, request.pool) else {
                     break;
                 };
-                let next_token = || {
-                    *last_token += 1;
-                    *last_token
-                };
-                match table.grant(request, next_token) {
+                match table.grant(request, || self.next_token()) {
                     TryBorrow::Granted { lease } => leases.push(lease),
                     // Only if a pool is named twice: undo, refuse.
                     TryBorrow::Exhausted { next_expiry } => {
@@ -178,7 +230,7 @@ impl Store for MemoryStore {
         }
         for (lease, request) in leases.iter().zip(requests) {
             if lease.id == request.lease
-                && let Some(table) = pools.get_mut(&lease.pool)
+                && let Some(table) = table(&mut tables, &ids, lease.pool)
             {
                 table.release(lease.id, request.now);
             }
@@ -211,13 +263,7 @@ impl Store for MemoryStore {
         now: SystemTime,
         expires_at: SystemTime,
     ) -> Result<Option<Lease>> {
-        let renewed = self
-            .state
-            .lock()
-            .pools
-            .get_mut(&pool)
-            .ok_or_else(|| not_found(pool))?
-            .renew(pool, lease, now, expires_at);
+        let renewed = self.with_table(pool, |table| table.renew(pool, lease, now, expires_at))?;
         if renewed.is_some() {
             self.changes.notify(pool);
         }
@@ -225,9 +271,7 @@ impl Store for MemoryStore {
     }
 
     async fn holders(&self, pool: PoolId, now: SystemTime) -> Result<Vec<Holder>> {
-        let mut state = self.state.lock();
-        let table = state.pools.get_mut(&pool).ok_or_else(|| not_found(pool))?;
-        Ok(table.holders(pool, now))
+        self.with_table(pool, |table| table.holders(pool, now))
     }
 
     async fn force_return(
@@ -236,13 +280,7 @@ impl Store for MemoryStore {
         position: u32,
         now: SystemTime,
     ) -> Result<Option<Holder>> {
-        let ended = self
-            .state
-            .lock()
-            .pools
-            .get_mut(&pool)
-            .ok_or_else(|| not_found(pool))?
-            .force_return(pool, position, now);
+        let ended = self.with_table(pool, |table| table.force_return(pool, position, now))?;
         if ended.is_some() {
             self.changes.notify(pool);
         }

@@ -19,8 +19,11 @@ async fn one_slot_pool() -> Pool {
     pool
 }
 
+/// A return hands the slot to the head in its own step (the head's poll
+/// finds the lease and asks nothing), and wakes the new head once, with the
+/// pool's next expiry, so that it can set its timer without asking either.
 #[tokio::test]
-async fn return_wakes_exactly_the_head_waiter() {
+async fn return_hands_the_slot_to_the_head_and_tells_the_next_its_expiry() {
     let pool = one_slot_pool().await;
     let held = pool.try_borrow(TTL).await.unwrap().forget();
 
@@ -32,22 +35,21 @@ async fn return_wakes_exactly_the_head_waiter() {
 
     assert!(pool.return_lease(held.id).await.unwrap());
     assert!(head.is_woken(), "the head is woken by the return");
-    assert!(!second.is_woken(), "the second waiter stays asleep");
+    assert_eq!(pool.waiting(), 1, "with the slot: it left the queue");
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+    assert!(second.is_woken(), "the new head is told the next expiry");
 
-    let lease = assert_ready_ok!(head.poll());
-    assert_eq!(lease.position, 0);
-    assert!(
-        second.is_woken(),
-        "the new head asks once, to learn the next expiry"
-    );
     assert_pending!(second.poll());
     assert!(
         !second.is_woken(),
         "then sleeps until a change or that expiry"
     );
+    let lease = assert_ready_ok!(head.poll());
+    assert_eq!(lease.position, 0);
+    assert!(!second.is_woken(), "the head taking its lease wakes no one");
 
     drop(lease);
-    assert!(second.is_woken(), "the next return wakes the new head");
+    assert!(second.is_woken(), "the next return hands it the slot");
     assert_eq!(assert_ready_ok!(second.poll()).position, 0);
 }
 

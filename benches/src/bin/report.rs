@@ -40,6 +40,20 @@ const LINES: &[Line] = &[
         goal: Goal::ThroughputAtLeast(1.0),
     },
     Line {
+        name: "2b. memory, 2 threads on 2 pools of one store vs 2 tokio semaphores",
+        group: "2b_two_pools_two_threads",
+        anchor: "anchor_tokio",
+        ours: "memory_store",
+        goal: Goal::ThroughputAtLeast(0.5),
+    },
+    Line {
+        name: "2c. memory, 10,000 waiters served by 10,000 returns, per hand-off",
+        group: "2c_10000_waiters",
+        anchor: "anchor_tokio",
+        ours: "memory_pool",
+        goal: Goal::TimeAtMost(3.0),
+    },
+    Line {
         name: "3. SQLite pair rate vs raw ceiling (NORMAL)",
         group: "3_sqlite_pair_normal",
         anchor: "anchor_raw_pair",

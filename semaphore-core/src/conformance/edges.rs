@@ -170,3 +170,49 @@ pub async fn r12_head_dropped_while_refused_in_the_store_holds_no_one_back(f: Fi
         "a dropped head's place still stood ahead: {newcomer:?}"
     );
 }
+
+/// R12, R11: the head of the queue is woken by a return (or, in a store
+/// that hands slots over in its return, handed the slot) and dropped before
+/// it runs, then the next borrower, queued behind it, gets the slot at
+/// once, not at the ttl; nothing is left held.
+#[allow(clippy::future_not_send)] // a LocalSet fixes when the borrowers run
+pub async fn r12_head_dropped_after_a_return_served_it_passes_the_slot_on(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(1).await.unwrap();
+    let held = pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            // The head keeps its guard while it lives, so whether it was
+            // dropped before or after it took the slot, its drop frees it.
+            let head = {
+                let pool = pool.clone();
+                tokio::task::spawn_local(async move {
+                    let _guard = pool.borrow(TTL, LONG).await;
+                    std::future::pending::<()>().await;
+                })
+            };
+            until_waiting(&pool, 1).await;
+            let next = {
+                let pool = pool.clone();
+                tokio::task::spawn_local(
+                    async move { pool.borrow(TTL, LONG).await.map(|g| g.forget()) },
+                )
+            };
+            until_waiting(&pool, 2).await;
+            // Local tasks run only when this future yields: a store whose
+            // return needs no await serves the head and the head is dropped
+            // before it could take what it was given.
+            assert!(held.release().await.unwrap());
+            head.abort();
+            let lease = tokio::time::timeout(10 * SEC, next)
+                .await
+                .expect("the next borrower was left waiting for the slot")
+                .unwrap()
+                .unwrap();
+            assert_eq!(lease.position, 0);
+        })
+        .await;
+    until_in_use(&pool, 1).await;
+    assert_eq!(pool.waiting(), 0);
+}

@@ -57,7 +57,12 @@ impl GatedStore {
     }
 
     /// Holds the next borrow call at `stop`. Only that one call is held.
+    ///
+    /// Until [`release`](GatedStore::release), returns in this process do
+    /// not hand slots over ([`Changes::hand_off`]): they wake the head,
+    /// whose own call the gate then catches.
     pub fn arm(&self, stop: Stop) {
+        self.inner.changes().pause_hand_offs(true);
         *self.armed.lock() = Some(stop);
     }
 
@@ -69,6 +74,7 @@ impl GatedStore {
     /// Lets the held call go on. From here it counts as busy, not held,
     /// until it leaves the store.
     pub fn release(&self) {
+        self.inner.changes().pause_hand_offs(false);
         let _ = self
             .held
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));

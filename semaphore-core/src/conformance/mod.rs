@@ -174,6 +174,7 @@ macro_rules! store_conformance {
             calls_outside_a_runtime_fail_clearly_or_work,
             r12_grant_in_flight_when_its_runtime_is_dropped_is_returned,
             r12_head_dropped_while_refused_in_the_store_holds_no_one_back,
+            r12_head_dropped_after_a_return_served_it_passes_the_slot_on,
             blocking_api_serves_plain_threads_and_refuses_inside_a_runtime,
             keep_alive_holds_a_one_second_lease_through_ten_seconds_of_work,
             keep_alive_signals_each_way_of_losing_the_lease,
