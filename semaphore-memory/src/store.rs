@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use semaphore_core::{
     BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result,
@@ -35,9 +36,12 @@ use semaphore_core::{
 #[derive(Debug)]
 pub struct MemoryStore {
     /// The pools; the map's lock is held only to find or add a pool's entry.
-    pools: RwLock<foldhash::HashMap<PoolId, Arc<Shard>>>,
+    /// Every call on any pool touches the lock's word and every grant the
+    /// token counter: each has a cache line of its own, so that threads on
+    /// different pools do not also fight over the fields beside them.
+    pools: CachePadded<RwLock<foldhash::HashMap<PoolId, Arc<Shard>>>>,
     /// The last token granted, by any pool.
-    last_token: AtomicU64,
+    last_token: CachePadded<AtomicU64>,
     changes: Changes,
     clock: Arc<dyn Clock>,
 }
@@ -56,8 +60,8 @@ impl MemoryStore {
     /// [`ManualClock`](semaphore_core::ManualClock).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         Self {
-            pools: RwLock::default(),
-            last_token: AtomicU64::new(0),
+            pools: CachePadded::default(),
+            last_token: CachePadded::new(AtomicU64::new(0)),
             changes: Changes::new(),
             clock,
         }
