@@ -12,6 +12,7 @@ mod store;
 mod time;
 mod tx;
 mod watch;
+mod writer;
 
 pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, SqliteOptions, Synchronous};
 pub use semaphore_core::*;

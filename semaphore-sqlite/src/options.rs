@@ -45,6 +45,7 @@ pub struct SqliteOptions {
     pub(crate) synchronous: Synchronous,
     pub(crate) poll_interval: Duration,
     pub(crate) time: Time,
+    pub(crate) queue_writers: bool,
 }
 
 impl Default for SqliteOptions {
@@ -54,6 +55,7 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Normal,
             poll_interval: Duration::from_secs(1),
             time: Time::Machine { view: None },
+            queue_writers: true,
         }
     }
 }
@@ -75,6 +77,32 @@ impl SqliteOptions {
     /// not stall.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+
+    /// Whether the store's writes queue in the kernel for the file's write
+    /// lock: an exclusive `flock` on the side file
+    /// `<database>-semaphore-writer`, taken just before `BEGIN IMMEDIATE`
+    /// and released after `COMMIT`, so that when one process commits the
+    /// next writer in line takes the lock at once, rather than sleeping
+    /// and re-trying in the busy handler. Writers pass a turnstile (a lock
+    /// on `<database>-semaphore-turnstile`) while they wait, so processes
+    /// take turns and none starves; a waiter tries the lock between thread
+    /// yields for about one transaction's length before it sleeps in the
+    /// kernel. Default `true`.
+    ///
+    /// The side lock has no timeout: while another process holds it (for
+    /// the length of one short transaction), a write waits for it however
+    /// long that takes, beyond [`busy_timeout`](SqliteOptions::busy_timeout).
+    /// A holder that dies releases it with its process; one that is
+    /// stopped (`SIGSTOP`, a debugger) in the middle of a transaction
+    /// holds up every queued writer until it resumes, where without the
+    /// queue they would fail after the busy timeout. Turn it off where
+    /// writers must fail rather than wait for such a process. Processes
+    /// with and without it share a file safely: SQLite's own lock still
+    /// decides; the queue only orders those that use it.
+    pub fn queue_writers(mut self, queue: bool) -> Self {
+        self.queue_writers = queue;
         self
     }
 

@@ -1,5 +1,6 @@
 //! [`SqliteStore`]: one SQLite file shared by threads and processes.
 
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +17,7 @@ use crate::error::storage;
 use crate::file::Files;
 use crate::time::Time;
 use crate::watch::{WakeUp, Watcher, watch};
+use crate::writer::WriterQueue;
 use crate::{SqliteOptions, queue, schema, sql};
 
 /// A [`Store`] in one SQLite file, shared by any number of threads and
@@ -36,10 +38,10 @@ use crate::{SqliteOptions, queue, schema, sql};
 ///   busy timeout that re-tries every 10 µs to 1 ms. A lock held past the
 ///   timeout is a retryable [`Error::Storage`], never
 ///   [`Error::Exhausted`].
-/// - SQLite calls never run on the async scheduler's time: on a multi-thread
-///   runtime they run in place under `block_in_place`, on a current-thread
-///   runtime on tokio's blocking pool, and outside any runtime in place
-///   (rusqlite is synchronous). Only a borrow that must wait needs a tokio
+/// - SQLite calls never run on the async scheduler's time: inside a tokio
+///   runtime they run on its blocking pool (`spawn_blocking`), and outside
+///   any runtime in place (rusqlite is synchronous). Not `block_in_place`,
+///   which panics inside a `LocalSet`, even on a multi-thread runtime. Only a borrow that must wait needs a tokio
 ///   runtime ([`Error::NoRuntime`] otherwise).
 /// - If the file or its `-wal` or `-shm` file is deleted or replaced while
 ///   the store runs, every call fails with a non-retryable
@@ -79,6 +81,8 @@ pub struct SqliteStore {
     /// transaction: every later grant through it takes a larger one, so a
     /// rolled-back borrow's token is never granted again by this process.
     pub(crate) token_floor: AtomicU64,
+    /// The kernel-queued writers' lock, unless turned off.
+    writers: Option<Arc<WriterQueue>>,
 }
 
 impl SqliteStore {
@@ -162,6 +166,19 @@ impl SqliteStore {
             )),
         })?;
 
+        let writers = match options.queue_writers {
+            true => Some(Arc::new(WriterQueue::open(&path).map_err(|e| {
+                Error::Storage {
+                    operation: "open",
+                    retryable: false,
+                    source: Box::new(io::Error::new(
+                        e.kind(),
+                        format!("{}-semaphore-writer: {e}", path.display()),
+                    )),
+                }
+            })?)),
+            false => None,
+        };
         let changes = Arc::new(Changes::new());
         let watcher =
             watch(&path, changes.clone(), options.poll_interval).map_err(|e| Error::Storage {
@@ -177,6 +194,7 @@ impl SqliteStore {
             path,
             watch: watcher,
             token_floor: AtomicU64::new(0),
+            writers,
         })
     }
 
@@ -217,11 +235,11 @@ impl SqliteStore {
     }
 
     /// Runs `f` in one transaction, handing it the deciding instant read
-    /// inside the transaction (unix ms). Off the async scheduler: on a
-    /// multi-thread runtime in place with `block_in_place` (tokio moves the
-    /// worker's other tasks to another thread, and the caller waits for no
-    /// thread to wake), on a current-thread runtime on the blocking pool,
-    /// and outside any runtime in place.
+    /// inside the transaction (unix ms). Off the async scheduler: inside a
+    /// runtime on its blocking pool, outside any runtime in place.
+    /// `block_in_place` would save the hop to the blocking thread, but it
+    /// panics in tasks of a `LocalSet`, which nothing lets a library detect
+    /// (the conformance suite's LocalSet case found it).
     async fn run<T: Send + 'static>(
         &self,
         operation: &'static str,
@@ -229,6 +247,10 @@ impl SqliteStore {
         f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
         let (conn, files, time) = (self.conn.clone(), self.files.clone(), self.time.clone());
+        let writers = self
+            .writers
+            .clone()
+            .filter(|_| matches!(behavior, TransactionBehavior::Immediate));
         let work = move || {
             files.check().map_err(|e| Error::Storage {
                 operation,
@@ -236,6 +258,14 @@ impl SqliteStore {
                 source: Box::new(e),
             })?;
             let mut conn = conn.lock();
+            let _in_line = match &writers {
+                Some(writers) => Some(writers.enter().map_err(|e| Error::Storage {
+                    operation,
+                    retryable: true,
+                    source: Box::new(e),
+                })?),
+                None => None,
+            };
             let tx = conn
                 .transaction_with_behavior(behavior)
                 .map_err(storage(operation))?;
@@ -244,8 +274,7 @@ impl SqliteStore {
             tx.commit().map_err(storage(operation))?;
             Ok(out)
         };
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::spawn_blocking(work)
                 .await
                 .map_err(|join| Error::Storage {

@@ -185,3 +185,29 @@ fn poll_interval_out_of_range_is_refused_naming_the_field() {
     let options = SqliteOptions::default().poll_interval(Duration::from_millis(10));
     SqliteStore::open_with(&path, options).unwrap();
 }
+
+/// The writers' queue lives in two side files (the lock and its
+/// turnstile), made at open; with the queue off there are none, and both
+/// kinds of handle share the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writers_queue_side_file_is_made_only_when_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let side = dir.path().join("q.db-semaphore-writer");
+    let turnstile = dir.path().join("q.db-semaphore-turnstile");
+    let plain = Arc::new(
+        SqliteStore::open_with(&path, SqliteOptions::default().queue_writers(false)).unwrap(),
+    );
+    assert!(!side.exists() && !turnstile.exists());
+    let queued = Arc::new(SqliteStore::open(&path).unwrap());
+    assert!(side.exists() && turnstile.exists());
+
+    let id = PoolId::from_name("q");
+    let (on_plain, on_queued) = (Pool::new(plain, id), Pool::new(queued, id));
+    on_plain.register(2).await.unwrap();
+    let ttl = Duration::from_secs(60);
+    let a = on_plain.borrow(ttl, Duration::ZERO).await.unwrap();
+    let b = on_queued.borrow(ttl, Duration::ZERO).await.unwrap();
+    assert_eq!((a.position, b.position), (0, 1));
+    assert_eq!(on_queued.inspect().await.unwrap().in_use, 2);
+}
