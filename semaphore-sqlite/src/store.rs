@@ -38,10 +38,12 @@ use crate::{SqliteOptions, queue, schema, sql};
 ///   busy timeout that re-tries every 10 µs to 1 ms. A lock held past the
 ///   timeout is a retryable [`Error::Storage`], never
 ///   [`Error::Exhausted`].
-/// - SQLite calls never run on the async scheduler's time: inside a tokio
-///   runtime they run on its blocking pool (`spawn_blocking`), and outside
-///   any runtime in place (rusqlite is synchronous). Not `block_in_place`,
-///   which panics inside a `LocalSet`, even on a multi-thread runtime. Only a borrow that must wait needs a tokio
+/// - SQLite calls never hold up the async scheduler for long: inside a
+///   tokio runtime, a transaction that will wait for nothing (the
+///   connection and the writers' lock free, no `fsync` at commit) runs in
+///   place, and any other on the runtime's blocking pool; outside any
+///   runtime all run in place (rusqlite is synchronous). Never
+///   `block_in_place`, which panics inside a `LocalSet`. Only a borrow that must wait needs a tokio
 ///   runtime ([`Error::NoRuntime`] otherwise).
 /// - If the file or its `-wal` or `-shm` file is deleted or replaced while
 ///   the store runs, every call fails with a non-retryable
@@ -83,6 +85,9 @@ pub struct SqliteStore {
     pub(crate) token_floor: AtomicU64,
     /// The kernel-queued writers' lock, unless turned off.
     writers: Option<Arc<WriterQueue>>,
+    /// Whether a transaction that waits for nothing may run on the calling
+    /// task (commits do not `fsync`).
+    in_place: bool,
 }
 
 impl SqliteStore {
@@ -195,6 +200,7 @@ impl SqliteStore {
             watch: watcher,
             token_floor: AtomicU64::new(0),
             writers,
+            in_place: matches!(options.synchronous, crate::Synchronous::Normal),
         })
     }
 
@@ -235,37 +241,38 @@ impl SqliteStore {
     }
 
     /// Runs `f` in one transaction, handing it the deciding instant read
-    /// inside the transaction (unix ms). Off the async scheduler: inside a
-    /// runtime on its blocking pool, outside any runtime in place.
-    /// `block_in_place` would save the hop to the blocking thread, but it
-    /// panics in tasks of a `LocalSet`, which nothing lets a library detect
-    /// (the conformance suite's LocalSet case found it).
+    /// inside the transaction (unix ms), without holding up the async
+    /// scheduler for long:
+    /// - outside any runtime, in place;
+    /// - inside one, in place when it will wait for nothing: this process's
+    ///   connection is free, and for a write the writers' queue is on and
+    ///   its lock free (so no other process of ours is mid-write), and
+    ///   commits do not `fsync` (`synchronous=NORMAL`);
+    /// - otherwise on the runtime's blocking pool, where waiting for the
+    ///   lock or the disk holds up no task.
+    ///
+    /// In place can still wait a little: for a writer outside the queue (a
+    /// caller's own transaction) in SQLite's busy handler, or for the
+    /// `fsync` of a WAL checkpoint, which a commit runs about every
+    /// thousand pages.
+    ///
+    /// Never `block_in_place`, which panics in tasks of a `LocalSet` (even
+    /// on a multi-thread runtime), something a library cannot detect.
     async fn run<T: Send + 'static>(
         &self,
         operation: &'static str,
         behavior: TransactionBehavior,
         f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
-        let (conn, files, time) = (self.conn.clone(), self.files.clone(), self.time.clone());
-        let writers = self
-            .writers
-            .clone()
-            .filter(|_| matches!(behavior, TransactionBehavior::Immediate));
-        let work = move || {
+        let write = matches!(behavior, TransactionBehavior::Immediate);
+        let writers = self.writers.clone().filter(|_| write);
+        let (files, time) = (self.files.clone(), self.time.clone());
+        let transaction = move |conn: &mut Connection| -> Result<T> {
             files.check().map_err(|e| Error::Storage {
                 operation,
                 retryable: false,
                 source: Box::new(e),
             })?;
-            let mut conn = conn.lock();
-            let _in_line = match &writers {
-                Some(writers) => Some(writers.enter().map_err(|e| Error::Storage {
-                    operation,
-                    retryable: true,
-                    source: Box::new(e),
-                })?),
-                None => None,
-            };
             let tx = conn
                 .transaction_with_behavior(behavior)
                 .map_err(storage(operation))?;
@@ -274,16 +281,43 @@ impl SqliteStore {
             tx.commit().map_err(storage(operation))?;
             Ok(out)
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(_) => tokio::task::spawn_blocking(work)
-                .await
-                .map_err(|join| Error::Storage {
-                    operation,
-                    retryable: false,
-                    source: Box::new(join),
-                })?,
-            Err(_) => work(),
+        let queue_error = move |e: io::Error| Error::Storage {
+            operation,
+            retryable: true,
+            source: Box::new(e),
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            let mut conn = self.conn.lock();
+            let _in_line = writers.as_ref().map(|w| w.enter()).transpose();
+            let _in_line = _in_line.map_err(queue_error)?;
+            return transaction(&mut conn);
         }
+        if self.in_place
+            && (!write || writers.is_some())
+            && let Some(mut conn) = self.conn.try_lock()
+        {
+            match writers.as_ref().map(|w| w.try_enter()).transpose() {
+                Ok(Some(None)) => {} // another process of ours is writing
+                Ok(in_line) => {
+                    let _in_line = in_line.flatten();
+                    return transaction(&mut conn);
+                }
+                Err(e) => return Err(queue_error(e)),
+            }
+        }
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn.lock();
+            let _in_line = writers.as_ref().map(|w| w.enter()).transpose();
+            let _in_line = _in_line.map_err(queue_error)?;
+            transaction(&mut conn)
+        })
+        .await
+        .map_err(|join| Error::Storage {
+            operation,
+            retryable: false,
+            source: Box::new(join),
+        })?
     }
 
     async fn write<T: Send + 'static>(

@@ -65,6 +65,25 @@ impl WriterQueue {
         Ok(in_line)
     }
 
+    /// Takes the writers' lock at once if it is free and nobody waits at
+    /// the turnstile; `None` if taking it would mean waiting.
+    pub(crate) fn try_enter(&self) -> io::Result<Option<InLine<'_>>> {
+        match self.turnstile.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        let locked = match self.file.try_lock() {
+            Ok(()) => Ok(Some(InLine(&self.file))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        };
+        let passed = self.turnstile.unlock();
+        let in_line = locked?;
+        passed?;
+        Ok(in_line)
+    }
+
     /// Takes the writers' lock: first by trying it between yields of the
     /// thread for about as long as one write transaction holds it (a woken
     /// waiter costs a context switch, which is longer than the wait), then
