@@ -147,18 +147,22 @@ impl SqliteStore {
                 )),
             });
         }
-        let found = schema::inspect(&conn)?;
-        // Tables first, WAL after: a refused migration rolls back and
-        // leaves the file as it was, journal mode included.
-        schema::prepare(&mut conn, found)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(storage("open"))?;
-        conn.pragma_update(None, "synchronous", options.synchronous.pragma())
-            .map_err(storage("open"))?;
-        // A read makes sure the -wal and -shm files exist before they are
-        // identified.
-        conn.query_row("SELECT COUNT(*) FROM semaphore_store", [], |_| Ok(()))
-            .map_err(storage("open"))?;
+        // Processes opening a new file together can be refused with
+        // SQLITE_BUSY without the busy handler being asked (SQLite does so
+        // where waiting could deadlock, as when the journal mode changes
+        // under a reader): the steps are idempotent, so they are tried
+        // again until the busy timeout.
+        let started = Instant::now();
+        loop {
+            match prepare(&mut conn, &options) {
+                Err(Error::Storage {
+                    retryable: true, ..
+                }) if started.elapsed() < options.busy_timeout => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                done => break done?,
+            }
+        }
         let files = Files::of(&path).map_err(|e| Error::Storage {
             operation: "open",
             retryable: false,
@@ -327,6 +331,23 @@ impl SqliteStore {
     ) -> Result<T> {
         self.run(operation, TransactionBehavior::Immediate, f).await
     }
+}
+
+/// The tables (created or migrated), then WAL and the synchronous mode;
+/// ends with a read, so that the -wal and -shm files exist before they are
+/// identified.
+fn prepare(conn: &mut Connection, options: &SqliteOptions) -> Result<()> {
+    let found = schema::inspect(conn)?;
+    // Tables first, WAL after: a refused migration rolls back and leaves
+    // the file as it was, journal mode included.
+    schema::prepare(conn, found)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(storage("open"))?;
+    conn.pragma_update(None, "synchronous", options.synchronous.pragma())
+        .map_err(storage("open"))?;
+    conn.query_row("SELECT COUNT(*) FROM semaphore_store", [], |_| Ok(()))
+        .map_err(storage("open"))?;
+    Ok(())
 }
 
 /// SQLite's default busy handler sleeps in steps of up to 100 ms, which
