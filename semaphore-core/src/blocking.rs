@@ -109,7 +109,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
             });
         }
         let (pool, lease) = (self.pool().clone(), self.forget());
-        block_on("release", async move { pool.return_lease(lease.id).await })
+        block_on("release", async move { pool.return_held(&lease).await })
     }
 
     /// [`renew`](LeaseGuard::renew), blocking. Same errors, and

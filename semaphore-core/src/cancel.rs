@@ -203,7 +203,7 @@ impl<A: Answer> Drop for InFlight<A> {
                     let now = truncate_ms(store.clock().now());
                     // Nobody is left to hear about a failure; the lease then
                     // frees itself at its ttl.
-                    let _ = store.return_lease(lease.pool, lease.id, now).await;
+                    let _ = store.return_held(*lease, now).await;
                 }
             }
             if let Some((pools, waiter)) = place {
@@ -263,8 +263,8 @@ pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
     if store.return_lease_now(pool, id, now).is_some() {
         return;
     }
-    let store = store.clone();
+    let (store, lease) = (store.clone(), *lease);
     run_detached(Box::pin(async move {
-        let _ = store.return_lease(pool, id, now).await;
+        let _ = store.return_held(lease, now).await;
     }));
 }

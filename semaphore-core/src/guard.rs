@@ -172,7 +172,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         let latest = self.latest();
         self.armed = false;
         self.keep = None;
-        let active = self.pool.as_ref().return_lease(self.lease.id).await?;
+        let active = self.pool.as_ref().return_held(&self.lease).await?;
         if !active
             && latest
                 .time_left(self.pool().store().clock().now())

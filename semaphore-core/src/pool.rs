@@ -307,6 +307,17 @@ impl Pool {
         result
     }
 
+    /// [`return_lease`](Pool::return_lease) for a lease held whole (by a
+    /// guard): the store may find it by its position.
+    pub(crate) async fn return_held(&self, lease: &Lease) -> Result<bool> {
+        if lease.pool != self.id {
+            return self.return_lease(lease.id).await;
+        }
+        let result = self.store.return_held(*lease, self.now()).await;
+        telemetry::returned(&self.name, Some(lease), Some(&result));
+        result
+    }
+
     /// Extends lease `lease` of this pool to expire `ttl` from now, keeping
     /// its position, token and labels; returns the renewed lease. `ttl` is
     /// checked and clamped as for [`borrow`](Pool::borrow), so a renew may

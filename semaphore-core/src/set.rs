@@ -255,7 +255,7 @@ impl LeaseSet {
         self.armed = false;
         let mut all = true;
         for (pool, lease) in self.set.pools.iter().zip(&self.leases) {
-            all &= pool.return_lease(lease.id).await?;
+            all &= pool.return_held(lease).await?;
         }
         Ok(all)
     }

@@ -204,6 +204,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// only if it was.
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool>;
 
+    /// [`return_lease`](Store::return_lease) for a caller that holds the
+    /// whole lease (a guard does), so that a store may find it by its
+    /// position: the same result, for `lease.pool` and `lease.id`. The
+    /// default calls `return_lease`; the SQLite store looks the row up by
+    /// `(pool, position)` instead of scanning the pool's leases for the id.
+    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id, now).await
+    }
+
     /// Sets the expiry of lease `lease` of `pool` to `expires_at` if it is
     /// active at `now`, keeping its position, token and labels; the renewed
     /// lease, or `None` if it was not active.

@@ -11,7 +11,7 @@ use semaphore_core::{Error, Result};
 use crate::error::storage;
 
 /// The schema version this build writes and reads.
-pub(crate) const VERSION: i64 = 2;
+pub(crate) const VERSION: i64 = 3;
 
 /// Version 2. Pools and leases are keyed by 16-byte UUIDs; times are integer
 /// unix milliseconds. `semaphore_store` holds the version and the store-wide
@@ -21,6 +21,15 @@ pub(crate) const VERSION: i64 = 2;
 /// last columns, so that a migrated file has the same shape as a new one;
 /// so did a queued head's process id and pid namespace (`pid`, `pid_ns`),
 /// which let other processes drop the head of a process that died.
+///
+/// Version 3 writes fewer B-tree pages per commit: it dropped the lease id's
+/// unique index and the `(pool, expires_at)` index. Every query names the
+/// pool, and a pool's leases lie together under the primary key (at most
+/// `count` rows), so a return finds its row, and a borrow its expired rows
+/// and next expiry, by scanning them. A borrow now writes the lease row and
+/// the token counter (and the key index for a keyed lease), a return the
+/// lease row alone. Lease ids are random 122-bit UUIDs made by the library;
+/// their uniqueness never rested on the index.
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS semaphore_store (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -34,14 +43,13 @@ CREATE TABLE IF NOT EXISTS semaphore_pools (
 CREATE TABLE IF NOT EXISTS semaphore_leases (
     pool BLOB NOT NULL,
     position INTEGER NOT NULL,
-    lease BLOB NOT NULL UNIQUE,
+    lease BLOB NOT NULL,
     token INTEGER NOT NULL,
     expires_at INTEGER NOT NULL,
     owner TEXT,
     borrow_key TEXT,
     PRIMARY KEY (pool, position)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS semaphore_leases_expiry ON semaphore_leases (pool, expires_at);
 CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON semaphore_leases (pool, borrow_key)
     WHERE borrow_key IS NOT NULL;
 CREATE TABLE IF NOT EXISTS semaphore_waiters (
@@ -64,6 +72,25 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE semaphore_waiters ADD COLUMN pid INTEGER;
      ALTER TABLE semaphore_waiters ADD COLUMN pid_ns TEXT;
      CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON semaphore_leases (pool, borrow_key)
+         WHERE borrow_key IS NOT NULL;",
+    // 2 -> 3: no lease id index, no expiry index. A table's UNIQUE
+    // constraint cannot be dropped in place: the table is rebuilt.
+    "DROP INDEX IF EXISTS semaphore_leases_expiry;
+     CREATE TABLE semaphore_leases_v3 (
+         pool BLOB NOT NULL,
+         position INTEGER NOT NULL,
+         lease BLOB NOT NULL,
+         token INTEGER NOT NULL,
+         expires_at INTEGER NOT NULL,
+         owner TEXT,
+         borrow_key TEXT,
+         PRIMARY KEY (pool, position)
+     ) WITHOUT ROWID;
+     INSERT INTO semaphore_leases_v3 (pool, position, lease, token, expires_at, owner, borrow_key)
+         SELECT pool, position, lease, token, expires_at, owner, borrow_key FROM semaphore_leases;
+     DROP TABLE semaphore_leases;
+     ALTER TABLE semaphore_leases_v3 RENAME TO semaphore_leases;
+     CREATE UNIQUE INDEX semaphore_leases_key ON semaphore_leases (pool, borrow_key)
          WHERE borrow_key IS NOT NULL;",
 ];
 

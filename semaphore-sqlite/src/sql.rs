@@ -106,6 +106,23 @@ pub(crate) fn return_lease(
         > 0)
 }
 
+/// R8 for a lease known whole: its row found by `(pool, position)`, the
+/// primary key, rather than by scanning the pool's rows for its id.
+pub(crate) fn return_held(conn: &Connection, lease: &Lease, now: i64) -> rusqlite::Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "DELETE FROM semaphore_leases
+             WHERE pool = ?1 AND position = ?2 AND lease = ?3 AND expires_at > ?4",
+        )?
+        .execute(params![
+            lease.pool.as_uuid().as_bytes(),
+            lease.position,
+            lease.id.as_uuid().as_bytes(),
+            now
+        ])?
+        > 0)
+}
+
 /// R5, R6, R10, R11: grants the lowest free slot if a slot is free for this
 /// borrower, or says when the earliest lease expires. `None` if the pool does
 /// not exist.
@@ -131,8 +148,20 @@ pub(crate) fn try_borrow(
     let Some(count) = count_of(conn, &pool)? else {
         return Ok(None);
     };
-    conn.prepare_cached("DELETE FROM semaphore_leases WHERE pool = ?1 AND expires_at <= ?2")?
-        .execute(params![key, now])?;
+    // One pass over the pool's rows counts the held and the expired; the
+    // expired are deleted only if there are any (schema v3 has no expiry
+    // index to find them by).
+    let (rows, expired): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT COUNT(*), COUNT(*) FILTER (WHERE expires_at <= ?2)
+             FROM semaphore_leases WHERE pool = ?1",
+        )?
+        .query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if expired > 0 {
+        conn.prepare_cached("DELETE FROM semaphore_leases WHERE pool = ?1 AND expires_at <= ?2")?
+            .execute(params![key, now])?;
+    }
+    let held = rows - expired;
     conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2")?
         .execute(params![key, now])?;
     let waiter = request.waiter.map(|w| *w.as_uuid().as_bytes());
@@ -142,9 +171,6 @@ pub(crate) fn try_borrow(
         }
         return Ok(Some(TryBorrow::Granted { lease }));
     }
-    let held: i64 = conn
-        .prepare_cached("SELECT COUNT(*) FROM semaphore_leases WHERE pool = ?1")?
-        .query_row([key], |r| r.get(0))?;
     let free = i64::from(count).saturating_sub(held);
 
     let mine: Option<(i64, i64)> = match &waiter {

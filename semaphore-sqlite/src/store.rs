@@ -489,6 +489,16 @@ impl Store for SqliteStore {
         Ok(returned)
     }
 
+    async fn return_held(&self, lease: Lease, _now: SystemTime) -> Result<bool> {
+        let returned = self
+            .write("return", move |c, now| sql::return_held(c, &lease, now))
+            .await?;
+        if returned {
+            self.changes.notify(lease.pool);
+        }
+        Ok(returned)
+    }
+
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         let left = self
             .write("leave_queue", move |c, _| {
