@@ -43,8 +43,11 @@ use crate::{SqliteOptions, queue, schema, sql};
 ///   connection and the writers' lock free, no `fsync` at commit) runs in
 ///   place, and any other on the runtime's blocking pool; outside any
 ///   runtime all run in place (rusqlite is synchronous). Never
-///   `block_in_place`, which panics inside a `LocalSet`. Only a borrow that must wait needs a tokio
-///   runtime ([`Error::NoRuntime`] otherwise).
+///   `block_in_place`, which panics inside a `LocalSet`. Only a borrow
+///   that must wait needs a tokio runtime ([`Error::NoRuntime`]
+///   otherwise).
+/// - Writers queue in the kernel for the file's write lock (see
+///   [`SqliteOptions::queue_writers`]).
 /// - If the file or its `-wal` or `-shm` file is deleted or replaced while
 ///   the store runs, every call fails with a non-retryable
 ///   [`Error::Storage`] (open the store again), where SQLite alone would
