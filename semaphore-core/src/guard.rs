@@ -143,10 +143,10 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// Time left before the lease frees itself, by the store's clock; zero
     /// once expired.
     pub fn time_left(&self) -> Duration {
-        match self.keep.as_ref().map(|k| k.state.borrow().clone()) {
-            Some(Kept::Lost(_)) => Duration::ZERO,
-            _ => self.latest().time_left(self.pool().store().clock().now()),
+        if self.is_lost() {
+            return Duration::ZERO;
         }
+        self.latest().time_left(self.pool().store().clock().now())
     }
 
     /// The lease as last renewed by keep-alive, or as granted.

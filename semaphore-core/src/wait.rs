@@ -43,7 +43,7 @@ pub struct Changes {
     /// a hand-off would make needless; it turns hand-offs into plain
     /// notifications while armed.
     #[cfg(feature = "conformance")]
-    hand_offs_paused: std::sync::atomic::AtomicBool,
+    hand_offs_paused: AtomicBool,
 }
 
 #[derive(Default)]
@@ -58,7 +58,7 @@ struct Waiter {
     /// What to grant it in a hand-off; `None` for a multi-pool borrower,
     /// which only the store's all-or-nothing step may serve.
     request: Option<HandOff>,
-    /// Changed only under the queues' lock.
+    /// Set by hand-offs under the queues' lock; taken by the ticket.
     state: Mutex<Handed>,
     /// Still in its queues; cleared (under the queues' lock) when a
     /// hand-off takes it out.
@@ -79,7 +79,7 @@ struct Handed {
 
 /// What a queued single-pool borrower asks for, for a store to grant it
 /// in a hand-off.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub(crate) struct HandOff {
     pub(crate) ttl: Duration,
     pub(crate) key: Option<Arc<str>>,
@@ -301,6 +301,34 @@ impl Ticket<'_> {
         self.waiter.state.lock().next_expiry.take()
     }
 
+    /// Leaves every queue the ticket is still in, waking the next head of
+    /// each it headed.
+    fn leave_queues(&mut self) {
+        if !self.waiter.queued.load(Ordering::Acquire) {
+            return;
+        }
+        let mut queues = self.changes.queues.lock();
+        for pool in &self.pools {
+            let Some(queue) = queues.get_mut(pool) else {
+                continue;
+            };
+            let Some(index) = queue
+                .waiters
+                .iter()
+                .position(|w| Arc::ptr_eq(w, &self.waiter))
+            else {
+                continue;
+            };
+            queue.waiters.remove(index);
+            self.changes.total.fetch_sub(1, Ordering::AcqRel);
+            if queue.waiters.is_empty() {
+                queues.remove(pool);
+            } else if index == 0 {
+                queue.notify_head();
+            }
+        }
+    }
+
     /// Whether the ticket heads every queue it is in, and so may ask the
     /// store. Always true for a ticket on one pool when its turn came.
     pub(crate) fn is_head(&self) -> bool {
@@ -328,34 +356,6 @@ impl Drop for Ticket<'_> {
         self.leave_queues();
         if let Some(lease) = self.take_lease() {
             return_detached(self.store, &lease);
-        }
-    }
-}
-
-impl Ticket<'_> {
-    fn leave_queues(&mut self) {
-        if !self.waiter.queued.load(Ordering::Acquire) {
-            return;
-        }
-        let mut queues = self.changes.queues.lock();
-        for pool in &self.pools {
-            let Some(queue) = queues.get_mut(pool) else {
-                continue;
-            };
-            let Some(index) = queue
-                .waiters
-                .iter()
-                .position(|w| Arc::ptr_eq(w, &self.waiter))
-            else {
-                continue;
-            };
-            queue.waiters.remove(index);
-            self.changes.total.fetch_sub(1, Ordering::AcqRel);
-            if queue.waiters.is_empty() {
-                queues.remove(pool);
-            } else if index == 0 {
-                queue.notify_head();
-            }
         }
     }
 }

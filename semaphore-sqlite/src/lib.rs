@@ -5,6 +5,7 @@ mod error;
 mod file;
 mod liveness;
 mod options;
+mod placement;
 mod queue;
 mod schema;
 mod sql;

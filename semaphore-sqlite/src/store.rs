@@ -18,7 +18,7 @@ use crate::file::Files;
 use crate::time::Time;
 use crate::watch::{WakeUp, Watcher, watch};
 use crate::writer::WriterQueue;
-use crate::{SqliteOptions, queue, schema, sql};
+use crate::{SqliteOptions, placement, queue, schema, sql};
 
 /// A [`Store`] in one SQLite file, shared by any number of threads and
 /// processes (SPEC "SQLite store").
@@ -178,19 +178,18 @@ impl SqliteStore {
             )),
         })?;
 
-        let writers = match options.queue_writers {
-            true => Some(Arc::new(WriterQueue::open(&path).map_err(|e| {
-                Error::Storage {
-                    operation: "open",
-                    retryable: false,
-                    source: Box::new(io::Error::new(
-                        e.kind(),
-                        format!("{}-semaphore-writer: {e}", path.display()),
-                    )),
-                }
-            })?)),
-            false => None,
-        };
+        let writers = options
+            .queue_writers
+            .then(|| WriterQueue::open(&path).map(Arc::new))
+            .transpose()
+            .map_err(|e| Error::Storage {
+                operation: "open",
+                retryable: false,
+                source: Box::new(io::Error::new(
+                    e.kind(),
+                    format!("{}-semaphore-writer and -turnstile: {e}", path.display()),
+                )),
+            })?;
         let changes = Arc::new(Changes::new());
         let watcher =
             watch(&path, changes.clone(), options.poll_interval).map_err(|e| Error::Storage {
@@ -248,23 +247,8 @@ impl SqliteStore {
     }
 
     /// Runs `f` in one transaction, handing it the deciding instant read
-    /// inside the transaction (unix ms), without holding up the async
-    /// scheduler for long:
-    /// - outside any runtime, in place;
-    /// - inside one, in place when it will wait for nothing: this process's
-    ///   connection is free, and for a write the writers' queue is on and
-    ///   its lock free (so no other process of ours is mid-write), and
-    ///   commits do not `fsync` (`synchronous=NORMAL`);
-    /// - otherwise on the runtime's blocking pool, where waiting for the
-    ///   lock or the disk holds up no task.
-    ///
-    /// In place can still wait a little: for a writer outside the queue (a
-    /// caller's own transaction) in SQLite's busy handler, or for the
-    /// `fsync` of a WAL checkpoint, which a commit runs about every
-    /// thousand pages.
-    ///
-    /// Never `block_in_place`, which panics in tasks of a `LocalSet` (even
-    /// on a multi-thread runtime), something a library cannot detect.
+    /// inside the transaction (unix ms); where it runs, and after which
+    /// lock, is [`placement`](crate::placement)'s.
     async fn run<T: Send + 'static>(
         &self,
         operation: &'static str,
@@ -273,6 +257,7 @@ impl SqliteStore {
     ) -> Result<T> {
         let write = matches!(behavior, TransactionBehavior::Immediate);
         let writers = self.writers.clone().filter(|_| write);
+        let in_place = self.in_place && (!write || writers.is_some());
         let (files, time) = (self.files.clone(), self.time.clone());
         let transaction = move |conn: &mut Connection| -> Result<T> {
             files.check().map_err(|e| Error::Storage {
@@ -288,43 +273,7 @@ impl SqliteStore {
             tx.commit().map_err(storage(operation))?;
             Ok(out)
         };
-        let queue_error = move |e: io::Error| Error::Storage {
-            operation,
-            retryable: true,
-            source: Box::new(e),
-        };
-        if tokio::runtime::Handle::try_current().is_err() {
-            let mut conn = self.conn.lock();
-            let _in_line = writers.as_ref().map(|w| w.enter()).transpose();
-            let _in_line = _in_line.map_err(queue_error)?;
-            return transaction(&mut conn);
-        }
-        if self.in_place
-            && (!write || writers.is_some())
-            && let Some(mut conn) = self.conn.try_lock()
-        {
-            match writers.as_ref().map(|w| w.try_enter()).transpose() {
-                Ok(Some(None)) => {} // another process of ours is writing
-                Ok(in_line) => {
-                    let _in_line = in_line.flatten();
-                    return transaction(&mut conn);
-                }
-                Err(e) => return Err(queue_error(e)),
-            }
-        }
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock();
-            let _in_line = writers.as_ref().map(|w| w.enter()).transpose();
-            let _in_line = _in_line.map_err(queue_error)?;
-            transaction(&mut conn)
-        })
-        .await
-        .map_err(|join| Error::Storage {
-            operation,
-            retryable: false,
-            source: Box::new(join),
-        })?
+        placement::run(&self.conn, writers, in_place, operation, transaction).await
     }
 
     async fn write<T: Send + 'static>(

@@ -1,0 +1,84 @@
+//! Where a store transaction runs, so that it never holds up the async
+//! scheduler for long:
+//! - outside any runtime, in place;
+//! - inside one, in place when it will wait for nothing: this process's
+//!   connection is free and, for a write, the writers' lock is free with
+//!   nobody at its turnstile (no other process of ours is mid-write), and
+//!   commits do not `fsync` (`synchronous=NORMAL`);
+//! - otherwise on the runtime's blocking pool, where waiting for the lock or
+//!   the disk holds up no task.
+//!
+//! In place can still wait a little: for a writer outside the queue (a
+//! caller's own transaction) in SQLite's busy handler, or for the `fsync`
+//! of a WAL checkpoint, which a commit runs about every thousand pages.
+//!
+//! Never `block_in_place`, which panics in tasks of a `LocalSet` (even on a
+//! multi-thread runtime), something a library cannot detect.
+
+use std::io;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rusqlite::Connection;
+use semaphore_core::{Error, Result};
+
+use crate::writer::WriterQueue;
+
+/// Runs `transaction` on `conn`, after the writers' lock if `writers` is
+/// given (a write with the queue on). `in_place` says whether it may run
+/// on the calling task when nothing would make it wait.
+pub(crate) async fn run<T: Send + 'static>(
+    conn: &Arc<Mutex<Connection>>,
+    writers: Option<Arc<WriterQueue>>,
+    in_place: bool,
+    operation: &'static str,
+    transaction: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return in_line(&mut conn.lock(), writers.as_deref(), operation, transaction);
+    }
+    if in_place && let Some(mut conn) = conn.try_lock() {
+        match writers.as_ref().map(|w| w.try_enter()).transpose() {
+            Ok(Some(None)) => {} // another process of ours is writing
+            Ok(entered) => {
+                let _entered = entered.flatten();
+                return transaction(&mut conn);
+            }
+            Err(e) => return Err(queue_error(operation, e)),
+        }
+    }
+    let conn = conn.clone();
+    tokio::task::spawn_blocking(move || {
+        in_line(&mut conn.lock(), writers.as_deref(), operation, transaction)
+    })
+    .await
+    .map_err(|join| Error::Storage {
+        operation,
+        retryable: false,
+        source: Box::new(join),
+    })?
+}
+
+/// Runs `transaction` once the writers' lock, if any, is taken: blocking.
+fn in_line<T>(
+    conn: &mut Connection,
+    writers: Option<&WriterQueue>,
+    operation: &'static str,
+    transaction: impl FnOnce(&mut Connection) -> Result<T>,
+) -> Result<T> {
+    let _entered = writers
+        .map(WriterQueue::enter)
+        .transpose()
+        .map_err(|e| queue_error(operation, e))?;
+    transaction(conn)
+}
+
+/// The writers' lock could not be taken or let go: retryable, as a busy
+/// database is.
+fn queue_error(operation: &'static str, e: io::Error) -> Error {
+    Error::Storage {
+        operation,
+        retryable: true,
+        source: Box::new(e),
+    }
+}
