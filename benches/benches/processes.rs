@@ -9,7 +9,8 @@
 //!   p99.9 / max over both processes.
 //! - Line 5: process A returns, process B's waiting borrow completes: the
 //!   latency from A's return having committed to B's grant, over 300
-//!   hand-offs; and the CPU an idle waiter burns per second of waiting.
+//!   hand-offs (A borrows again only after B's grant); and the CPU an idle
+//!   waiter burns per second of waiting.
 
 use semaphore_benches::{cpu_ns, out_dir, percentile};
 use std::io::{BufRead, BufReader, Write};
@@ -91,21 +92,33 @@ fn line4(db: &Path) -> serde_json::Value {
     })
 }
 
-/// Process A: holds the slot, and on each line from stdin returns it and
-/// prints the time its return committed, then borrows it again.
+/// Whether a line came on stdin (`false` at its end).
+fn read_line() -> bool {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap_or(0) > 0
+}
+
+/// Process A: holds the slot, and on a line from stdin returns it and
+/// prints the time its return committed; on the next line, borrows it
+/// again.
 async fn holder(db: &Path) {
     let pool = pool(db, "line5");
     loop {
         let lease = pool.borrow(TTL, WAIT).await.expect("borrow");
         println!("HELD");
         std::io::stdout().flush().ok();
-        let mut line = String::new();
-        if std::io::stdin().read_line(&mut line).unwrap_or(0) == 0 {
+        if !read_line() {
             return;
         }
         lease.release().await.expect("return");
         println!("{}", unix_us());
         std::io::stdout().flush().ok();
+        // Borrow again only once B is granted: borrowing at once would
+        // race B's grant with this process's own queued borrow (two write
+        // transactions) on a 2-core machine, and time that race.
+        if !read_line() {
+            return;
+        }
     }
 }
 
@@ -114,11 +127,20 @@ async fn line5(db: &Path) -> serde_json::Value {
     pool.register(1).await.expect("register");
     let mut a = spawn_self("hold", db);
     let mut to_a = a.stdin.take().expect("stdin");
-    let mut from_a = BufReader::new(a.stdout.take().expect("stdout")).lines();
-    let mut next = move || from_a.next().expect("a line from A").expect("reading A");
+    // A's lines come through a thread of their own: a blocking read on a
+    // worker would hold up the waiter this measures.
+    let a_out = BufReader::new(a.stdout.take().expect("stdout"));
+    let (lines, mut from_a) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in a_out.lines() {
+            if lines.send(line.expect("reading A")).is_err() {
+                return;
+            }
+        }
+    });
 
     // Idle: wait on the held pool for 2 s and count this process's CPU.
-    assert_eq!(next(), "HELD");
+    assert_eq!(from_a.recv().await.expect("a line from A"), "HELD");
     let cpu0 = cpu_ns();
     let idle = Instant::now();
     let waited = pool.borrow(TTL, Duration::from_secs(2)).await;
@@ -146,11 +168,14 @@ async fn line5(db: &Path) -> serde_json::Value {
         while queued_in_file() != 1 {
             tokio::task::yield_now().await;
         }
-        writeln!(to_a).expect("telling A");
-        let returned: u64 = next().parse().expect("A's return time");
+        writeln!(to_a).expect("telling A to return");
+        let returned: u64 = (from_a.recv().await.expect("a line from A"))
+            .parse()
+            .expect("A's return time");
         let granted = waiter.await.expect("the waiter");
+        writeln!(to_a).expect("telling A to borrow again");
         latencies.push(granted.saturating_sub(returned));
-        assert_eq!(next(), "HELD");
+        assert_eq!(from_a.recv().await.expect("a line from A"), "HELD");
     }
     drop(to_a);
     a.wait().expect("A's exit");

@@ -21,30 +21,35 @@ impl FileIdentity {
     pub(crate) fn of(path: &Path) -> std::io::Result<Self> {
         Ok(Self {
             path: path.to_path_buf(),
-            id: Self::id(path)?,
+            id: Self::stat(path)?,
         })
     }
 
     #[cfg(unix)]
-    fn id(path: &Path) -> std::io::Result<(u64, u64)> {
+    fn stat(path: &Path) -> std::io::Result<(u64, u64)> {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(path)?;
         Ok((meta.dev(), meta.ino()))
     }
 
     #[cfg(not(unix))]
-    fn id(path: &Path) -> std::io::Result<(u64, u64)> {
+    fn stat(path: &Path) -> std::io::Result<(u64, u64)> {
         std::fs::metadata(path).map(|_| (0, 0))
+    }
+
+    /// Device and inode, as opened.
+    pub(crate) fn id(&self) -> (u64, u64) {
+        self.id
     }
 
     /// Whether `path` names the file opened (a caller's connection, say).
     pub(crate) fn names(&self, path: &Path) -> bool {
-        Self::id(path).is_ok_and(|id| id == self.id)
+        Self::stat(path).is_ok_and(|id| id == self.id)
     }
 
     /// `Ok` if the path still names the file opened.
     pub(crate) fn check(&self) -> std::io::Result<()> {
-        match Self::id(&self.path) {
+        match Self::stat(&self.path) {
             Ok(id) if id == self.id => Ok(()),
             Ok(_) => Err(std::io::Error::other(format!(
                 "{} was replaced by another file since the store opened it; open the store again",

@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod connection;
+mod doorbell;
 mod error;
 mod file;
 mod liveness;

@@ -46,6 +46,9 @@ pub struct SqliteOptions {
     pub(crate) poll_interval: Duration,
     pub(crate) time: Time,
     pub(crate) queue_writers: bool,
+    /// Whether waiters learn of other processes' commits from the file
+    /// watch and the poll, besides rings; off only in test mode.
+    pub(crate) fallback_wake_up: bool,
 }
 
 impl Default for SqliteOptions {
@@ -56,6 +59,7 @@ impl Default for SqliteOptions {
             poll_interval: Duration::from_secs(1),
             time: Time::Machine { view: None },
             queue_writers: true,
+            fallback_wake_up: true,
         }
     }
 }
@@ -152,6 +156,17 @@ impl SqliteOptions {
     #[cfg(feature = "test-util")]
     pub fn manual_clock(mut self, clock: Arc<semaphore_core::ManualClock>) -> Self {
         self.time = Time::Manual(clock);
+        self
+    }
+
+    /// Test mode (feature `test-util`): waiters learn of other processes'
+    /// commits only when those processes ring them (Linux), with neither
+    /// the file watch nor the poll to fall back on, so that a test can show
+    /// what the rings alone do. A waiter's place in the cross-process queue
+    /// is then refreshed only by its own re-checks.
+    #[cfg(feature = "test-util")]
+    pub fn rings_only(mut self) -> Self {
+        self.fallback_wake_up = false;
         self
     }
 

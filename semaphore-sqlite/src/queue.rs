@@ -103,3 +103,22 @@ pub(crate) fn queue_heads(conn: &Connection, pool: PoolId, now: i64) -> rusqlite
     )?
     .query_row(params![pool.as_uuid().as_bytes(), now], |r| r.get(0))
 }
+
+/// The processes of this pid namespace whose heads queue on `pool` alive
+/// at `now`, to be rung after a commit that can let one in (see
+/// [`doorbell`](crate::doorbell)).
+pub(crate) fn processes_queued(
+    conn: &Connection,
+    pool: PoolId,
+    now: i64,
+) -> rusqlite::Result<Vec<i64>> {
+    conn.prepare_cached(
+        "SELECT DISTINCT pid FROM semaphore_waiters
+         WHERE pool = ?1 AND alive_until > ?2 AND pid_ns = ?3 AND pid IS NOT NULL",
+    )?
+    .query_map(
+        params![pool.as_uuid().as_bytes(), now, &liveness::me().namespace],
+        |r| r.get(0),
+    )?
+    .collect()
+}

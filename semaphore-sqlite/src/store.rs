@@ -4,21 +4,22 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, TransactionBehavior};
 use semaphore_core::{
     BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Store,
     TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
 
+use crate::doorbell::Doorbell;
 use crate::error::storage;
 use crate::file::Files;
 use crate::time::Time;
 use crate::watch::{WakeUp, Watcher, watch};
 use crate::writer::WriterQueue;
-use crate::{SqliteOptions, placement, queue, schema, sql};
+use crate::{SqliteOptions, connection, placement, queue, sql};
 
 /// A [`Store`] in one SQLite file, shared by any number of threads and
 /// processes (SPEC "SQLite store").
@@ -53,6 +54,8 @@ use crate::{SqliteOptions, placement, queue, schema, sql};
 ///   [`Error::Storage`] (open the store again), where SQLite alone would
 ///   keep writing to unlinked files that no other process sees.
 /// - A waiter learns of another process's return, count raise or delete
+///   when that process rings it right after its `COMMIT` (a datagram to
+///   the process's socket in the abstract namespace; Linux), and otherwise
 ///   from a file-change notification on the WAL, with a fallback poll
 ///   ([`SqliteOptions::poll_interval`]; [`SqliteStore::wake_up`] says which
 ///   is in force); the heads of every process's queue are themselves queued
@@ -82,6 +85,8 @@ pub struct SqliteStore {
     pub(crate) time: Time,
     path: PathBuf,
     watch: Watcher,
+    /// Rings other processes' heads after a commit that can let one in.
+    bell: Doorbell,
     /// The highest token this handle handed out inside a caller-owned
     /// transaction: every later grant through it takes a larger one, so a
     /// rolled-back borrow's token is never granted again by this process.
@@ -125,47 +130,7 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         options.check()?;
         let path = path.as_ref().to_path_buf();
-        let mut conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(storage("open"))?;
-        conn.busy_handler(Some(busy_handler(options.busy_timeout)))
-            .map_err(storage("open"))?;
-        if conn
-            .is_readonly(rusqlite::MAIN_DB)
-            .map_err(storage("open"))?
-        {
-            return Err(Error::Storage {
-                operation: "open",
-                retryable: false,
-                source: Box::new(rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
-                    Some(format!(
-                        "{} can only be opened read-only; the store must write it",
-                        path.display()
-                    )),
-                )),
-            });
-        }
-        // Processes opening a new file together can be refused with
-        // SQLITE_BUSY without the busy handler being asked (SQLite does so
-        // where waiting could deadlock, as when the journal mode changes
-        // under a reader): the steps are idempotent, so they are tried
-        // again until the busy timeout.
-        let started = Instant::now();
-        loop {
-            match prepare(&mut conn, &options) {
-                Err(Error::Storage {
-                    retryable: true, ..
-                }) if started.elapsed() < options.busy_timeout => {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                done => break done?,
-            }
-        }
+        let conn = connection::open(&path, &options)?;
         let files = Files::of(&path).map_err(|e| Error::Storage {
             operation: "open",
             retryable: false,
@@ -191,16 +156,24 @@ impl SqliteStore {
                 )),
             })?;
         let changes = Arc::new(Changes::new());
-        let watcher =
-            watch(&path, changes.clone(), options.poll_interval).map_err(|e| Error::Storage {
-                operation: "open",
-                retryable: false,
-                source: Box::new(e),
-            })?;
+        let bell = Doorbell::open(files.db.id(), Arc::downgrade(&changes));
+        let watcher = watch(
+            &path,
+            changes.clone(),
+            options.poll_interval,
+            options.fallback_wake_up,
+            bell.rings(),
+        )
+        .map_err(|e| Error::Storage {
+            operation: "open",
+            retryable: false,
+            source: Box::new(e),
+        })?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             files: Arc::new(files),
             changes,
+            bell,
             time: options.time,
             path,
             watch: watcher,
@@ -283,45 +256,34 @@ impl SqliteStore {
     ) -> Result<T> {
         self.run(operation, TransactionBehavior::Immediate, f).await
     }
-}
 
-/// The tables (created or migrated), then WAL and the synchronous mode;
-/// ends with a read, so that the -wal and -shm files exist before they are
-/// identified.
-fn prepare(conn: &mut Connection, options: &SqliteOptions) -> Result<()> {
-    let found = schema::inspect(conn)?;
-    // Tables first, WAL after: a refused migration rolls back and leaves
-    // the file as it was, journal mode included.
-    schema::prepare(conn, found)?;
-    conn.pragma_update(None, "journal_mode", "WAL")
-        .map_err(storage("open"))?;
-    conn.pragma_update(None, "synchronous", options.synchronous.pragma())
-        .map_err(storage("open"))?;
-    conn.query_row("SELECT COUNT(*) FROM semaphore_store", [], |_| Ok(()))
-        .map_err(storage("open"))?;
-    Ok(())
-}
-
-/// SQLite's default busy handler sleeps in steps of up to 100 ms, which
-/// stalls contended borrows far longer than the lock is held (tens of
-/// microseconds). This one re-tries after 10 µs, growing to 1 ms.
-///
-/// Measured with 3 processes looping borrow / return on one file for 3 s
-/// (release build, 2 cores): the default handler gave p99.9 34-104 ms and
-/// a worst borrow of 106-330 ms; this one p99.9 4.6-6 ms and a worst of
-/// 8-22 ms.
-fn busy_handler(timeout: Duration) -> impl FnMut(i32) -> bool + Send + 'static {
-    let mut started = Instant::now();
-    move |attempt| {
-        if attempt == 0 {
-            started = Instant::now();
+    /// A write that can let a waiter of `pool` in when `frees` says so of
+    /// its outcome: after it commits, wakes this handle's head of `pool`
+    /// and rings the other processes whose heads queue on it (found inside
+    /// the transaction, before `f` runs: a delete drops them).
+    async fn write_freeing<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        pool: PoolId,
+        f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T> + Send + 'static,
+        frees: fn(&T) -> bool,
+    ) -> Result<T> {
+        let rings = self.bell.rings();
+        let (out, queued) = self
+            .write(operation, move |c, now| {
+                let queued = if rings {
+                    queue::processes_queued(c, pool, now)?
+                } else {
+                    Vec::new()
+                };
+                Ok((f(c, now)?, queued))
+            })
+            .await?;
+        if frees(&out) {
+            self.changes.notify(pool);
+            self.bell.ring(pool, &queued);
         }
-        if started.elapsed() >= timeout {
-            return false;
-        }
-        let pause = 10u64.saturating_mul(1 << attempt.clamp(0, 7) as u64);
-        std::thread::sleep(Duration::from_micros(pause.min(1000)));
-        true
+        Ok(out)
     }
 }
 
@@ -336,11 +298,13 @@ impl Store for SqliteStore {
     }
 
     async fn register(&self, pool: PoolId, count: u32, _now: SystemTime) -> Result<PoolState> {
-        let state = self
-            .write("register", move |c, now| sql::register(c, pool, count, now))
-            .await?;
-        self.changes.notify(pool);
-        Ok(state)
+        self.write_freeing(
+            "register",
+            pool,
+            move |c, now| sql::register(c, pool, count, now),
+            |_| true,
+        )
+        .await
     }
 
     async fn inspect(&self, pool: PoolId, _now: SystemTime) -> Result<PoolState> {
@@ -352,11 +316,8 @@ impl Store for SqliteStore {
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
-        let existed = self
-            .write("delete", move |c, _| sql::delete(c, pool))
-            .await?;
-        self.changes.notify(pool);
-        Ok(existed)
+        self.write_freeing("delete", pool, move |c, _| sql::delete(c, pool), |_| true)
+            .await
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
@@ -393,14 +354,15 @@ impl Store for SqliteStore {
         expires_at: SystemTime,
     ) -> Result<Option<Lease>> {
         let ttl = expires_at.duration_since(now).unwrap_or(Duration::ZERO);
-        let renewed = self
-            .write("renew", move |c, now| sql::renew(c, pool, lease, now, ttl))
-            .await?
-            .ok_or(Error::PoolNotFound { pool })?;
-        if renewed.is_some() {
-            self.changes.notify(pool);
-        }
-        Ok(renewed)
+        // A renewal can move the earliest expiry that a head waits for.
+        self.write_freeing(
+            "renew",
+            pool,
+            move |c, now| sql::renew(c, pool, lease, now, ttl),
+            |renewed| matches!(renewed, Some(Some(_))),
+        )
+        .await?
+        .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn holders(&self, pool: PoolId, _now: SystemTime) -> Result<Vec<Holder>> {
@@ -417,51 +379,46 @@ impl Store for SqliteStore {
         position: u32,
         _now: SystemTime,
     ) -> Result<Option<Holder>> {
-        let ended = self
-            .write("force_return", move |c, now| {
-                sql::force_return(c, pool, position, now)
-            })
-            .await?
-            .ok_or(Error::PoolNotFound { pool })?;
-        if ended.is_some() {
-            self.changes.notify(pool);
-        }
-        Ok(ended)
+        self.write_freeing(
+            "force_return",
+            pool,
+            move |c, now| sql::force_return(c, pool, position, now),
+            |ended| matches!(ended, Some(Some(_))),
+        )
+        .await?
+        .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, _now: SystemTime) -> Result<bool> {
-        let returned = self
-            .write("return", move |c, now| {
-                sql::return_lease(c, pool, lease, now)
-            })
-            .await?;
-        if returned {
-            self.changes.notify(pool);
-        }
-        Ok(returned)
+        self.write_freeing(
+            "return",
+            pool,
+            move |c, now| sql::return_lease(c, pool, lease, now),
+            |returned| *returned,
+        )
+        .await
     }
 
     async fn return_held(&self, lease: Lease, _now: SystemTime) -> Result<bool> {
-        let returned = self
-            .write("return", move |c, now| sql::return_held(c, &lease, now))
-            .await?;
-        if returned {
-            self.changes.notify(lease.pool);
-        }
-        Ok(returned)
+        self.write_freeing(
+            "return",
+            lease.pool,
+            move |c, now| sql::return_held(c, &lease, now),
+            |returned| *returned,
+        )
+        .await
     }
 
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
-        let left = self
-            .write("leave_queue", move |c, _| {
-                queue::leave_queue(c, pool, waiter)
-            })
-            .await?;
-        if left {
-            // A borrower refused because this head stood ahead of it may
-            // now be granted; without this it waits for the file watch.
-            self.changes.notify(pool);
-        }
-        Ok(())
+        // A borrower refused because this head stood ahead of it may now
+        // be granted.
+        self.write_freeing(
+            "leave_queue",
+            pool,
+            move |c, _| queue::leave_queue(c, pool, waiter),
+            |left| *left,
+        )
+        .await
+        .map(drop)
     }
 }

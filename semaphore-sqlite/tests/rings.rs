@@ -1,0 +1,90 @@
+//! The wake-up that follows the commit (issue 15): a process that returns a
+//! lease rings the processes whose heads wait on the pool, so that they
+//! need neither the file watch nor the poll. The waiting process here runs
+//! in test mode with both turned off: if the ring did not come, its borrow
+//! would time out.
+#![cfg(target_os = "linux")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_sqlite::{Error, Pool, PoolId, SqliteOptions, SqliteStore};
+
+const CHILD_DB: &str = "SEMAPHORE_RINGS_TEST_DB";
+const TTL: Duration = Duration::from_secs(60);
+
+/// The other process: holds the pool's one slot, says `HELD`, returns it
+/// on a line from stdin, says `RETURNED`.
+async fn holder(db: &str) {
+    let store = Arc::new(SqliteStore::open(db).unwrap());
+    let pool = Pool::new(store, PoolId::from_name("rings"));
+    let lease = pool.try_borrow(TTL).await.unwrap();
+    println!("HELD");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    lease.release().await.unwrap();
+    println!("RETURNED");
+    std::io::stdout().flush().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_return_in_another_process_rings_the_waiting_head() {
+    if let Ok(db) = std::env::var(CHILD_DB) {
+        return holder(&db).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("rings.db");
+    // A store opened and dropped first: its socket's name must be free
+    // again for the next one.
+    drop(SqliteStore::open(&db).unwrap());
+    let store =
+        Arc::new(SqliteStore::open_with(&db, SqliteOptions::default().rings_only()).unwrap());
+    let pool = Pool::new(store.clone(), PoolId::from_name("rings"));
+    pool.register(1).await.unwrap();
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_return_in_another_process_rings_the_waiting_head",
+            "--nocapture",
+        ])
+        .env(CHILD_DB, &db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to_child = child.stdin.take().unwrap();
+    let mut from_child = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = move |word: &str| {
+        // The test harness prints its own lines around the test's.
+        from_child
+            .by_ref()
+            .map(Result::unwrap)
+            .any(|line| line == word)
+    };
+    assert!(said("HELD"), "the holder did not borrow");
+
+    let waiter = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            let lease = pool.borrow(TTL, Duration::from_secs(30)).await?;
+            Ok::<_, Error>(lease.position)
+        }
+    });
+    // Return only once the waiter's head is queued in the file.
+    while store.queue_heads(pool.id()).await.unwrap() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    writeln!(to_child, "return").unwrap();
+    assert!(said("RETURNED"), "the holder did not return");
+
+    match waiter.await.unwrap() {
+        Ok(position) => assert_eq!(position, 0),
+        Err(Error::Exhausted { .. }) => panic!("the return's ring never woke the waiting head"),
+        Err(e) => panic!("borrow failed: {e}"),
+    }
+    assert!(child.wait().unwrap().success());
+}
