@@ -106,19 +106,25 @@ pub(crate) fn queue_heads(conn: &Connection, pool: PoolId, now: i64) -> rusqlite
 
 /// The processes of this pid namespace whose heads queue on `pool` alive
 /// at `now`, to be rung after a commit that can let one in (see
-/// [`doorbell`](crate::doorbell)).
+/// [`doorbell`](crate::doorbell)). Filtered here rather than in SQL: with
+/// `DISTINCT` and the extra terms the statement cost a return 12-18 µs
+/// even with no row to find.
 pub(crate) fn processes_queued(
     conn: &Connection,
     pool: PoolId,
     now: i64,
 ) -> rusqlite::Result<Vec<i64>> {
-    conn.prepare_cached(
-        "SELECT DISTINCT pid FROM semaphore_waiters
-         WHERE pool = ?1 AND alive_until > ?2 AND pid_ns = ?3 AND pid IS NOT NULL",
-    )?
-    .query_map(
-        params![pool.as_uuid().as_bytes(), now, &liveness::me().namespace],
-        |r| r.get(0),
-    )?
-    .collect()
+    let me = liveness::me();
+    let mut found = Vec::new();
+    let mut rows = conn
+        .prepare_cached("SELECT pid, pid_ns, alive_until FROM semaphore_waiters WHERE pool = ?1")?;
+    let mut rows = rows.query([pool.as_uuid().as_bytes()])?;
+    while let Some(row) = rows.next()? {
+        let (pid, alive_until): (Option<i64>, i64) = (row.get(0)?, row.get(2)?);
+        let ours = row.get_ref(1)?.as_str_or_null()? == Some(me.namespace.as_str());
+        if let Some(pid) = pid.filter(|pid| ours && alive_until > now && !found.contains(pid)) {
+            found.push(pid);
+        }
+    }
+    Ok(found)
 }
