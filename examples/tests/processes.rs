@@ -57,9 +57,9 @@ async fn register(db: &Path, name: &str, count: u32, options: SqliteOptions) -> 
     pool
 }
 
-/// 8 processes x 200 borrow / work / return cycles on 3 slots of one SQLite
-/// file, started just after a ninth process was killed with SIGKILL while
-/// it held a slot.
+/// 8 processes looping borrow / work / return for 4 s on 3 slots of one
+/// SQLite file, started just after a ninth process was killed with SIGKILL
+/// while it held a slot for 2 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_processes_never_over_issue_and_a_killed_holders_slot_returns_after_its_ttl() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,8 +85,12 @@ async fn eight_processes_on_postgres_never_over_issue_and_a_killed_holders_slot_
 /// connection string in `schema`), logs in `dir`.
 async fn eight_processes(dir: &Path, db_arg: &str, schema: Option<&str>, pool: &Pool) {
     let holder = |args: &[&str]| holder_in(args, schema);
-    // The victim holds a slot for 500 ms and is killed while holding it.
-    let mut victim = holder(&["hold", db_arg, "three", "500"]);
+    // The victim holds a slot for 2 s and is killed while holding it. The
+    // workers must start, connect and finish a cycle within those 2 s, and
+    // they loop for 4 s from their start, past its expiry, whatever the
+    // machine's load (with 500 ms and 200 cycles each, 8 PostgreSQL workers
+    // beside the SQLite run on 2 busy cores once finished no cycle in time).
+    let mut victim = holder(&["hold", db_arg, "three", "2000"]);
     let mut out = BufReader::new(victim.stdout.take().unwrap());
     let line = read_line(&mut out);
     let fields: Vec<u64> = line
@@ -109,10 +113,10 @@ async fn eight_processes(dir: &Path, db_arg: &str, schema: Option<&str>, pool: &
         .map(|i| {
             let log = dir.join(format!("worker-{i}.log"));
             let args = [
-                "cycles",
+                "loop",
                 db_arg,
                 "three",
-                "200",
+                "4000",
                 "1000",
                 log.to_str().unwrap(),
             ];
@@ -123,7 +127,7 @@ async fn eight_processes(dir: &Path, db_arg: &str, schema: Option<&str>, pool: &
     for (mut child, log) in workers {
         assert!(child.wait().unwrap().success(), "a worker failed");
         let worker_holds = read_log(&log);
-        assert_eq!(worker_holds.len(), 200);
+        assert!(!worker_holds.is_empty(), "a worker never held a slot");
         holds.extend(worker_holds);
     }
 
