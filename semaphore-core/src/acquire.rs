@@ -58,6 +58,7 @@ pub(crate) async fn acquire<A: Answer>(
     // then reported as itself, never as exhausted.
     let mut failed: Option<(Error, Duration)> = None;
     let mut retry = None;
+    let mut timed_out = false;
     loop {
         tokio::select! {
             biased;
@@ -74,19 +75,16 @@ pub(crate) async fn acquire<A: Answer>(
                     None => std::future::pending().await,
                 }
             } => retry = None,
-            () = &mut timeout => {
-                // A hand-off that came first still counts.
-                if let Some(lease) = ticket.take_lease() {
-                    place.granted();
-                    return Ok(A::handed(lease));
-                }
-                return Err(failed.map_or_else(exhausted, |(e, _)| e));
-            }
+            () = &mut timeout => timed_out = true,
         }
         if let Some(lease) = ticket.take_lease() {
-            // A return in this process granted to us in its own step.
+            // A return in this process granted to us in its own step; one
+            // that came before the deadline still counts.
             place.granted();
             return Ok(A::handed(lease));
+        }
+        if timed_out {
+            return Err(failed.map_or_else(exhausted, |(e, _)| e));
         }
         if let Some(at) = ticket.take_next_expiry() {
             // A hand-off left the pool full and made us head: it told us

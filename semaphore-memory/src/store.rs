@@ -106,20 +106,16 @@ impl MemoryStore {
     /// The freed slot goes straight to this process's head waiter, in the
     /// same step under the pool's lock ([`Changes::hand_off`]).
     fn return_in_place(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> bool {
-        let Some(shard) = self.shard(pool) else {
-            return false;
-        };
-        let mut table = shard.lock();
-        let Some(table) = table.as_mut() else {
-            return false;
-        };
-        let returned = table.release(lease, now);
-        if returned {
-            self.changes.hand_off(pool, now, |request| {
-                table.grant(request, || self.next_token())
-            });
-        }
-        returned
+        self.with_table(pool, |table| {
+            let returned = table.release(lease, now);
+            if returned {
+                self.changes.hand_off(pool, now, |request| {
+                    table.grant(request, || self.next_token())
+                });
+            }
+            returned
+        })
+        .unwrap_or(false)
     }
 }
 
