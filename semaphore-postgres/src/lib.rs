@@ -14,6 +14,7 @@ mod tx;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
+pub use error::PostgresError;
 pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, PostgresOptions};
 pub use semaphore_core::*;
 pub use store::PostgresStore;

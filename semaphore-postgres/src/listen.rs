@@ -26,6 +26,10 @@ use crate::time::{ServerClock, Time};
 /// How often the view of the server's clock is refreshed.
 const CLOCK_REFRESH: Duration = Duration::from_secs(60);
 
+/// The longest the listener waits to connect, to `LISTEN` or to read the
+/// server's clock before it gives up on the connection and tries again.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The listener task's handle: dropping it stops the task.
 #[derive(Debug)]
 pub(crate) struct Listener {
@@ -55,38 +59,56 @@ pub(crate) fn spawn(setup: Setup) -> Listener {
 }
 
 async fn run(setup: Setup, backend: Arc<AtomicI32>, mut stopped: oneshot::Receiver<()>) {
+    // The fallback poll goes on whether or not the listener is connected:
+    // while it is away, the poll is all the waiters have.
+    let mut poll = tokio::time::interval(setup.poll);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let tick = || {
+        if setup.changes.has_waiters() {
+            setup.changes.notify_all();
+        }
+    };
     let mut backoff = Duration::from_millis(50);
     loop {
-        let session = session(&setup, &backend);
-        tokio::select! {
-            _ = &mut stopped => return,
-            () = session => {}
+        let mut session = std::pin::pin!(session(&setup, &backend));
+        loop {
+            tokio::select! {
+                _ = &mut stopped => return,
+                () = &mut session => break,
+                _ = poll.tick() => tick(),
+            }
         }
         backend.store(0, Ordering::Relaxed);
         // Lost: heads re-check by the poll until the listener is back.
         setup.changes.notify_all();
-        tokio::select! {
-            _ = &mut stopped => return,
-            () = tokio::time::sleep(backoff) => {}
+        let mut pause = std::pin::pin!(tokio::time::sleep(backoff));
+        loop {
+            tokio::select! {
+                _ = &mut stopped => return,
+                () = &mut pause => break,
+                _ = poll.tick() => tick(),
+            }
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
 /// One connection's life: connects, listens, then hands notifications to
-/// the waiters until the connection fails.
+/// the waiters until the connection fails. Connecting and setting up are
+/// bounded by [`SETUP_TIMEOUT`], so a stalled server is tried again.
 async fn session(setup: &Setup, backend: &AtomicI32) {
-    let Ok((client, mut connection)) = setup.config.connect(NoTls).await else {
+    let connect = tokio::time::timeout(SETUP_TIMEOUT, setup.config.connect(NoTls));
+    let Ok(Ok((client, mut connection))) = connect.await else {
         return;
     };
-    let ready = listen(&client, setup);
+    let ready = tokio::time::timeout(SETUP_TIMEOUT, listen(&client, setup));
+    let ready = async move { ready.await.ok().flatten() };
     let Some(pid) = drive(&mut connection, &setup.changes, ready).await else {
         return;
     };
     backend.store(pid, Ordering::Relaxed);
     // Notifications sent while no one listened are lost: everyone re-checks.
     setup.changes.notify_all();
-    let mut poll = tokio::time::interval(setup.poll);
     let mut refresh = tokio::time::interval(CLOCK_REFRESH);
     loop {
         tokio::select! {
@@ -95,14 +117,10 @@ async fn session(setup: &Setup, backend: &AtomicI32) {
                     return;
                 }
             }
-            _ = poll.tick() => {
-                if setup.changes.has_waiters() {
-                    setup.changes.notify_all();
-                }
-            }
             _ = refresh.tick() => {
                 if let Time::Server(view) = &setup.time {
-                    let measured = measure(&client, view);
+                    let measured = tokio::time::timeout(SETUP_TIMEOUT, measure(&client, view));
+                    let measured = async move { measured.await.ok().flatten() };
                     if drive(&mut connection, &setup.changes, measured).await.is_none() {
                         return;
                     }
@@ -118,25 +136,25 @@ async fn listen(client: &Client, setup: &Setup) -> Option<i32> {
         .batch_execute(&format!("LISTEN {}", setup.channel))
         .await
         .ok()?;
-    let row = client
-        .query_one("SELECT pg_backend_pid()", &[])
+    let rows = client
+        .query_typed("SELECT pg_backend_pid()", &[])
         .await
         .ok()?;
-    row.try_get(0).ok()
+    rows.first()?.try_get(0).ok()
 }
 
 /// Measures the offset of the server's clock against this process's.
 pub(crate) async fn measure(client: &Client, view: &ServerClock) -> Option<()> {
     let before = view.local().now();
-    let row = client
-        .query_one(
+    let rows = client
+        .query_typed(
             "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
             &[],
         )
         .await
         .ok()?;
     let after = view.local().now();
-    view.observe(before, row.try_get(0).ok()?, after);
+    view.observe(before, rows.first()?.try_get(0).ok()?, after);
     Some(())
 }
 

@@ -13,7 +13,7 @@ pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// The longest [`PostgresOptions::poll_interval`]: it is also the heartbeat
 /// of a waiting process's place in the cross-machine queue, which others
-/// drop after 3 s without one.
+/// drop after three of these (4.5 s) without one.
 pub const MAX_POLL_INTERVAL: Duration = Duration::from_millis(1500);
 
 /// Options for [`PostgresStore::connect_with`](crate::PostgresStore::connect_with).

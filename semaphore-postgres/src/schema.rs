@@ -11,12 +11,23 @@ use tokio_postgres::Client;
 
 use crate::error::storage;
 
-/// The schema version this build writes and reads.
-pub(crate) const VERSION: i32 = 1;
+/// The schema version this build writes and reads. Version 1 had the same
+/// tables; a version-1 schema is migrated by replacing the functions.
+pub(crate) const VERSION: i32 = 2;
 
 /// How long a queued head's row stays without being refreshed before other
-/// processes treat its process as gone (R11), in ms.
-pub(crate) const WAITER_TTL_MS: i64 = 3_000;
+/// processes treat its process as gone (R11), in ms: three of the longest
+/// poll intervals, so a head that looks once per interval keeps its place
+/// even when a look comes late by up to two intervals.
+pub(crate) const WAITER_TTL_MS: i64 = 3 * crate::options::MAX_POLL_INTERVAL.as_millis() as i64;
+
+/// A head's look refreshes its row once the last refresh is older than
+/// this (ms): every look at any allowed poll interval, but not every one of
+/// a burst of notifications.
+pub(crate) const WAITER_REFRESH_MS: i64 = 250;
+
+/// The longest schema name echoed back in an error.
+const ECHOED: usize = 64;
 
 /// The DDL and functions of [`VERSION`], with `{s}`, `{channel}`,
 /// `{max_ms}` and `{waiter_ttl}` to fill in.
@@ -65,7 +76,9 @@ const SHAPE: &[(&str, &[Column<&str>])] = &[
 
 /// A schema name the store accepts: 1 to 40 of `a-z`, `0-9`, `_`, not
 /// starting with a digit, so that it is quoted the same everywhere and its
-/// notification channel fits PostgreSQL's 63-byte names.
+/// notification channel fits PostgreSQL's 63-byte names; and not one of
+/// the server's own (`pg_*` is reserved for system schemas,
+/// `information_schema` is the standard's catalog).
 pub(crate) fn check_name(schema: &str) -> Result<()> {
     let ok = !schema.is_empty()
         && schema.len() <= 40
@@ -73,13 +86,22 @@ pub(crate) fn check_name(schema: &str) -> Result<()> {
         && schema
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if ok {
+    let reserved = schema.starts_with("pg_") || schema == "information_schema";
+    if ok && !reserved {
         return Ok(());
     }
+    let shown: String = schema.chars().take(ECHOED).collect();
+    let more = if shown.len() < schema.len() {
+        format!(" ({} bytes in all)", schema.len())
+    } else {
+        String::new()
+    };
     Err(Error::InvalidArgument {
         field: "schema",
-        allowed: "1 to 40 of a-z, 0-9 and _, not starting with a digit".into(),
-        got: format!("{schema:?}"),
+        allowed: "1 to 40 of a-z, 0-9 and _, not starting with a digit, \
+                  not pg_* or information_schema (the server's own)"
+            .into(),
+        got: format!("{shown:?}{more}"),
     })
 }
 
@@ -94,6 +116,7 @@ pub(crate) fn fill(text: &str, schema: &str) -> String {
         .replace("{channel}", &channel(schema))
         .replace("{max_ms}", &MAX_UNIX_MS.to_string())
         .replace("{waiter_ttl}", &WAITER_TTL_MS.to_string())
+        .replace("{waiter_refresh}", &WAITER_REFRESH_MS.to_string())
 }
 
 fn describe(shape: &Shape) -> String {
@@ -124,13 +147,15 @@ async fn found(
     client: &Client,
     schema: &str,
 ) -> Result<Vec<(String, Vec<(String, String, bool)>)>> {
+    // Unnamed statements only (`query_typed`), here as in the primitives:
+    // PgBouncer in transaction mode may refuse named ones.
     let rows = client
-        .query(
+        .query_typed(
             "SELECT table_name::text, column_name::text, data_type::text, is_nullable = 'NO'
              FROM information_schema.columns
              WHERE table_schema = $1 AND table_name LIKE 'semaphore\\_%'
              ORDER BY table_name, ordinal_position",
-            &[&schema],
+            &[(&schema, tokio_postgres::types::Type::TEXT)],
         )
         .await
         .map_err(storage("open"))?;
@@ -152,9 +177,9 @@ async fn version(client: &Client, schema: &str) -> Result<Option<i32>> {
         schema,
     );
     client
-        .query_opt(&sql, &[])
+        .query_typed(&sql, &[])
         .await
-        .map(|row| row.map(|r| r.get(0)))
+        .map(|rows| rows.first().map(|r| r.get(0)))
         .map_err(|e| Error::SchemaMismatch {
             expected: format!("semaphore_store at version {VERSION}"),
             found: format!("unreadable semaphore_store: {e}"),
@@ -176,6 +201,7 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
         }
         return match version(client, schema).await? {
             Some(VERSION) => Ok(()),
+            Some(1) => migrate(client, schema).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),
@@ -186,6 +212,34 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
             }),
         };
     }
+    install(client, schema).await?;
+    let made = found(client, schema).await?;
+    if made != expected {
+        return Err(Error::SchemaMismatch {
+            expected: describe(&expected),
+            found: describe(&made),
+        });
+    }
+    Ok(())
+}
+
+/// Version 1 to 2: the same tables, new functions. The script replaces the
+/// functions and leaves the tables as they are.
+async fn migrate(client: &Client, schema: &str) -> Result<()> {
+    install(client, schema).await?;
+    let sql = fill(
+        &format!(
+            "UPDATE {{s}}.semaphore_store SET schema_version = {VERSION} WHERE id = 1 AND schema_version < {VERSION}"
+        ),
+        schema,
+    );
+    client.batch_execute(&sql).await.map_err(storage("migrate"))
+}
+
+/// Runs the script (idempotent: tables if missing, functions replaced) and
+/// records the version if none is, in one transaction serialized with
+/// other processes doing the same.
+async fn install(client: &Client, schema: &str) -> Result<()> {
     // One simple query: one implicit transaction, one round trip.
     let script = format!(
         "SELECT pg_advisory_xact_lock(hashtext('semaphore-store:{schema}'));
@@ -195,16 +249,5 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
              ON CONFLICT (id) DO NOTHING;",
         fill(SCRIPT, schema)
     );
-    client
-        .batch_execute(&script)
-        .await
-        .map_err(storage("open"))?;
-    let made = found(client, schema).await?;
-    if made != expected {
-        return Err(Error::SchemaMismatch {
-            expected: describe(&expected),
-            found: describe(&made),
-        });
-    }
-    Ok(())
+    client.batch_execute(&script).await.map_err(storage("open"))
 }

@@ -1,4 +1,6 @@
--- The PostgreSQL store's tables and functions, schema version 1.
+-- The PostgreSQL store's tables and functions, schema version 2 (version 1
+-- had the same tables; 2 replaced functions only: `semaphore_delete` locks
+-- the pool row first, heads refresh their place at every look).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
 -- Times are unix milliseconds on the server's clock (SPEC "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
@@ -70,10 +72,14 @@ BEGIN
         (SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > v_now);
 END $$;
 
--- R4: removes the pool, its leases and its queued heads.
+-- R4: removes the pool, its leases and its queued heads. The pool row is
+-- locked first: a borrow queued on that lock then finds no pool, and every
+-- lease committed before the lock was taken is seen by the deletes below
+-- (each statement of a volatile function reads a fresh snapshot).
 CREATE OR REPLACE FUNCTION {s}.semaphore_delete(p_pool uuid) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM 1 FROM {s}.semaphore_pools WHERE pool = p_pool FOR UPDATE;
     PERFORM {s}.semaphore_wake(p_pool);
     DELETE FROM {s}.semaphore_leases WHERE pool = p_pool;
     DELETE FROM {s}.semaphore_waiters WHERE pool = p_pool;
@@ -151,7 +157,7 @@ BEGIN
         IF v_ticket IS NULL THEN
             INSERT INTO {s}.semaphore_waiters (pool, waiter, ticket, alive_until, backend)
                 VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + {waiter_ttl}, p_backend);
-        ELSIF v_alive - v_now < {waiter_ttl} / 2 THEN
+        ELSIF v_alive - v_now < {waiter_ttl} - {waiter_refresh} THEN
             UPDATE {s}.semaphore_waiters w SET alive_until = v_now + {waiter_ttl}
                 WHERE w.pool = p_pool AND w.waiter = p_waiter;
         END IF;

@@ -5,6 +5,10 @@
 //! `query_typed`: an unnamed statement with its parameter types given, so
 //! one round trip, and nothing prepared that PgBouncer in transaction mode
 //! would lose between two server connections.
+//!
+//! A statement that compares many rows with the time reads the clock once:
+//! `(SELECT semaphore_now($n))` is an uncorrelated subquery, evaluated once
+//! per statement, so every row is judged at one instant (R3).
 
 use semaphore_core::{Holder, Lease, LeaseId, PoolId, from_unix_ms};
 use tokio_postgres::Row;
@@ -60,7 +64,7 @@ impl Sql {
             register: f("SELECT * FROM {s}.semaphore_register($1, $2, $3)"),
             inspect: f(
                 "SELECT p.count, (SELECT count(*) FROM {s}.semaphore_leases l
-                    WHERE l.pool = p.pool AND l.expires_at > {s}.semaphore_now($2))
+                    WHERE l.pool = p.pool AND l.expires_at > (SELECT {s}.semaphore_now($2)))
                 FROM {s}.semaphore_pools p WHERE p.pool = $1",
             ),
             delete: f("SELECT {s}.semaphore_delete($1)"),
@@ -77,13 +81,13 @@ impl Sql {
                     l.lease, l.position, l.token, l.expires_at, l.owner, l.borrow_key
                 FROM (SELECT 1) one
                 LEFT JOIN {s}.semaphore_leases l
-                    ON l.pool = $1 AND l.expires_at > {s}.semaphore_now($2)
+                    ON l.pool = $1 AND l.expires_at > (SELECT {s}.semaphore_now($2))
                 ORDER BY l.position",
             ),
             force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
             leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
             queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters
-                WHERE pool = $1 AND alive_until > {s}.semaphore_now($2)"),
+                WHERE pool = $1 AND alive_until > (SELECT {s}.semaphore_now($2))"),
         }
     }
 }

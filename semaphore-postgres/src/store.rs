@@ -35,7 +35,7 @@ use crate::{PostgresOptions, schema};
 /// - **Fair across machines (R11):** the heads of each process's queue are
 ///   queued in `semaphore_waiters`; a head whose process died (its
 ///   listener's backend gone from `pg_stat_activity`, or no heartbeat for
-///   3 s) stops blocking others.
+///   4.5 s) stops blocking others.
 /// - **Tokens** come from a sequence that survives delete, and never
 ///   repeat, even for a grant rolled back (R9).
 /// - **Errors:** SQLSTATE 40001, 40P01, 55P03, 57014, class 08, a closed

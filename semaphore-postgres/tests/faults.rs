@@ -183,3 +183,48 @@ async fn tokio_postgres_connect(
 }
 
 use semaphore_postgres::tokio_postgres;
+
+/// A listener whose server accepts the connection and never answers (a
+/// stalled server, or a `listen_url` to the wrong place): the fallback
+/// poll still wakes waiters, and the listener's connect gives up and tries
+/// again instead of hanging (issue 21, item 17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_polled_while_the_listener_cannot_connect() {
+    let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = stalled.local_addr().unwrap().port();
+    let _held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = stalled.accept().await {
+            sockets.push(socket); // accepted, never answered
+        }
+    });
+    let server = TestServer::shared();
+    let schema = TestServer::fresh_schema();
+    let options = PostgresOptions::default()
+        .listen_url(format!("host=127.0.0.1 port={port} user=postgres"))
+        .poll_interval(Duration::from_millis(50));
+    let here = store(server.url(), &schema, options).await;
+    let there = store(server.url(), &schema, PostgresOptions::default()).await;
+    let id = PoolId::from_name("p");
+    let (pool, other) = (Pool::new(here.clone(), id), Pool::new(there, id));
+    pool.register(1).await.unwrap();
+    let held = other.try_borrow(TTL).await.unwrap().forget();
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.borrow(TTL, Duration::from_secs(20))
+                .await
+                .map(|g| g.forget())
+        })
+    };
+    // Queued in the table: its first look found the pool full.
+    while here.queue_heads(id).await.unwrap() == 0 {
+        tokio::task::yield_now().await;
+    }
+    assert!(other.return_lease(held.id).await.unwrap());
+    let next = waiter
+        .await
+        .unwrap()
+        .expect("the waiter was not woken by the poll");
+    assert_eq!(next.position, 0);
+}

@@ -1,0 +1,131 @@
+//! Calls that race each other on a real server (issue 21).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_postgres::testing::TestServer;
+use semaphore_postgres::{Pool, PoolId, PostgresOptions, PostgresStore};
+
+const TTL: Duration = Duration::from_secs(60);
+
+/// R4: a delete that runs while borrows are in flight leaves no lease
+/// behind: after registering the pool again nothing is in use, and every
+/// lease granted before the delete is no longer valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_during_borrows_leaves_no_lease_behind() {
+    let server = TestServer::shared();
+    let options = PostgresOptions::default()
+        .schema(TestServer::fresh_schema())
+        .pool_size(14);
+    let store = Arc::new(
+        PostgresStore::connect_with(server.url(), options)
+            .await
+            .unwrap(),
+    );
+    let pool = Pool::new(store, PoolId::from_name("busy"));
+    for round in 0..20 {
+        pool.register(1000).await.unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let borrowers: Vec<_> = (0..12)
+            .map(|_| {
+                let (pool, stop) = (pool.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut granted = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        match pool.try_borrow(TTL).await {
+                            Ok(guard) => granted.push(guard.forget()),
+                            Err(_) => break, // the pool is gone
+                        }
+                    }
+                    granted
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(pool.delete().await.unwrap());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut leases = Vec::new();
+        for b in borrowers {
+            leases.extend(b.await.unwrap());
+        }
+        let state = pool.register(1000).await.unwrap();
+        assert_eq!(state.in_use, 0, "round {round}: leases survived the delete");
+        for lease in leases {
+            assert!(
+                !pool.return_lease(lease.id).await.unwrap(),
+                "round {round}: a lease of the deleted pool was still valid"
+            );
+        }
+        assert!(pool.delete().await.unwrap());
+    }
+}
+
+/// R11 across processes: a queued head that looks once per poll interval,
+/// at the longest interval allowed, keeps its place ahead of a later head
+/// for as long as it waits (its row is refreshed at each look).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_polling_at_the_longest_interval_keeps_its_place() {
+    use semaphore_postgres::{
+        BorrowRequest, Clock, LeaseId, MAX_POLL_INTERVAL, ManualClock, Store, TryBorrow, WaiterId,
+    };
+    let clock = Arc::new(ManualClock::new());
+    let connect = |clock: Arc<ManualClock>, schema: String| async move {
+        let options = PostgresOptions::default()
+            .schema(schema)
+            .poll_interval(MAX_POLL_INTERVAL)
+            .manual_clock(clock);
+        Arc::new(
+            PostgresStore::connect_with(TestServer::shared().url(), options)
+                .await
+                .unwrap(),
+        )
+    };
+    let schema = TestServer::fresh_schema();
+    let (first, later) = (
+        connect(clock.clone(), schema.clone()).await,
+        connect(clock.clone(), schema).await,
+    );
+    let id = PoolId::from_name("gpu");
+    let pool = Pool::new(first.clone(), id);
+    pool.register(1).await.unwrap();
+    let held = pool.try_borrow(TTL).await.unwrap().forget();
+    let attempt = |store: Arc<PostgresStore>, waiter: WaiterId| {
+        let clock = clock.clone();
+        async move {
+            let now = clock.now();
+            let mut request = BorrowRequest::new(id, LeaseId::new(), now, now + TTL);
+            request.waiter = Some(waiter);
+            store.try_borrow(&request).await.unwrap()
+        }
+    };
+    let (a, b) = (WaiterId::new(), WaiterId::new());
+    assert!(matches!(
+        attempt(first.clone(), a).await,
+        TryBorrow::Exhausted { .. }
+    ));
+    // Twenty seconds of looks, one per interval by each head; the later
+    // head looks right after the first at each tick.
+    for _ in 0..13 {
+        clock.advance(MAX_POLL_INTERVAL);
+        assert!(matches!(
+            attempt(first.clone(), a).await,
+            TryBorrow::Exhausted { .. }
+        ));
+        assert!(matches!(
+            attempt(later.clone(), b).await,
+            TryBorrow::Exhausted { .. }
+        ));
+    }
+    assert!(pool.return_lease(held.id).await.unwrap());
+    clock.advance(MAX_POLL_INTERVAL);
+    // The later head looks first after the return, and must be refused:
+    // the first head is still queued ahead of it.
+    assert!(
+        matches!(attempt(later.clone(), b).await, TryBorrow::Exhausted { .. }),
+        "the later head took the slot: the first head's place was dropped"
+    );
+    assert!(matches!(
+        attempt(first.clone(), a).await,
+        TryBorrow::Granted { .. }
+    ));
+}
