@@ -59,7 +59,7 @@ mod linux {
     use std::net::Shutdown;
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::{SocketAddr, UnixDatagram};
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Weak};
     use std::thread::JoinHandle;
 
@@ -109,6 +109,10 @@ mod linux {
         /// Unbound and non-blocking: a ring never waits.
         sender: UnixDatagram,
         registry: Arc<Registry>,
+        /// Set before the socket is shut down: the one thing that ends the
+        /// receiving thread (an empty datagram, which anyone may send, reads
+        /// the same as a shut-down socket).
+        stopping: Arc<AtomicBool>,
         thread: Option<JoinHandle<()>>,
     }
 
@@ -122,14 +126,17 @@ mod linux {
             let sender = UnixDatagram::unbound()?;
             sender.set_nonblocking(true)?;
             let registry = Arc::new(Registry::default());
-            let (inbox, thread_registry) = (socket.try_clone()?, registry.clone());
+            let stopping = Arc::new(AtomicBool::new(false));
+            let (inbox, thread_registry, thread_stopping) =
+                (socket.try_clone()?, registry.clone(), stopping.clone());
             let thread = std::thread::Builder::new()
                 .name("semaphore-sqlite-doorbell".into())
-                .spawn(move || listen(&inbox, &thread_registry))?;
+                .spawn(move || listen(&inbox, &thread_registry, &thread_stopping))?;
             Ok(Self {
                 socket,
                 sender,
                 registry,
+                stopping,
                 thread: Some(thread),
             })
         }
@@ -139,6 +146,7 @@ mod linux {
         /// Ends the receiving thread (a shut-down socket ends its wait) and
         /// waits for it, so that the name is free for the next handle.
         fn drop(&mut self) {
+            self.stopping.store(true, Ordering::SeqCst);
             let _ = self.socket.shutdown(Shutdown::Both);
             if let Some(thread) = self.thread.take() {
                 let _ = thread.join();
@@ -146,18 +154,27 @@ mod linux {
         }
     }
 
-    fn listen(inbox: &UnixDatagram, registry: &Registry) {
+    /// Receives rings until the socket is shut down by [`Receiver`]'s drop.
+    /// Datagrams that are not rings (any size, empty ones included) are
+    /// dropped; an error other than the shutdown's is not the end either.
+    fn listen(inbox: &UnixDatagram, registry: &Registry, stopping: &AtomicBool) {
         let mut buf = [0u8; RING_LEN + 1];
-        loop {
+        while !stopping.load(Ordering::SeqCst) {
             match inbox.recv(&mut buf) {
-                Ok(0) => return, // shut down
                 Ok(n) => {
                     if let Some((file, pool)) = decode(&buf[..n]) {
                         registry.wake(file, pool, None);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return,
+                Err(e) => {
+                    if stopping.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    tracing::debug!(error = %e, "semaphore-sqlite: wake-up socket receive failed");
+                    // Not a busy loop if the error repeats.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
             }
         }
     }

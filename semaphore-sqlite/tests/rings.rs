@@ -78,6 +78,10 @@ async fn a_return_in_another_process_rings_the_waiting_head() {
     while store.queue_heads(pool.id()).await.unwrap() == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // Anyone on the machine may send to the socket: junk of every size,
+    // the empty datagram first, must leave the listener running (issue 21,
+    // item 14).
+    junk_to_own_socket();
     writeln!(to_child, "return").unwrap();
     assert!(said("RETURNED"), "the holder did not return");
 
@@ -87,4 +91,23 @@ async fn a_return_in_another_process_rings_the_waiting_head() {
         Err(e) => panic!("borrow failed: {e}"),
     }
     assert!(child.wait().unwrap().success());
+}
+
+/// Sends datagrams of every size from 0 to 100 bytes (none a ring) to this
+/// process's wake-up socket, and waits until the listener has read them.
+fn junk_to_own_socket() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let namespace = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let name = format!(
+        "semaphore-sqlite/1/{}/{}",
+        namespace.display(),
+        std::process::id()
+    );
+    let to = SocketAddr::from_abstract_name(name).unwrap();
+    let socket = UnixDatagram::unbound().unwrap();
+    for size in 0..=100 {
+        let junk = vec![0xA5u8; size];
+        socket.send_to_addr(&junk, &to).unwrap();
+    }
 }
