@@ -168,6 +168,13 @@ pub(crate) fn inspect(conn: &Connection) -> Result<Found> {
         )
         .optional()
         .map_err(|e| {
+            if crate::error::is_io(&e) {
+                return Error::Storage {
+                    operation: "open",
+                    retryable: false,
+                    source: Box::new(crate::error::FileReplaced(e)),
+                };
+            }
             mismatch(
                 format!("semaphore_store at version {VERSION}"),
                 format!("unreadable semaphore_store: {e}"),

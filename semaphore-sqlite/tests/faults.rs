@@ -211,3 +211,32 @@ async fn the_writers_queue_side_file_is_made_only_when_on() {
     assert_eq!((a.position, b.position), (0, 1));
     assert_eq!(on_queued.inspect().await.unwrap().in_use, 2);
 }
+
+/// The `-wal` file deleted while another handle holds the database open
+/// (an operator "cleaning up", a backup restored over it): opening the file
+/// again is a storage error that says the file was replaced or lost
+/// (not retryable), never a schema mismatch (issue 21, item 16).
+#[tokio::test]
+async fn a_wal_deleted_under_a_holder_is_a_storage_error_not_a_schema_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("held.db");
+    let holder = Arc::new(SqliteStore::open(&path).unwrap());
+    let pool = Pool::new(holder.clone(), PoolId::from_name("p"));
+    pool.register(2).await.unwrap();
+    let _kept = pool
+        .try_borrow(Duration::from_secs(3600))
+        .await
+        .unwrap()
+        .forget();
+    let wal = dir.path().join("held.db-wal");
+    assert!(wal.exists(), "the holder's WAL file");
+    std::fs::remove_file(&wal).unwrap();
+    match SqliteStore::open(&path) {
+        Err(e @ Error::Storage { .. }) => {
+            assert!(not_retryable_storage(&e), "{e}");
+            let shown = e.to_string();
+            assert!(shown.contains("-wal"), "{shown}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
