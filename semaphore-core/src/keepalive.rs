@@ -52,7 +52,7 @@ async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Send
     let mut backoff = RETRY_FIRST;
     loop {
         pool.store().clock().sleep_until(next).await;
-        match pool.renew(&lease, ttl).await {
+        match renew_before_expiry(&pool, &lease, ttl).await {
             Ok(renewed) => {
                 lease = renewed;
                 backoff = RETRY_FIRST;
@@ -69,6 +69,32 @@ async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Send
                 crate::telemetry::lost(pool.name(), &lease, &e);
                 let _ = tx.send(Kept::Lost(Arc::new(e)));
                 return;
+            }
+        }
+    }
+}
+
+/// Renews `lease`, or fails with [`Error::LeaseExpired`] once it expires by
+/// the store's clock while the renewal is still under way (a stalled
+/// server, a row lock held elsewhere): the loss is reported at the expiry,
+/// whatever the store call is doing. The abandoned call is dropped; if it
+/// did renew after all, the guard's return frees the slot.
+async fn renew_before_expiry(pool: &Pool, lease: &Lease, ttl: Duration) -> Result<Lease, Error> {
+    let clock = pool.store().clock();
+    let mut renewal = std::pin::pin!(pool.renew(lease, ttl));
+    loop {
+        tokio::select! {
+            biased;
+            renewed = &mut renewal => return renewed,
+            () = clock.sleep_until(lease.expires_at) => {
+                // A clock may wake early; only its own reading counts.
+                if clock.now() >= lease.expires_at {
+                    return Err(Error::LeaseExpired {
+                        pool: lease.pool,
+                        lease: lease.id,
+                        expired_at: lease.expires_at,
+                    });
+                }
             }
         }
     }

@@ -129,3 +129,65 @@ async fn a_head_polling_at_the_longest_interval_keeps_its_place() {
         TryBorrow::Granted { .. }
     ));
 }
+
+/// Keep-alive reports the loss at the lease's expiry while its renewal is
+/// stuck behind a row lock held in another session: `lost()` resolves and
+/// `is_lost()` turns true without waiting for the lock (issue 21, item 13).
+/// The server's clock is a manual one: no real time passes in the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_reports_the_loss_at_expiry_while_a_renewal_hangs() {
+    use semaphore_postgres::ManualClock;
+    use semaphore_postgres::tokio_postgres::{self, NoTls};
+
+    let clock = Arc::new(ManualClock::new());
+    let schema = TestServer::fresh_schema();
+    let options = PostgresOptions::default()
+        .schema(&schema)
+        .manual_clock(clock.clone());
+    let url = TestServer::shared().url();
+    let store = Arc::new(PostgresStore::connect_with(url, options).await.unwrap());
+    let pool = Pool::new(store, PoolId::from_name("stuck"));
+    pool.register(1).await.unwrap();
+    let ttl = Duration::from_secs(3);
+    let mut guard = pool.borrow_owned(ttl, Duration::ZERO).await.unwrap();
+    guard.keep_alive();
+
+    // Another session holds the pool row: the next renewal waits on it.
+    let (mut other, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let tx = other.transaction().await.unwrap();
+    tx.batch_execute(&format!(
+        "SELECT 1 FROM \"{schema}\".semaphore_pools FOR UPDATE"
+    ))
+    .await
+    .unwrap();
+    clock.advance(ttl / 3); // the renewal is due
+    let (watcher, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND query LIKE '%semaphore_renew%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(!guard.is_lost(), "lost before the lease expired");
+    clock.advance(ttl); // past the expiry, the renewal still stuck
+    let reason = tokio::time::timeout(Duration::from_secs(20), guard.lost())
+        .await
+        .expect("lost() stayed silent past the expiry while the renewal hung");
+    assert!(
+        matches!(*reason, semaphore_postgres::Error::LeaseExpired { .. }),
+        "{reason}"
+    );
+    assert!(guard.is_lost());
+    tx.rollback().await.unwrap();
+}
