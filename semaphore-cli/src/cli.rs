@@ -24,6 +24,21 @@ pub(crate) enum Command {
     /// SEMAPHORE_TOKEN, SEMAPHORE_LEASE_ID, SEMAPHORE_POOL and
     /// SEMAPHORE_EXPIRES_AT_MS (and CUDA_VISIBLE_DEVICES with --devices).
     ///
+    /// CMD runs as it would on its own: in the foreground of the terminal
+    /// (it can read it; Ctrl-C and Ctrl-Z reach it), and Ctrl-Z stops
+    /// `semaphore run` with it. When the job is continued, the lease is
+    /// renewed before CMD goes on; if it was lost meanwhile, CMD is ended
+    /// (exit 70). INT, TERM, HUP, QUIT, USR1 and USR2 sent to `semaphore
+    /// run` go to CMD's process group, followed by CONT.
+    ///
+    /// CMD and every process it starts share a process group. A guardian
+    /// process ends that group with SIGKILL the moment `semaphore run`
+    /// dies (SIGKILL included), and with SIGTERM (then SIGKILL 5 s later)
+    /// if the lease runs out while `semaphore run` is stopped or hung.
+    /// Processes that leave the group (setsid, daemons) are not followed;
+    /// processes CMD leaves running when it exits are not ended. The
+    /// guardian is this same program; if it cannot start, nothing runs.
+    ///
     /// Exit codes: CMD's own; 128+N if CMD was killed by signal N; 75 when
     /// the wait elapsed (or -E CODE); 64 usage; 69 unknown pool; 74
     /// storage; 126/127 cannot execute / not found; 70 lease lost while
@@ -89,18 +104,15 @@ pub(crate) struct RenewArgs {
 /// Which store a command works on.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
-    /// A SQLite file shared by the processes of this machine (default:
-    /// $SEMAPHORE_DB, else semaphore.db in the user's data directory).
-    #[arg(
-        long,
-        value_name = "FILE",
-        env = "SEMAPHORE_DB",
-        conflicts_with = "postgres"
-    )]
+    /// A SQLite file shared by the processes of this machine. Without
+    /// --sqlite or --postgres: $SEMAPHORE_PG_URL or $SEMAPHORE_DB, else
+    /// semaphore.db in the user's data directory ($XDG_DATA_HOME, else
+    /// ~/.local/share). A flag always wins over the environment.
+    #[arg(long, value_name = "FILE", conflicts_with = "postgres")]
     pub(crate) sqlite: Option<PathBuf>,
 
     /// A PostgreSQL connection string, for jobs on many machines.
-    #[arg(long, value_name = "URL", env = "SEMAPHORE_PG_URL")]
+    #[arg(long, value_name = "URL")]
     pub(crate) postgres: Option<String>,
 
     /// The PostgreSQL schema of the store's tables.
@@ -113,8 +125,8 @@ pub(crate) struct StoreArgs {
 #[derive(Debug, Clone, Args)]
 #[group(required = true, multiple = false)]
 pub(crate) struct PoolName {
-    /// The pool's name.
-    #[arg(long, value_name = "NAME")]
+    /// The pool's name (not empty).
+    #[arg(long, value_name = "NAME", value_parser = pool_name)]
     pub(crate) pool: Option<String>,
     /// The pool's UUID.
     #[arg(long, value_name = "UUID")]
@@ -183,6 +195,13 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<String>,
 }
 
+fn pool_name(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("a pool name must not be empty".into());
+    }
+    Ok(text.to_string())
+}
+
 fn wait(text: &str) -> Result<Duration, String> {
     if text == "inf" {
         return Ok(Duration::MAX);
@@ -198,28 +217,21 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub(crate) listen: SocketAddr,
 
-    /// A SQLite file shared with every process on this machine (the
-    /// default store: ./semaphore.db).
+    /// A SQLite file shared with every process on this machine. Without
+    /// --sqlite, --postgres or --memory: $SEMAPHORE_PG_URL or
+    /// $SEMAPHORE_DB, else semaphore.db in the user's data directory, the
+    /// same default as every other subcommand. A flag always wins over the
+    /// environment.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "memory"])]
     pub(crate) sqlite: Option<PathBuf>,
 
     /// A PostgreSQL connection string: every server on the database serves
     /// the same pools.
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "SEMAPHORE_PG_URL",
-        conflicts_with = "memory"
-    )]
+    #[arg(long, value_name = "URL", conflicts_with = "memory")]
     pub(crate) postgres: Option<String>,
 
     /// The PostgreSQL schema for the store's tables.
-    #[arg(
-        long,
-        value_name = "NAME",
-        default_value = "public",
-        requires = "postgres"
-    )]
+    #[arg(long, value_name = "NAME", default_value = "public")]
     pub(crate) postgres_schema: String,
 
     /// Keep pools in this process's memory only (lost on exit).

@@ -1,12 +1,8 @@
 //! The subcommands other than `serve`: open the store, name the pool, act.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use semaphore_memory::{Limits, Pool, PoolId, Store};
-use semaphore_postgres::{PostgresOptions, PostgresStore};
-use semaphore_sqlite::SqliteStore;
+use semaphore_memory::{Limits, Pool, PoolId};
 
 use crate::cli::{Command, PoolArgs, PoolName, StoreArgs};
 use crate::exit::{Exit, code};
@@ -41,7 +37,10 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
                 Err(semaphore_memory::Error::Exhausted { waited, .. }) => {
                     return Err(Exit::new(
                         args.exhausted_code.unwrap_or(code::TEMPFAIL),
-                        format!("no slot of pool {name} freed up within {waited:?}"),
+                        format!(
+                            "no slot of pool {name} freed up within {}",
+                            humantime::format_duration(waited)
+                        ),
                     ));
                 }
                 Err(e) => return Err(Exit::from_store(e)),
@@ -99,13 +98,17 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             let (pool, _) = pool(&args.store, &args.name).await?;
             for h in pool.holders().await.map_err(Exit::from_store)? {
                 let expires = semaphore_memory::unix_ms(h.lease.expires_at);
-                let owner = h.owner.unwrap_or_else(|| "-".into());
                 if args.json {
-                    println!(
-                        "{{\"position\":{},\"token\":{},\"owner\":{:?},\"expires_at_ms\":{expires},\"lease\":\"{}\"}}",
-                        h.lease.position, h.lease.token, owner, h.lease.id
-                    );
+                    let line = serde_json::json!({
+                        "position": h.lease.position,
+                        "token": h.lease.token,
+                        "owner": h.owner,
+                        "expires_at_ms": expires,
+                        "lease": h.lease.id.to_string(),
+                    });
+                    println!("{line}");
                 } else {
+                    let owner = h.owner.as_deref().unwrap_or("-");
                     println!(
                         "{} {} {owner} {expires} {}",
                         h.lease.position, h.lease.token, h.lease.id
@@ -147,7 +150,16 @@ fn print_state(args: &PoolArgs, s: semaphore_memory::PoolState) {
 /// The pool a command names, on the store it names (no limit on the wait:
 /// `--wait inf` means it), and the name to show.
 async fn pool(store: &StoreArgs, name: &PoolName) -> Result<(Pool, String), Exit> {
-    let store = open(store).await?;
+    let flags = crate::store::Flags {
+        sqlite: store.sqlite.clone(),
+        postgres: store.postgres.clone(),
+        schema: store.postgres_schema.clone(),
+        ..Default::default()
+    };
+    let store = crate::store::Choice::from(flags)?
+        .open(Some(2))
+        .await
+        .map_err(Exit::from_store)?;
     let (id, shown) = match (&name.pool, name.pool_id) {
         (Some(name), _) => (PoolId::from_name(name), name.clone()),
         (None, Some(id)) => (PoolId::from_uuid(id), id.to_string()),
@@ -160,40 +172,4 @@ async fn pool(store: &StoreArgs, name: &PoolName) -> Result<(Pool, String), Exit
     };
     let limits = Limits::default().with_max_wait(Duration::MAX);
     Ok((Pool::new(store, id).with_limits(limits), shown))
-}
-
-async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Exit> {
-    if let Some(url) = &args.postgres {
-        let options = PostgresOptions::default()
-            .schema(&args.postgres_schema)
-            .pool_size(2);
-        let store = PostgresStore::connect_with(url, options)
-            .await
-            .map_err(Exit::from_store)?;
-        return Ok(Arc::new(store));
-    }
-    let path = match &args.sqlite {
-        Some(path) => path.clone(),
-        None => default_db()?,
-    };
-    let store = SqliteStore::open(&path).map_err(Exit::from_store)?;
-    Ok(Arc::new(store))
-}
-
-/// `semaphore.db` in the user's data directory ($XDG_DATA_HOME, else
-/// ~/.local/share), created if need be.
-fn default_db() -> Result<PathBuf, Exit> {
-    let base = std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share")))
-        .ok_or_else(|| {
-            Exit::new(
-                code::USAGE,
-                "no --sqlite, $SEMAPHORE_DB, $XDG_DATA_HOME or $HOME to find the database",
-            )
-        })?;
-    let dir = base.join("semaphore");
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Exit::new(code::IOERR, format!("creating {}: {e}", dir.display())))?;
-    Ok(dir.join("semaphore.db"))
 }

@@ -13,11 +13,20 @@ mod metrics;
 mod openapi;
 mod run;
 mod serve;
+mod store;
 mod wire;
 
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    // `semaphore run`'s guardian: the same executable, a hidden word that
+    // no user types (see `run::guard`).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|word| word == run::guard::SUBCOMMAND)
+    {
+        return std::process::ExitCode::from(run::guard::main());
+    }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

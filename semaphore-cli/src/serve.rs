@@ -1,12 +1,9 @@
 //! `semaphore serve`: opens the store, binds, serves, and shuts down on
 //! SIGTERM or Ctrl-C, answering every waiting borrow with 503.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use semaphore_memory::{Limits, MemoryStore, Store};
-use semaphore_postgres::{PostgresOptions, PostgresStore};
-use semaphore_sqlite::SqliteStore;
+use semaphore_memory::Limits;
 use tokio::sync::watch;
 
 use crate::api::{self, App};
@@ -19,6 +16,8 @@ pub(crate) enum ServeError {
     Store(semaphore_memory::Error),
     /// The address could not be bound, or serving failed.
     Io(std::io::Error),
+    /// The command line or environment named no usable store.
+    Usage(crate::exit::Exit),
 }
 
 impl std::fmt::Display for ServeError {
@@ -26,6 +25,7 @@ impl std::fmt::Display for ServeError {
         match self {
             ServeError::Store(e) => write!(f, "opening the store: {e}"),
             ServeError::Io(e) => write!(f, "{e}"),
+            ServeError::Usage(e) => write!(f, "{}", e.message),
         }
     }
 }
@@ -36,36 +36,21 @@ impl ServeError {
             ServeError::Store(semaphore_memory::Error::InvalidArgument { .. }) => 64,
             ServeError::Store(_) => 74,
             ServeError::Io(_) => 71,
+            ServeError::Usage(e) => e.code,
         }
     }
 }
 
-async fn open(args: &ServeArgs) -> Result<(Arc<dyn Store>, String), semaphore_memory::Error> {
-    if args.memory {
-        return Ok((Arc::new(MemoryStore::new()), "memory".into()));
-    }
-    if let Some(url) = &args.postgres {
-        let options = PostgresOptions::default().schema(&args.postgres_schema);
-        let store = PostgresStore::connect_with(url, options).await?;
-        return Ok((
-            Arc::new(store),
-            format!("postgres schema {}", args.postgres_schema),
-        ));
-    }
-    let path = args.sqlite.clone().unwrap_or_else(|| "semaphore.db".into());
-    let shown = format!("sqlite {}", path.display());
-    let store = tokio::task::spawn_blocking(move || SqliteStore::open(path))
-        .await
-        .map_err(|e| semaphore_memory::Error::Storage {
-            operation: "open",
-            retryable: false,
-            source: Box::new(e),
-        })??;
-    Ok((Arc::new(store), shown))
-}
-
 pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
-    let (store, shown) = open(&args).await.map_err(ServeError::Store)?;
+    let choice = crate::store::Choice::from(crate::store::Flags {
+        memory: args.memory,
+        sqlite: args.sqlite.clone(),
+        postgres: args.postgres.clone(),
+        schema: args.postgres_schema.clone(),
+    })
+    .map_err(ServeError::Usage)?;
+    let shown = choice.shown();
+    let store = choice.open(None).await.map_err(ServeError::Store)?;
     let limits = Limits::default()
         .with_max_count(args.max_count)
         .with_max_ttl(args.max_ttl)

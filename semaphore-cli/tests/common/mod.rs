@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+pub mod process;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_semaphore");
 
 /// A server process, killed when dropped.

@@ -1,0 +1,321 @@
+//! `semaphore run`: holds one slot while a command runs (SPEC "CLI").
+//!
+//! The lease is short and kept alive (renewed every ttl/3) while the
+//! command runs, and returned the moment it exits. The command behaves as
+//! it would without `semaphore` (issue 21):
+//!
+//! - It runs in a process group of its own, which gets the terminal when
+//!   `semaphore run` is the foreground job ([`terminal`]): it reads the
+//!   terminal, and Ctrl-C, Ctrl-\ and Ctrl-Z reach it.
+//! - Ctrl-Z stops it, and `semaphore run` stops with it (the shell sees one
+//!   job). When the job is continued (`fg`, `bg`, SIGCONT), `semaphore run`
+//!   first renews the lease; only if that succeeds does the command go on.
+//!   A lease lost meanwhile ends the command before it runs again (exit 70).
+//! - INT, TERM, HUP, QUIT, USR1 and USR2 sent to `semaphore run` go to the
+//!   command's group, followed by SIGCONT so that a stopped command acts on
+//!   them.
+//! - A guardian process ([`guard`]) ends the command's group the moment
+//!   `semaphore run` dies, SIGKILL included, and when the lease runs out
+//!   while `semaphore run` cannot renew it (stopped on its own, hung).
+//! - If a renewal finds the lease lost, the command gets SIGTERM, then
+//!   SIGKILL after a grace period, and `semaphore run` exits 70.
+
+mod command;
+pub(crate) mod guard;
+mod terminal;
+
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg, raise};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::Pid;
+use semaphore_memory::{Error, LeaseGuard, Pool};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::RunArgs;
+use crate::exit::{Exit, code};
+use command::Cmd;
+use guard::{GRACE, Guard};
+use terminal::Terminal;
+
+pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, Exit> {
+    let cmd = Cmd::resolve(&args)?;
+    if let Some(count) = args.count {
+        pool.register(count).await.map_err(Exit::from_store)?;
+    }
+    if let Some(devices) = &args.devices {
+        check_devices(devices, &pool, args.count).await?;
+    }
+    let mut lease = match pool.borrow_owned(args.ttl, args.wait).await {
+        Ok(lease) => lease,
+        Err(Error::Exhausted { waited, .. }) => {
+            return Err(Exit::new(
+                args.exhausted_code.unwrap_or(code::TEMPFAIL),
+                format!(
+                    "no slot of pool {name} freed up within {}",
+                    humantime::format_duration(waited)
+                ),
+            ));
+        }
+        Err(e) => return Err(Exit::from_store(e)),
+    };
+    lease.keep_alive();
+    // Listening before the command starts: a stop or a signal that came
+    // before would be missed.
+    let signals = Signals::listen()?;
+    let guard = Guard::start().map_err(|e| {
+        Exit::new(
+            code::SOFTWARE,
+            format!(
+                "cannot start the guardian process (semaphore {}): {e}",
+                guard::SUBCOMMAND
+            ),
+        )
+    })?;
+    let child = match cmd.spawn(&lease, &name, args.devices.as_deref()) {
+        Ok(child) => child,
+        Err(e) => {
+            guard.finish().await;
+            let _ = lease.release().await;
+            return Err(e);
+        }
+    };
+    let mut job = Job::new(child, guard, args.ttl);
+    job.guard.deadline(lease.time_left(), args.ttl);
+    let status = job.supervise(&lease, signals).await;
+    job.close().await;
+    let _ = lease.release().await;
+    status
+}
+
+/// `--devices` must name a device for every position the pool can hand
+/// out: checked before borrowing, so that a mistake costs no slot.
+async fn check_devices(devices: &[String], pool: &Pool, count: Option<u32>) -> Result<(), Exit> {
+    let count = match count {
+        Some(count) => count,
+        None => pool.inspect().await.map_err(Exit::from_store)?.count,
+    };
+    if (devices.len() as u64) < u64::from(count) {
+        return Err(Exit::new(
+            code::USAGE,
+            format!(
+                "--devices names {} device(s) but the pool has {count} slots: name one per slot",
+                devices.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The signals `semaphore run` acts on while the command runs.
+struct Signals {
+    /// Sent on to the command's group.
+    forwarded: Vec<(tokio::signal::unix::Signal, Signal)>,
+    /// SIGCHLD: the command may have stopped.
+    children: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn listen() -> Result<Self, Exit> {
+        let software =
+            |e: std::io::Error| Exit::new(code::SOFTWARE, format!("signal handler: {e}"));
+        let mut forwarded = Vec::new();
+        for (kind, sig) in [
+            (SignalKind::interrupt(), Signal::SIGINT),
+            (SignalKind::terminate(), Signal::SIGTERM),
+            (SignalKind::hangup(), Signal::SIGHUP),
+            (SignalKind::quit(), Signal::SIGQUIT),
+            (SignalKind::user_defined1(), Signal::SIGUSR1),
+            (SignalKind::user_defined2(), Signal::SIGUSR2),
+        ] {
+            forwarded.push((signal(kind).map_err(software)?, sig));
+        }
+        let children = signal(SignalKind::child()).map_err(software)?;
+        Ok(Self {
+            forwarded,
+            children,
+        })
+    }
+}
+
+/// The running command, its group, the guardian, and the terminal.
+struct Job {
+    child: tokio::process::Child,
+    /// The command's pid, which is also its process group's id.
+    group: Pid,
+    guard: Guard,
+    terminal: Option<Terminal>,
+    ttl: Duration,
+}
+
+impl Job {
+    fn new(child: tokio::process::Child, mut guard: Guard, ttl: Duration) -> Self {
+        // The pid is there until the child is waited for.
+        let group = Pid::from_raw(child.id().map_or(0, |id| id as i32));
+        guard.watch(group);
+        let terminal = Terminal::open();
+        if let Some(terminal) = terminal.as_ref().filter(|t| t.ours()) {
+            terminal.give(group);
+        }
+        Self {
+            child,
+            group,
+            guard,
+            terminal,
+            ttl,
+        }
+    }
+
+    /// Waits for the command, forwarding signals, following its stops, and
+    /// ending it if the lease is lost; the exit code to leave with.
+    async fn supervise(&mut self, lease: &LeaseGuard<Pool>, signals: Signals) -> Result<u8, Exit> {
+        let Signals {
+            mut forwarded,
+            mut children,
+        } = signals;
+        if let Some(sig) = self.stopped()
+            && let Err(reason) = self.stop_with(sig, lease).await
+        {
+            return self.end(&reason).await;
+        }
+        let mut tell_guard = tokio::time::interval(
+            (self.ttl / 6).clamp(Duration::from_millis(10), Duration::from_secs(1)),
+        );
+        let lost = lease.lost();
+        tokio::pin!(lost);
+        loop {
+            tokio::select! {
+                status = self.child.wait() => {
+                    let status = status.map_err(|e| {
+                        Exit::new(code::SOFTWARE, format!("waiting for the command: {e}"))
+                    })?;
+                    if self.guard.passed() || lease.is_lost() {
+                        // Ended by the guardian, or ran on past the lease.
+                        return Err(lease_lost());
+                    }
+                    return Ok(exit_code(status));
+                }
+                sig = any(&mut forwarded) => {
+                    let _ = killpg(self.group, sig);
+                    let _ = killpg(self.group, Signal::SIGCONT);
+                }
+                _ = children.recv() => {
+                    if let Some(sig) = self.stopped()
+                        && let Err(reason) = self.stop_with(sig, lease).await
+                    {
+                        return self.end(&reason).await;
+                    }
+                }
+                reason = &mut lost => return self.end(&reason).await,
+                _ = tell_guard.tick() => self.guard.deadline(lease.time_left(), self.ttl),
+            }
+        }
+    }
+
+    /// The signal that stopped the command, if it is stopped.
+    fn stopped(&self) -> Option<Signal> {
+        match waitid(
+            Id::Pid(self.group),
+            WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
+        ) {
+            Ok(WaitStatus::Stopped(_, sig)) => Some(sig),
+            _ => None,
+        }
+    }
+
+    /// The command stopped on `sig`: stops this process too, so that the
+    /// shell sees the job stopped, then, once continued, renews the lease
+    /// and only then continues the command. `Err` if the lease is gone.
+    async fn stop_with(&mut self, sig: Signal, lease: &LeaseGuard<Pool>) -> Result<(), Arc<Error>> {
+        let terminal = self.terminal.as_ref();
+        if matches!(sig, Signal::SIGTTIN | Signal::SIGTTOU)
+            && terminal.is_some_and(|t| t.foreground() == Some(self.group))
+        {
+            // It touched the terminal before it was handed over: go on.
+            let _ = killpg(self.group, Signal::SIGCONT);
+            return Ok(());
+        }
+        if let Some(terminal) = terminal {
+            terminal.take_back(self.group);
+        }
+        // Stops here until continued. (A stop signal sent to a process of
+        // an orphaned process group is discarded; it then goes on at once,
+        // as the command would on its own.)
+        let _ = raise(sig);
+        confirm(lease, self.ttl).await?;
+        if let Some(terminal) = self.terminal.as_ref().filter(|t| t.ours()) {
+            terminal.give(self.group);
+        }
+        self.guard.deadline(lease.time_left(), self.ttl);
+        let _ = killpg(self.group, Signal::SIGCONT);
+        Ok(())
+    }
+
+    /// Ends the command after the lease was lost: SIGTERM (and SIGCONT, so
+    /// that a stopped command acts on it), SIGKILL after the grace period.
+    async fn end(&mut self, reason: &Error) -> Result<u8, Exit> {
+        eprintln!("semaphore run: the lease was lost ({reason}); stopping the command");
+        let _ = killpg(self.group, Signal::SIGTERM);
+        let _ = killpg(self.group, Signal::SIGCONT);
+        if tokio::time::timeout(GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = killpg(self.group, Signal::SIGKILL);
+            let _ = self.child.wait().await;
+        }
+        Err(lease_lost())
+    }
+
+    /// Takes the terminal back and lets the guardian go.
+    async fn close(self) {
+        if let Some(terminal) = &self.terminal {
+            terminal.take_back(self.group);
+        }
+        self.guard.finish().await;
+    }
+}
+
+fn lease_lost() -> Exit {
+    Exit::new(code::LEASE_LOST, "the lease was lost while the command ran")
+}
+
+/// Renews the lease after a stop: `Err` with the reason if it is gone.
+async fn confirm(lease: &LeaseGuard<Pool>, ttl: Duration) -> Result<(), Arc<Error>> {
+    if lease.is_lost() || lease.time_left().is_zero() {
+        return Err(Arc::new(Error::LeaseExpired {
+            pool: lease.pool().id(),
+            lease: lease.id,
+            expired_at: lease.expires_at,
+        }));
+    }
+    tokio::select! {
+        renewed = lease.pool().renew(lease.lease(), ttl) => renewed.map(|_| ()).map_err(Arc::new),
+        reason = lease.lost() => Err(reason),
+    }
+}
+
+/// The next signal on any of `streams`.
+async fn any(streams: &mut [(tokio::signal::unix::Signal, Signal)]) -> Signal {
+    std::future::poll_fn(|cx| {
+        for (stream, sig) in streams.iter_mut() {
+            if stream.poll_recv(cx).is_ready() {
+                return std::task::Poll::Ready(*sig);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// The command's own code, or 128+N if signal N killed it.
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
+        _ => 1,
+    }
+}
