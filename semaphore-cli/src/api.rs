@@ -32,6 +32,9 @@ pub(crate) struct App {
     /// Turns `true` when the server shuts down: waiting borrows answer 503.
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) metrics: Metrics,
+    /// Set when a store call failed and retrying will not help; cleared
+    /// by the next call that succeeds. `/healthz` then probes the store.
+    pub(crate) broken: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl App {
@@ -46,12 +49,29 @@ impl App {
 
     /// `result` as an answer, counting storage failures.
     fn track<T>(&self, result: Result<T, semaphore_memory::Error>) -> Result<T, ApiError> {
-        result.map_err(|e| {
-            if matches!(e, semaphore_memory::Error::Storage { .. }) {
+        use std::sync::atomic::Ordering;
+        match &result {
+            Err(semaphore_memory::Error::Storage { retryable, .. }) => {
                 self.metrics.storage_error();
+                if !retryable {
+                    self.broken.store(true, Ordering::Relaxed);
+                }
             }
-            e.into()
-        })
+            _ => self.broken.store(false, Ordering::Relaxed),
+        }
+        result.map_err(ApiError::from)
+    }
+
+    /// Whether the store answers: an inspect of a pool that never exists.
+    async fn probe(&self) -> Result<(), semaphore_memory::Error> {
+        let probe = Pool::new(
+            self.store.clone(),
+            PoolId::from_name("semaphore-readyz-probe"),
+        );
+        match probe.inspect().await {
+            Ok(_) | Err(semaphore_memory::Error::PoolNotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -68,6 +88,7 @@ pub(crate) fn router(app: App) -> Router {
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::new(
@@ -181,6 +202,7 @@ pub(crate) async fn delete(
         (status = 409, description = "No resource available within the wait", body = crate::error::ErrorBody),
         (status = 413, description = "Body too large", body = crate::error::ErrorBody),
         (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
+        (status = 422, description = "The Idempotency-Key was used with a different body", body = crate::error::ErrorBody),
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
         (status = 503, description = "The server is shutting down", body = crate::error::ErrorBody),
     ))]
@@ -199,13 +221,29 @@ pub(crate) async fn borrow(
     };
     let mut options = BorrowOptions::new();
     if let Some(key) = headers.get("idempotency-key") {
-        let key = key.to_str().map_err(|_| {
-            ApiError::bad_request(
-                "Idempotency-Key must be printable text",
-                Some("Idempotency-Key"),
-            )
-        })?;
-        options = options.key(key);
+        let key = key
+            .to_str()
+            .ok()
+            .filter(|k| (1..=255).contains(&k.len()))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "Idempotency-Key must be 1 to 255 bytes of printable text",
+                    Some("Idempotency-Key"),
+                )
+            })?;
+        let stored = crate::idempotency::stored(key, &request);
+        // The same key with another body is not a retry (one extra read,
+        // only for requests that carry a key).
+        let holders = app.track(pool.holders().await)?;
+        if crate::idempotency::conflicts(&holders, key, &stored) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was used with a different request body; \
+                 use a new key for a new request",
+            ));
+        }
+        options = options.key(stored);
     }
     if let Some(owner) = request.owner {
         options = options.owner(owner);
@@ -320,10 +358,34 @@ pub(crate) async fn holders(
     .into_response())
 }
 
+/// Liveness: 200 while the process can serve.
+///
+/// When store calls have failed in a way retrying will not mend (a SQLite
+/// file deleted under the server, say), it probes the store and answers 503
+/// while the probe fails so, for an orchestrator to restart the server,
+/// which opens the store anew.
 #[utoipa::path(get, path = "/healthz", tag = "service",
-    responses((status = 200, description = "The process runs", body = wire::Status)))]
-pub(crate) async fn healthz() -> Response {
-    Json(wire::Status { status: "ok" }).into_response()
+    responses(
+        (status = 200, description = "The process runs", body = wire::Status),
+        (status = 503, description = "The store fails and will not recover without a restart", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn healthz(State(app): State<App>) -> Result<Response, ApiError> {
+    use std::sync::atomic::Ordering;
+    if app.broken.load(Ordering::Relaxed) {
+        match app.probe().await {
+            Err(semaphore_memory::Error::Storage {
+                retryable: false, ..
+            }) => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_broken",
+                    "the store fails and retrying will not help: restart the server",
+                ));
+            }
+            _ => app.broken.store(false, Ordering::Relaxed),
+        }
+    }
+    Ok(Json(wire::Status { status: "ok" }).into_response())
 }
 
 /// Ready when the store answers: an inspect of a pool that never exists.
@@ -333,16 +395,9 @@ pub(crate) async fn healthz() -> Response {
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
     ))]
 pub(crate) async fn readyz(State(app): State<App>) -> Result<Response, ApiError> {
-    let probe = Pool::new(
-        app.store.clone(),
-        PoolId::from_name("semaphore-readyz-probe"),
-    );
-    match probe.inspect().await {
-        Ok(_) | Err(semaphore_memory::Error::PoolNotFound { .. }) => {
-            Ok(Json(wire::Status { status: "ready" }).into_response())
-        }
-        Err(e) => Err(e.into()),
-    }
+    let probe = app.probe().await;
+    app.track(probe)?;
+    Ok(Json(wire::Status { status: "ready" }).into_response())
 }
 
 /// Prometheus metrics, in the OpenMetrics text format.
@@ -367,6 +422,14 @@ async fn openapi() -> Response {
         crate::openapi::document(),
     )
         .into_response()
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method: see the API in the README",
+    )
 }
 
 async fn not_found() -> ApiError {

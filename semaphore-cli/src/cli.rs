@@ -247,6 +247,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     pub(crate) max_wait: Duration,
 
+    /// The most connections served at once; more wait to be accepted
+    /// until one closes.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_connections: u32,
+
+    /// The longest a client may take to send a request's head (the request
+    /// line and headers); its connection is closed after that.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    pub(crate) header_timeout: Duration,
+
     /// The largest count a pool may be registered with.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub(crate) max_count: u32,

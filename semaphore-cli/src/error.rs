@@ -23,7 +23,9 @@ pub(crate) struct ErrorBody {
     error: String,
     /// What went wrong, for programs: `bad_request`, `not_found`,
     /// `exhausted`, `lease_not_active`, `too_large`,
-    /// `unsupported_media_type`, `storage`, `shutting_down`, `internal`.
+    /// `unsupported_media_type`, `method_not_allowed`, `no_route`,
+    /// `idempotency_key_reused`, `storage`, `store_broken`,
+    /// `shutting_down`, `internal`.
     code: &'static str,
     /// The request field at fault, for `bad_request`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -77,16 +79,37 @@ impl From<Error> for ApiError {
             Error::LeaseExpired { .. } | Error::LeaseNotFound { .. } => {
                 Self::new(StatusCode::NOT_FOUND, "lease_not_active", e.to_string())
             }
-            Error::Storage { retryable, .. } => {
-                let mut err = Self::new(StatusCode::BAD_GATEWAY, "storage", e.to_string());
+            // The engine's own words may name files, hosts or schemas:
+            // they go to the server's log, not to clients.
+            Error::Storage {
+                operation,
+                retryable,
+                ..
+            } => {
+                eprintln!("semaphore serve: {e}");
+                let mut err = Self::new(
+                    StatusCode::BAD_GATEWAY,
+                    "storage",
+                    format!(
+                        "the store failed during {operation} ({}); the server's log has the details",
+                        if retryable {
+                            "retryable"
+                        } else {
+                            "not retryable"
+                        }
+                    ),
+                );
                 err.body.retryable = retryable;
                 err
             }
-            other => Self::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                other.to_string(),
-            ),
+            other => {
+                eprintln!("semaphore serve: {other}");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error; the server's log has the details",
+                )
+            }
         }
     }
 }

@@ -4,13 +4,16 @@
 //! README) over a SQLite file (the default), a PostgreSQL database or
 //! memory.
 
+mod accept;
 mod api;
 mod cli;
 mod commands;
 mod error;
 mod exit;
+mod idempotency;
 mod metrics;
 mod openapi;
+mod parse_errors;
 mod run;
 mod serve;
 mod store;

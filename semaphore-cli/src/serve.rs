@@ -66,28 +66,29 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         limits,
         shutdown,
         metrics: crate::metrics::Metrics::new(aliases),
+        broken: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(ServeError::Io)?;
     let address = listener.local_addr().map_err(ServeError::Io)?;
     println!("listening on http://{address} ({shown})");
-    let signal = async move {
-        stop_signal().await;
-        // Waiting borrows answer 503 at once; the server then stops.
-        let _ = down.send(true);
+    let limits = crate::accept::Limits {
+        connections: args.max_connections as usize,
+        header_timeout: args.header_timeout,
     };
-    let served = axum::serve(listener, api::router(app)).with_graceful_shutdown(signal);
-    // Connections that stay open (keep-alive, slow clients) get 0.8 s, so
-    // that the process is gone within 1 s of the signal.
-    let mut stopped = std::pin::pin!(served.into_future());
+    let router = api::router(app);
+    let mut accepting = std::pin::pin!(crate::accept::serve(listener, router, limits));
     tokio::select! {
-        result = &mut stopped => result.map_err(ServeError::Io),
-        () = async {
-            stop_signal().await;
-            tokio::time::sleep(Duration::from_millis(800)).await;
-        } => Ok(()),
+        result = &mut accepting => result.map_err(ServeError::Io)?,
+        () = stop_signal() => {}
     }
+    // Waiting borrows answer 503 at once; open connections (keep-alive,
+    // slow clients) get 0.8 s to finish, so that the process is gone within
+    // 1 s of the signal.
+    let _ = down.send(true);
+    let _ = tokio::time::timeout(Duration::from_millis(800), &mut accepting).await;
+    Ok(())
 }
 
 /// SIGTERM or Ctrl-C (SIGINT).

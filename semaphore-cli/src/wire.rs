@@ -133,16 +133,36 @@ fn seconds_left(lease: &Lease, now: SystemTime) -> u64 {
     (lease.time_left(now).as_millis() as u64 + 500) / 1000
 }
 
-/// A JSON body of type `T`, or a 400 that says what is wrong with it.
+/// A JSON object body of type `T`, or a 400 that says what is wrong with
+/// it. Bodies are objects, as the OpenAPI document says: serde would also
+/// read a struct from an array (`[30, 0]`), which is refused.
 pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}"), None))
+    let malformed =
+        |e: serde_json::Error| ApiError::bad_request(format!("malformed JSON body: {e}"), None);
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(malformed)?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be a JSON object, e.g. {\"ttl\": 30}",
+            None,
+        ));
+    }
+    serde_json::from_value(value).map_err(malformed)
 }
 
-/// A UUID from the path or a body, or a 400 naming `field`.
+/// The longest piece of a request echoed back in an error.
+const ECHOED: usize = 64;
+
+/// A UUID from the path or a body, or a 400 naming `field` (echoing at
+/// most 64 characters of what was sent).
 pub(crate) fn uuid(field: &'static str, text: &str) -> Result<uuid::Uuid, ApiError> {
-    uuid::Uuid::parse_str(text)
-        .map_err(|_| ApiError::bad_request(format!("{field} is not a UUID: {text:?}"), Some(field)))
+    uuid::Uuid::parse_str(text).map_err(|_| {
+        let shown: String = text.chars().take(ECHOED).collect();
+        let more = if shown.len() < text.len() { "..." } else { "" };
+        ApiError::bad_request(
+            format!("{field} is not a UUID: {shown:?}{more}"),
+            Some(field),
+        )
+    })
 }
 
 /// A count: a whole number in `0..=max` (`4` or `4.0`: JSON Schema's

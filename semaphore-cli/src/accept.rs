@@ -1,0 +1,78 @@
+//! `semaphore serve`'s accept loop (issue 21, item 6): hyper's HTTP/1
+//! server with a deadline on reading each request's head and a cap on open
+//! connections, which `axum::serve` does not expose.
+//!
+//! - A client must send a whole request head within `header_timeout`
+//!   (hyper's `header_read_timeout`), or its connection is closed: half-sent
+//!   requests cannot hold connections open.
+//! - At most `connections` connections are served at once; past that, new
+//!   ones wait in the kernel's accept queue until one closes.
+//! - Every socket goes through [`JsonErrors`](crate::parse_errors::JsonErrors),
+//!   so that hyper's own answers to unparsable requests carry the JSON body.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::parse_errors::JsonErrors;
+
+/// The connection limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Connections served at once.
+    pub(crate) connections: usize,
+    /// The longest a request head may take to arrive.
+    pub(crate) header_timeout: Duration,
+}
+
+/// Accepts and serves connections until the future is dropped; dropping it
+/// also drops every connection it serves. Fails only if accepting fails for
+/// good.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    limits: Limits,
+) -> std::io::Result<()> {
+    let open = Arc::new(Semaphore::new(limits.connections.max(1)));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let Ok(permit) = open.clone().acquire_owned().await else {
+            return Ok(());
+        };
+        // Reap the tasks of closed connections as we go.
+        while connections.try_join_next().is_some() {}
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) if is_per_connection(&e) => continue,
+            Err(e) => {
+                // Out of file descriptors and the like: pause, then go on.
+                eprintln!("semaphore serve: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let connection = http.serve_connection(TokioIo::new(JsonErrors::new(stream)), service);
+        connections.spawn(async move {
+            let _ = connection.await;
+            drop(permit);
+        });
+    }
+}
+
+/// Errors of one connection, not of the listener.
+fn is_per_connection(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
+}
