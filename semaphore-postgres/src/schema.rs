@@ -242,7 +242,8 @@ async fn migrate(client: &Client, schema: &str) -> Result<()> {
 async fn install(client: &Client, schema: &str) -> Result<()> {
     // One simple query: one implicit transaction, one round trip.
     let script = format!(
-        "SELECT pg_advisory_xact_lock(hashtext('semaphore-store:{schema}'));
+        "SET LOCAL client_min_messages = warning;
+         SELECT pg_advisory_xact_lock(hashtext('semaphore-store:{schema}'));
          CREATE SCHEMA IF NOT EXISTS \"{schema}\";
          {}
          INSERT INTO \"{schema}\".semaphore_store (id, schema_version) VALUES (1, {VERSION})

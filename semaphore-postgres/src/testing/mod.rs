@@ -20,6 +20,10 @@
 //! println!("{} / {schema}", server.url());
 //! ```
 
+mod bouncer;
+
+pub use bouncer::TestBouncer;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
