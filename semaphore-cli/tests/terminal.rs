@@ -132,3 +132,30 @@ fn a_job_stopped_past_its_ttl_is_ended_when_resumed() {
     bash.send_line("fg").unwrap();
     assert_eq!(last_code(&mut bash), "rc=70");
 }
+
+/// `( semaphore run ... & )`: an orphaned background job, which no shell
+/// will continue. A command that stops to read the terminal cannot have it;
+/// it is hung up (as the kernel does to stopped members of an orphaned
+/// group) instead of being stopped and continued forever.
+#[test]
+fn an_orphaned_background_job_reading_the_terminal_is_hung_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("o.db");
+    let pidfile = dir.path().join("o.pid");
+    let mut bash = bash();
+    bash.send_line(&format!(
+        "( {} & )",
+        line(
+            &db,
+            &format!(
+                "--pool t --count 1 -- sh -c 'echo $$ > {}; read x < /dev/tty; echo got:$x'",
+                pidfile.display()
+            ),
+        )
+    ))
+    .unwrap();
+    let command = read_pid(&pidfile);
+    until(GUARD, "the orphaned command being hung up", || {
+        ended(command)
+    });
+}

@@ -237,12 +237,27 @@ impl Job {
             let _ = killpg(self.group, Signal::SIGCONT);
             return Ok(());
         }
+        if sig != Signal::SIGSTOP && terminal::orphaned() {
+            // No shell will ever continue this job, and the kernel discards
+            // these stops in an orphaned group: a command run on its own
+            // here would not stop on Ctrl-Z, and would get EIO rather than
+            // stop when it touches the terminal.
+            if sig == Signal::SIGTSTP {
+                let _ = killpg(self.group, Signal::SIGCONT);
+                return Ok(());
+            }
+            eprintln!(
+                "semaphore run: the command stopped to use the terminal, which this orphaned \
+                 background job cannot have; hanging it up"
+            );
+            let _ = killpg(self.group, Signal::SIGHUP);
+            let _ = killpg(self.group, Signal::SIGCONT);
+            return Ok(());
+        }
         if let Some(terminal) = terminal {
             terminal.take_back(self.group);
         }
-        // Stops here until continued. (A stop signal sent to a process of
-        // an orphaned process group is discarded; it then goes on at once,
-        // as the command would on its own.)
+        // Stops here until continued.
         let _ = raise(sig);
         confirm(lease, self.ttl).await?;
         if let Some(terminal) = self.terminal.as_ref().filter(|t| t.ours()) {

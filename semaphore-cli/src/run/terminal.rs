@@ -58,6 +58,44 @@ impl Terminal {
     }
 }
 
+/// Whether this process's group is orphaned (POSIX): no member has a
+/// parent in another group of the same session, so no job-control shell
+/// will continue it, and the kernel discards the stop signals SIGTSTP,
+/// SIGTTIN and SIGTTOU sent to it. Read once from `/proc`; `false` where
+/// that cannot be read.
+pub(crate) fn orphaned() -> bool {
+    let (group, session) = (
+        getpgrp().as_raw(),
+        nix::unistd::getsid(None).map_or(0, |s| s.as_raw()),
+    );
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let stat = |pid: i32| -> Option<(i32, i32, i32)> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let mut fields = text.rsplit_once(") ")?.1.split(' ').skip(1);
+        let ppid = fields.next()?.parse().ok()?;
+        let pgrp = fields.next()?.parse().ok()?;
+        let sid = fields.next()?.parse().ok()?;
+        Some((ppid, pgrp, sid))
+    };
+    let members = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| stat(pid).map(|s| (pid, s)))
+        .filter(|(_, (_, pgrp, _))| *pgrp == group);
+    let mut any = false;
+    for (_, (ppid, _, _)) in members {
+        any = true;
+        if let Some((_, parent_group, parent_session)) = stat(ppid)
+            && parent_group != group
+            && parent_session == session
+        {
+            return false;
+        }
+    }
+    any
+}
+
 /// Runs `f` with SIGTTOU blocked on this thread.
 fn without_sigttou<T>(f: impl FnOnce() -> T) -> T {
     let mut set = SigSet::empty();
