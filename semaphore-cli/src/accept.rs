@@ -7,7 +7,7 @@
 //!   requests cannot hold connections open.
 //! - At most `connections` connections are served at once; past that, new
 //!   ones wait in the kernel's accept queue until one closes.
-//! - Every socket goes through [`JsonErrors`](crate::parse_errors::JsonErrors),
+//! - Every socket goes through [`JsonErrors`],
 //!   so that hyper's own answers to unparsable requests carry the JSON body.
 
 use std::sync::Arc;

@@ -35,13 +35,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             let lease = match pool.borrow(args.ttl, args.wait).await {
                 Ok(guard) => guard.forget(),
                 Err(semaphore_memory::Error::Exhausted { waited, .. }) => {
-                    return Err(Exit::new(
-                        args.exhausted_code.unwrap_or(code::TEMPFAIL),
-                        format!(
-                            "no slot of pool {name} freed up within {}",
-                            humantime::format_duration(waited)
-                        ),
-                    ));
+                    return Err(Exit::exhausted(&name, waited, args.exhausted_code));
                 }
                 Err(e) => return Err(Exit::from_store(e)),
             };

@@ -38,6 +38,18 @@ impl Exit {
         }
     }
 
+    /// No slot of pool `name` freed up within `waited`: 75, or the code the
+    /// user chose with `-E`.
+    pub(crate) fn exhausted(name: &str, waited: std::time::Duration, chosen: Option<u8>) -> Self {
+        Self::new(
+            chosen.unwrap_or(code::TEMPFAIL),
+            format!(
+                "no slot of pool {name} freed up within {}",
+                humantime::format_duration(waited)
+            ),
+        )
+    }
+
     /// A store's error: 69 for no pool, 64 for bad input, 74 otherwise,
     /// saying whether a retry may help.
     pub(crate) fn from_store(e: Error) -> Self {

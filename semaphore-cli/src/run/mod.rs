@@ -51,13 +51,7 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
     let mut lease = match pool.borrow_owned(args.ttl, args.wait).await {
         Ok(lease) => lease,
         Err(Error::Exhausted { waited, .. }) => {
-            return Err(Exit::new(
-                args.exhausted_code.unwrap_or(code::TEMPFAIL),
-                format!(
-                    "no slot of pool {name} freed up within {}",
-                    humantime::format_duration(waited)
-                ),
-            ));
+            return Err(Exit::exhausted(&name, waited, args.exhausted_code));
         }
         Err(e) => return Err(Exit::from_store(e)),
     };

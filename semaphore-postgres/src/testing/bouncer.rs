@@ -116,14 +116,7 @@ impl TestBouncer {
             pid = std::process::id(),
             pidfile = self.pidfile().display(),
         );
-        Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map(drop)
-            .map_err(|e| format!("starting PgBouncer's watchdog: {e}"))
+        super::watchdog(&script, "PgBouncer")
     }
 }
 

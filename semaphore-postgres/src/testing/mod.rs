@@ -208,15 +208,21 @@ impl Owned {
             data = self.data().display(),
             dir = self.dir.path().display(),
         );
-        Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map(drop)
-            .map_err(|e| format!("starting the server's watchdog: {e}"))
+        watchdog(&script, "the server")
     }
+}
+
+/// Starts `sh -c script` in the background, detached from the test's
+/// standard streams: the clean-up that runs once the test process is gone.
+fn watchdog(script: &str, of: &str) -> Result<(), String> {
+    Command::new("sh")
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(drop)
+        .map_err(|e| format!("starting the watchdog of {of}: {e}"))
 }
 
 fn log_file(path: &Path) -> Result<std::fs::File, String> {
