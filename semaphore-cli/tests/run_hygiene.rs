@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -121,10 +122,14 @@ fn the_wrapper_stops_and_goes_on_with_its_command() {
         pidfile.display(),
         gate.display()
     );
+    // A job of its own, as a job-control shell starts it: its group is not
+    // orphaned (this process, its parent, is in another group of the same
+    // session), so its stops are not discarded.
     let wrapper = run(
         &db,
         &["--pool", "p", "--count", "1", "--", "sh", "-c", &line],
     )
+    .process_group(0)
     .spawn()
     .unwrap();
     let command = read_pid(&pidfile);
@@ -134,6 +139,35 @@ fn the_wrapper_stops_and_goes_on_with_its_command() {
     });
     std::fs::write(&gate, "").unwrap();
     kill("CONT", &wrapper.id().to_string());
+    let output = wrapper.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3), "the command's own code");
+}
+
+/// In an orphaned process group (here: started with `setsid`), no shell
+/// will continue a stopped job and the kernel discards stop signals from
+/// the terminal: a stop of the command is not followed, it goes on and
+/// finishes as it would on its own.
+#[test]
+fn in_an_orphaned_group_a_stop_of_the_command_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("o.db");
+    let pidfile = dir.path().join("c.pid");
+    let gate = dir.path().join("gate");
+    let line = format!(
+        "echo $$ > {}; while [ ! -e {} ]; do sleep 0.02; done; exit 3",
+        pidfile.display(),
+        gate.display()
+    );
+    let wrapper = std::process::Command::new("setsid")
+        .arg(common::BIN)
+        .args(["run", "--sqlite"])
+        .arg(&db)
+        .args(["--pool", "p", "--count", "1", "--", "sh", "-c", &line])
+        .spawn()
+        .unwrap();
+    let command = read_pid(&pidfile);
+    kill("TSTP", &format!("-{command}"));
+    std::fs::write(&gate, "").unwrap();
     let output = wrapper.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(3), "the command's own code");
 }
