@@ -6,11 +6,11 @@
 //! its own harness: it re-invokes itself as process A, and writes its
 //! figures to `target/semaphore-bench/line10.json` for the `report` binary.
 
-use semaphore_benches::{cpu_ns, out_dir, percentile};
+use semaphore_benches::{cpu_ns, out_dir, unix_us};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::{Pool, PoolId, PostgresOptions, PostgresStore};
@@ -19,12 +19,6 @@ const ROLE: &str = "SEMAPHORE_BENCH_ROLE";
 const HAND_OFFS: usize = 300;
 const TTL: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(60);
-
-fn unix_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
 
 async fn store(url: &str, schema: &str) -> Arc<PostgresStore> {
     let options = PostgresOptions::default().schema(schema);
@@ -100,14 +94,7 @@ async fn line10(url: &str) -> serde_json::Value {
     }
     drop(to_a);
     a.wait().expect("A's exit");
-    latencies.sort_unstable();
-    serde_json::json!({
-        "hand_offs": HAND_OFFS,
-        "p50_us": percentile(&latencies, 0.5),
-        "p99_us": percentile(&latencies, 0.99),
-        "max_us": latencies[latencies.len() - 1],
-        "idle_cpu_share": idle_share,
-    })
+    semaphore_benches::hand_off_figures(latencies, HAND_OFFS, idle_share)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

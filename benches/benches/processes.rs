@@ -12,12 +12,12 @@
 //!   hand-offs (A borrows again only after B's grant); and the CPU an idle
 //!   waiter burns per second of waiting.
 
-use semaphore_benches::{cpu_ns, out_dir, percentile};
+use semaphore_benches::{cpu_ns, out_dir, percentile, unix_us};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use semaphore_sqlite::{Pool, PoolId, SqliteStore};
 
@@ -26,12 +26,6 @@ const LOOP_FOR: Duration = Duration::from_secs(3);
 const HAND_OFFS: usize = 300;
 const TTL: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(60);
-
-fn unix_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
 
 fn pool(db: &Path, name: &str) -> Pool {
     Pool::new(
@@ -179,14 +173,7 @@ async fn line5(db: &Path) -> serde_json::Value {
     }
     drop(to_a);
     a.wait().expect("A's exit");
-    latencies.sort_unstable();
-    serde_json::json!({
-        "hand_offs": HAND_OFFS,
-        "p50_us": percentile(&latencies, 0.5),
-        "p99_us": percentile(&latencies, 0.99),
-        "max_us": latencies[latencies.len() - 1],
-        "idle_cpu_share": idle_share,
-    })
+    semaphore_benches::hand_off_figures(latencies, HAND_OFFS, idle_share)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

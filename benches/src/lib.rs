@@ -9,6 +9,32 @@ pub fn percentile(sorted: &[u64], q: f64) -> u64 {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
 
+/// Microseconds since the Unix epoch on this machine's clock: the time
+/// stamps processes of a hand-off bench exchange.
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// The figures of a hand-off bench: `latencies` (µs, any order) of
+/// `hand_offs` hand-offs, their p50, p99 and max, and the idle waiter's
+/// share of a core.
+pub fn hand_off_figures(
+    mut latencies: Vec<u64>,
+    hand_offs: usize,
+    idle_share: f64,
+) -> serde_json::Value {
+    latencies.sort_unstable();
+    serde_json::json!({
+        "hand_offs": hand_offs,
+        "p50_us": percentile(&latencies, 0.5),
+        "p99_us": percentile(&latencies, 0.99),
+        "max_us": latencies.last().copied().unwrap_or(0),
+        "idle_cpu_share": idle_share,
+    })
+}
+
 /// CPU time of this whole process (every thread), from the kernel's
 /// scheduler statistics, in nanoseconds; 0 where `/proc` cannot tell.
 pub fn cpu_ns() -> u64 {

@@ -111,7 +111,7 @@ pub use options::BorrowOptions;
 pub use pool::Pool;
 pub use set::{LeaseSet, PoolSet};
 pub use slot::{SlotTable, lowest_free};
-pub use store::{BorrowRequest, Store, TryBorrow, TryBorrowAll};
+pub use store::{BorrowRequest, Store, TryBorrow, TryBorrowAll, describe_tables};
 pub use wait::Changes;
 
 /// Re-exported so that stores and users name the same `async_trait`.

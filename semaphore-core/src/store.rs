@@ -108,6 +108,45 @@ pub enum TryBorrowAll {
     },
 }
 
+/// Tables and their columns as one line, `t(a uuid, b bigint); u(c text)`:
+/// what a persistent store's [`Error::SchemaMismatch`](crate::Error::SchemaMismatch)
+/// says it expected and found.
+pub fn describe_tables<'a, C>(tables: impl IntoIterator<Item = (&'a str, C)>) -> String
+where
+    C: IntoIterator<Item = (&'a str, &'a str)>,
+{
+    tables
+        .into_iter()
+        .map(|(table, columns)| {
+            let columns: Vec<String> = columns
+                .into_iter()
+                .map(|(name, kind)| format!("{name} {kind}"))
+                .collect();
+            format!("{table}({})", columns.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl TryBorrowAll {
+    /// The refusal of a multi-pool attempt whose full pools had these
+    /// earliest expiries (`None` for a pool with no active lease): the
+    /// latest of them, since every full pool needs a slot at once, or
+    /// `None` if any is `None`.
+    pub fn refused(earliest: impl IntoIterator<Item = Option<SystemTime>>) -> Self {
+        let mut latest = None;
+        for at in earliest {
+            let Some(at) = at else {
+                return TryBorrowAll::Exhausted { next_expiry: None };
+            };
+            latest = latest.max(Some(at));
+        }
+        TryBorrowAll::Exhausted {
+            next_expiry: latest,
+        }
+    }
+}
+
 /// A storage backend: the atomic primitives behind a [`Pool`](crate::Pool).
 ///
 /// The store is a cell, the algorithm is the core's (as in governor's
@@ -269,4 +308,39 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// out, was dropped or failed): forget any place the store keeps for it
     /// (R12). A no-op for stores that keep none.
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::from_unix_ms;
+
+    #[test]
+    fn a_refusal_waits_for_the_latest_of_the_earliest_expiries() {
+        let at = |ms| Some(from_unix_ms(ms));
+        assert_eq!(
+            TryBorrowAll::refused([at(5), at(9), at(7)]),
+            TryBorrowAll::Exhausted { next_expiry: at(9) }
+        );
+        assert_eq!(
+            TryBorrowAll::refused([at(5), None, at(7)]),
+            TryBorrowAll::Exhausted { next_expiry: None }
+        );
+        assert_eq!(
+            TryBorrowAll::refused([]),
+            TryBorrowAll::Exhausted { next_expiry: None }
+        );
+    }
+
+    #[test]
+    fn tables_are_described_on_one_line() {
+        let tables = [
+            ("t", vec![("a", "uuid"), ("b", "bigint")]),
+            ("u", vec![("c", "text")]),
+        ];
+        assert_eq!(
+            describe_tables(tables.iter().map(|(t, c)| (*t, c.iter().copied()))),
+            "t(a uuid, b bigint); u(c text)"
+        );
+    }
 }

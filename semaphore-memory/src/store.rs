@@ -235,12 +235,7 @@ impl Store for MemoryStore {
                 table.release(lease.id, request.now);
             }
         }
-        let next_expiry = if blocked.contains(&None) {
-            None
-        } else {
-            blocked.into_iter().flatten().max()
-        };
-        Ok(TryBorrowAll::Exhausted { next_expiry })
+        Ok(TryBorrowAll::refused(blocked))
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool> {

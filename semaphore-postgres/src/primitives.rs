@@ -92,26 +92,20 @@ impl Store for PostgresStore {
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        let (now, ttl, backend) = (self.time.now_param(), ms(request.ttl()), self.backend());
-        let waiter = request.waiter.map(|w| *w.as_uuid());
-        let (key, owner) = (request.key.as_deref(), request.owner.as_deref());
-        let keep = true;
-        let params: [&(dyn ToSql + Sync); 9] = [
-            &request.pool.as_uuid(),
-            &request.lease.as_uuid(),
-            &ttl,
-            &waiter,
-            &key,
-            &owner,
-            &now,
-            &backend,
-            &keep,
-        ];
-        let typed: Vec<_> = params
-            .into_iter()
-            .zip(sql::TRY_BORROW.iter().cloned())
-            .collect();
-        let rows = self.query("borrow", &self.sql.try_borrow, &typed).await?;
+        let args = sql::TryBorrowArgs {
+            pool: *request.pool.as_uuid(),
+            lease: *request.lease.as_uuid(),
+            ttl: ms(request.ttl()),
+            waiter: request.waiter.map(|w| *w.as_uuid()),
+            key: request.key.as_deref(),
+            owner: request.owner.as_deref(),
+            now: self.time.now_param(),
+            backend: self.backend(),
+            keep_place: true,
+        };
+        let rows = self
+            .query("borrow", &self.sql.try_borrow, &args.typed())
+            .await?;
         let row = first(&rows, "borrow")?;
         match sql::attempt(row, request.pool).map_err(storage("borrow"))? {
             Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
@@ -154,12 +148,7 @@ impl Store for PostgresStore {
         if blocked.is_empty() {
             return Ok(TryBorrowAll::Granted { leases: granted });
         }
-        let next_expiry = if blocked.contains(&None) {
-            None
-        } else {
-            blocked.into_iter().flatten().max()
-        };
-        Ok(TryBorrowAll::Exhausted { next_expiry })
+        Ok(TryBorrowAll::refused(blocked))
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId, _now: SystemTime) -> Result<bool> {

@@ -120,14 +120,10 @@ pub(crate) fn fill(text: &str, schema: &str) -> String {
 }
 
 fn describe(shape: &Shape) -> String {
-    shape
-        .iter()
-        .map(|(t, cols)| {
-            let cols: Vec<_> = cols.iter().map(|c| format!("{} {}", c.0, c.1)).collect();
-            format!("{t}({})", cols.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
+    semaphore_core::describe_tables(shape.iter().map(|(table, columns)| {
+        let columns = columns.iter().map(|c| (c.0.as_str(), c.1.as_str()));
+        (table.as_str(), columns)
+    }))
 }
 
 fn expected() -> Shape {

@@ -12,7 +12,7 @@
 
 use semaphore_core::{Holder, Lease, LeaseId, PoolId, from_unix_ms};
 use tokio_postgres::Row;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::schema::fill;
 
@@ -32,18 +32,39 @@ pub(crate) struct Sql {
     pub(crate) queue_heads: String,
 }
 
-/// The parameter types of `semaphore_try_borrow`.
-pub(crate) const TRY_BORROW: &[Type] = &[
-    Type::UUID,
-    Type::UUID,
-    Type::INT8,
-    Type::UUID,
-    Type::TEXT,
-    Type::TEXT,
-    Type::INT8,
-    Type::INT4,
-    Type::BOOL,
-];
+/// The arguments of `semaphore_try_borrow`, in its order.
+pub(crate) struct TryBorrowArgs<'a> {
+    pub(crate) pool: uuid::Uuid,
+    pub(crate) lease: uuid::Uuid,
+    /// The ttl, in ms.
+    pub(crate) ttl: i64,
+    pub(crate) waiter: Option<uuid::Uuid>,
+    pub(crate) key: Option<&'a str>,
+    pub(crate) owner: Option<&'a str>,
+    /// The test's now, in unix ms; `None`: the server's clock.
+    pub(crate) now: Option<i64>,
+    /// The listener's backend pid, which marks a queued head as alive.
+    pub(crate) backend: Option<i32>,
+    /// Whether a refused head keeps (or takes) its place in the queue.
+    pub(crate) keep_place: bool,
+}
+
+impl TryBorrowArgs<'_> {
+    /// The arguments with their types, for `query_typed`.
+    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 9] {
+        [
+            (&self.pool, Type::UUID),
+            (&self.lease, Type::UUID),
+            (&self.ttl, Type::INT8),
+            (&self.waiter, Type::UUID),
+            (&self.key, Type::TEXT),
+            (&self.owner, Type::TEXT),
+            (&self.now, Type::INT8),
+            (&self.backend, Type::INT4),
+            (&self.keep_place, Type::BOOL),
+        ]
+    }
+}
 
 /// The parameter types of `semaphore_try_borrow_all`.
 pub(crate) const TRY_BORROW_ALL: &[Type] = &[

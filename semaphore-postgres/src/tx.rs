@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result, Store};
 use tokio_postgres::Transaction;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::Type;
 
 use crate::PostgresStore;
 use crate::error::storage;
@@ -74,26 +74,19 @@ impl PostgresStore {
         if pool.waiting() > 0 && options.key.is_none() {
             return Err(exhausted);
         }
-        let (now, ttl, backend) = (self.now_param(), ms(ttl), self.listener_backend());
-        let (id, lease, waiter) = (pool.id(), LeaseId::new(), None::<uuid::Uuid>);
-        let keep = false;
-        let params: [&(dyn ToSql + Sync); 9] = [
-            id.as_uuid(),
-            lease.as_uuid(),
-            &ttl,
-            &waiter,
-            &options.key,
-            &options.owner,
-            &now,
-            &backend,
-            &keep,
-        ];
-        let typed: Vec<_> = params
-            .into_iter()
-            .zip(sql::TRY_BORROW.iter().cloned())
-            .collect();
+        let args = sql::TryBorrowArgs {
+            pool: *pool.id().as_uuid(),
+            lease: *LeaseId::new().as_uuid(),
+            ttl: ms(ttl),
+            waiter: None,
+            key: options.key.as_deref(),
+            owner: options.owner.as_deref(),
+            now: self.now_param(),
+            backend: self.listener_backend(),
+            keep_place: false,
+        };
         let rows = tx
-            .query_typed(&self.statements().try_borrow, &typed)
+            .query_typed(&self.statements().try_borrow, &args.typed())
             .await
             .map_err(storage("borrow"))?;
         let row = first(&rows, "borrow")?;

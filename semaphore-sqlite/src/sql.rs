@@ -359,12 +359,9 @@ pub(crate) fn try_borrow_all(
             keep_place(conn, key, &w, now, alive)?;
         }
     }
-    let next_expiry = if blocked.iter().any(|(_, at)| at.is_none()) {
-        None
-    } else {
-        blocked.into_iter().filter_map(|(_, at)| at).max()
-    };
-    Ok(Ok(TryBorrowAll::Exhausted { next_expiry }))
+    Ok(Ok(TryBorrowAll::refused(
+        blocked.into_iter().map(|(_, at)| at),
+    )))
 }
 
 /// Why a multi-pool borrow undid its grants.
