@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use semaphore_postgres::{PostgresOptions, PostgresStore};
-use semaphore_sqlite::{Error, SqliteStore, Store};
+use semaphore_sqlite::store::Store;
+use semaphore_sqlite::{Error, SqliteStore};
 
 /// The variable naming the PostgreSQL schema examples use (default
 /// `public`).

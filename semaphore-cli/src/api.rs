@@ -12,7 +12,8 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use semaphore_memory::{BorrowOptions, LeaseId, Limits, Pool, PoolId, Store};
+use semaphore_memory::store::Store;
+use semaphore_memory::{BorrowOptions, LeaseId, Limits, Pool, PoolId};
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 

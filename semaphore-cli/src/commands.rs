@@ -45,7 +45,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             println!("export SEMAPHORE_POOL='{}'", name.replace('\'', "'\\''"));
             println!(
                 "export SEMAPHORE_EXPIRES_AT_MS={}",
-                semaphore_memory::unix_ms(lease.expires_at)
+                semaphore_memory::store::unix_ms(lease.expires_at)
             );
             Ok(0)
         }
@@ -84,14 +84,14 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
                 .map_err(Exit::from_store)?;
             println!(
                 "export SEMAPHORE_EXPIRES_AT_MS={}",
-                semaphore_memory::unix_ms(renewed.expires_at)
+                semaphore_memory::store::unix_ms(renewed.expires_at)
             );
             Ok(0)
         }
         Command::Holders(args) => {
             let (pool, _) = pool(&args.store, &args.name).await?;
             for h in pool.holders().await.map_err(Exit::from_store)? {
-                let expires = semaphore_memory::unix_ms(h.lease.expires_at);
+                let expires = semaphore_memory::store::unix_ms(h.lease.expires_at);
                 if args.json {
                     let line = serde_json::json!({
                         "position": h.lease.position,

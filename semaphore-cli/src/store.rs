@@ -10,7 +10,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use semaphore_memory::{MemoryStore, Store};
+use semaphore_memory::MemoryStore;
+use semaphore_memory::store::Store;
 use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_sqlite::SqliteStore;
 

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use semaphore_memory::{Lease, PoolState, unix_ms};
+use semaphore_memory::store::unix_ms;
+use semaphore_memory::{Lease, PoolState};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 

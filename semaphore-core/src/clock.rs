@@ -20,7 +20,7 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// Expiries are wall-clock times because a SQLite file is shared by processes
 /// that share no monotonic clock. The core reads `now` from the store's clock
 /// to time its waits and hands it to the store; which clock *decides* expiry
-/// is the store's (SPEC "Time", and the [`Store`](crate::Store) contract):
+/// is the store's (SPEC "Time", and the [`Store`](crate::store::Store) contract):
 /// for a store shared by processes or machines, the one clock they share,
 /// read inside the deciding step.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
@@ -145,7 +145,7 @@ pub fn max_time() -> SystemTime {
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
-/// use semaphore_core::{max_time, saturating_add};
+/// use semaphore_core::store::{max_time, saturating_add};
 ///
 /// assert_eq!(saturating_add(SystemTime::now(), Duration::MAX), max_time());
 /// ```

@@ -96,7 +96,7 @@ impl LeaseId {
 /// The identity of a borrower while it waits at the head of its pool's
 /// queue in this process (SPEC R11, R12).
 ///
-/// The core passes it in [`BorrowRequest::waiter`](crate::BorrowRequest) on
+/// The core passes it in [`BorrowRequest::waiter`](crate::store::BorrowRequest::waiter) on
 /// every attempt made from the queue, so that a store shared by several
 /// processes can keep one queue of their heads and serve them first come,
 /// first served. Random (v4), so ids from different processes never clash.

@@ -6,12 +6,14 @@
 //! free up, and wakes the instant one does; a lease is returned early or
 //! expires by itself. Every grant carries a *fencing token* that only grows.
 //!
-//! This crate holds what every store shares: the types, the [`Store`] trait,
-//! the [`Pool`] handle users call, slot allocation ([`lowest_free`],
-//! [`SlotTable`]), the wait engine ([`Changes`]), the [`Clock`], and, behind
-//! the `conformance` feature, the suite every store must pass. Users depend
-//! on a store crate (`semaphore-memory`, `semaphore-sqlite`), which
-//! re-exports all of it.
+//! This crate holds what every store shares. Its root is the user API: the
+//! [`Pool`] handle users call, its guards and leases, ids, [`Limits`],
+//! [`Error`] and the [`Clock`]. The [`store`] module is the store authors'
+//! kit: the [`store::Store`] trait, slot allocation, the wait engine
+//! and the time helpers. Behind the `conformance` feature is the suite
+//! every store must pass. Users depend on a store crate
+//! (`semaphore-memory`, `semaphore-sqlite`, `semaphore-postgres`), which
+//! re-exports the user API and the [`store`] module.
 //!
 //! Rules cited as "R1".."R14" are those of the project's SPEC.
 //!
@@ -89,20 +91,18 @@ mod options;
 mod pool;
 mod set;
 mod slot;
-mod store;
+pub mod store;
 mod telemetry;
 mod wait;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use clock::{
-    Clock, MAX_UNIX_MS, ManualClock, Sleep, SystemClock, from_unix_ms, max_time, saturating_add,
-    unix_ms,
-};
+// The user API: one page.
+pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseGuard, OwnedLeaseGuard};
-pub use id::{LeaseId, POOL_NAMESPACE, PoolId, WaiterId};
+pub use id::{LeaseId, POOL_NAMESPACE, PoolId};
 #[cfg(feature = "tower")]
 pub use layer::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use lease::{Holder, Lease, PoolState};
@@ -110,9 +110,9 @@ pub use limits::Limits;
 pub use options::BorrowOptions;
 pub use pool::Pool;
 pub use set::{LeaseSet, PoolSet};
-pub use slot::{SlotTable, lowest_free};
-pub use store::{BorrowRequest, Store, TryBorrow, TryBorrowAll, describe_tables};
-pub use wait::Changes;
 
-/// Re-exported so that stores and users name the same `async_trait`.
-pub use async_trait::async_trait;
+// The store authors' kit, public in [`store`]; named at the root inside
+// this crate only.
+pub(crate) use clock::unix_ms;
+pub(crate) use id::WaiterId;
+pub(crate) use store::{BorrowRequest, Store, TryBorrow, TryBorrowAll};

@@ -184,7 +184,7 @@ impl Pool {
     /// `ttl` must be above zero; it is clamped to [`Limits::max_ttl`] and
     /// rounded up to whole milliseconds. `wait` is clamped to
     /// [`Limits::max_wait`]; zero means fail at once if no slot is free.
-    /// Expiries and deadlines saturate at [`max_time`](crate::max_time),
+    /// Expiries and deadlines saturate at [`max_time`](crate::store::max_time),
     /// so no limit, however high, makes one overflow or wrap.
     /// The grant is immediate if a slot is free and no earlier borrower in
     /// this process is still waiting. Otherwise the borrower queues, first

@@ -20,7 +20,7 @@ use crate::{BorrowRequest, Holder, Lease, LeaseId, PoolId, TryBorrow};
 /// suite checks that they do.
 ///
 /// ```
-/// use semaphore_core::lowest_free;
+/// use semaphore_core::store::lowest_free;
 /// assert_eq!(lowest_free(4, [0, 2]), Some(1));
 /// assert_eq!(lowest_free(2, [0, 1, 5]), None);
 /// assert_eq!(lowest_free(0, []), None);

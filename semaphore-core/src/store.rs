@@ -1,13 +1,23 @@
-//! The [`Store`] trait: the atomic primitives a storage backend provides
-//! (SPEC "Architecture").
+//! For store authors: the [`Store`] trait, the atomic primitives a storage
+//! backend provides (SPEC "Architecture"), and the kit to write one with:
+//! slot allocation ([`lowest_free`], [`SlotTable`]), the wait engine's
+//! change notification ([`Changes`]), waiter ids, and the time helpers every
+//! store needs to keep times as unix milliseconds ([`unix_ms`],
+//! [`from_unix_ms`], [`MAX_UNIX_MS`], [`max_time`], [`saturating_add`]).
+//! Users of a store need none of it: they call [`Pool`](crate::Pool).
+
+pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, unix_ms};
+pub use crate::id::WaiterId;
+pub use crate::slot::{SlotTable, lowest_free};
+pub use crate::wait::Changes;
+/// Re-exported so that stores name the same `async_trait` as the trait.
+pub use ::async_trait::async_trait;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use async_trait::async_trait;
-
-use crate::{Changes, Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result, WaiterId};
+use crate::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
 /// One borrow attempt, as the core hands it to [`Store::try_borrow`].
 ///
@@ -150,7 +160,7 @@ impl TryBorrowAll {
 /// A storage backend: the atomic primitives behind a [`Pool`](crate::Pool).
 ///
 /// The store is a cell, the algorithm is the core's (as in governor's
-/// `StateStore`): which slot (R6, via [`SlotTable`](crate::SlotTable) or
+/// `StateStore`): which slot (R6, via [`SlotTable`] or
 /// its equivalent), when to wake, and who is next (R11) are decided once,
 /// in the core. Users do not call these methods; they call [`Pool`](crate::Pool).
 ///
@@ -176,11 +186,11 @@ impl TryBorrowAll {
 ///   renews for the request's ttl from that reading, and reports the
 ///   expiry it stored. Either way a lease with `expires_at <= now` is not
 ///   active, whether or not it has been cleaned up (R7), and every time a
-///   store keeps lies in `UNIX_EPOCH..=`[`max_time`](crate::max_time).
+///   store keeps lies in `UNIX_EPOCH..=`[`max_time`].
 ///   In test mode a store takes the test's manual clock for its deciding
 ///   clock, so that expiry is tested without sleeping.
 /// - **Lowest free.** A grant takes the position that
-///   [`lowest_free`](crate::lowest_free) names for the active leases (R6),
+///   [`lowest_free`] names for the active leases (R6),
 ///   and only while `in_use < count` (R10).
 /// - **Tokens.** Each grant's token is strictly greater than every token
 ///   the store granted before for that pool id, also across delete and
@@ -313,7 +323,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::from_unix_ms;
+    use crate::clock::from_unix_ms;
 
     #[test]
     fn a_refusal_waits_for_the_latest_of_the_earliest_expiries() {

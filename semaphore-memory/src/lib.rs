@@ -3,11 +3,19 @@
 //! # This crate
 //!
 //! [`MemoryStore`] keeps pools in this process's memory: no I/O, nothing
-//! survives the process. It re-exports the whole of `semaphore-core`, so it
-//! is the only dependency an in-process user needs.
+//! survives the process. It re-exports the user API of `semaphore-core`
+//! (and its `store` module, the kit for writing a store), so it is the only
+//! dependency an in-process user needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod store;
+mod backend;
 
-pub use semaphore_core::*;
-pub use store::MemoryStore;
+// The user API, and the store authors' kit in `store`.
+pub use backend::MemoryStore;
+pub use semaphore_core::{
+    BorrowOptions, BoxError, Clock, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet, Limits,
+    ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState, Result, Sleep,
+    SystemClock, store,
+};
+#[cfg(feature = "tower")]
+pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};

@@ -1,13 +1,13 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backend;
 mod error;
 mod listen;
 mod options;
 mod primitives;
 mod schema;
 mod sql;
-mod store;
 mod time;
 mod tx;
 
@@ -16,8 +16,15 @@ pub mod testing;
 
 pub use error::PostgresError;
 pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, PostgresOptions};
-pub use semaphore_core::*;
-pub use store::PostgresStore;
+// The user API, and the store authors' kit in `store`.
+pub use backend::PostgresStore;
+pub use semaphore_core::{
+    BorrowOptions, BoxError, Clock, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet, Limits,
+    ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState, Result, Sleep,
+    SystemClock, store,
+};
+#[cfg(feature = "tower")]
+pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use time::ServerClock;
 
 /// The drivers this store is built on, re-exported so that one dependency

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use semaphore_core::{Changes, PoolId};
+use semaphore_core::PoolId;
+use semaphore_core::store::Changes;
 use tokio::sync::oneshot;
 use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Socket};

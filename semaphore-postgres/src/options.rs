@@ -16,6 +16,9 @@ pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// drop after three of these (4.5 s) without one.
 pub const MAX_POLL_INTERVAL: Duration = Duration::from_millis(1500);
 
+// A queued head's row outlives three of the longest poll intervals.
+const _: () = assert!(crate::schema::WAITER_TTL_MS == 3 * MAX_POLL_INTERVAL.as_millis() as i64);
+
 /// Options for [`PostgresStore::connect_with`](crate::PostgresStore::connect_with).
 ///
 /// ```

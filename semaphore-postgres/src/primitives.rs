@@ -3,10 +3,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use semaphore_core::{
-    BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Store,
-    TryBorrow, TryBorrowAll, WaiterId, async_trait,
+use semaphore_core::store::{
+    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
+use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 

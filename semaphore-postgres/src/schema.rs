@@ -6,7 +6,8 @@
 //! build does not know, is refused with [`Error::SchemaMismatch`] before
 //! anything is written.
 
-use semaphore_core::{Error, MAX_UNIX_MS, Result};
+use semaphore_core::store::MAX_UNIX_MS;
+use semaphore_core::{Error, Result};
 use tokio_postgres::Client;
 
 use crate::error::storage;
@@ -19,7 +20,7 @@ pub(crate) const VERSION: i32 = 2;
 /// processes treat its process as gone (R11), in ms: three of the longest
 /// poll intervals, so a head that looks once per interval keeps its place
 /// even when a look comes late by up to two intervals.
-pub(crate) const WAITER_TTL_MS: i64 = 3 * crate::options::MAX_POLL_INTERVAL.as_millis() as i64;
+pub(crate) const WAITER_TTL_MS: i64 = 4_500;
 
 /// A head's look refreshes its row once the last refresh is older than
 /// this (ms): every look at any allowed poll interval, but not every one of
@@ -120,7 +121,7 @@ pub(crate) fn fill(text: &str, schema: &str) -> String {
 }
 
 fn describe(shape: &Shape) -> String {
-    semaphore_core::describe_tables(shape.iter().map(|(table, columns)| {
+    semaphore_core::store::describe_tables(shape.iter().map(|(table, columns)| {
         let columns = columns.iter().map(|c| (c.0.as_str(), c.1.as_str()));
         (table.as_str(), columns)
     }))

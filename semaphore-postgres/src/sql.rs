@@ -10,7 +10,8 @@
 //! `(SELECT semaphore_now($n))` is an uncorrelated subquery, evaluated once
 //! per statement, so every row is judged at one instant (R3).
 
-use semaphore_core::{Holder, Lease, LeaseId, PoolId, from_unix_ms};
+use semaphore_core::store::from_unix_ms;
+use semaphore_core::{Holder, Lease, LeaseId, PoolId};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 

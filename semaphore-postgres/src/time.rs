@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use semaphore_core::{Clock, ManualClock, Sleep, SystemClock, unix_ms};
+use semaphore_core::store::unix_ms;
+use semaphore_core::{Clock, ManualClock, Sleep, SystemClock};
 
 /// This process's view of the database server's clock: a local clock plus
 /// the offset last measured against the server.

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result, Store};
+use semaphore_core::store::Store;
+use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result};
 use tokio_postgres::Transaction;
 use tokio_postgres::types::Type;
 

@@ -64,7 +64,8 @@ mod linux {
     use std::thread::JoinHandle;
 
     use parking_lot::Mutex;
-    use semaphore_core::{Changes, PoolId};
+    use semaphore_core::PoolId;
+    use semaphore_core::store::Changes;
 
     use super::{FileId, RING_LEN, decode, encode};
     use crate::liveness;
@@ -279,7 +280,8 @@ mod linux {
 mod other {
     use std::sync::Weak;
 
-    use semaphore_core::{Changes, PoolId};
+    use semaphore_core::PoolId;
+    use semaphore_core::store::Changes;
 
     use super::FileId;
 

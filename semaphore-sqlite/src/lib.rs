@@ -3,6 +3,7 @@
 
 mod connection;
 // Only Linux rings; elsewhere the ring format is left to its tests.
+mod backend;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod doorbell;
 mod error;
@@ -13,15 +14,21 @@ mod placement;
 mod queue;
 mod schema;
 mod sql;
-mod store;
 mod time;
 mod tx;
 mod watch;
 mod writer;
 
 pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, SqliteOptions, Synchronous};
-pub use semaphore_core::*;
-pub use store::SqliteStore;
+// The user API, and the store authors' kit in `store`.
+pub use backend::SqliteStore;
+pub use semaphore_core::{
+    BorrowOptions, BoxError, Clock, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet, Limits,
+    ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState, Result, Sleep,
+    SystemClock, store,
+};
+#[cfg(feature = "tower")]
+pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use time::MAX_CLOCK_SKEW;
 pub use watch::WakeUp;
 

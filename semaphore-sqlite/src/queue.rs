@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
-use semaphore_core::{PoolId, WaiterId};
+use semaphore_core::PoolId;
+use semaphore_core::store::WaiterId;
 
 use crate::liveness;
 

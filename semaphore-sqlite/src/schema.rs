@@ -126,7 +126,7 @@ fn expected_shape() -> rusqlite::Result<Shape> {
 }
 
 fn describe(shape: &Shape) -> String {
-    semaphore_core::describe_tables(shape.iter().map(|(table, columns)| {
+    semaphore_core::store::describe_tables(shape.iter().map(|(table, columns)| {
         let columns = columns.iter().map(|c| (c.0.as_str(), c.1.as_str()));
         (table.as_str(), columns)
     }))

@@ -11,9 +11,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::queue::{drop_dead_heads, forget_waiter, keep_place};
 use crate::time::{instant, plus};
-use semaphore_core::{
-    BorrowRequest, Holder, Lease, LeaseId, PoolId, PoolState, TryBorrow, TryBorrowAll,
-};
+use semaphore_core::store::{BorrowRequest, TryBorrow, TryBorrowAll};
+use semaphore_core::{Holder, Lease, LeaseId, PoolId, PoolState};
 
 fn count_of(conn: &Connection, pool: &PoolId) -> rusqlite::Result<Option<u32>> {
     conn.prepare_cached("SELECT count FROM semaphore_pools WHERE pool = ?1")?

@@ -15,7 +15,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use semaphore_core::{Clock, Error, ManualClock, Result, SystemClock, unix_ms};
+use semaphore_core::store::unix_ms;
+use semaphore_core::{Clock, Error, ManualClock, Result, SystemClock};
 
 /// How far a clock given to [`SqliteOptions::clock`](crate::SqliteOptions::clock)
 /// may stray from the machine's before every call is refused with
@@ -104,14 +105,14 @@ pub(crate) fn ms(t: SystemTime) -> i64 {
 /// `at + ttl` in unix ms, saturating at `MAX_UNIX_MS`.
 pub(crate) fn plus(at: i64, ttl: Duration) -> i64 {
     let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-    let max = i64::try_from(semaphore_core::MAX_UNIX_MS).unwrap_or(i64::MAX);
+    let max = i64::try_from(semaphore_core::store::MAX_UNIX_MS).unwrap_or(i64::MAX);
     at.saturating_add(ttl).min(max)
 }
 
 /// A unix ms value read back from the file; a negative one (never written
 /// by this store) is the epoch.
 pub(crate) fn instant(ms: i64) -> SystemTime {
-    semaphore_core::from_unix_ms(u64::try_from(ms).unwrap_or(0))
+    semaphore_core::store::from_unix_ms(u64::try_from(ms).unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -144,9 +145,12 @@ mod tests {
     fn times_saturate_and_never_wrap() {
         assert_eq!(
             ms(SystemTime::now() + Duration::from_secs(1 << 50)) as u64,
-            semaphore_core::MAX_UNIX_MS
+            semaphore_core::store::MAX_UNIX_MS
         );
-        assert_eq!(plus(1, Duration::MAX) as u64, semaphore_core::MAX_UNIX_MS);
+        assert_eq!(
+            plus(1, Duration::MAX) as u64,
+            semaphore_core::store::MAX_UNIX_MS
+        );
         assert_eq!(instant(-1), SystemTime::UNIX_EPOCH);
     }
 }

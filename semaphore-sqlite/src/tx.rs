@@ -6,10 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rusqlite::Connection;
-use semaphore_core::{
-    BorrowOptions, BorrowRequest, Error, Lease, LeaseId, Pool, Result, Store, TryBorrow,
-    saturating_add,
-};
+use semaphore_core::store::{BorrowRequest, Store, TryBorrow, saturating_add};
+use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result};
 
 use crate::error::storage;
 use crate::time::instant;

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher as _};
 use parking_lot::Mutex;
-use semaphore_core::Changes;
+use semaphore_core::store::Changes;
 
 /// How long the file must be quiet after a notification before the second
 /// telling.

@@ -76,7 +76,7 @@ impl Cmd {
             .env("SEMAPHORE_POOL", pool)
             .env(
                 "SEMAPHORE_EXPIRES_AT_MS",
-                semaphore_memory::unix_ms(lease.expires_at).to_string(),
+                semaphore_memory::store::unix_ms(lease.expires_at).to_string(),
             )
             .process_group(0)
             .kill_on_drop(true);

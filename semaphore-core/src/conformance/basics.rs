@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use super::{Fixture, SEC};
-use crate::{Error, Limits, Pool, PoolState, lowest_free};
+use crate::store::lowest_free;
+use crate::{Error, Limits, Pool, PoolState};
 
 const TTL: Duration = Duration::from_secs(60);
 

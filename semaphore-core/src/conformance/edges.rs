@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use super::gate::{GatedStore, Stop};
 use super::{Fixture, SEC, until_in_use, until_waiting};
-use crate::{Error, Limits, Pool, PoolId, max_time};
+use crate::store::max_time;
+use crate::{Error, Limits, Pool, PoolId};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(3600);

@@ -10,10 +10,8 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, Semaphore};
 
-use crate::{
-    BorrowRequest, Changes, Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result, Store,
-    TryBorrow, TryBorrowAll, WaiterId,
-};
+use crate::store::{BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId};
+use crate::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
 /// Where a [`GatedStore`] holds the borrow call it catches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

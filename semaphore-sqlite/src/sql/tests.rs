@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use super::*;
 use crate::queue::WAITER_TTL;
 use crate::schema;
-use semaphore_core::WaiterId;
+use semaphore_core::store::WaiterId;
 
 fn db() -> Connection {
     let mut conn = Connection::open_in_memory().unwrap();
@@ -66,7 +66,7 @@ fn lowest_free_position_agrees_with_the_reference() {
             _ => {
                 let in_use = held.len() as u32;
                 let expected = (in_use < count)
-                    .then(|| semaphore_core::lowest_free(count, held.iter().map(|h| h.1)))
+                    .then(|| semaphore_core::store::lowest_free(count, held.iter().map(|h| h.1)))
                     .flatten();
                 let r = request(1, None);
                 let got = position(borrow(&conn, &r));

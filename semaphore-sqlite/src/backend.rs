@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use rusqlite::{Connection, TransactionBehavior};
-use semaphore_core::{
-    BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Store,
-    TryBorrow, TryBorrowAll, WaiterId, async_trait,
+use semaphore_core::store::{
+    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
+use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
 use crate::doorbell::Doorbell;
 use crate::error::storage;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool as ConnectionPool, RecyclingMethod};
-use semaphore_core::{Changes, Error, PoolId, Result};
+use semaphore_core::store::Changes;
+use semaphore_core::{Error, PoolId, Result};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Config, NoTls, Row};
 
@@ -16,7 +17,7 @@ use crate::sql::Sql;
 use crate::time::Time;
 use crate::{PostgresOptions, schema};
 
-/// A [`Store`](semaphore_core::Store) in one PostgreSQL database, shared by any number of
+/// A [`Store`](semaphore_core::store::Store) in one PostgreSQL database, shared by any number of
 /// processes on any number of machines (SPEC "PostgreSQL store").
 ///
 /// - **One round trip per primitive.** Each is one statement in autocommit
@@ -27,7 +28,7 @@ use crate::{PostgresOptions, schema};
 /// - **The server's clock decides** (SPEC "Time"): `clock_timestamp()`,
 ///   read after the lock, judges expiry and sets `expires_at`. Clients whose
 ///   clocks disagree by any amount can neither over-issue nor take a live
-///   lease. [`Store::clock`](semaphore_core::Store::clock) is this process's view of the server's clock,
+///   lease. [`Store::clock`](semaphore_core::store::Store::clock) is this process's view of the server's clock,
 ///   its own plus an offset measured at connect and refreshed.
 /// - **Wake-up:** one `LISTEN` connection per store; the functions that can
 ///   let a waiter in notify at commit. After a listener reconnect every

@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard, RwLock};
+use semaphore_core::store::{
+    BorrowRequest, Changes, SlotTable, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
+};
 use semaphore_core::{
-    BorrowRequest, Changes, Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result,
-    SlotTable, Store, SystemClock, TryBorrow, TryBorrowAll, WaiterId, async_trait,
+    Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, SystemClock,
 };
 
 /// A [`Store`] in this process's memory, for an in-process concurrency
