@@ -159,12 +159,19 @@ impl TryBorrowAll {
 
 /// A storage backend: the atomic primitives behind a [`Pool`](crate::Pool).
 ///
-/// The store is a cell, the algorithm is the core's (as in governor's
-/// `StateStore`): which slot (R6, via [`SlotTable`] or
-/// its equivalent), when to wake, and who is next (R11) are decided once,
-/// in the core. Users do not call these methods; they call [`Pool`](crate::Pool).
+/// Waiting is the core's: its queue, its timers and the order in which a
+/// process's waiters ask the store (R5, R11, R12) live once, in
+/// [`Pool`](crate::Pool), and users call that, not these methods. Each
+/// primitive is one atomic step, and the store decides within it:
+/// - an in-process store keeps its slots in the core's [`SlotTable`],
+///   which picks the slot (R6) and judges expiry (R7);
+/// - a database store picks the slot and judges expiry in its own atomic
+///   step (in SQL), so that processes on other machines agree; its
+///   answers are held to the [`SlotTable`]'s by the conformance suite's
+///   model tests (`store_model!`), and it may keep a queue of heads across
+///   processes (R11 across processes: see *Queued heads* below).
 ///
-/// The primitives have no default, on purpose: every store states each one.
+/// Every primitive is required, on purpose: each store states each one.
 /// Only the two synchronous fast paths,
 /// [`try_borrow_now`](Store::try_borrow_now) and
 /// [`return_lease_now`](Store::return_lease_now), default to "not offered".
@@ -255,12 +262,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// [`return_lease`](Store::return_lease) for a caller that holds the
     /// whole lease (a guard does), so that a store may find it by its
-    /// position: the same result, for `lease.pool` and `lease.id`. The
-    /// default calls `return_lease`; the SQLite store looks the row up by
-    /// `(pool, position)` instead of scanning the pool's leases for the id.
-    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool> {
-        self.return_lease(lease.pool, lease.id, now).await
-    }
+    /// position: the same result, for `lease.pool` and `lease.id`. A store
+    /// with nothing to gain from the position calls `return_lease`; the
+    /// SQLite store looks the row up by `(pool, position)` instead of
+    /// scanning the pool's leases for the id.
+    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool>;
 
     /// Sets the expiry of lease `lease` of `pool` to `expires_at` if it is
     /// active at `now`, keeping its position, token and labels; the renewed

@@ -244,6 +244,10 @@ impl Store for MemoryStore {
         Ok(self.return_in_place(pool, lease, now))
     }
 
+    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool> {
+        Ok(self.return_in_place(lease.pool, lease.id, now))
+    }
+
     fn return_lease_now(
         &self,
         pool: PoolId,

@@ -173,6 +173,11 @@ impl Store for PostgresStore {
         Ok(returned)
     }
 
+    /// By id: `lease` is UNIQUE, so indexed, and the position gains nothing.
+    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id, now).await
+    }
+
     async fn renew(
         &self,
         pool: PoolId,

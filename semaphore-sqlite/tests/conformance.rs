@@ -11,7 +11,9 @@ async fn make(clock: Arc<ManualClock>) -> Fixture {
     let options = SqliteOptions::default().manual_clock(clock.clone());
     let store = SqliteStore::open_with(dir.path().join("conformance.db"), options)
         .expect("opening a fresh database");
-    Fixture::new(Arc::new(store), clock).keep_alive(dir)
+    Fixture::new(Arc::new(store), clock)
+        .grants_outside_a_runtime()
+        .keep_alive(dir)
 }
 
 semaphore_core::store_conformance!(make);

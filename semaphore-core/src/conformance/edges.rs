@@ -65,11 +65,12 @@ pub async fn r2_the_largest_count_costs_its_leases_not_its_slots(f: Fixture) {
     assert_eq!((state.in_use, state.available), (2, u32::MAX - 2));
 }
 
-/// R5, R13: outside any runtime nothing panics. A free slot is granted
-/// there, or the call fails with [`Error::NoRuntime`] or stays pending (a
-/// store whose driver lives on a runtime); a borrow that must wait fails
-/// with [`Error::NoRuntime`] or stays pending; a pending call dropped takes
-/// nothing. A guard dropped on a plain thread returns its lease.
+/// R5, R13: outside any runtime nothing panics, and each store does what
+/// it declares: a free slot is granted in place by a store that needs no
+/// I/O driver for it ([`Fixture::grants_outside_a_runtime`]), and refused
+/// with [`Error::NoRuntime`] by the others; a borrow that must wait fails
+/// with [`Error::NoRuntime`] on every store and leaves no waiter. A guard
+/// dropped on a plain thread returns its lease.
 pub async fn calls_outside_a_runtime_fail_clearly_or_work(f: Fixture) {
     let pool = f.pool("p");
     pool.register(1).await.unwrap();
@@ -79,31 +80,42 @@ pub async fn calls_outside_a_runtime_fail_clearly_or_work(f: Fixture) {
     until_in_use(&pool, 0).await;
 
     let plain = pool.clone();
-    let (in_place, refused) = std::thread::spawn(move || {
-        let in_place = match poll_once(plain.try_borrow(TTL)).map(|r| r.map(|g| g.forget())) {
-            Poll::Ready(Err(Error::NoRuntime { .. })) | Poll::Pending => None,
-            Poll::Ready(granted) => Some(granted.expect("a free slot outside a runtime")),
-        };
-        let refused = poll_once(plain.borrow(TTL, LONG)).map(|r| r.map(|g| g.forget()));
-        (in_place, refused)
+    let (free, full) = std::thread::spawn(move || {
+        let free = poll_once(plain.try_borrow(TTL)).map(|r| r.map(|g| g.forget()));
+        let full = poll_once(plain.borrow(TTL, LONG)).map(|r| r.map(|g| g.forget()));
+        (free, full)
     })
     .join()
     .expect("a call outside a runtime panicked");
-    let late = match (&in_place, refused) {
-        (
-            _,
+    let no_runtime = |p: &Poll<crate::Result<crate::Lease>>| {
+        matches!(
+            p,
             Poll::Ready(Err(Error::NoRuntime {
-                operation: "borrow",
+                operation: "borrow"
             }))
-            | Poll::Pending,
-        ) => None,
-        // The first call stayed pending, so the pool was not full.
-        (None, Poll::Ready(Ok(lease))) => Some(lease),
-        (_, other) => panic!("a borrow that must wait outside a runtime gave {other:?}"),
+        )
     };
-    for lease in in_place.into_iter().chain(late) {
-        assert_eq!(lease.position, 0);
-        assert!(pool.return_lease(lease.id).await.unwrap());
+    match (f.grants_outside_a_runtime, &free) {
+        (true, Poll::Ready(Ok(lease))) => {
+            assert_eq!(lease.position, 0);
+            // The slot is held: the second call had to wait.
+            assert!(no_runtime(&full), "a borrow that must wait gave {full:?}");
+            assert!(pool.return_lease(lease.id).await.unwrap());
+        }
+        (false, free) if no_runtime(free) => {
+            assert!(
+                no_runtime(&full),
+                "a borrow outside a runtime gave {full:?}"
+            );
+        }
+        (grants, other) => panic!(
+            "outside a runtime, a free slot gave {other:?} (the store declares it {})",
+            if grants {
+                "grants"
+            } else {
+                "fails with NoRuntime"
+            }
+        ),
     }
     assert_eq!(pool.waiting(), 0, "a call outside a runtime left a waiter");
     until_in_use(&pool, 0).await;

@@ -219,6 +219,9 @@ impl Store for GatedStore {
         self.through(self.inner.return_lease(pool, lease, now))
             .await
     }
+    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool> {
+        self.through(self.inner.return_held(lease, now)).await
+    }
     async fn renew(
         &self,
         pool: PoolId,

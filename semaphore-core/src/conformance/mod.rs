@@ -56,6 +56,10 @@ pub struct Fixture {
     pub store: Arc<dyn Store>,
     /// The clock the store was given.
     pub clock: Arc<ManualClock>,
+    /// Whether the store grants a free slot to a call made outside any
+    /// tokio runtime (one that needs no I/O driver for it), rather than
+    /// failing with [`Error::NoRuntime`](crate::Error::NoRuntime).
+    pub grants_outside_a_runtime: bool,
     keep: Vec<Box<dyn Any + Send + Sync>>,
 }
 
@@ -65,8 +69,17 @@ impl Fixture {
         Self {
             store,
             clock,
+            grants_outside_a_runtime: false,
             keep: Vec::new(),
         }
+    }
+
+    /// Declares that the store grants a free slot outside any runtime (the
+    /// memory and SQLite stores do); without it, the suite expects
+    /// [`Error::NoRuntime`](crate::Error::NoRuntime) there.
+    pub fn grants_outside_a_runtime(mut self) -> Self {
+        self.grants_outside_a_runtime = true;
+        self
     }
 
     /// Keeps `value` (a temporary directory, say) alive as long as the
