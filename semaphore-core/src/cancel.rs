@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
-use crate::clock::truncate_ms;
 use crate::detach::{BoxFuture, run_detached};
 use crate::{
     BorrowRequest, Lease, LeaseId, PoolId, Result, Store, TryBorrow, TryBorrowAll, WaiterId,
@@ -200,10 +199,9 @@ impl<A: Answer> Drop for InFlight<A> {
             let answer = call.await;
             if let Ok(answer) = &answer {
                 for lease in answer.leases().iter().filter(|l| made.contains(l.id)) {
-                    let now = truncate_ms(store.clock().now());
                     // Nobody is left to hear about a failure; the lease then
                     // frees itself at its ttl.
-                    let _ = store.return_held(*lease, now).await;
+                    let _ = store.return_held(*lease).await;
                 }
             }
             if let Some((pools, waiter)) = place {
@@ -259,12 +257,11 @@ impl Drop for QueuePlace<'_> {
 /// In place if the store answers at once ([`Store::return_lease_now`]).
 pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
     let (pool, id) = (lease.pool, lease.id);
-    let now = truncate_ms(store.clock().now());
-    if store.return_lease_now(pool, id, now).is_some() {
+    if store.return_lease_now(pool, id).is_some() {
         return;
     }
     let (store, lease) = (store.clone(), *lease);
     run_detached(Box::pin(async move {
-        let _ = store.return_held(lease, now).await;
+        let _ = store.return_held(lease).await;
     }));
 }

@@ -156,7 +156,15 @@ pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
 
 /// `t` truncated to whole milliseconds since the Unix epoch, the resolution
 /// at which stores keep times (SPEC "SQLite store": integer unix ms).
-pub(crate) fn truncate_ms(t: SystemTime) -> SystemTime {
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use semaphore_core::store::truncate_ms;
+///
+/// let t = UNIX_EPOCH + Duration::from_micros(1_500_700);
+/// assert_eq!(truncate_ms(t), UNIX_EPOCH + Duration::from_millis(1_500));
+/// ```
+pub fn truncate_ms(t: SystemTime) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(unix_ms(t))
 }
 

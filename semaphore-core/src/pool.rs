@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::acquire::acquire;
 use crate::cancel::InFlight;
-use crate::clock::{saturating_add, truncate_ms};
+use crate::clock::truncate_ms;
 use crate::options::Labels;
 use crate::telemetry::{self, Name};
 use crate::wait::HandOff;
@@ -146,7 +146,7 @@ impl Pool {
     /// half set.
     pub async fn register(&self, count: u32) -> Result<PoolState> {
         let count = self.limits.check_count(count)?;
-        self.store.register(self.id, count, self.now()).await
+        self.store.register(self.id, count).await
     }
 
     /// The pool's `{id, count, in_use, available}` as of one instant (R3).
@@ -159,7 +159,7 @@ impl Pool {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     pub async fn inspect(&self) -> Result<PoolState> {
-        self.store.inspect(self.id, self.now()).await
+        self.store.inspect(self.id).await
     }
 
     /// Removes the pool and all its leases (R4); `true` if it existed.
@@ -302,7 +302,7 @@ impl Pool {
     /// Dropping the future may or may not leave the lease returned; either
     /// way it frees itself at its ttl at the latest.
     pub async fn return_lease(&self, lease: LeaseId) -> Result<bool> {
-        let result = self.store.return_lease(self.id, lease, self.now()).await;
+        let result = self.store.return_lease(self.id, lease).await;
         telemetry::returned(&self.name, None, Some(&result));
         result
     }
@@ -313,7 +313,7 @@ impl Pool {
         if lease.pool != self.id {
             return self.return_lease(lease.id).await;
         }
-        let result = self.store.return_held(*lease, self.now()).await;
+        let result = self.store.return_held(*lease).await;
         telemetry::returned(&self.name, Some(lease), Some(&result));
         result
     }
@@ -340,7 +340,6 @@ impl Pool {
     /// Dropping the future may or may not leave the lease renewed.
     pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let ttl = self.limits.clamp_ttl(ttl)?;
-        let now = self.now();
         if lease.pool != self.id {
             return Err(Error::LeaseNotFound {
                 pool: self.id,
@@ -349,9 +348,9 @@ impl Pool {
         }
         let result = self
             .store
-            .renew(self.id, lease.id, now, saturating_add(now, ttl))
+            .renew(self.id, lease.id, ttl)
             .await
-            .and_then(|renewed| renewed.ok_or_else(|| Error::not_renewed(lease, now)));
+            .and_then(|renewed| renewed.ok_or_else(|| Error::not_renewed(lease, self.now())));
         telemetry::renewed(&self.name, lease, &result);
         result
     }
@@ -368,7 +367,7 @@ impl Pool {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     pub async fn holders(&self) -> Result<Vec<Holder>> {
-        self.store.holders(self.id, self.now()).await
+        self.store.holders(self.id).await
     }
 
     /// Ends the lease at `position`, whoever holds it, as if its holder had
@@ -384,10 +383,7 @@ impl Pool {
     /// # Cancel safety
     /// Dropping the future may or may not leave the lease ended.
     pub async fn force_return(&self, position: u32) -> Result<Option<Holder>> {
-        let ended = self
-            .store
-            .force_return(self.id, position, self.now())
-            .await?;
+        let ended = self.store.force_return(self.id, position).await?;
         if let Some(holder) = &ended {
             telemetry::force_returned(&self.name, position, holder.lease.token);
         }
@@ -421,7 +417,7 @@ impl Pool {
             // A keyed retry must not queue behind others for a lease it
             // holds; with nobody queued, the first attempt finds it anyway.
             if self.store.changes().waiting(self.id) > 0
-                && let Some(lease) = keyed_lease(&self.store, self.id, key, start).await?
+                && let Some(lease) = keyed_lease(&self.store, self.id, key).await?
             {
                 return Ok(lease);
             }
@@ -441,9 +437,8 @@ impl Pool {
                 owner: labels.owner.clone(),
             }),
             exhausted,
-            |now, waiter| {
-                let mut request =
-                    BorrowRequest::new(self.id, LeaseId::new(), now, saturating_add(now, ttl));
+            |_now, waiter| {
+                let mut request = BorrowRequest::new(self.id, LeaseId::new(), ttl);
                 request.waiter = waiter;
                 request.key.clone_from(&labels.key);
                 request.owner.clone_from(&labels.owner);
@@ -460,9 +455,8 @@ pub(crate) async fn keyed_lease(
     store: &Arc<dyn Store>,
     pool: PoolId,
     key: &str,
-    now: SystemTime,
 ) -> Result<Option<Lease>> {
-    let holders = store.holders(pool, now).await?;
+    let holders = store.holders(pool).await?;
     Ok(holders
         .into_iter()
         .find(|h| h.key.as_deref() == Some(key))

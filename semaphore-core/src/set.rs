@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::acquire::acquire;
 use crate::cancel::{InFlight, return_detached};
-use crate::clock::{saturating_add, truncate_ms};
+use crate::clock::truncate_ms;
 use crate::pool::keyed_lease;
 use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseId, Limits, Pool, PoolId, Result, Store,
@@ -160,7 +160,7 @@ impl PoolSet {
         let start = truncate_ms(store.clock().now());
         if let Some(key) = &labels.key
             && self.ids.iter().any(|id| store.changes().waiting(*id) > 0)
-            && let Some(leases) = self.keyed(key, start).await?
+            && let Some(leases) = self.keyed(key).await?
         {
             return Ok(LeaseSet::new(self.clone(), leases));
         }
@@ -175,13 +175,12 @@ impl PoolSet {
             wait,
             None,
             exhausted,
-            |now, waiter| {
+            |_now, waiter| {
                 let requests = self
                     .ids
                     .iter()
                     .map(|id| {
-                        let mut request =
-                            BorrowRequest::new(*id, LeaseId::new(), now, saturating_add(now, ttl));
+                        let mut request = BorrowRequest::new(*id, LeaseId::new(), ttl);
                         request.waiter = waiter;
                         request.key.clone_from(&labels.key);
                         request.owner.clone_from(&labels.owner);
@@ -196,10 +195,10 @@ impl PoolSet {
     }
 
     /// The active leases with key `key`, if every pool has one.
-    async fn keyed(&self, key: &str, now: std::time::SystemTime) -> Result<Option<Vec<Lease>>> {
+    async fn keyed(&self, key: &str) -> Result<Option<Vec<Lease>>> {
         let mut leases = Vec::with_capacity(self.ids.len());
         for id in &self.ids {
-            match keyed_lease(self.store(), *id, key, now).await? {
+            match keyed_lease(self.store(), *id, key).await? {
                 Some(lease) => leases.push(lease),
                 None => return Ok(None),
             }

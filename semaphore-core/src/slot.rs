@@ -4,10 +4,11 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use free::FreeSet;
 
+use crate::clock::saturating_add;
 use crate::{BorrowRequest, Holder, Lease, LeaseId, PoolId, TryBorrow};
 
 /// The reference rule R6: the lowest position in `0..count` not in `held`,
@@ -123,15 +124,18 @@ impl SlotTable {
         self.expiries.first().map(|&(t, _)| t)
     }
 
-    /// Grants the lowest free slot (R6) if `in_use < count` (R10), taking
-    /// the token from `next_token` only when it grants. A request whose key
-    /// names an active lease gets that lease back, unchanged.
+    /// Grants the lowest free slot (R6) if `in_use < count` (R10) at `now`
+    /// (the store's reading of its clock, whole ms), for the request's ttl
+    /// from `now`, taking the token from `next_token` only when it grants. A
+    /// request whose key names an active lease gets that lease back,
+    /// unchanged.
     pub fn grant(
         &mut self,
         request: &BorrowRequest,
+        now: SystemTime,
         next_token: impl FnOnce() -> u64,
     ) -> TryBorrow {
-        self.reap(request.now);
+        self.reap(now);
         if let Some(lease) = self.keyed(request) {
             return TryBorrow::Granted { lease };
         }
@@ -148,7 +152,7 @@ impl SlotTable {
         let held = Held {
             id: request.lease,
             token: next_token(),
-            expires_at: request.expires_at,
+            expires_at: saturating_add(now, request.ttl),
             key: request.key.clone(),
             owner: request.owner.clone(),
         };
@@ -162,10 +166,10 @@ impl SlotTable {
         TryBorrow::Granted { lease }
     }
 
-    /// Whether [`grant`](SlotTable::grant) would grant `request` now: its
-    /// key names an active lease, or a slot is free. Reaps first.
-    pub fn can_grant(&mut self, request: &BorrowRequest) -> bool {
-        self.reap(request.now);
+    /// Whether [`grant`](SlotTable::grant) would grant `request` at `now`:
+    /// its key names an active lease, or a slot is free. Reaps first.
+    pub fn can_grant(&mut self, request: &BorrowRequest, now: SystemTime) -> bool {
+        self.reap(now);
         self.keyed(request).is_some() || self.lowest_free().is_some()
     }
 
@@ -182,16 +186,17 @@ impl SlotTable {
         }
     }
 
-    /// Moves the expiry of lease `id` of pool `pool` to `expires_at` if it
-    /// is active at `now`, keeping position, token and labels.
+    /// Moves the expiry of lease `id` of pool `pool` to `ttl` after `now`
+    /// if it is active at `now`, keeping position, token and labels.
     pub fn renew(
         &mut self,
         pool: PoolId,
         id: LeaseId,
         now: SystemTime,
-        expires_at: SystemTime,
+        ttl: Duration,
     ) -> Option<Lease> {
         self.reap(now);
+        let expires_at = saturating_add(now, ttl);
         let position = *self.by_id.get(&id)?;
         let held = self.slots[position as usize].as_mut()?;
         self.expiries.remove(&(held.expires_at, position));
@@ -278,13 +283,11 @@ mod tests {
     use crate::PoolId;
     use std::time::{Duration, UNIX_EPOCH};
 
-    fn req(now_s: u64, ttl_s: u64) -> BorrowRequest {
-        let now = UNIX_EPOCH + Duration::from_secs(now_s);
+    fn req(ttl_s: u64) -> BorrowRequest {
         BorrowRequest::new(
             PoolId::from_name("t"),
             LeaseId::new(),
-            now,
-            now + Duration::from_secs(ttl_s),
+            Duration::from_secs(ttl_s),
         )
     }
 
@@ -303,14 +306,14 @@ mod tests {
             tok += 1;
             tok
         };
-        let a = req(0, 10);
-        assert_eq!(position(t.grant(&a, &mut next)), 0);
-        assert_eq!(position(t.grant(&req(0, 10), &mut next)), 1);
+        let a = req(10);
+        assert_eq!(position(t.grant(&a, UNIX_EPOCH, &mut next)), 0);
+        assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, &mut next)), 1);
         assert!(t.release(a.lease, UNIX_EPOCH));
-        assert_eq!(position(t.grant(&req(0, 10), &mut next)), 0);
-        assert_eq!(position(t.grant(&req(0, 10), &mut next)), 2);
+        assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, &mut next)), 0);
+        assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, &mut next)), 2);
         assert!(matches!(
-            t.grant(&req(0, 10), &mut next),
+            t.grant(&req(10), UNIX_EPOCH, &mut next),
             TryBorrow::Exhausted { .. }
         ));
     }
@@ -318,12 +321,15 @@ mod tests {
     #[test]
     fn expired_slot_is_reaped_and_handed_out_next() {
         let mut t = SlotTable::new(2);
-        let short = req(0, 1);
-        assert_eq!(position(t.grant(&short, || 1)), 0);
-        assert_eq!(position(t.grant(&req(0, 10), || 2)), 1);
+        let short = req(1);
+        assert_eq!(position(t.grant(&short, UNIX_EPOCH, || 1)), 0);
+        assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, || 2)), 1);
         assert_eq!(t.in_use(UNIX_EPOCH + Duration::from_secs(1)), 1);
         assert!(!t.release(short.lease, UNIX_EPOCH + Duration::from_secs(1)));
-        assert_eq!(position(t.grant(&req(1, 10), || 3)), 0);
+        assert_eq!(
+            position(t.grant(&req(10), UNIX_EPOCH + Duration::from_secs(1), || 3)),
+            0
+        );
     }
 
     #[test]
@@ -331,8 +337,8 @@ mod tests {
         let mut t = SlotTable::new(4);
         let held: Vec<_> = (0..4)
             .map(|i| {
-                let r = req(0, 10);
-                assert_eq!(position(t.grant(&r, || i)), i as u32);
+                let r = req(10);
+                assert_eq!(position(t.grant(&r, UNIX_EPOCH, || i)), i as u32);
                 r
             })
             .collect();
@@ -341,14 +347,14 @@ mod tests {
         t.release(held[0].lease, UNIX_EPOCH);
         // in_use 2 (positions 1, 2) == count 2: nothing is granted.
         assert!(matches!(
-            t.grant(&req(0, 10), || 9),
+            t.grant(&req(10), UNIX_EPOCH, || 9),
             TryBorrow::Exhausted { .. }
         ));
         t.release(held[2].lease, UNIX_EPOCH);
-        assert_eq!(position(t.grant(&req(0, 10), || 9)), 0);
+        assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, || 9)), 0);
         t.set_count(4);
-        assert_eq!(position(t.grant(&req(0, 10), || 10)), 2);
-        assert_eq!(position(t.grant(&req(0, 10), || 11)), 3);
+        assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, || 10)), 2);
+        assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, || 11)), 3);
     }
 
     #[test]
@@ -375,8 +381,8 @@ mod tests {
                     let expected = ((held.len() as u32) < count)
                         .then(|| lowest_free(count, held.iter().map(|h| h.1)))
                         .flatten();
-                    let r = req(0, 10);
-                    match (t.grant(&r, || step), expected) {
+                    let r = req(10);
+                    match (t.grant(&r, UNIX_EPOCH, || step), expected) {
                         (TryBorrow::Granted { lease, .. }, Some(p)) => {
                             assert_eq!(lease.position, p, "step {step}, count {count}");
                             held.push((r.lease, p));
@@ -397,8 +403,8 @@ mod tests {
         assert_eq!((t.slots.capacity(), t.free.words()), (0, 0));
         let leases: Vec<_> = (0..200)
             .map(|i| {
-                let r = req(0, 10);
-                assert_eq!(position(t.grant(&r, || i)), i as u32);
+                let r = req(10);
+                assert_eq!(position(t.grant(&r, UNIX_EPOCH, || i)), i as u32);
                 r.lease
             })
             .collect();
@@ -406,7 +412,7 @@ mod tests {
         assert!(t.slots.capacity() <= 256 && t.free.words() <= 4);
         assert!(t.release(leases[3], UNIX_EPOCH));
         assert_eq!(
-            position(t.grant(&req(0, 10), || 300)),
+            position(t.grant(&req(10), UNIX_EPOCH, || 300)),
             3,
             "a gap is reused first"
         );
@@ -418,7 +424,7 @@ mod tests {
         t.set_count(2);
         assert_eq!(t.in_use(UNIX_EPOCH), 4);
         assert!(matches!(
-            t.grant(&req(0, 10), || 9),
+            t.grant(&req(10), UNIX_EPOCH, || 9),
             TryBorrow::Exhausted { .. }
         ));
     }
@@ -438,8 +444,8 @@ mod tests {
                 assert!(t.release(id, UNIX_EPOCH));
             } else {
                 let expected = lowest_free(8, held.iter().map(|h| h.1));
-                let r = req(0, 10);
-                match (t.grant(&r, || step), expected) {
+                let r = req(10);
+                match (t.grant(&r, UNIX_EPOCH, || step), expected) {
                     (TryBorrow::Granted { lease, .. }, Some(p)) => {
                         assert_eq!(lease.position, p);
                         held.push((r.lease, p));

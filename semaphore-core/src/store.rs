@@ -6,7 +6,7 @@
 //! [`from_unix_ms`], [`MAX_UNIX_MS`], [`max_time`], [`saturating_add`]).
 //! Users of a store need none of it: they call [`Pool`](crate::Pool).
 
-pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, unix_ms};
+pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, truncate_ms, unix_ms};
 pub use crate::id::WaiterId;
 pub use crate::slot::{SlotTable, lowest_free};
 pub use crate::wait::Changes;
@@ -21,11 +21,10 @@ use crate::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
 /// One borrow attempt, as the core hands it to [`Store::try_borrow`].
 ///
-/// Its times were computed by the core from the store's [`Clock`] just
-/// before the call. A store whose deciding clock is read inside its atomic
-/// step (SPEC "Time": the machine's clock for SQLite, the server's for
-/// PostgreSQL) decides with that reading instead, and grants for
-/// [`ttl`](BorrowRequest::ttl) from it.
+/// It carries no time: the store reads its deciding clock inside its atomic
+/// step (SPEC "Time": this process's for the memory store, the machine's
+/// for SQLite, the server's for PostgreSQL) and grants for [`ttl`](Self::ttl)
+/// from that reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BorrowRequest {
@@ -34,12 +33,11 @@ pub struct BorrowRequest {
     /// The id the lease gets if granted, made by the core beforehand so that
     /// a cancelled call can still return it (R12).
     pub lease: LeaseId,
-    /// The instant of the attempt, to whole milliseconds: leases with
-    /// `expires_at <= now` are not active (R7).
-    pub now: SystemTime,
-    /// The expiry the lease gets if granted: `now + ttl`, ttl already
-    /// checked and clamped (R5), to whole milliseconds.
-    pub expires_at: SystemTime,
+    /// How long the lease is held if granted: checked and clamped by the
+    /// core (R5), whole milliseconds, and at most [`MAX_UNIX_MS`] ms, so
+    /// that the deciding clock's reading plus it fits every store's time
+    /// column. The expiry is that sum, saturating at [`max_time`].
+    pub ttl: Duration,
     /// Set when the attempt comes from the head of this process's queue
     /// for the pool, `None` for a first attempt that queued behind no one.
     /// A store shared by processes may keep the heads it has seen in a queue
@@ -56,27 +54,17 @@ pub struct BorrowRequest {
 }
 
 impl BorrowRequest {
-    /// A request for pool `pool`, granting lease `lease` until `expires_at`,
-    /// as seen at `now`.
-    pub fn new(pool: PoolId, lease: LeaseId, now: SystemTime, expires_at: SystemTime) -> Self {
+    /// A request for pool `pool`, granting lease `lease` for `ttl` (capped
+    /// at [`MAX_UNIX_MS`] ms).
+    pub fn new(pool: PoolId, lease: LeaseId, ttl: Duration) -> Self {
         Self {
             pool,
             lease,
-            now,
-            expires_at,
+            ttl: ttl.min(Duration::from_millis(MAX_UNIX_MS)),
             waiter: None,
             key: None,
             owner: None,
         }
-    }
-
-    /// The lease's ttl: `expires_at - now`, as checked and clamped by the
-    /// core (R5), whole milliseconds; for stores that read `now` inside
-    /// their atomic step. Zero if `expires_at` is not after `now`.
-    pub fn ttl(&self) -> Duration {
-        self.expires_at
-            .duration_since(self.now)
-            .unwrap_or(Duration::ZERO)
     }
 }
 
@@ -183,19 +171,17 @@ impl TryBorrowAll {
 ///   the store behave as if run one at a time (R10, R14). A failure leaves
 ///   nothing half done and is [`Error::Storage`](crate::Error::Storage) with
 ///   the right `retryable` flag.
-/// - **One clock decides** (SPEC "Time"). Every time comes in as an
-///   argument computed from [`Store::clock`] just before the call. A store
-///   whose processes share one clock and read it cheaply may decide with
-///   those arguments (the memory store). A store shared by processes or
-///   machines decides with the one clock they all share, read inside its
-///   atomic step: the machine's clock for a SQLite file, the database
-///   server's (`clock_timestamp()`) for PostgreSQL; it then grants and
-///   renews for the request's ttl from that reading, and reports the
-///   expiry it stored. Either way a lease with `expires_at <= now` is not
-///   active, whether or not it has been cleaned up (R7), and every time a
-///   store keeps lies in `UNIX_EPOCH..=`[`max_time`].
-///   In test mode a store takes the test's manual clock for its deciding
-///   clock, so that expiry is tested without sleeping.
+/// - **One clock decides** (SPEC "Time"). No time comes in as an
+///   argument: each step reads the clock that decides for everyone sharing
+///   the store, inside the step, and judges expiry and sets expiries by
+///   that one reading: this process's clock (the one [`Store::clock`]
+///   returns) for the memory store, the machine's clock for a SQLite file,
+///   the database server's (`clock_timestamp()`) for PostgreSQL. A lease
+///   whose expiry is at or before that reading is not active, whether or
+///   not it has been cleaned up (R7), and every time a store keeps lies in
+///   `UNIX_EPOCH..=`[`max_time`], to whole milliseconds. In test mode a
+///   store takes the test's manual clock for its deciding clock, so that
+///   expiry is tested without sleeping.
 /// - **Lowest free.** A grant takes the position that
 ///   [`lowest_free`] names for the active leases (R6),
 ///   and only while `in_use < count` (R10).
@@ -235,18 +221,20 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn changes(&self) -> &Changes;
 
     /// Creates pool `pool` with `count` slots, or sets the count of an
-    /// existing one (R2); returns its state at `now`. Revokes no lease.
-    async fn register(&self, pool: PoolId, count: u32, now: SystemTime) -> Result<PoolState>;
+    /// existing one (R2); returns its state as of the step. Revokes no
+    /// lease.
+    async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState>;
 
-    /// The state of `pool` at `now` (R3).
-    async fn inspect(&self, pool: PoolId, now: SystemTime) -> Result<PoolState>;
+    /// The state of `pool`, as of one instant (R3).
+    async fn inspect(&self, pool: PoolId) -> Result<PoolState>;
 
     /// Removes `pool` and all its leases; `true` if it existed (R4). The
     /// store must keep its token counter past the delete (R9).
     async fn delete(&self, pool: PoolId) -> Result<bool>;
 
-    /// Grants the lowest free slot if `in_use < count` at `request.now`
-    /// (R5, R6, R10), with the request's lease id and expiry.
+    /// Grants the lowest free slot if `in_use < count` (R5, R6, R10), with
+    /// the request's lease id, for the request's ttl from the step's reading
+    /// of the deciding clock.
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow>;
 
     /// One atomic step over several pools: grants every request as
@@ -256,9 +244,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// the request's waiter as `try_borrow` would.
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll>;
 
-    /// Ends lease `lease` of `pool` if it is active at `now` (R8); `true`
-    /// only if it was.
-    async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool>;
+    /// Ends lease `lease` of `pool` if it is active (R8); `true` only if it
+    /// was.
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool>;
 
     /// [`return_lease`](Store::return_lease) for a caller that holds the
     /// whole lease (a guard does), so that a store may find it by its
@@ -266,30 +254,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// with nothing to gain from the position calls `return_lease`; the
     /// SQLite store looks the row up by `(pool, position)` instead of
     /// scanning the pool's leases for the id.
-    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool>;
+    async fn return_held(&self, lease: Lease) -> Result<bool>;
 
-    /// Sets the expiry of lease `lease` of `pool` to `expires_at` if it is
-    /// active at `now`, keeping its position, token and labels; the renewed
+    /// Sets lease `lease` of `pool`, if it is active, to expire `ttl`
+    /// (checked and clamped, whole ms) after the step's reading of the
+    /// deciding clock, keeping its position, token and labels; the renewed
     /// lease, or `None` if it was not active.
-    async fn renew(
-        &self,
-        pool: PoolId,
-        lease: LeaseId,
-        now: SystemTime,
-        expires_at: SystemTime,
-    ) -> Result<Option<Lease>>;
+    async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>>;
 
-    /// Every lease of `pool` active at `now`, by position, with its labels.
-    async fn holders(&self, pool: PoolId, now: SystemTime) -> Result<Vec<Holder>>;
+    /// Every active lease of `pool`, by position, with its labels, as of
+    /// one instant.
+    async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>>;
 
-    /// Ends the lease at `position` of `pool` if one is active at `now`, as
-    /// a return would; the lease it ended.
-    async fn force_return(
-        &self,
-        pool: PoolId,
-        position: u32,
-        now: SystemTime,
-    ) -> Result<Option<Holder>>;
+    /// Ends the lease at `position` of `pool` if one is active, as a return
+    /// would; the lease it ended.
+    async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>>;
 
     /// [`try_borrow`](Store::try_borrow) answered at once, without a future,
     /// by a store that needs no I/O for it; `None` (the default) if the
@@ -310,13 +289,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// future; `None` (the default) if the store does not offer it. A
     /// guard's drop uses it to return its lease in place instead of on a
     /// spawned task. Same rules as [`try_borrow_now`](Store::try_borrow_now).
-    fn return_lease_now(
-        &self,
-        pool: PoolId,
-        lease: LeaseId,
-        now: SystemTime,
-    ) -> Option<Result<bool>> {
-        let _ = (pool, lease, now);
+    fn return_lease_now(&self, pool: PoolId, lease: LeaseId) -> Option<Result<bool>> {
+        let _ = (pool, lease);
         None
     }
 

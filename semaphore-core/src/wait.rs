@@ -23,7 +23,6 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::cancel::return_detached;
-use crate::clock::saturating_add;
 use crate::{BorrowRequest, Lease, LeaseId, PoolId, Store, TryBorrow};
 
 /// A store's change notification and the in-process wait queues of its pools.
@@ -136,12 +135,11 @@ impl Changes {
     ///
     /// A store that calls this in its return instead of `notify` must also
     /// end those leases if the step does not commit. Each request carries
-    /// a fresh [`LeaseId`], `now` as given, and the borrower's ttl, key and
-    /// owner.
+    /// a fresh [`LeaseId`] and the borrower's ttl, key and owner; `grant`
+    /// grants it at the store's own reading of its clock.
     pub fn hand_off(
         &self,
         pool: PoolId,
-        now: SystemTime,
         mut grant: impl FnMut(&BorrowRequest) -> TryBorrow,
     ) -> usize {
         if !self.has_waiters() {
@@ -162,8 +160,7 @@ impl Changes {
                 head.wake_to_ask();
                 break;
             };
-            let mut request =
-                BorrowRequest::new(pool, LeaseId::new(), now, saturating_add(now, asked.ttl));
+            let mut request = BorrowRequest::new(pool, LeaseId::new(), asked.ttl);
             request.key.clone_from(&asked.key);
             request.owner.clone_from(&asked.owner);
             match grant(&request) {

@@ -1,7 +1,7 @@
 //! [`MemoryStore`]: pools in this process's memory.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -9,6 +9,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use semaphore_core::store::{
     BorrowRequest, Changes, SlotTable, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
+    truncate_ms,
 };
 use semaphore_core::{
     Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, SystemClock,
@@ -77,10 +78,17 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
+    /// The deciding clock's reading for one step, to whole milliseconds
+    /// (SPEC "Time": this process's clock decides for the memory store).
+    fn now(&self) -> SystemTime {
+        truncate_ms(self.clock.now())
+    }
+
     /// `try_borrow`, which never waits: the store offers it both ways.
     fn borrow_in_place(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        let now = self.now();
         self.with_table(request.pool, |table| {
-            table.grant(request, || self.next_token())
+            table.grant(request, now, || self.next_token())
         })
     }
 
@@ -107,12 +115,13 @@ impl MemoryStore {
     /// `return_lease`, which never waits: the store offers it both ways.
     /// The freed slot goes straight to this process's head waiter, in the
     /// same step under the pool's lock ([`Changes::hand_off`]).
-    fn return_in_place(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> bool {
+    fn return_in_place(&self, pool: PoolId, lease: LeaseId) -> bool {
+        let now = self.now();
         self.with_table(pool, |table| {
             let returned = table.release(lease, now);
             if returned {
-                self.changes.hand_off(pool, now, |request| {
-                    table.grant(request, || self.next_token())
+                self.changes.hand_off(pool, |request| {
+                    table.grant(request, now, || self.next_token())
                 });
             }
             returned
@@ -145,7 +154,8 @@ impl Store for MemoryStore {
         &self.changes
     }
 
-    async fn register(&self, pool: PoolId, count: u32, now: SystemTime) -> Result<PoolState> {
+    async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
+        let now = self.now();
         let set = |table: &mut SlotTable| {
             table.set_count(count);
             PoolState::new(pool, count, table.in_use(now))
@@ -163,7 +173,8 @@ impl Store for MemoryStore {
         Ok(state)
     }
 
-    async fn inspect(&self, pool: PoolId, now: SystemTime) -> Result<PoolState> {
+    async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
+        let now = self.now();
         self.with_table(pool, |table| {
             PoolState::new(pool, table.count(), table.in_use(now))
         })
@@ -201,13 +212,14 @@ impl Store for MemoryStore {
             }
         }
         // Check every pool before granting any, so that a refusal costs no
-        // token and writes nothing.
+        // token and writes nothing; one reading of the clock for the step.
+        let now = self.now();
         let mut blocked = Vec::new();
         for request in requests {
             let Some(table) = table(&mut tables, &ids, request.pool) else {
                 continue;
             };
-            if !table.can_grant(request) {
+            if !table.can_grant(request, now) {
                 blocked.push(table.next_expiry());
             }
         }
@@ -217,7 +229,7 @@ impl Store for MemoryStore {
                 let Some(table) = table(&mut tables, &ids, request.pool) else {
                     break;
                 };
-                match table.grant(request, || self.next_token()) {
+                match table.grant(request, now, || self.next_token()) {
                     TryBorrow::Granted { lease } => leases.push(lease),
                     // Only if a pool is named twice: undo, refuse.
                     TryBorrow::Exhausted { next_expiry } => {
@@ -234,53 +246,40 @@ impl Store for MemoryStore {
             if lease.id == request.lease
                 && let Some(table) = table(&mut tables, &ids, lease.pool)
             {
-                table.release(lease.id, request.now);
+                table.release(lease.id, now);
             }
         }
         Ok(TryBorrowAll::refused(blocked))
     }
 
-    async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool> {
-        Ok(self.return_in_place(pool, lease, now))
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        Ok(self.return_in_place(pool, lease))
     }
 
-    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool> {
-        Ok(self.return_in_place(lease.pool, lease.id, now))
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        Ok(self.return_in_place(lease.pool, lease.id))
     }
 
-    fn return_lease_now(
-        &self,
-        pool: PoolId,
-        lease: LeaseId,
-        now: SystemTime,
-    ) -> Option<Result<bool>> {
-        Some(Ok(self.return_in_place(pool, lease, now)))
+    fn return_lease_now(&self, pool: PoolId, lease: LeaseId) -> Option<Result<bool>> {
+        Some(Ok(self.return_in_place(pool, lease)))
     }
 
-    async fn renew(
-        &self,
-        pool: PoolId,
-        lease: LeaseId,
-        now: SystemTime,
-        expires_at: SystemTime,
-    ) -> Result<Option<Lease>> {
-        let renewed = self.with_table(pool, |table| table.renew(pool, lease, now, expires_at))?;
+    async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
+        let now = self.now();
+        let renewed = self.with_table(pool, |table| table.renew(pool, lease, now, ttl))?;
         if renewed.is_some() {
             self.changes.notify(pool);
         }
         Ok(renewed)
     }
 
-    async fn holders(&self, pool: PoolId, now: SystemTime) -> Result<Vec<Holder>> {
+    async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
+        let now = self.now();
         self.with_table(pool, |table| table.holders(pool, now))
     }
 
-    async fn force_return(
-        &self,
-        pool: PoolId,
-        position: u32,
-        now: SystemTime,
-    ) -> Result<Option<Holder>> {
+    async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>> {
+        let now = self.now();
         let ended = self.with_table(pool, |table| table.force_return(pool, position, now))?;
         if ended.is_some() {
             self.changes.notify(pool);

@@ -1,7 +1,7 @@
 //! The [`Store`] primitives of [`PostgresStore`]: each one statement, one
 //! round trip, calling the store's server-side function.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use semaphore_core::store::{
     BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
@@ -23,7 +23,13 @@ pub(crate) fn first<'a>(rows: &'a [Row], operation: &'static str) -> Result<&'a 
 }
 
 pub(crate) fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    // Beyond MAX_UNIX_MS every expiry saturates anyway; capped, the server's
+    // `now + ttl` cannot overflow a bigint.
+    i64::try_from(
+        d.as_millis()
+            .min(u128::from(semaphore_core::store::MAX_UNIX_MS)),
+    )
+    .unwrap_or(i64::MAX)
 }
 
 #[async_trait]
@@ -36,7 +42,7 @@ impl Store for PostgresStore {
         &self.changes
     }
 
-    async fn register(&self, pool: PoolId, count: u32, _now: SystemTime) -> Result<PoolState> {
+    async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         let (now, count) = (self.time.now_param(), i64::from(count));
         let rows = self
             .query(
@@ -59,7 +65,7 @@ impl Store for PostgresStore {
         ))
     }
 
-    async fn inspect(&self, pool: PoolId, _now: SystemTime) -> Result<PoolState> {
+    async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
         let now = self.time.now_param();
         let rows = self
             .query(
@@ -95,7 +101,7 @@ impl Store for PostgresStore {
         let args = sql::TryBorrowArgs {
             pool: *request.pool.as_uuid(),
             lease: *request.lease.as_uuid(),
-            ttl: ms(request.ttl()),
+            ttl: ms(request.ttl),
             waiter: request.waiter.map(|w| *w.as_uuid()),
             key: request.key.as_deref(),
             owner: request.owner.as_deref(),
@@ -118,7 +124,7 @@ impl Store for PostgresStore {
         let Some(head) = requests.first() else {
             return Ok(TryBorrowAll::Granted { leases: Vec::new() });
         };
-        let (now, ttl, backend) = (self.time.now_param(), ms(head.ttl()), self.backend());
+        let (now, ttl, backend) = (self.time.now_param(), ms(head.ttl), self.backend());
         let pools: Vec<_> = requests.iter().map(|r| r.pool.as_uuid()).collect();
         let leases: Vec<_> = requests.iter().map(|r| r.lease.as_uuid()).collect();
         let waiter = head.waiter.map(|w| *w.as_uuid());
@@ -151,7 +157,7 @@ impl Store for PostgresStore {
         Ok(TryBorrowAll::refused(blocked))
     }
 
-    async fn return_lease(&self, pool: PoolId, lease: LeaseId, _now: SystemTime) -> Result<bool> {
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         let now = self.time.now_param();
         let rows = self
             .query(
@@ -174,18 +180,12 @@ impl Store for PostgresStore {
     }
 
     /// By id: `lease` is UNIQUE, so indexed, and the position gains nothing.
-    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool> {
-        self.return_lease(lease.pool, lease.id, now).await
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id).await
     }
 
-    async fn renew(
-        &self,
-        pool: PoolId,
-        lease: LeaseId,
-        now: SystemTime,
-        expires_at: SystemTime,
-    ) -> Result<Option<Lease>> {
-        let ttl = ms(expires_at.duration_since(now).unwrap_or_default());
+    async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
+        let ttl = ms(ttl);
         let now = self.time.now_param();
         let rows = self
             .query(
@@ -209,7 +209,7 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn holders(&self, pool: PoolId, _now: SystemTime) -> Result<Vec<Holder>> {
+    async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
         let now = self.time.now_param();
         let rows = self
             .query(
@@ -234,12 +234,7 @@ impl Store for PostgresStore {
         Ok(holders)
     }
 
-    async fn force_return(
-        &self,
-        pool: PoolId,
-        position: u32,
-        _now: SystemTime,
-    ) -> Result<Option<Holder>> {
+    async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>> {
         let (now, position) = (self.time.now_param(), i64::from(position));
         let rows = self
             .query(

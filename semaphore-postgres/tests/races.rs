@@ -66,7 +66,7 @@ async fn delete_during_borrows_leaves_no_lease_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_polling_at_the_longest_interval_keeps_its_place() {
     use semaphore_postgres::store::{BorrowRequest, Store, TryBorrow, WaiterId};
-    use semaphore_postgres::{Clock, LeaseId, MAX_POLL_INTERVAL, ManualClock};
+    use semaphore_postgres::{LeaseId, MAX_POLL_INTERVAL, ManualClock};
     let clock = Arc::new(ManualClock::new());
     let connect = |clock: Arc<ManualClock>, schema: String| async move {
         let options = PostgresOptions::default()
@@ -88,14 +88,10 @@ async fn a_head_polling_at_the_longest_interval_keeps_its_place() {
     let pool = Pool::new(first.clone(), id);
     pool.register(1).await.unwrap();
     let held = pool.try_borrow(TTL).await.unwrap().forget();
-    let attempt = |store: Arc<PostgresStore>, waiter: WaiterId| {
-        let clock = clock.clone();
-        async move {
-            let now = clock.now();
-            let mut request = BorrowRequest::new(id, LeaseId::new(), now, now + TTL);
-            request.waiter = Some(waiter);
-            store.try_borrow(&request).await.unwrap()
-        }
+    let attempt = |store: Arc<PostgresStore>, waiter: WaiterId| async move {
+        let mut request = BorrowRequest::new(id, LeaseId::new(), TTL);
+        request.waiter = Some(waiter);
+        store.try_borrow(&request).await.unwrap()
     };
     let (a, b) = (WaiterId::new(), WaiterId::new());
     assert!(matches!(

@@ -4,7 +4,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use rusqlite::{Connection, TransactionBehavior};
@@ -297,7 +297,7 @@ impl Store for SqliteStore {
         &self.changes
     }
 
-    async fn register(&self, pool: PoolId, count: u32, _now: SystemTime) -> Result<PoolState> {
+    async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         self.write_freeing(
             "register",
             pool,
@@ -307,7 +307,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn inspect(&self, pool: PoolId, _now: SystemTime) -> Result<PoolState> {
+    async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
         self.run("inspect", TransactionBehavior::Deferred, move |c, now| {
             sql::inspect(c, pool, now)
         })
@@ -346,14 +346,7 @@ impl Store for SqliteStore {
         .map_err(|pool| Error::PoolNotFound { pool })
     }
 
-    async fn renew(
-        &self,
-        pool: PoolId,
-        lease: LeaseId,
-        now: SystemTime,
-        expires_at: SystemTime,
-    ) -> Result<Option<Lease>> {
-        let ttl = expires_at.duration_since(now).unwrap_or(Duration::ZERO);
+    async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
         // A renewal can move the earliest expiry that a head waits for.
         self.write_freeing(
             "renew",
@@ -365,7 +358,7 @@ impl Store for SqliteStore {
         .ok_or(Error::PoolNotFound { pool })
     }
 
-    async fn holders(&self, pool: PoolId, _now: SystemTime) -> Result<Vec<Holder>> {
+    async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
         self.run("holders", TransactionBehavior::Deferred, move |c, now| {
             sql::holders(c, pool, now)
         })
@@ -373,12 +366,7 @@ impl Store for SqliteStore {
         .ok_or(Error::PoolNotFound { pool })
     }
 
-    async fn force_return(
-        &self,
-        pool: PoolId,
-        position: u32,
-        _now: SystemTime,
-    ) -> Result<Option<Holder>> {
+    async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>> {
         self.write_freeing(
             "force_return",
             pool,
@@ -389,7 +377,7 @@ impl Store for SqliteStore {
         .ok_or(Error::PoolNotFound { pool })
     }
 
-    async fn return_lease(&self, pool: PoolId, lease: LeaseId, _now: SystemTime) -> Result<bool> {
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         self.write_freeing(
             "return",
             pool,
@@ -399,7 +387,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn return_held(&self, lease: Lease, _now: SystemTime) -> Result<bool> {
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
         self.write_freeing(
             "return",
             lease.pool,

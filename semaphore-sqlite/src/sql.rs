@@ -196,7 +196,7 @@ pub(crate) fn try_borrow(
                 "UPDATE semaphore_store SET last_token = MAX(last_token, ?1) + 1 WHERE id = 1 RETURNING last_token",
             )?
             .query_row([i64::try_from(floor).unwrap_or(i64::MAX)], |r| r.get(0))?;
-        let expires_at = plus(now, request.ttl());
+        let expires_at = plus(now, request.ttl);
         conn.prepare_cached(
             "INSERT INTO semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rusqlite::Connection;
-use semaphore_core::store::{BorrowRequest, Store, TryBorrow, saturating_add};
+use semaphore_core::store::{BorrowRequest, Store, TryBorrow};
 use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result};
 
 use crate::error::storage;
@@ -87,9 +87,7 @@ impl SqliteStore {
         let ttl = pool.limits().clamp_ttl(ttl)?;
         options.validate(pool.limits())?;
         let now = self.time.now()?;
-        let at = instant(now);
-        let mut request =
-            BorrowRequest::new(pool.id(), LeaseId::new(), at, saturating_add(at, ttl));
+        let mut request = BorrowRequest::new(pool.id(), LeaseId::new(), ttl);
         request.key = options.key.as_deref().map(Into::into);
         request.owner = options.owner.as_deref().map(Into::into);
         let exhausted = Error::Exhausted {

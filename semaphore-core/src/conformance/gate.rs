@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::SystemTime;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -194,11 +194,11 @@ impl Store for GatedStore {
     fn changes(&self) -> &Changes {
         self.inner.changes()
     }
-    async fn register(&self, pool: PoolId, count: u32, now: SystemTime) -> Result<PoolState> {
-        self.through(self.inner.register(pool, count, now)).await
+    async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
+        self.through(self.inner.register(pool, count)).await
     }
-    async fn inspect(&self, pool: PoolId, now: SystemTime) -> Result<PoolState> {
-        self.through(self.inner.inspect(pool, now)).await
+    async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
+        self.through(self.inner.inspect(pool)).await
     }
     async fn delete(&self, pool: PoolId) -> Result<bool> {
         self.through(self.inner.delete(pool)).await
@@ -215,28 +215,20 @@ impl Store for GatedStore {
         })
         .await
     }
-    async fn return_lease(&self, pool: PoolId, lease: LeaseId, now: SystemTime) -> Result<bool> {
-        self.through(self.inner.return_lease(pool, lease, now))
-            .await
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        self.through(self.inner.return_lease(pool, lease)).await
     }
-    async fn return_held(&self, lease: Lease, now: SystemTime) -> Result<bool> {
-        self.through(self.inner.return_held(lease, now)).await
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.through(self.inner.return_held(lease)).await
     }
-    async fn renew(
-        &self,
-        pool: PoolId,
-        lease: LeaseId,
-        now: SystemTime,
-        until: SystemTime,
-    ) -> Result<Option<Lease>> {
-        self.through(self.inner.renew(pool, lease, now, until))
-            .await
+    async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
+        self.through(self.inner.renew(pool, lease, ttl)).await
     }
-    async fn holders(&self, pool: PoolId, now: SystemTime) -> Result<Vec<Holder>> {
-        self.through(self.inner.holders(pool, now)).await
+    async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
+        self.through(self.inner.holders(pool)).await
     }
-    async fn force_return(&self, pool: PoolId, at: u32, now: SystemTime) -> Result<Option<Holder>> {
-        self.through(self.inner.force_return(pool, at, now)).await
+    async fn force_return(&self, pool: PoolId, at: u32) -> Result<Option<Holder>> {
+        self.through(self.inner.force_return(pool, at)).await
     }
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         self.through(self.inner.leave_queue(pool, waiter)).await

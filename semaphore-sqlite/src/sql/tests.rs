@@ -1,7 +1,7 @@
 //! The SQL primitives on an in-memory database: lowest free position
 //! against the reference, and the cross-process queue rules.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::*;
 use crate::queue::WAITER_TTL;
@@ -15,21 +15,35 @@ fn db() -> Connection {
     conn
 }
 
-fn request(at_ms: u64, waiter: Option<WaiterId>) -> BorrowRequest {
-    let now = UNIX_EPOCH + Duration::from_millis(at_ms);
-    let mut r = BorrowRequest::new(
+/// A request and the instant, in unix ms, the test decides it at.
+struct At {
+    request: BorrowRequest,
+    ms: i64,
+}
+
+impl std::ops::Deref for At {
+    type Target = BorrowRequest;
+    fn deref(&self) -> &BorrowRequest {
+        &self.request
+    }
+}
+
+fn request(at_ms: u64, waiter: Option<WaiterId>) -> At {
+    let mut request = BorrowRequest::new(
         PoolId::from_name("p"),
         LeaseId::new(),
-        now,
-        now + Duration::from_secs(60),
+        Duration::from_secs(60),
     );
-    r.waiter = waiter;
-    r
+    request.waiter = waiter;
+    At {
+        request,
+        ms: at_ms as i64,
+    }
 }
 
 /// `try_borrow` deciding at the request's own instant.
-fn borrow(conn: &Connection, r: &BorrowRequest) -> Option<TryBorrow> {
-    try_borrow(conn, r, 0, crate::time::ms(r.now)).unwrap()
+fn borrow(conn: &Connection, r: &At) -> Option<TryBorrow> {
+    try_borrow(conn, &r.request, 0, r.ms).unwrap()
 }
 
 fn position(answer: Option<TryBorrow>) -> Option<u32> {
