@@ -6,24 +6,19 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use semaphore_memory::store::Store;
-use semaphore_memory::{BorrowOptions, LeaseId, Limits, Pool, PoolId};
+use semaphore_core::store::Store;
+use semaphore_core::{BorrowOptions, LeaseId, Limits, Pool, PoolId};
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::error::ApiError;
+use crate::extract::{JsonObject, PoolPath};
 use crate::metrics::Metrics;
 use crate::wire;
-
-/// The largest request body accepted: the seed's bodies are a few dozen
-/// bytes.
-const BODY_LIMIT: usize = 64 * 1024;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -39,9 +34,8 @@ pub(crate) struct App {
 }
 
 impl App {
-    fn pool(&self, id: &str) -> Result<Pool, ApiError> {
-        let id = PoolId::from_uuid(wire::uuid("id", id)?);
-        Ok(Pool::new(self.store.clone(), id).with_limits(self.limits))
+    fn pool(&self, id: PoolId) -> Pool {
+        Pool::new(self.store.clone(), id).with_limits(self.limits)
     }
 
     fn now(&self) -> std::time::SystemTime {
@@ -49,10 +43,10 @@ impl App {
     }
 
     /// `result` as an answer, counting storage failures.
-    fn track<T>(&self, result: Result<T, semaphore_memory::Error>) -> Result<T, ApiError> {
+    fn track<T>(&self, result: Result<T, semaphore_core::Error>) -> Result<T, ApiError> {
         use std::sync::atomic::Ordering;
         match &result {
-            Err(semaphore_memory::Error::Storage { retryable, .. }) => {
+            Err(semaphore_core::Error::Storage { retryable, .. }) => {
                 self.metrics.storage_error();
                 if !retryable {
                     self.broken.store(true, Ordering::Relaxed);
@@ -64,13 +58,13 @@ impl App {
     }
 
     /// Whether the store answers: an inspect of a pool that never exists.
-    async fn probe(&self) -> Result<(), semaphore_memory::Error> {
+    async fn probe(&self) -> Result<(), semaphore_core::Error> {
         let probe = Pool::new(
             self.store.clone(),
             PoolId::from_name("semaphore-readyz-probe"),
         );
         match probe.inspect().await {
-            Ok(_) | Err(semaphore_memory::Error::PoolNotFound { .. }) => Ok(()),
+            Ok(_) | Err(semaphore_core::Error::PoolNotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -90,7 +84,7 @@ pub(crate) fn router(app: App) -> Router {
         .route("/readyz", get(readyz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(DefaultBodyLimit::max(crate::extract::BODY_LIMIT))
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -100,40 +94,6 @@ pub(crate) fn router(app: App) -> Router {
             .into_response()
         }))
         .with_state(app)
-}
-
-/// The body of a request that must be JSON: refuses another content type
-/// (415) and a body over the limit (413).
-fn json_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    if let Some(kind) = headers.get(header::CONTENT_TYPE) {
-        let kind = kind.to_str().unwrap_or("");
-        let essence = kind
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        if essence != "application/json" && !essence.ends_with("+json") {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                format!("the body must be JSON: send Content-Type: application/json, not {kind:?}"),
-            ));
-        }
-    }
-    body.map_err(|e| {
-        let status = e.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "too_large"
-        } else {
-            "bad_request"
-        };
-        ApiError::new(
-            status,
-            code,
-            format!("cannot read the body (at most {BODY_LIMIT} bytes): {e}"),
-        )
-    })
 }
 
 #[utoipa::path(put, path = "/l/{id}", tag = "pools",
@@ -148,12 +108,10 @@ fn json_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result
     ))]
 pub(crate) async fn register(
     State(app): State<App>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    PoolPath(id): PoolPath,
+    JsonObject(request): JsonObject<wire::Register>,
 ) -> Result<Json<wire::State>, ApiError> {
-    let pool = app.pool(&id)?;
-    let request: wire::Register = wire::parse(&json_body(&headers, body)?)?;
+    let pool = app.pool(id);
     let count = wire::count(&request.count, app.limits.max_count)?;
     Ok(Json(app.track(pool.register(count).await)?.into()))
 }
@@ -168,9 +126,9 @@ pub(crate) async fn register(
     ))]
 pub(crate) async fn inspect(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PoolPath(id): PoolPath,
 ) -> Result<Json<wire::State>, ApiError> {
-    let state = app.track(app.pool(&id)?.inspect().await)?;
+    let state = app.track(app.pool(id).inspect().await)?;
     Ok(Json(state.into()))
 }
 
@@ -183,9 +141,9 @@ pub(crate) async fn inspect(
     ))]
 pub(crate) async fn delete(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PoolPath(id): PoolPath,
 ) -> Result<Response, ApiError> {
-    let deleted = app.track(app.pool(&id)?.delete().await)?;
+    let deleted = app.track(app.pool(id).delete().await)?;
     Ok(Json(wire::Deleted { deleted }).into_response())
 }
 
@@ -209,12 +167,11 @@ pub(crate) async fn delete(
     ))]
 pub(crate) async fn borrow(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PoolPath(id): PoolPath,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    JsonObject(request): JsonObject<wire::Borrow>,
 ) -> Result<Json<wire::Granted>, ApiError> {
-    let pool = app.pool(&id)?;
-    let request: wire::Borrow = wire::parse(&json_body(&headers, body)?)?;
+    let pool = app.pool(id);
     let ttl = wire::seconds("ttl", &request.ttl, true)?;
     let wait = match &request.wait {
         Some(wait) => wire::seconds("wait", wait, false)?,
@@ -259,7 +216,7 @@ pub(crate) async fn borrow(
     };
     match &lease {
         Ok(_) => app.metrics.granted(arrived.elapsed()),
-        Err(semaphore_memory::Error::Exhausted { .. }) => app.metrics.exhausted(arrived.elapsed()),
+        Err(semaphore_core::Error::Exhausted { .. }) => app.metrics.exhausted(arrived.elapsed()),
         Err(_) => {}
     }
     let lease = app.track(lease)?;
@@ -278,12 +235,10 @@ pub(crate) async fn borrow(
     ))]
 pub(crate) async fn return_lease(
     State(app): State<App>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    PoolPath(id): PoolPath,
+    JsonObject(request): JsonObject<wire::Return>,
 ) -> Result<Response, ApiError> {
-    let pool = app.pool(&id)?;
-    let request: wire::Return = wire::parse(&json_body(&headers, body)?)?;
+    let pool = app.pool(id);
     let lease = LeaseId::from_uuid(wire::uuid("lease", &request.lease)?);
     let returned = app.track(pool.return_lease(lease).await)?;
     if returned {
@@ -305,28 +260,13 @@ pub(crate) async fn return_lease(
     ))]
 pub(crate) async fn renew(
     State(app): State<App>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    PoolPath(id): PoolPath,
+    JsonObject(request): JsonObject<wire::Renew>,
 ) -> Result<Json<wire::Granted>, ApiError> {
-    let pool = app.pool(&id)?;
-    let request: wire::Renew = wire::parse(&json_body(&headers, body)?)?;
+    let pool = app.pool(id);
     let lease = LeaseId::from_uuid(wire::uuid("lease", &request.lease)?);
     let ttl = wire::seconds("ttl", &request.ttl, true)?;
-    // Renew needs the lease's position and token; the holders listing has
-    // them, read under the same id.
-    let holders = app.track(pool.holders().await)?;
-    let current = holders
-        .into_iter()
-        .find(|h| h.lease.id == lease)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "lease_not_active",
-                "lease is not active: returned, expired, or never this pool's",
-            )
-        })?;
-    let renewed = app.track(pool.renew(&current.lease, ttl).await)?;
+    let renewed = app.track(pool.renew_by_id(lease, ttl).await)?;
     Ok(Json(wire::Granted::new(&renewed, app.now())))
 }
 
@@ -342,10 +282,10 @@ pub(crate) async fn renew(
     ))]
 pub(crate) async fn holders(
     State(app): State<App>,
-    Path(id): Path<String>,
+    PoolPath(id): PoolPath,
 ) -> Result<Response, ApiError> {
     let now = app.now();
-    let pool = app.pool(&id)?;
+    let pool = app.pool(id);
     let holders: Vec<wire::Holder> = app
         .track(pool.holders().await)?
         .iter()
@@ -374,7 +314,7 @@ pub(crate) async fn healthz(State(app): State<App>) -> Result<Response, ApiError
     use std::sync::atomic::Ordering;
     if app.broken.load(Ordering::Relaxed) {
         match app.probe().await {
-            Err(semaphore_memory::Error::Storage {
+            Err(semaphore_core::Error::Storage {
                 retryable: false, ..
             }) => {
                 return Err(ApiError::new(

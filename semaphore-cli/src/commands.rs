@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use semaphore_memory::{Limits, Pool, PoolId};
+use semaphore_core::{Limits, Pool, PoolId};
 
 use crate::cli::{Command, PoolArgs, PoolName, StoreArgs};
 use crate::exit::{Exit, code};
@@ -34,7 +34,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             }
             let lease = match pool.borrow(args.ttl, args.wait).await {
                 Ok(guard) => guard.forget(),
-                Err(semaphore_memory::Error::Exhausted { waited, .. }) => {
+                Err(semaphore_core::Error::Exhausted { waited, .. }) => {
                     return Err(Exit::exhausted(&name, waited, args.exhausted_code));
                 }
                 Err(e) => return Err(Exit::from_store(e)),
@@ -45,13 +45,13 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             println!("export SEMAPHORE_POOL='{}'", name.replace('\'', "'\\''"));
             println!(
                 "export SEMAPHORE_EXPIRES_AT_MS={}",
-                semaphore_memory::store::unix_ms(lease.expires_at)
+                semaphore_core::store::unix_ms(lease.expires_at)
             );
             Ok(0)
         }
         Command::Return(args) => {
             let (pool, _) = pool(&args.pool.store, &args.pool.name).await?;
-            let id = semaphore_memory::LeaseId::from_uuid(args.lease);
+            let id = semaphore_core::LeaseId::from_uuid(args.lease);
             let returned = pool.return_lease(id).await.map_err(Exit::from_store)?;
             println!(
                 "{}",
@@ -65,33 +65,29 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
         }
         Command::Renew(args) => {
             let (pool, _) = pool(&args.lease.pool.store, &args.lease.pool.name).await?;
-            let id = semaphore_memory::LeaseId::from_uuid(args.lease.lease);
-            let holders = pool.holders().await.map_err(Exit::from_store)?;
-            let current = holders
-                .into_iter()
-                .find(|h| h.lease.id == id)
-                .ok_or_else(|| {
-                    Exit::new(
+            let id = semaphore_core::LeaseId::from_uuid(args.lease.lease);
+            let renewed = match pool.renew_by_id(id, args.ttl).await {
+                Ok(renewed) => renewed,
+                Err(semaphore_core::Error::LeaseNotFound { .. }) => {
+                    return Err(Exit::new(
                         code::UNAVAILABLE,
                         format!(
                             "lease {id} is not active: returned, expired, or never this pool's"
                         ),
-                    )
-                })?;
-            let renewed = pool
-                .renew(&current.lease, args.ttl)
-                .await
-                .map_err(Exit::from_store)?;
+                    ));
+                }
+                Err(e) => return Err(Exit::from_store(e)),
+            };
             println!(
                 "export SEMAPHORE_EXPIRES_AT_MS={}",
-                semaphore_memory::store::unix_ms(renewed.expires_at)
+                semaphore_core::store::unix_ms(renewed.expires_at)
             );
             Ok(0)
         }
         Command::Holders(args) => {
             let (pool, _) = pool(&args.store, &args.name).await?;
             for h in pool.holders().await.map_err(Exit::from_store)? {
-                let expires = semaphore_memory::store::unix_ms(h.lease.expires_at);
+                let expires = semaphore_core::store::unix_ms(h.lease.expires_at);
                 if args.json {
                     let line = serde_json::json!({
                         "position": h.lease.position,
@@ -127,7 +123,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
     }
 }
 
-fn print_state(args: &PoolArgs, s: semaphore_memory::PoolState) {
+fn print_state(args: &PoolArgs, s: semaphore_core::PoolState) {
     if args.json {
         println!(
             "{{\"id\":\"{}\",\"count\":{},\"in_use\":{},\"available\":{}}}",

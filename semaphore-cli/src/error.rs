@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use semaphore_memory::Error;
+use semaphore_core::Error;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -24,8 +24,8 @@ pub(crate) struct ErrorBody {
     /// What went wrong, for programs: `bad_request`, `not_found`,
     /// `exhausted`, `lease_not_active`, `too_large`,
     /// `unsupported_media_type`, `method_not_allowed`, `no_route`,
-    /// `idempotency_key_reused`, `storage`, `store_broken`,
-    /// `shutting_down`, `internal`.
+    /// `idempotency_key_reused`, `storage`, `store_broken`, `clock_skew`,
+    /// `schema_mismatch`, `shutting_down`, `internal`.
     code: &'static str,
     /// The request field at fault, for `bad_request`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -76,9 +76,11 @@ impl From<Error> for ApiError {
             Error::Exhausted { .. } => {
                 Self::new(StatusCode::CONFLICT, "exhausted", "no resource available")
             }
-            Error::LeaseExpired { .. } | Error::LeaseNotFound { .. } => {
-                Self::new(StatusCode::NOT_FOUND, "lease_not_active", e.to_string())
-            }
+            Error::LeaseExpired { .. } | Error::LeaseNotFound { .. } => Self::new(
+                StatusCode::NOT_FOUND,
+                "lease_not_active",
+                "lease is not active: returned, expired, or never this pool's",
+            ),
             // The engine's own words may name files, hosts or schemas:
             // they go to the server's log, not to clients.
             Error::Storage {
@@ -100,6 +102,23 @@ impl From<Error> for ApiError {
                     ),
                 );
                 err.body.retryable = retryable;
+                err
+            }
+            // The operator's to fix; no retry helps until then.
+            Error::ClockSkew { .. } | Error::SchemaMismatch { .. } => {
+                eprintln!("semaphore serve: {e}");
+                let (code, error) = match e {
+                    Error::ClockSkew { .. } => (
+                        "clock_skew",
+                        "this server's clock disagrees with the store's; its operator must fix the clock",
+                    ),
+                    _ => (
+                        "schema_mismatch",
+                        "the store's tables are of another version or shape; its operator must migrate or choose another schema",
+                    ),
+                };
+                let mut err = Self::new(StatusCode::SERVICE_UNAVAILABLE, code, error);
+                err.body.retryable = false;
                 err
             }
             other => {
@@ -124,5 +143,32 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_problems_are_503_with_their_own_codes_and_not_retryable() {
+        let skew = Error::ClockSkew {
+            skew: std::time::Duration::from_secs(40),
+            ahead: true,
+            tolerance: std::time::Duration::from_secs(5),
+            reference: "machine's clock",
+        };
+        let mismatch = Error::SchemaMismatch {
+            expected: "v2".into(),
+            found: "v9".into(),
+        };
+        for (e, code) in [(skew, "clock_skew"), (mismatch, "schema_mismatch")] {
+            let err = ApiError::from(e);
+            assert_eq!(err.status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(err.body.code, code);
+            assert!(!err.body.retryable);
+            let response = err.into_response();
+            assert!(response.headers().get(header::RETRY_AFTER).is_none());
+        }
     }
 }

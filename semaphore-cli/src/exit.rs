@@ -1,7 +1,7 @@
 //! Exit codes (sysexits.h, and the shell's for commands), and the error
 //! that carries one with its message.
 
-use semaphore_memory::Error;
+use semaphore_core::Error;
 
 /// The codes `semaphore` exits with.
 pub(crate) mod code {

@@ -10,7 +10,7 @@
 //! the client sent. A borrow with a key first looks for a lease kept under
 //! `K#` with another `B`.
 
-use semaphore_memory::Holder;
+use semaphore_core::Holder;
 use uuid::Uuid;
 
 use crate::wire;

@@ -10,6 +10,7 @@ mod cli;
 mod commands;
 mod error;
 mod exit;
+mod extract;
 mod idempotency;
 mod metrics;
 mod openapi;

@@ -13,8 +13,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use semaphore_memory::store::Store;
-use semaphore_memory::{Pool, PoolId};
+use semaphore_core::store::Store;
+use semaphore_core::{Pool, PoolId};
 
 /// The pool label of a per-pool gauge: the operator's alias.
 type ByAlias = Family<Vec<(String, String)>, Gauge>;

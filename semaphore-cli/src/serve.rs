@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use semaphore_memory::Limits;
+use semaphore_core::Limits;
 use tokio::sync::watch;
 
 use crate::api::{self, App};
@@ -13,7 +13,7 @@ use crate::cli::ServeArgs;
 #[derive(Debug)]
 pub(crate) enum ServeError {
     /// The store could not be opened.
-    Store(semaphore_memory::Error),
+    Store(semaphore_core::Error),
     /// The address could not be bound, or serving failed.
     Io(std::io::Error),
     /// The command line or environment named no usable store.
@@ -33,7 +33,7 @@ impl std::fmt::Display for ServeError {
 impl ServeError {
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
-            ServeError::Store(semaphore_memory::Error::InvalidArgument { .. }) => 64,
+            ServeError::Store(semaphore_core::Error::InvalidArgument { .. }) => 64,
             ServeError::Store(_) => 74,
             ServeError::Io(_) => 71,
             ServeError::Usage(e) => e.code,
@@ -59,7 +59,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let aliases = args
         .alias
         .iter()
-        .map(|(name, id)| (name.clone(), semaphore_memory::PoolId::from_uuid(*id)))
+        .map(|(name, id)| (name.clone(), semaphore_core::PoolId::from_uuid(*id)))
         .collect();
     let app = App {
         store,

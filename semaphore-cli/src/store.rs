@@ -10,8 +10,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use semaphore_core::store::Store;
 use semaphore_memory::MemoryStore;
-use semaphore_memory::store::Store;
 use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_sqlite::SqliteStore;
 
@@ -68,14 +68,14 @@ impl Choice {
     pub(crate) async fn open(
         &self,
         pool_size: Option<usize>,
-    ) -> Result<Arc<dyn Store>, semaphore_memory::Error> {
+    ) -> Result<Arc<dyn Store>, semaphore_core::Error> {
         Ok(match self {
             Choice::Memory => Arc::new(MemoryStore::new()),
             Choice::Sqlite(path) => {
                 let path = path.clone();
                 let store = tokio::task::spawn_blocking(move || SqliteStore::open(path))
                     .await
-                    .map_err(|e| semaphore_memory::Error::Storage {
+                    .map_err(|e| semaphore_core::Error::Storage {
                         operation: "open",
                         retryable: false,
                         source: Box::new(e),

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use semaphore_memory::store::unix_ms;
-use semaphore_memory::{Lease, PoolState};
+use semaphore_core::store::unix_ms;
+use semaphore_core::{Lease, PoolState};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -118,7 +118,7 @@ pub(crate) struct Holder {
 }
 
 impl Holder {
-    pub(crate) fn new(holder: &semaphore_memory::Holder, now: SystemTime) -> Self {
+    pub(crate) fn new(holder: &semaphore_core::Holder, now: SystemTime) -> Self {
         Self {
             position: holder.lease.position,
             token: holder.lease.token,

@@ -355,6 +355,50 @@ impl Pool {
         result
     }
 
+    /// Extends the lease with id `lease` to expire `ttl` from now, as
+    /// [`renew`](Pool::renew) does, for a caller that has only the id (a
+    /// client of the HTTP service, a script with `SEMAPHORE_LEASE_ID`):
+    /// one store call, no listing of the holders. Returns the renewed lease,
+    /// its position and token as granted.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use semaphore_memory::{MemoryStore, Pool, PoolId};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// pool.register(1).await?;
+    /// let id = pool.try_borrow(Duration::from_secs(30)).await?.forget().id;
+    /// let renewed = pool.renew_by_id(id, Duration::from_secs(60)).await?;
+    /// assert_eq!((renewed.id, renewed.position), (id, 0));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::LeaseNotFound`] if no active lease of this pool has that
+    ///   id: returned, force-returned, expired (without the lease's expiry
+    ///   at hand, an expired lease is not told apart) or never this pool's;
+    /// - [`Error::PoolNotFound`] if the pool was deleted (R4);
+    /// - [`Error::InvalidArgument`] naming `ttl` if it is zero;
+    /// - [`Error::Storage`] if the store failed; the lease is unchanged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease renewed.
+    pub async fn renew_by_id(&self, lease: LeaseId, ttl: Duration) -> Result<Lease> {
+        let ttl = self.limits.clamp_ttl(ttl)?;
+        let renewed = self
+            .store
+            .renew(self.id, lease, ttl)
+            .await?
+            .ok_or(Error::LeaseNotFound {
+                pool: self.id,
+                lease,
+            })?;
+        telemetry::renewed(&self.name, &renewed, &Ok(renewed));
+        Ok(renewed)
+    }
+
     /// Every active lease of the pool, by position, with its owner label and
     /// key: an admin's listing. It shows lease ids, the credential that
     /// returns a lease, which [`inspect`](Pool::inspect) never does; keep it

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use semaphore_memory::{LeaseGuard, Pool};
+use semaphore_core::{LeaseGuard, Pool};
 
 use crate::cli::RunArgs;
 use crate::exit::{Exit, code};
@@ -76,7 +76,7 @@ impl Cmd {
             .env("SEMAPHORE_POOL", pool)
             .env(
                 "SEMAPHORE_EXPIRES_AT_MS",
-                semaphore_memory::store::unix_ms(lease.expires_at).to_string(),
+                semaphore_core::store::unix_ms(lease.expires_at).to_string(),
             )
             .process_group(0)
             .kill_on_drop(true);

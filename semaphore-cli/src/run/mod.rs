@@ -31,7 +31,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg, raise};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
-use semaphore_memory::{Error, LeaseGuard, Pool};
+use semaphore_core::{Error, LeaseGuard, Pool};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::RunArgs;

@@ -168,6 +168,7 @@ macro_rules! store_conformance {
             renew_of_a_returned_unknown_or_deleted_lease_fails,
             renew_shortening_a_lease_wakes_a_waiter_at_the_new_expiry,
             renew_through_a_guard_updates_the_guard,
+            renew_by_id_needs_only_the_lease_id,
             key_retry_after_a_lost_reply_returns_the_same_lease,
             key_borrows_anew_after_return_or_expiry_and_is_per_pool,
             key_retry_does_not_wait_behind_queued_borrowers,

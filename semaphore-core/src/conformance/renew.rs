@@ -143,3 +143,30 @@ pub async fn renew_through_a_guard_updates_the_guard(f: Fixture) {
     assert!(matches!(err, Error::LeaseExpired { .. }), "{err:?}");
     assert_eq!(guard.expires_at, before.expires_at + SEC * 4);
 }
+
+/// A renew by lease id alone: the same lease renewed; a returned or unknown
+/// id is [`Error::LeaseNotFound`], a deleted pool [`Error::PoolNotFound`].
+pub async fn renew_by_id_needs_only_the_lease_id(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(2).await.unwrap();
+    let held = pool.try_borrow(SEC * 30).await.unwrap().forget();
+    f.clock.advance(SEC * 10);
+    let renewed = pool.renew_by_id(held.id, SEC * 30).await.unwrap();
+    assert_eq!(
+        (renewed.id, renewed.position, renewed.token),
+        (held.id, held.position, held.token)
+    );
+    assert!(renewed.expires_at > held.expires_at);
+    assert!(pool.return_lease(held.id).await.unwrap());
+    for id in [held.id, LeaseId::new()] {
+        match pool.renew_by_id(id, SEC * 30).await {
+            Err(Error::LeaseNotFound { lease, .. }) => assert_eq!(lease, id),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(pool.delete().await.unwrap());
+    assert!(matches!(
+        pool.renew_by_id(held.id, SEC * 30).await,
+        Err(Error::PoolNotFound { .. })
+    ));
+}
