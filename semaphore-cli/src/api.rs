@@ -9,11 +9,14 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::get;
 use semaphore_core::store::Store;
 use semaphore_core::{BorrowOptions, LeaseId, Limits, Pool, PoolId};
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::error::ApiError;
 use crate::extract::{JsonObject, PoolPath};
@@ -72,16 +75,25 @@ impl App {
 
 /// The router: the seed's five routes, the extensions, and the layers.
 pub(crate) fn router(app: App) -> Router {
-    Router::new()
-        .route("/l/{id}", put(register).get(inspect).delete(delete))
-        .route("/l/{id}/borrow", post(borrow))
-        .route("/l/{id}/return", post(return_lease))
-        .route("/l/{id}/renew", post(renew))
-        .route("/l/{id}/leases", get(holders))
-        .route("/healthz", get(healthz))
-        .route("/openapi.json", get(openapi))
-        .route("/metrics", get(metrics))
-        .route("/readyz", get(readyz))
+    // The routes and their OpenAPI paths come from this one list.
+    let (router, document) = OpenApiRouter::with_openapi(crate::openapi::ApiDoc::openapi())
+        .routes(routes!(register, inspect, delete))
+        .routes(routes!(borrow))
+        .routes(routes!(return_lease))
+        .routes(routes!(renew))
+        .routes(routes!(holders))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+        .split_for_parts();
+    let document = crate::openapi::pretty(&document);
+    router
+        .route(
+            "/openapi.json",
+            get(move || async move {
+                ([(header::CONTENT_TYPE, "application/json")], document).into_response()
+            }),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(crate::extract::BODY_LIMIT))
@@ -352,15 +364,6 @@ pub(crate) async fn metrics(State(app): State<App>) -> Response {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         app.metrics.render(&app.store).await,
-    )
-        .into_response()
-}
-
-/// The OpenAPI document of this API.
-async fn openapi() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        crate::openapi::document(),
     )
         .into_response()
 }

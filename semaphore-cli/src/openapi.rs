@@ -4,9 +4,10 @@
 
 use utoipa::OpenApi;
 
-use crate::{api, error, wire};
+use crate::{error, wire};
 
-/// The service's API.
+/// The service's API: its info and schemas; the paths are added by the
+/// router, from the same list that routes them (`api::router`).
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -15,18 +16,6 @@ use crate::{api, error, wire};
             `count` slots under a secret UUID, borrow the lowest free slot for a ttl \
             (optionally waiting), return it early or let it expire. Times are seconds.",
         license(name = "MIT OR Apache-2.0")
-    ),
-    paths(
-        api::register,
-        api::inspect,
-        api::delete,
-        api::borrow,
-        api::return_lease,
-        api::renew,
-        api::holders,
-        api::healthz,
-        api::readyz,
-        api::metrics,
     ),
     components(schemas(
         wire::Register,
@@ -45,9 +34,9 @@ use crate::{api, error, wire};
 )]
 pub(crate) struct ApiDoc;
 
-/// The document as pretty JSON, as served and as committed.
-pub(crate) fn document() -> String {
-    ApiDoc::openapi()
+/// `document` as pretty JSON, as served and as committed.
+pub(crate) fn pretty(document: &utoipa::openapi::OpenApi) -> String {
+    document
         .to_pretty_json()
         .unwrap_or_else(|e| format!("{{\"error\": \"the OpenAPI document failed: {e}\"}}"))
 }
