@@ -9,9 +9,11 @@ use crate::clock::truncate_ms;
 use crate::options::Labels;
 use crate::telemetry::{self, Name};
 use crate::wait::HandOff;
+
+mod leases;
 use crate::{
-    BorrowOptions, BorrowRequest, Error, Holder, Lease, LeaseGuard, LeaseId, Limits,
-    OwnedLeaseGuard, PoolId, PoolState, Result, Store,
+    BorrowOptions, BorrowRequest, Error, Lease, LeaseGuard, LeaseId, Limits, OwnedLeaseGuard,
+    PoolId, PoolState, Result, Store,
 };
 
 /// A handle on one pool of a store: register, inspect, delete, borrow and
@@ -64,6 +66,20 @@ impl Pool {
     /// A handle on pool `id` of `store`, with [`Limits::default`]. Makes no
     /// call to the store: the pool exists once [`register`](Pool::register)
     /// has run, here or in any process sharing the store.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// let store = Arc::new(MemoryStore::new());
+    /// // Every handle that names "gpus", in any task, means the same pool.
+    /// let pool = Pool::new(store, PoolId::from_name("gpus"));
+    /// assert_eq!(pool.id(), PoolId::from_name("gpus"));
+    /// # Ok(()) }
+    /// ```
     pub fn new(store: Arc<dyn Store>, id: PoolId) -> Self {
         Self {
             store,
@@ -122,6 +138,28 @@ impl Pool {
     /// It counts this process's waiters only. A store shared by processes
     /// may report more: the SQLite store tells how many processes have
     /// borrowers queued on a pool (`SqliteStore::queue_heads`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// pool.register(0).await?; // no slot: a borrow must wait
+    /// let waiter = tokio::spawn({
+    ///     let pool = pool.clone();
+    ///     async move { pool.borrow(Duration::from_secs(30), Duration::from_secs(60)).await.map(|g| g.forget()) }
+    /// });
+    /// while pool.waiting() == 0 {
+    ///     tokio::task::yield_now().await;
+    /// }
+    /// assert_eq!(pool.waiting(), 1);
+    /// pool.register(1).await?; // raising the count lets it in
+    /// assert_eq!(waiter.await.unwrap()?.position, 0);
+    /// # Ok(()) }
+    /// ```
     pub fn waiting(&self) -> usize {
         self.store.changes().waiting(self.id)
     }
@@ -144,6 +182,21 @@ impl Pool {
     /// # Cancel safety
     /// Dropping the future may or may not leave the count set; it is never
     /// half set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// let state = pool.register(4).await?; // created with 4 slots
+    /// assert_eq!((state.count, state.available), (4, 4));
+    /// pool.register(2).await?; // registering again sets the count
+    /// assert_eq!(pool.inspect().await?.count, 2);
+    /// # Ok(()) }
+    /// ```
     pub async fn register(&self, count: u32) -> Result<PoolState> {
         let count = self.limits.check_count(count)?;
         self.store.register(self.id, count).await
@@ -158,6 +211,21 @@ impl Pool {
     ///
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// # pool.register(2).await?;
+    /// let _held = pool.borrow(Duration::from_secs(30), Duration::ZERO).await?;
+    /// let state = pool.inspect().await?;
+    /// assert_eq!((state.count, state.in_use, state.available), (2, 1, 1));
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self) -> Result<PoolState> {
         self.store.inspect(self.id).await
     }
@@ -173,6 +241,21 @@ impl Pool {
     /// # Cancel safety
     /// Dropping the future may or may not leave the pool deleted; it is
     /// never half deleted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// # pool.register(2).await?;
+    /// assert!(pool.delete().await?); // it existed
+    /// assert!(!pool.delete().await?); // idempotent
+    /// assert!(matches!(pool.inspect().await, Err(semaphore_memory::Error::PoolNotFound { .. })));
+    /// # Ok(()) }
+    /// ```
     pub async fn delete(&self) -> Result<bool> {
         self.store.delete(self.id).await
     }
@@ -208,6 +291,22 @@ impl Pool {
     /// and leaves the queue, letting the next waiter in. If the store
     /// had already granted when the future was dropped, the lease is returned
     /// at once, not left to its ttl.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// # pool.register(2).await?;
+    /// // Hold a slot for at most 30 s; wait up to 5 s for one to free up.
+    /// let lease = pool.borrow(Duration::from_secs(30), Duration::from_secs(5)).await?;
+    /// println!("slot {} with fencing token {}", lease.position, lease.token);
+    /// drop(lease); // returned at once; the next waiter is woken
+    /// # Ok(()) }
+    /// ```
     pub async fn borrow(&self, ttl: Duration, wait: Duration) -> Result<LeaseGuard<&Pool>> {
         let (lease, ttl) = self.acquire(ttl, wait, Labels::default()).await?;
         Ok(LeaseGuard::new(self, lease, ttl))
@@ -215,6 +314,26 @@ impl Pool {
 
     /// [`borrow`](Pool::borrow), with a guard that owns a clone of this
     /// handle, for `'static` tasks. Same errors and cancel safety.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// # pool.register(2).await?;
+    /// let lease = pool.borrow_owned(Duration::from_secs(30), Duration::ZERO).await?;
+    /// // 'static: the guard can move into a spawned task.
+    /// tokio::spawn(async move {
+    ///     let _held = lease; // returned when the task ends
+    /// })
+    /// .await
+    /// .unwrap();
+    /// assert_eq!(pool.inspect().await?.in_use, 0);
+    /// # Ok(()) }
+    /// ```
     pub async fn borrow_owned(&self, ttl: Duration, wait: Duration) -> Result<OwnedLeaseGuard> {
         let (lease, ttl) = self.acquire(ttl, wait, Labels::default()).await?;
         Ok(LeaseGuard::new(self.clone(), lease, ttl))
@@ -287,151 +406,27 @@ impl Pool {
 
     /// [`borrow`](Pool::borrow) with a zero wait: a free slot or
     /// [`Error::Exhausted`] at once. Same errors and cancel safety.
-    pub async fn try_borrow(&self, ttl: Duration) -> Result<LeaseGuard<&Pool>> {
-        self.borrow(ttl, Duration::ZERO).await
-    }
-
-    /// Returns lease `lease` early (R8): frees its slot at once and wakes the
-    /// head waiter. `true` only if the lease was active; an unknown, returned,
-    /// expired or deleted lease reports `false`, never an error.
     ///
-    /// # Errors
-    /// [`Error::Storage`] if the store failed; the lease is then unchanged.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may or may not leave the lease returned; either
-    /// way it frees itself at its ttl at the latest.
-    pub async fn return_lease(&self, lease: LeaseId) -> Result<bool> {
-        let result = self.store.return_lease(self.id, lease).await;
-        telemetry::returned(&self.name, None, Some(&result));
-        result
-    }
-
-    /// [`return_lease`](Pool::return_lease) for a lease held whole (by a
-    /// guard): the store may find it by its position.
-    pub(crate) async fn return_held(&self, lease: &Lease) -> Result<bool> {
-        if lease.pool != self.id {
-            return self.return_lease(lease.id).await;
-        }
-        let result = self.store.return_held(*lease).await;
-        telemetry::returned(&self.name, Some(lease), Some(&result));
-        result
-    }
-
-    /// Extends lease `lease` of this pool to expire `ttl` from now, keeping
-    /// its position, token and labels; returns the renewed lease. `ttl` is
-    /// checked and clamped as for [`borrow`](Pool::borrow), so a renew may
-    /// also shorten a lease. Waiters are told, since the pool's earliest
-    /// expiry may have moved.
-    /// [`LeaseGuard::renew`](crate::LeaseGuard::renew) does the same for a
-    /// guard.
-    ///
-    /// # Errors
-    /// Renewing a lease that is not active is never a silent success:
-    /// - [`Error::LeaseExpired`] if it is not active and `lease.expires_at`
-    ///   has passed (R7);
-    /// - [`Error::LeaseNotFound`] if it is not active though its expiry has
-    ///   not come: returned, force-returned, or never this pool's;
-    /// - [`Error::PoolNotFound`] if the pool was deleted (R4);
-    /// - [`Error::InvalidArgument`] naming `ttl` if it is zero;
-    /// - [`Error::Storage`] if the store failed; the lease is unchanged.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may or may not leave the lease renewed.
-    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        let ttl = self.limits.clamp_ttl(ttl)?;
-        if lease.pool != self.id {
-            return Err(Error::LeaseNotFound {
-                pool: self.id,
-                lease: lease.id,
-            });
-        }
-        let result = self
-            .store
-            .renew(self.id, lease.id, ttl)
-            .await
-            .and_then(|renewed| renewed.ok_or_else(|| Error::not_renewed(lease, self.now())));
-        telemetry::renewed(&self.name, lease, &result);
-        result
-    }
-
-    /// Extends the lease with id `lease` to expire `ttl` from now, as
-    /// [`renew`](Pool::renew) does, for a caller that has only the id (a
-    /// client of the HTTP service, a script with `SEMAPHORE_LEASE_ID`):
-    /// one store call, no listing of the holders. Returns the renewed lease,
-    /// its position and token as granted.
+    /// # Examples
     ///
     /// ```
-    /// use std::{sync::Arc, time::Duration};
-    /// use semaphore_memory::{MemoryStore, Pool, PoolId};
-    ///
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), semaphore_memory::Error> {
-    /// let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
     /// pool.register(1).await?;
-    /// let id = pool.try_borrow(Duration::from_secs(30)).await?.forget().id;
-    /// let renewed = pool.renew_by_id(id, Duration::from_secs(60)).await?;
-    /// assert_eq!((renewed.id, renewed.position), (id, 0));
+    /// let first = pool.try_borrow(Duration::from_secs(30)).await?;
+    /// // Full: no waiting, Exhausted at once.
+    /// assert!(matches!(
+    ///     pool.try_borrow(Duration::from_secs(30)).await,
+    ///     Err(semaphore_memory::Error::Exhausted { .. })
+    /// ));
+    /// drop(first);
     /// # Ok(()) }
     /// ```
-    ///
-    /// # Errors
-    /// - [`Error::LeaseNotFound`] if no active lease of this pool has that
-    ///   id: returned, force-returned, expired (without the lease's expiry
-    ///   at hand, an expired lease is not told apart) or never this pool's;
-    /// - [`Error::PoolNotFound`] if the pool was deleted (R4);
-    /// - [`Error::InvalidArgument`] naming `ttl` if it is zero;
-    /// - [`Error::Storage`] if the store failed; the lease is unchanged.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may or may not leave the lease renewed.
-    pub async fn renew_by_id(&self, lease: LeaseId, ttl: Duration) -> Result<Lease> {
-        let ttl = self.limits.clamp_ttl(ttl)?;
-        let renewed = self
-            .store
-            .renew(self.id, lease, ttl)
-            .await?
-            .ok_or(Error::LeaseNotFound {
-                pool: self.id,
-                lease,
-            })?;
-        telemetry::renewed(&self.name, &renewed, &Ok(renewed));
-        Ok(renewed)
-    }
-
-    /// Every active lease of the pool, by position, with its owner label and
-    /// key: an admin's listing. It shows lease ids, the credential that
-    /// returns a lease, which [`inspect`](Pool::inspect) never does; keep it
-    /// to admin tools.
-    ///
-    /// # Errors
-    /// [`Error::PoolNotFound`] for an unknown pool; [`Error::Storage`] if the
-    /// store failed.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it changes nothing.
-    pub async fn holders(&self) -> Result<Vec<Holder>> {
-        self.store.holders(self.id).await
-    }
-
-    /// Ends the lease at `position`, whoever holds it, as if its holder had
-    /// returned it (R8): the slot is free at once and the head waiter is
-    /// woken. Returns the lease it ended, or `None` if no lease held the
-    /// position. The former holder's renew then fails with
-    /// [`Error::LeaseNotFound`] and its return reports `false`.
-    ///
-    /// # Errors
-    /// [`Error::PoolNotFound`] for an unknown pool; [`Error::Storage`] if the
-    /// store failed, and nothing changed.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may or may not leave the lease ended.
-    pub async fn force_return(&self, position: u32) -> Result<Option<Holder>> {
-        let ended = self.store.force_return(self.id, position).await?;
-        if let Some(holder) = &ended {
-            telemetry::force_returned(&self.name, position, holder.lease.token);
-        }
-        Ok(ended)
+    pub async fn try_borrow(&self, ttl: Duration) -> Result<LeaseGuard<&Pool>> {
+        self.borrow(ttl, Duration::ZERO).await
     }
 
     /// The lease, and its ttl as clamped; traced and counted.

@@ -1,0 +1,219 @@
+//! [`Pool`]'s calls on leases already granted: return, renew, the admin
+//! listing and the forced return (R8, SPEC "Beyond the basic model").
+
+use std::time::Duration;
+
+use crate::telemetry;
+use crate::{Error, Holder, Lease, LeaseId, Pool, Result};
+
+impl Pool {
+    /// Returns lease `lease` early (R8): frees its slot at once and wakes the
+    /// head waiter. `true` only if the lease was active; an unknown, returned,
+    /// expired or deleted lease reports `false`, never an error.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the store failed; the lease is then unchanged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease returned; either
+    /// way it frees itself at its ttl at the latest.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// # pool.register(2).await?;
+    /// // A lease handed elsewhere by id (a job queue, an HTTP client)...
+    /// let id = pool.try_borrow(Duration::from_secs(30)).await?.forget().id;
+    /// // ...is returned by id: true if it was active, false ever after.
+    /// assert!(pool.return_lease(id).await?);
+    /// assert!(!pool.return_lease(id).await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn return_lease(&self, lease: LeaseId) -> Result<bool> {
+        let result = self.store.return_lease(self.id, lease).await;
+        telemetry::returned(&self.name, None, Some(&result));
+        result
+    }
+
+    /// [`return_lease`](Pool::return_lease) for a lease held whole (by a
+    /// guard): the store may find it by its position.
+    pub(crate) async fn return_held(&self, lease: &Lease) -> Result<bool> {
+        if lease.pool != self.id {
+            return self.return_lease(lease.id).await;
+        }
+        let result = self.store.return_held(*lease).await;
+        telemetry::returned(&self.name, Some(lease), Some(&result));
+        result
+    }
+
+    /// Extends lease `lease` of this pool to expire `ttl` from now, keeping
+    /// its position, token and labels; returns the renewed lease. `ttl` is
+    /// checked and clamped as for [`borrow`](Pool::borrow), so a renew may
+    /// also shorten a lease. Waiters are told, since the pool's earliest
+    /// expiry may have moved.
+    /// [`LeaseGuard::renew`](crate::LeaseGuard::renew) does the same for a
+    /// guard.
+    ///
+    /// # Errors
+    /// Renewing a lease that is not active is never a silent success:
+    /// - [`Error::LeaseExpired`] if it is not active and `lease.expires_at`
+    ///   has passed (R7);
+    /// - [`Error::LeaseNotFound`] if it is not active though its expiry has
+    ///   not come: returned, force-returned, or never this pool's;
+    /// - [`Error::PoolNotFound`] if the pool was deleted (R4);
+    /// - [`Error::InvalidArgument`] naming `ttl` if it is zero;
+    /// - [`Error::Storage`] if the store failed; the lease is unchanged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease renewed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// # pool.register(2).await?;
+    /// let lease = pool.try_borrow(Duration::from_secs(30)).await?.forget();
+    /// let renewed = pool.renew(&lease, Duration::from_secs(60)).await?;
+    /// assert_eq!((renewed.position, renewed.token), (lease.position, lease.token));
+    /// assert!(renewed.expires_at >= lease.expires_at);
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let ttl = self.limits.clamp_ttl(ttl)?;
+        if lease.pool != self.id {
+            return Err(Error::LeaseNotFound {
+                pool: self.id,
+                lease: lease.id,
+            });
+        }
+        let result = self
+            .store
+            .renew(self.id, lease.id, ttl)
+            .await
+            .and_then(|renewed| renewed.ok_or_else(|| Error::not_renewed(lease, self.now())));
+        telemetry::renewed(&self.name, lease, &result);
+        result
+    }
+
+    /// Extends the lease with id `lease` to expire `ttl` from now, as
+    /// [`renew`](Pool::renew) does, for a caller that has only the id (a
+    /// client of the HTTP service, a script with `SEMAPHORE_LEASE_ID`):
+    /// one store call, no listing of the holders. Returns the renewed lease,
+    /// its position and token as granted.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use semaphore_memory::{MemoryStore, Pool, PoolId};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// pool.register(1).await?;
+    /// let id = pool.try_borrow(Duration::from_secs(30)).await?.forget().id;
+    /// let renewed = pool.renew_by_id(id, Duration::from_secs(60)).await?;
+    /// assert_eq!((renewed.id, renewed.position), (id, 0));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::LeaseNotFound`] if no active lease of this pool has that
+    ///   id: returned, force-returned, expired (without the lease's expiry
+    ///   at hand, an expired lease is not told apart) or never this pool's;
+    /// - [`Error::PoolNotFound`] if the pool was deleted (R4);
+    /// - [`Error::InvalidArgument`] naming `ttl` if it is zero;
+    /// - [`Error::Storage`] if the store failed; the lease is unchanged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease renewed.
+    pub async fn renew_by_id(&self, lease: LeaseId, ttl: Duration) -> Result<Lease> {
+        let ttl = self.limits.clamp_ttl(ttl)?;
+        let renewed = self
+            .store
+            .renew(self.id, lease, ttl)
+            .await?
+            .ok_or(Error::LeaseNotFound {
+                pool: self.id,
+                lease,
+            })?;
+        telemetry::renewed(&self.name, &renewed, &Ok(renewed));
+        Ok(renewed)
+    }
+
+    /// Every active lease of the pool, by position, with its owner label and
+    /// key: an admin's listing. It shows lease ids, the credential that
+    /// returns a lease, which [`inspect`](Pool::inspect) never does; keep it
+    /// to admin tools.
+    ///
+    /// # Errors
+    /// [`Error::PoolNotFound`] for an unknown pool; [`Error::Storage`] if the
+    /// store failed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// # pool.register(2).await?;
+    /// let options = semaphore_memory::BorrowOptions::new().owner("worker-3");
+    /// let _held = pool.borrow_with(Duration::from_secs(30), Duration::ZERO, options).await?;
+    /// for h in pool.holders().await? {
+    ///     println!("slot {} token {} owner {:?}", h.lease.position, h.lease.token, h.owner);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn holders(&self) -> Result<Vec<Holder>> {
+        self.store.holders(self.id).await
+    }
+
+    /// Ends the lease at `position`, whoever holds it, as if its holder had
+    /// returned it (R8): the slot is free at once and the head waiter is
+    /// woken. Returns the lease it ended, or `None` if no lease held the
+    /// position. The former holder's renew then fails with
+    /// [`Error::LeaseNotFound`] and its return reports `false`.
+    ///
+    /// # Errors
+    /// [`Error::PoolNotFound`] for an unknown pool; [`Error::Storage`] if the
+    /// store failed, and nothing changed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
+    /// # pool.register(2).await?;
+    /// let stuck = pool.try_borrow(Duration::from_secs(3600)).await?.forget();
+    /// let ended = pool.force_return(stuck.position).await?.expect("a lease held slot 0");
+    /// assert_eq!(ended.lease.id, stuck.id);
+    /// // Its holder finds out at its next renew or return.
+    /// assert!(!pool.return_lease(stuck.id).await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_return(&self, position: u32) -> Result<Option<Holder>> {
+        let ended = self.store.force_return(self.id, position).await?;
+        if let Some(holder) = &ended {
+            telemetry::force_returned(&self.name, position, holder.lease.token);
+        }
+        Ok(ended)
+    }
+}
