@@ -108,20 +108,44 @@ fn a_signal_to_the_wrapper_also_continues_a_stopped_process_of_the_command() {
     assert_eq!(output.status.code(), Some(0), "the command's own code");
 }
 
+/// A command that writes its pid, then runs until a gate file appears and
+/// exits 3: its database, pid file, gate, and `sh -c` line.
+struct Gated {
+    db: std::path::PathBuf,
+    pidfile: std::path::PathBuf,
+    gate: std::path::PathBuf,
+    line: String,
+}
+
+impl Gated {
+    fn in_dir(dir: &std::path::Path) -> Self {
+        let (pidfile, gate) = (dir.join("c.pid"), dir.join("gate"));
+        let line = format!(
+            "echo $$ > {}; while [ ! -e {} ]; do sleep 0.02; done; exit 3",
+            pidfile.display(),
+            gate.display()
+        );
+        Self {
+            db: dir.join("g.db"),
+            pidfile,
+            gate,
+            line,
+        }
+    }
+}
+
 /// The command's group stopped from outside (`kill -STOP -PGID`, what
 /// Ctrl-Z does): the wrapper stops with it, so the shell sees one stopped
 /// job; continued, both go on and the command finishes normally.
 #[test]
 fn the_wrapper_stops_and_goes_on_with_its_command() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("j.db");
-    let pidfile = dir.path().join("c.pid");
-    let gate = dir.path().join("gate");
-    let line = format!(
-        "echo $$ > {}; while [ ! -e {} ]; do sleep 0.02; done; exit 3",
-        pidfile.display(),
-        gate.display()
-    );
+    let Gated {
+        db,
+        pidfile,
+        gate,
+        line,
+    } = Gated::in_dir(dir.path());
     // A job of its own, as a job-control shell starts it: its group is not
     // orphaned (this process, its parent, is in another group of the same
     // session), so its stops are not discarded.
@@ -150,14 +174,12 @@ fn the_wrapper_stops_and_goes_on_with_its_command() {
 #[test]
 fn in_an_orphaned_group_a_stop_of_the_command_is_not_followed() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("o.db");
-    let pidfile = dir.path().join("c.pid");
-    let gate = dir.path().join("gate");
-    let line = format!(
-        "echo $$ > {}; while [ ! -e {} ]; do sleep 0.02; done; exit 3",
-        pidfile.display(),
-        gate.display()
-    );
+    let Gated {
+        db,
+        pidfile,
+        gate,
+        line,
+    } = Gated::in_dir(dir.path());
     let wrapper = std::process::Command::new("setsid")
         .arg(common::BIN)
         .args(["run", "--sqlite"])
