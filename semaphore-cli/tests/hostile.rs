@@ -74,9 +74,22 @@ fn connections_over_the_cap_wait_for_one_to_close() {
         "1",
     ]);
     let mut first = TcpStream::connect(address(&server)).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    // A whole request answered first: the server holds this connection
+    // (its one permit) before the second one arrives.
+    first
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answered = Vec::new();
+    let mut chunk = [0u8; 512];
+    while !answered.ends_with(b"}") {
+        let n = first.read(&mut chunk).unwrap();
+        assert!(n > 0, "the first connection closed before its answer");
+        answered.extend_from_slice(&chunk[..n]);
+    }
     first.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
-    // Give the server the first connection before the second arrives.
-    std::thread::sleep(Duration::from_millis(100));
     let second = std::thread::spawn({
         let address = address(&server);
         move || {
