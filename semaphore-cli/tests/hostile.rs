@@ -17,13 +17,20 @@ fn address(server: &Server) -> String {
     server.base.trim_start_matches("http://").to_string()
 }
 
+/// A socket to `address` whose reads give up after 20 s (a hang is a
+/// failure, not a wait).
+fn connect(address: &str) -> TcpStream {
+    let socket = TcpStream::connect(address).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    socket
+}
+
 /// Sends `request` as raw bytes; the status and body of the answer, read
 /// until the server closes (requests here ask it to).
 fn raw(server: &Server, request: &[u8]) -> (u16, Value) {
-    let mut socket = TcpStream::connect(address(server)).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    let mut socket = connect(&address(server));
     // The server may answer and close before it has read everything.
     let _ = socket.write_all(request);
     let mut answer = Vec::new();
@@ -48,10 +55,7 @@ fn is_seed_error(body: &Value) -> bool {
 #[test]
 fn a_half_sent_request_is_closed() {
     let server = Server::start(&["--memory", "--header-timeout", "1s"]);
-    let mut socket = TcpStream::connect(address(&server)).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let mut socket = connect(&address(&server));
     socket
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         .unwrap();
@@ -73,10 +77,7 @@ fn connections_over_the_cap_wait_for_one_to_close() {
         "--max-connections",
         "1",
     ]);
-    let mut first = TcpStream::connect(address(&server)).unwrap();
-    first
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let mut first = connect(&address(&server));
     // A whole request answered first: the server holds this connection
     // (its one permit) before the second one arrives.
     first
@@ -93,7 +94,7 @@ fn connections_over_the_cap_wait_for_one_to_close() {
     let second = std::thread::spawn({
         let address = address(&server);
         move || {
-            let mut socket = TcpStream::connect(address).unwrap();
+            let mut socket = connect(&address);
             socket
                 .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 .unwrap();

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use crate::cancel::{Answer, InFlight, QueuePlace, Step};
 use crate::clock::{saturating_add, truncate_ms};
 use crate::wait::HandOff;
-use crate::{Error, PoolId, Result, Store, WaiterId};
+use crate::{Error, Lease, PoolId, Result, Store, WaiterId};
 
 /// Borrows through `attempt` on `pools`, waiting up to `wait` from `start`.
 ///
@@ -131,3 +131,17 @@ const RETRY_FIRST: Duration = Duration::from_millis(50);
 
 /// The longest pause between retries.
 const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The active lease of `pool` that was borrowed with key `key`, if
+/// any: what a keyed retry gets without queueing.
+pub(crate) async fn keyed_lease(
+    store: &Arc<dyn Store>,
+    pool: PoolId,
+    key: &str,
+) -> Result<Option<Lease>> {
+    let holders = store.holders(pool).await?;
+    Ok(holders
+        .into_iter()
+        .find(|h| h.key.as_deref() == Some(key))
+        .map(|h| h.lease))
+}

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::acquire::acquire;
+use crate::acquire::{acquire, keyed_lease};
 use crate::cancel::InFlight;
 use crate::clock::truncate_ms;
 use crate::options::Labels;
@@ -486,18 +486,4 @@ impl Pool {
         )
         .await
     }
-}
-
-/// The lease of `pool` active at `now` that was borrowed with key `key`, if
-/// any: what a keyed retry gets without queueing.
-pub(crate) async fn keyed_lease(
-    store: &Arc<dyn Store>,
-    pool: PoolId,
-    key: &str,
-) -> Result<Option<Lease>> {
-    let holders = store.holders(pool).await?;
-    Ok(holders
-        .into_iter()
-        .find(|h| h.key.as_deref() == Some(key))
-        .map(|h| h.lease))
 }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::acquire;
+use crate::acquire::keyed_lease;
 use crate::cancel::{InFlight, return_detached};
 use crate::clock::truncate_ms;
-use crate::pool::keyed_lease;
 use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseId, Limits, Pool, PoolId, Result, Store,
 };

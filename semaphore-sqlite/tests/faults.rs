@@ -41,15 +41,18 @@ fn not_retryable_storage(err: &Error) -> bool {
     ) && !err.is_retryable()
 }
 
-async fn ready_file(path: &Path) {
+/// A file with one pool of 2 slots, one of them held for an hour; the
+/// store that made it, for a test that keeps it open.
+async fn ready_file(path: &Path) -> Arc<SqliteStore> {
     let store = Arc::new(SqliteStore::open(path).unwrap());
-    let pool = Pool::new(store, PoolId::from_name("p"));
+    let pool = Pool::new(store.clone(), PoolId::from_name("p"));
     pool.register(2).await.unwrap();
     let _kept = pool
         .try_borrow(Duration::from_secs(3600))
         .await
         .unwrap()
         .forget();
+    store
 }
 
 fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -220,14 +223,7 @@ async fn the_writers_queue_side_file_is_made_only_when_on() {
 async fn a_wal_deleted_under_a_holder_is_a_storage_error_not_a_schema_mismatch() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("held.db");
-    let holder = Arc::new(SqliteStore::open(&path).unwrap());
-    let pool = Pool::new(holder.clone(), PoolId::from_name("p"));
-    pool.register(2).await.unwrap();
-    let _kept = pool
-        .try_borrow(Duration::from_secs(3600))
-        .await
-        .unwrap()
-        .forget();
+    let _holder = ready_file(&path).await;
     let wal = dir.path().join("held.db-wal");
     assert!(wal.exists(), "the holder's WAL file");
     std::fs::remove_file(&wal).unwrap();
