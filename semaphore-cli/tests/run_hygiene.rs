@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::process::{ended, kill, read_pid, run, stopped, until};
+use common::process::{ended, group_of, kill, read_pid, run, stopped, until};
 
 const GUARD: Duration = Duration::from_secs(20);
 
@@ -109,7 +109,10 @@ fn a_signal_to_the_wrapper_also_continues_a_stopped_process_of_the_command() {
 }
 
 /// A command that writes its pid, then runs until a gate file appears and
-/// exits 3: its database, pid file, gate, and `sh -c` line.
+/// exits 3: its database, pid file, gate, and `bash -c` line. It forks
+/// nothing while it waits (the builtin `read -t` is its pause), so a stop
+/// cannot land on a child caught between `vfork` and `exec`, which would
+/// leave the shell itself unstoppable.
 struct Gated {
     db: std::path::PathBuf,
     pidfile: std::path::PathBuf,
@@ -121,7 +124,7 @@ impl Gated {
     fn in_dir(dir: &std::path::Path) -> Self {
         let (pidfile, gate) = (dir.join("c.pid"), dir.join("gate"));
         let line = format!(
-            "echo $$ > {}; while [ ! -e {} ]; do sleep 0.02; done; exit 3",
+            "echo $$ > {}; while [ ! -e {} ]; do read -t 0.02; done; exit 3",
             pidfile.display(),
             gate.display()
         );
@@ -151,13 +154,14 @@ fn the_wrapper_stops_and_goes_on_with_its_command() {
     // session), so its stops are not discarded.
     let wrapper = run(
         &db,
-        &["--pool", "p", "--count", "1", "--", "sh", "-c", &line],
+        &["--pool", "p", "--count", "1", "--", "bash", "-c", &line],
     )
     .process_group(0)
+    .stdin(Stdio::piped())
     .spawn()
     .unwrap();
     let command = read_pid(&pidfile);
-    kill("TSTP", &format!("-{command}"));
+    kill("TSTP", &format!("-{}", group_of(command)));
     until(GUARD, "the wrapper stopping with its command", || {
         stopped(wrapper.id()) && stopped(command)
     });
@@ -184,11 +188,12 @@ fn in_an_orphaned_group_a_stop_of_the_command_is_not_followed() {
         .arg(common::BIN)
         .args(["run", "--sqlite"])
         .arg(&db)
-        .args(["--pool", "p", "--count", "1", "--", "sh", "-c", &line])
+        .args(["--pool", "p", "--count", "1", "--", "bash", "-c", &line])
+        .stdin(Stdio::piped())
         .spawn()
         .unwrap();
     let command = read_pid(&pidfile);
-    kill("TSTP", &format!("-{command}"));
+    kill("TSTP", &format!("-{}", group_of(command)));
     std::fs::write(&gate, "").unwrap();
     let output = wrapper.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(3), "the command's own code");

@@ -53,13 +53,14 @@ impl Cmd {
         Ok(Self { program, argv })
     }
 
-    /// Starts the command in a process group of its own, with the lease's
-    /// variables (and `CUDA_VISIBLE_DEVICES` from `devices`).
+    /// Starts the command in process group `group` (the guardian's), with
+    /// the lease's variables (and `CUDA_VISIBLE_DEVICES` from `devices`).
     pub(crate) fn spawn(
         &self,
         lease: &LeaseGuard<Pool>,
         pool: &str,
         devices: Option<&[String]>,
+        group: nix::unistd::Pid,
     ) -> Result<tokio::process::Child, Exit> {
         let position = lease.position.to_string();
         let mut command = tokio::process::Command::new(&self.program);
@@ -78,7 +79,7 @@ impl Cmd {
                 "SEMAPHORE_EXPIRES_AT_MS",
                 semaphore_core::store::unix_ms(lease.expires_at).to_string(),
             )
-            .process_group(0)
+            .process_group(group.as_raw())
             .kill_on_drop(true);
         if let Some(device) = devices.and_then(|d| d.get(lease.position as usize)) {
             command.env("CUDA_VISIBLE_DEVICES", device);

@@ -2,9 +2,12 @@
 //! when `semaphore run` cannot (issue 21, items 2 and 3).
 //!
 //! `semaphore run` (the wrapper) starts `semaphore __guard` before the
-//! command, with a pipe as its standard input, and writes it two kinds of
-//! line: `group PGID` (the command's process group) and `deadline MS` (the
-//! lease is good for MS more milliseconds). The guardian acts on:
+//! command, in a process group of its own, with a pipe as its standard
+//! input. The command is then started *into the guardian's group*: the
+//! group exists before the command does, so there is no moment in which
+//! the command runs in a group the guardian does not know. The wrapper
+//! writes it lines `deadline MS` (the lease is good for MS more
+//! milliseconds). The guardian acts on:
 //!
 //! - **end of file**: the wrapper is gone, however it died (the kernel
 //!   closes the pipe even on SIGKILL). The guardian kills the command's
@@ -15,9 +18,9 @@
 //!   after the grace period.
 //! - `done`: the wrapper finished normally; exit without touching anything.
 //!
-//! So that signals meant for the wrapper's job do not end or stop it, the
-//! guardian runs in a process group of its own and blocks the job-control
-//! and termination signals. If it is stopped anyway (SIGSTOP sent to it by
+//! So that signals meant for the wrapper's job or for the command do not
+//! end or stop it, the guardian blocks the job-control and termination
+//! signals; its own SIGKILL of the group ends it last. If it is stopped anyway (SIGSTOP sent to it by
 //! pid), `PR_SET_PDEATHSIG` sends it SIGCONT when the wrapper dies, and it
 //! then reads the end of file.
 //!
@@ -53,8 +56,8 @@ impl Guard {
     pub(crate) fn start() -> std::io::Result<Self> {
         let exe = std::env::current_exe()?;
         let mut child = std::process::Command::new(exe);
-        // A group of its own: stopping or signalling the wrapper's job
-        // (`kill -STOP %1`) must not reach the guardian.
+        // A group of its own, which the command joins: stopping or
+        // signalling the wrapper's job (`kill -STOP %1`) must not reach it.
         std::os::unix::process::CommandExt::process_group(&mut child, 0);
         child
             .arg(SUBCOMMAND)
@@ -73,9 +76,9 @@ impl Guard {
         })
     }
 
-    /// Tells the guardian which process group to end.
-    pub(crate) fn watch(&mut self, group: Pid) {
-        self.say(&format!("group {group}\n"));
+    /// The guardian's process group, which the command joins: its pid.
+    pub(crate) fn group(&self) -> Pid {
+        Pid::from_raw(self.child.id().map_or(0, |id| id as i32))
     }
 
     /// Tells the guardian the lease is good for `left` more. The guardian
@@ -134,7 +137,10 @@ pub(crate) fn main() -> u8 {
     let _ = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None);
     #[cfg(any(target_os = "linux", target_os = "android"))]
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGCONT);
-    let mut watch = Watch::default();
+    let mut watch = Watch {
+        group: Some(nix::unistd::getpgrp()),
+        ..Watch::default()
+    };
     let mut stdin = std::io::stdin().lock();
     let mut buf = Vec::new();
     loop {
@@ -164,7 +170,6 @@ pub(crate) fn main() -> u8 {
                 .trim()
                 .split_once(' ')
             {
-                Some(("group", pgid)) => watch.group = pgid.parse().ok().map(Pid::from_raw),
                 Some(("deadline", ms)) if !watch.expired => {
                     if let Ok(ms) = ms.parse::<u64>() {
                         watch.deadline = Some(Instant::now() + Duration::from_millis(ms));

@@ -4,7 +4,8 @@
 //! command runs, and returned the moment it exits. The command behaves as
 //! it would without `semaphore` (issue 21):
 //!
-//! - It runs in a process group of its own, which gets the terminal when
+//! - It runs in a process group apart from `semaphore run`'s (the
+//!   guardian's, below), which gets the terminal when
 //!   `semaphore run` is the foreground job ([`terminal`]): it reads the
 //!   terminal, and Ctrl-C, Ctrl-\ and Ctrl-Z reach it.
 //! - Ctrl-Z stops it, and `semaphore run` stops with it (the shell sees one
@@ -68,7 +69,7 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
             ),
         )
     })?;
-    let child = match cmd.spawn(&lease, &name, args.devices.as_deref()) {
+    let child = match cmd.spawn(&lease, &name, args.devices.as_deref(), guard.group()) {
         Ok(child) => child,
         Err(e) => {
             guard.finish().await;
@@ -137,7 +138,9 @@ impl Signals {
 /// The running command, its group, the guardian, and the terminal.
 struct Job {
     child: tokio::process::Child,
-    /// The command's pid, which is also its process group's id.
+    /// The command's pid.
+    pid: Pid,
+    /// The command's process group: the guardian's.
     group: Pid,
     guard: Guard,
     terminal: Option<Terminal>,
@@ -145,16 +148,17 @@ struct Job {
 }
 
 impl Job {
-    fn new(child: tokio::process::Child, mut guard: Guard, ttl: Duration) -> Self {
+    fn new(child: tokio::process::Child, guard: Guard, ttl: Duration) -> Self {
         // The pid is there until the child is waited for.
-        let group = Pid::from_raw(child.id().map_or(0, |id| id as i32));
-        guard.watch(group);
+        let pid = Pid::from_raw(child.id().map_or(0, |id| id as i32));
+        let group = guard.group();
         let terminal = Terminal::open();
         if let Some(terminal) = terminal.as_ref().filter(|t| t.ours()) {
             terminal.give(group);
         }
         Self {
             child,
+            pid,
             group,
             guard,
             terminal,
@@ -211,7 +215,7 @@ impl Job {
     /// The signal that stopped the command, if it is stopped.
     fn stopped(&self) -> Option<Signal> {
         match waitid(
-            Id::Pid(self.group),
+            Id::Pid(self.pid),
             WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
         ) {
             Ok(WaitStatus::Stopped(_, sig)) => Some(sig),

@@ -33,6 +33,13 @@ pub fn state(pid: u32) -> Option<char> {
     stat.rsplit_once(") ")?.1.chars().next()
 }
 
+/// The process group of `pid`.
+pub fn group_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    fields[2].parse().unwrap()
+}
+
 /// Whether `pid` has ended (gone, or a zombie nobody reaped yet).
 pub fn ended(pid: u32) -> bool {
     matches!(state(pid), None | Some('Z' | 'X'))
