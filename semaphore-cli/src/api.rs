@@ -37,8 +37,13 @@ pub(crate) struct App {
 }
 
 impl App {
+    /// The handle of pool `id`, named in metrics by its alias if it has one.
     fn pool(&self, id: PoolId) -> Pool {
-        Pool::new(self.store.clone(), id).with_limits(self.limits)
+        let pool = Pool::new(self.store.clone(), id).with_limits(self.limits);
+        match self.metrics.alias(id) {
+            Some(alias) => pool.with_alias(alias.clone()),
+            None => pool,
+        }
     }
 
     fn now(&self) -> std::time::SystemTime {
@@ -49,12 +54,10 @@ impl App {
     fn track<T>(&self, result: Result<T, semaphore_core::Error>) -> Result<T, ApiError> {
         use std::sync::atomic::Ordering;
         match &result {
-            Err(semaphore_core::Error::Storage { retryable, .. }) => {
-                self.metrics.storage_error();
-                if !retryable {
-                    self.broken.store(true, Ordering::Relaxed);
-                }
-            }
+            Err(semaphore_core::Error::Storage {
+                retryable: false, ..
+            }) => self.broken.store(true, Ordering::Relaxed),
+            Err(semaphore_core::Error::Storage { .. }) => {}
             _ => self.broken.store(false, Ordering::Relaxed),
         }
         result.map_err(ApiError::from)
@@ -221,16 +224,10 @@ pub(crate) async fn borrow(
     let mut shutdown = app.shutdown.clone();
     // A client that disconnects drops this future: the borrow leaves the
     // queue and takes nothing (R12).
-    let arrived = std::time::Instant::now();
     let lease = tokio::select! {
         lease = pool.borrow_with(ttl, wait, options) => lease.map(|guard| guard.forget()),
         _ = shutdown.wait_for(|down| *down) => return Err(ApiError::shutting_down()),
     };
-    match &lease {
-        Ok(_) => app.metrics.granted(arrived.elapsed()),
-        Err(semaphore_core::Error::Exhausted { .. }) => app.metrics.exhausted(arrived.elapsed()),
-        Err(_) => {}
-    }
     let lease = app.track(lease)?;
     Ok(Json(wire::Granted::new(&lease, app.now())))
 }
@@ -253,9 +250,6 @@ pub(crate) async fn return_lease(
     let pool = app.pool(id);
     let lease = LeaseId::from_uuid(wire::uuid("lease", &request.lease)?);
     let returned = app.track(pool.return_lease(lease).await)?;
-    if returned {
-        app.metrics.returned();
-    }
     Ok(Json(wire::Returned { returned }).into_response())
 }
 
@@ -353,16 +347,13 @@ pub(crate) async fn readyz(State(app): State<App>) -> Result<Response, ApiError>
     Ok(Json(wire::Status { status: "ready" }).into_response())
 }
 
-/// Prometheus metrics, in the OpenMetrics text format.
+/// Prometheus metrics, in its text format (version 0.0.4).
 #[utoipa::path(get, path = "/metrics", tag = "service",
     responses((status = 200, description = "Counters, the wait histogram, and gauges of aliased pools",
-        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String)))]
+        content_type = "text/plain; version=0.0.4; charset=utf-8", body = String)))]
 pub(crate) async fn metrics(State(app): State<App>) -> Response {
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         app.metrics.render(&app.store).await,
     )
         .into_response()

@@ -261,9 +261,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub(crate) max_count: u32,
 
-    /// Names a pool for /metrics (repeatable): its gauges are exported
-    /// under NAME. Pools without an alias get none, since a pool's UUID is
-    /// its bearer secret and never appears in metrics.
+    /// Names a pool for /metrics (repeatable; one name per pool): its
+    /// series and gauges are labelled pool="NAME". Other pools share
+    /// unlabelled series, since a pool's UUID is its bearer secret and
+    /// never appears in metrics.
     #[arg(long, value_name = "NAME=UUID", value_parser = alias)]
     pub(crate) alias: Vec<(String, uuid::Uuid)>,
 }

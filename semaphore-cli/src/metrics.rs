@@ -1,151 +1,177 @@
-//! Prometheus metrics (`GET /metrics`, the official `prometheus-client`
-//! crate): what a grant, a return and a refusal cost and how often they
-//! happen. The pool UUID is the bearer secret, so it never appears: per-pool
-//! gauges are kept only for pools the operator named with `--alias
-//! NAME=UUID`, under that name.
+//! Prometheus metrics (`GET /metrics`): what the core reports through the
+//! `metrics` facade (grants, returns, refusals, storage errors, the wait
+//! histogram), recorded by `metrics-exporter-prometheus`, plus gauges of
+//! the aliased pools read from the store at each scrape.
+//!
+//! The pool UUID is the bearer secret, so it never appears, and any client
+//! can create pools, so per-pool series are kept only for the pools the
+//! operator named with `--alias NAME=UUID`: the core labels every other
+//! pool with a hash of its id, and [`AliasedOnly`] drops that label, so
+//! those pools share one unlabelled series per metric (bounded, whatever
+//! clients create).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use semaphore_core::store::Store;
 use semaphore_core::{Pool, PoolId};
 
-/// The pool label of a per-pool gauge: the operator's alias.
-type ByAlias = Family<Vec<(String, String)>, Gauge>;
+use crate::exit::Exit;
 
-/// The service's metrics.
+/// The wait histogram's buckets, in seconds: sub-millisecond grants to the
+/// longest `--max-wait` people set.
+const WAIT_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0];
+
+/// The content type of [`Metrics::render`]'s text.
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The service's metrics: the installed recorder's handle and the aliases.
 #[derive(Clone)]
 pub(crate) struct Metrics {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    registry: Registry,
-    grants: Counter,
-    returns: Counter,
-    exhausted: Counter,
-    storage_errors: Counter,
-    wait: Histogram,
-    aliases: Vec<(String, PoolId)>,
-    in_use: ByAlias,
-    available: ByAlias,
-    count: ByAlias,
-    waiting: ByAlias,
+    handle: PrometheusHandle,
+    aliases: Arc<HashMap<PoolId, Arc<str>>>,
 }
 
 impl Metrics {
-    pub(crate) fn new(aliases: Vec<(String, PoolId)>) -> Self {
-        let mut registry = Registry::with_prefix("semaphore");
-        let (grants, returns, exhausted, storage_errors) = (
-            Counter::default(),
-            Counter::default(),
-            Counter::default(),
-            Counter::default(),
-        );
-        registry.register("grants", "Leases granted", grants.clone());
-        registry.register(
-            "returns",
-            "Leases returned early (returned: true)",
-            returns.clone(),
-        );
-        registry.register(
-            "exhausted",
-            "Borrows refused with 409 after their wait",
-            exhausted.clone(),
-        );
-        registry.register(
-            "storage_errors",
-            "Calls that failed with 502",
-            storage_errors.clone(),
-        );
-        let wait = Histogram::new([0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0]);
-        registry.register(
-            "borrow_wait_seconds",
-            "Time from a borrow's arrival to its grant or refusal",
-            wait.clone(),
-        );
-        let gauges: [(&str, &str); 4] = [
-            ("pool_in_use", "Active leases of an aliased pool"),
-            ("pool_available", "Free slots of an aliased pool"),
-            ("pool_count", "Slots of an aliased pool"),
-            (
-                "pool_waiting",
-                "Borrowers waiting on an aliased pool at this server",
-            ),
-        ];
-        let families: [ByAlias; 4] = Default::default();
-        for ((name, help), family) in gauges.iter().zip(&families) {
-            registry.register(*name, *help, family.clone());
+    /// Installs the process's metrics recorder, keeping the `pool` label
+    /// of the aliased pools only.
+    ///
+    /// # Errors
+    /// Exit 64 if two aliases share a name or a pool; 70 if a recorder is
+    /// installed already (one server per process).
+    pub(crate) fn install(aliases: Vec<(String, PoolId)>) -> Result<Self, Exit> {
+        let pairs = aliases.len();
+        let aliases: HashMap<PoolId, Arc<str>> = aliases
+            .into_iter()
+            .map(|(name, id)| (id, name.into()))
+            .collect();
+        let kept: HashSet<String> = aliases.values().map(|a| a.to_string()).collect();
+        if kept.len() != pairs || aliases.len() != pairs {
+            return Err(Exit::new(
+                64,
+                "each --alias needs a name and a pool of its own",
+            ));
         }
-        let [in_use, available, count, waiting] = families;
-        Self {
-            inner: Arc::new(Inner {
-                registry,
-                grants,
-                returns,
-                exhausted,
-                storage_errors,
-                wait,
-                aliases,
-                in_use,
-                available,
-                count,
-                waiting,
-            }),
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("semaphore_borrow_wait_seconds".into()),
+                &WAIT_BUCKETS,
+            )
+            .map_err(|e| Exit::new(70, e.to_string()))?
+            .build_recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(AliasedOnly {
+            inner: recorder,
+            kept,
+        })
+        .map_err(|_| {
+            Exit::new(
+                70,
+                "a metrics recorder is installed already in this process",
+            )
+        })?;
+        semaphore_core::describe_metrics();
+        for (name, help) in GAUGES {
+            metrics::describe_gauge!(name, Unit::Count, help);
         }
-    }
-
-    pub(crate) fn granted(&self, waited: Duration) {
-        self.inner.grants.inc();
-        self.inner.wait.observe(waited.as_secs_f64());
-    }
-
-    pub(crate) fn exhausted(&self, waited: Duration) {
-        self.inner.exhausted.inc();
-        self.inner.wait.observe(waited.as_secs_f64());
-    }
-
-    pub(crate) fn returned(&self) {
-        self.inner.returns.inc();
-    }
-
-    pub(crate) fn storage_error(&self) {
-        self.inner.storage_errors.inc();
-    }
-
-    /// The text exposition, with the aliased pools' gauges read now.
-    pub(crate) async fn render(&self, store: &Arc<dyn Store>) -> String {
-        let inner = &self.inner;
-        for (alias, id) in &inner.aliases {
-            let pool = Pool::new(store.clone(), *id);
-            let label = vec![("pool".to_string(), alias.clone())];
-            if let Ok(state) = pool.inspect().await {
-                inner
-                    .in_use
-                    .get_or_create(&label)
-                    .set(i64::from(state.in_use));
-                inner
-                    .available
-                    .get_or_create(&label)
-                    .set(i64::from(state.available));
-                inner
-                    .count
-                    .get_or_create(&label)
-                    .set(i64::from(state.count));
+        // The counters start at zero, so that a rate over them has a start.
+        for name in COUNTERS {
+            metrics::counter!(name).absolute(0);
+            for alias in aliases.values() {
+                metrics::counter!(name, "pool" => alias.to_string()).absolute(0);
             }
-            let waiting = i64::try_from(pool.waiting()).unwrap_or(i64::MAX);
-            inner.waiting.get_or_create(&label).set(waiting);
         }
-        let mut text = String::new();
-        if encode(&mut text, &inner.registry).is_err() {
-            text = "# the metrics could not be encoded\n".into();
+        Ok(Self {
+            handle,
+            aliases: Arc::new(aliases),
+        })
+    }
+
+    /// The operator's alias of pool `id`, if it has one.
+    pub(crate) fn alias(&self, id: PoolId) -> Option<&Arc<str>> {
+        self.aliases.get(&id)
+    }
+
+    /// The Prometheus text exposition, with the aliased pools' gauges read
+    /// now. A pool the store cannot inspect keeps its last values.
+    pub(crate) async fn render(&self, store: &Arc<dyn Store>) -> String {
+        for (id, alias) in self.aliases.iter() {
+            let pool = Pool::new(store.clone(), *id);
+            let gauge = |name: &'static str| metrics::gauge!(name, "pool" => alias.to_string());
+            if let Ok(state) = pool.inspect().await {
+                gauge("semaphore_pool_in_use").set(state.in_use);
+                gauge("semaphore_pool_available").set(state.available);
+                gauge("semaphore_pool_count").set(state.count);
+            }
+            gauge("semaphore_pool_waiting").set(pool.waiting() as f64);
         }
-        text
+        self.handle.render()
+    }
+}
+
+/// The core's counters that the service shows from its start.
+const COUNTERS: [&str; 4] = [
+    "semaphore_grants_total",
+    "semaphore_returns_total",
+    "semaphore_exhausted_total",
+    "semaphore_storage_errors_total",
+];
+
+/// The gauges read at each scrape, with their help.
+const GAUGES: [(&str, &str); 4] = [
+    ("semaphore_pool_in_use", "Active leases of an aliased pool"),
+    ("semaphore_pool_available", "Free slots of an aliased pool"),
+    ("semaphore_pool_count", "Slots of an aliased pool"),
+    (
+        "semaphore_pool_waiting",
+        "Borrowers waiting on an aliased pool at this server",
+    ),
+];
+
+/// A recorder that drops the `pool` label unless its value is one of
+/// `kept`, so unaliased pools (labelled by a hash of their secret id, one
+/// per pool any client creates) add no series.
+struct AliasedOnly<R> {
+    inner: R,
+    kept: HashSet<String>,
+}
+
+impl<R> AliasedOnly<R> {
+    /// `key`, without its `pool` label unless that names a kept pool.
+    fn key(&self, key: &Key) -> Key {
+        let dropped = |l: &metrics::Label| l.key() == "pool" && !self.kept.contains(l.value());
+        if !key.labels().any(dropped) {
+            return key.clone();
+        }
+        let labels: Vec<_> = key.labels().filter(|l| !dropped(l)).cloned().collect();
+        Key::from_parts(key.name_shared(), labels)
+    }
+}
+
+impl<R: Recorder> Recorder for AliasedOnly<R> {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_counter(key, unit, description);
+    }
+
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_gauge(key, unit, description);
+    }
+
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_histogram(key, unit, description);
+    }
+
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        self.inner.register_counter(&self.key(key), metadata)
+    }
+
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        self.inner.register_gauge(&self.key(key), metadata)
+    }
+
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        self.inner.register_histogram(&self.key(key), metadata)
     }
 }

@@ -16,7 +16,8 @@ pub(crate) enum ServeError {
     Store(semaphore_core::Error),
     /// The address could not be bound, or serving failed.
     Io(std::io::Error),
-    /// The command line or environment named no usable store.
+    /// The command line or environment named no usable store, or aliases
+    /// that clash.
     Usage(crate::exit::Exit),
 }
 
@@ -61,11 +62,12 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .iter()
         .map(|(name, id)| (name.clone(), semaphore_core::PoolId::from_uuid(*id)))
         .collect();
+    let metrics = crate::metrics::Metrics::install(aliases).map_err(ServeError::Usage)?;
     let app = App {
         store,
         limits,
         shutdown,
-        metrics: crate::metrics::Metrics::new(aliases),
+        metrics,
         broken: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -13,15 +13,7 @@ const SNAPSHOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_served_openapi_document_matches_the_committed_snapshot() {
     let server = Server::start(&["--memory"]);
-    let served = server
-        .http
-        .get(server.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let served = server.text("/openapi.json").await;
     let document: serde_json::Value = serde_json::from_str(&served).expect("JSON");
     for path in [
         "/l/{id}",

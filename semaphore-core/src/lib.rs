@@ -49,14 +49,17 @@
 //!   keep-alive renewal finds its lease gone.
 //!
 //! ## Metrics (the `metrics` facade; install any recorder)
-//! All carry the label `pool`:
+//! All carry the label `pool`; `describe_metrics()` gives each its help
+//! text and unit:
 //! - counters `semaphore_grants_total`, `semaphore_returns_total`,
 //!   `semaphore_expiries_total` (this process's leases found expired),
 //!   `semaphore_exhausted_total` (borrows that found no slot in their wait),
-//!   `semaphore_storage_errors_total`, `semaphore_leases_lost_total`;
+//!   `semaphore_storage_errors_total` (any `Pool` call the store failed),
+//!   `semaphore_leases_lost_total`;
 //! - gauges `semaphore_in_use` (leases this process holds through guards)
 //!   and `semaphore_waiting` (this process's borrows in progress);
-//! - histogram `semaphore_wait_seconds`: from a borrow's call to its grant.
+//! - histogram `semaphore_borrow_wait_seconds`: from a borrow's call to its
+//!   grant or its refusal (`Exhausted`).
 //!
 //! ```
 //! use std::{sync::Arc, time::Duration};
@@ -110,6 +113,8 @@ pub use limits::Limits;
 pub use options::BorrowOptions;
 pub use pool::Pool;
 pub use set::{LeaseSet, PoolSet};
+#[cfg(feature = "metrics")]
+pub use telemetry::describe_metrics;
 
 // The store authors' kit, public in [`store`]; named at the root inside
 // this crate only.

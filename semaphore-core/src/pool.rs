@@ -199,7 +199,7 @@ impl Pool {
     /// ```
     pub async fn register(&self, count: u32) -> Result<PoolState> {
         let count = self.limits.check_count(count)?;
-        self.store.register(self.id, count).await
+        telemetry::counted(&self.name, self.store.register(self.id, count).await)
     }
 
     /// The pool's `{id, count, in_use, available}` as of one instant (R3).
@@ -227,7 +227,7 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self) -> Result<PoolState> {
-        self.store.inspect(self.id).await
+        telemetry::counted(&self.name, self.store.inspect(self.id).await)
     }
 
     /// Removes the pool and all its leases (R4); `true` if it existed.
@@ -257,7 +257,7 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub async fn delete(&self) -> Result<bool> {
-        self.store.delete(self.id).await
+        telemetry::counted(&self.name, self.store.delete(self.id).await)
     }
 
     /// Borrows the lowest free slot for `ttl`, waiting up to `wait` for one

@@ -69,6 +69,62 @@ impl Name {
     }
 }
 
+/// The wait histogram's name.
+#[cfg(feature = "metrics")]
+const WAIT_SECONDS: &str = "semaphore_borrow_wait_seconds";
+
+/// Gives each metric of the crate's `metrics` feature its description and
+/// unit, in the recorder installed now: call it once after installing one
+/// (an exporter then prints them, as Prometheus's `# HELP`). Optional:
+/// metrics are recorded without it.
+///
+/// The metrics are listed in the crate docs ("Instrumentation").
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!("semaphore_grants_total", Unit::Count, "Leases granted");
+    describe_counter!(
+        "semaphore_returns_total",
+        Unit::Count,
+        "Leases returned while still active"
+    );
+    describe_counter!(
+        "semaphore_expiries_total",
+        Unit::Count,
+        "This process's leases found expired at their return or renewal"
+    );
+    describe_counter!(
+        "semaphore_exhausted_total",
+        Unit::Count,
+        "Borrows that found no free slot within their wait"
+    );
+    describe_counter!(
+        "semaphore_storage_errors_total",
+        Unit::Count,
+        "Calls that failed because the store failed"
+    );
+    describe_counter!(
+        "semaphore_leases_lost_total",
+        Unit::Count,
+        "Leases a keep-alive renewal found gone"
+    );
+    describe_gauge!(
+        "semaphore_in_use",
+        Unit::Count,
+        "Leases this process holds through guards"
+    );
+    describe_gauge!(
+        "semaphore_waiting",
+        Unit::Count,
+        "This process's borrows in progress"
+    );
+    describe_histogram!(
+        WAIT_SECONDS,
+        Unit::Seconds,
+        "Time from a borrow's call to its grant or refusal"
+    );
+}
+
 /// One borrow in progress: its span, its start, and its place in the
 /// waiting gauge until dropped.
 pub(crate) struct Borrow {
@@ -141,12 +197,15 @@ impl Borrow {
         }
         #[cfg(feature = "metrics")]
         match result {
-            Ok(_) => {
-                self.name.counter("semaphore_grants_total");
-                metrics::histogram!("semaphore_wait_seconds", "pool" => self.name.label.clone())
+            Ok(_) | Err(Error::Exhausted { .. }) => {
+                self.name.counter(if result.is_ok() {
+                    "semaphore_grants_total"
+                } else {
+                    "semaphore_exhausted_total"
+                });
+                metrics::histogram!(WAIT_SECONDS, "pool" => self.name.label.clone())
                     .record(self.started.elapsed().as_secs_f64());
             }
-            Err(Error::Exhausted { .. }) => self.name.counter("semaphore_exhausted_total"),
             Err(_) => self.name.storage_error(result),
         }
     }
@@ -157,6 +216,13 @@ impl Drop for Borrow {
         #[cfg(feature = "metrics")]
         self.name.gauge("semaphore_waiting", -1.0);
     }
+}
+
+/// `result` as it is, counted if it is a storage error: for the calls that
+/// report nothing else.
+pub(crate) fn counted<T>(name: &Name, result: Result<T>) -> Result<T> {
+    name.storage_error(&result);
+    result
 }
 
 /// A guard now holds a lease of the pool `name`.

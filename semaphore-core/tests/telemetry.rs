@@ -152,8 +152,9 @@ fn a_recorder_sees_counters_gauges_and_the_wait_histogram() {
     // is in progress.
     assert_eq!(value("semaphore_in_use"), &DebugValue::Gauge(0.0.into()));
     assert_eq!(value("semaphore_waiting"), &DebugValue::Gauge(0.0.into()));
-    match value("semaphore_wait_seconds") {
-        DebugValue::Histogram(waits) => assert_eq!(waits.len(), 2),
+    // Two grants and one refusal waited.
+    match value("semaphore_borrow_wait_seconds") {
+        DebugValue::Histogram(waits) => assert_eq!(waits.len(), 3),
         other => panic!("not a histogram: {other:?}"),
     }
 }

@@ -12,6 +12,8 @@ mod backend;
 
 // The user API, and the store authors' kit in `store`.
 pub use backend::MemoryStore;
+#[cfg(feature = "metrics")]
+pub use semaphore_core::describe_metrics;
 pub use semaphore_core::{
     BorrowOptions, BoxError, Clock, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet, Limits,
     ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState, Result, Sleep,

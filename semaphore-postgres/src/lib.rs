@@ -18,6 +18,8 @@ pub use error::PostgresError;
 pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, PostgresOptions};
 // The user API, and the store authors' kit in `store`.
 pub use backend::PostgresStore;
+#[cfg(feature = "metrics")]
+pub use semaphore_core::describe_metrics;
 pub use semaphore_core::{
     BorrowOptions, BoxError, Clock, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet, Limits,
     ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState, Result, Sleep,

@@ -66,6 +66,17 @@ impl Server {
         (status, body)
     }
 
+    /// The body of `GET path`, as text.
+    pub async fn text(&self, path: &str) -> String {
+        let response = self
+            .http
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("a response");
+        response.text().await.unwrap()
+    }
+
     /// The number of borrowers waiting on pool `id` at this server.
     pub async fn waiting(&self, id: &str) -> u64 {
         let (_, body) = self.call("GET", &format!("/l/{id}/leases"), None).await;

@@ -136,10 +136,7 @@ impl Pool {
     /// Dropping the future may or may not leave the lease renewed.
     pub async fn renew_by_id(&self, lease: LeaseId, ttl: Duration) -> Result<Lease> {
         let ttl = self.limits.clamp_ttl(ttl)?;
-        let renewed = self
-            .store
-            .renew(self.id, lease, ttl)
-            .await?
+        let renewed = telemetry::counted(&self.name, self.store.renew(self.id, lease, ttl).await)?
             .ok_or(Error::LeaseNotFound {
                 pool: self.id,
                 lease,
@@ -177,7 +174,7 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub async fn holders(&self) -> Result<Vec<Holder>> {
-        self.store.holders(self.id).await
+        telemetry::counted(&self.name, self.store.holders(self.id).await)
     }
 
     /// Ends the lease at `position`, whoever holds it, as if its holder had
@@ -210,7 +207,8 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub async fn force_return(&self, position: u32) -> Result<Option<Holder>> {
-        let ended = self.store.force_return(self.id, position).await?;
+        let ended =
+            telemetry::counted(&self.name, self.store.force_return(self.id, position).await)?;
         if let Some(holder) = &ended {
             telemetry::force_returned(&self.name, position, holder.lease.token);
         }
