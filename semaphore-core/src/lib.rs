@@ -92,6 +92,7 @@ mod lease;
 mod limits;
 mod options;
 mod pool;
+mod server_clock;
 mod set;
 mod slot;
 pub mod store;

@@ -8,6 +8,7 @@
 
 pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, truncate_ms, unix_ms};
 pub use crate::id::WaiterId;
+pub use crate::server_clock::{DecidingClock, ServerClock};
 pub use crate::slot::{SlotTable, lowest_free};
 pub use crate::wait::Changes;
 /// Re-exported so that stores name the same `async_trait` as the trait.

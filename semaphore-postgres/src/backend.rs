@@ -14,8 +14,8 @@ use crate::error::{pool as pool_error, storage};
 use crate::listen::{self, Listener};
 use crate::primitives::first;
 use crate::sql::Sql;
-use crate::time::Time;
 use crate::{PostgresOptions, schema};
+use semaphore_core::store::DecidingClock as Time;
 
 /// A [`Store`](semaphore_core::store::Store) in one PostgreSQL database, shared by any number of
 /// processes on any number of machines (SPEC "PostgreSQL store").
@@ -211,7 +211,7 @@ impl PostgresStore {
     /// # Errors
     /// [`Error::Storage`] if the database failed.
     pub async fn queue_heads(&self, pool: PoolId) -> Result<u32> {
-        let now = self.time.now_param();
+        let now = self.now_param();
         let rows = self
             .query(
                 "queue_heads",
@@ -246,8 +246,10 @@ impl PostgresStore {
         &self.sql
     }
 
+    /// The test's now, unix ms, for a statement's `p_now`; `None` outside
+    /// test mode (the server reads its own clock).
     pub(crate) fn now_param(&self) -> Option<i64> {
-        self.time.now_param()
+        self.time.now_param().map(|ms| ms as i64)
     }
 
     pub(crate) fn backend(&self) -> Option<i32> {

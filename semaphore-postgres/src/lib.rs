@@ -8,7 +8,6 @@ mod options;
 mod primitives;
 mod schema;
 mod sql;
-mod time;
 mod tx;
 
 #[cfg(feature = "test-util")]
@@ -20,6 +19,7 @@ pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, PostgresOptions};
 pub use backend::PostgresStore;
 #[cfg(feature = "metrics")]
 pub use semaphore_core::describe_metrics;
+pub use semaphore_core::store::ServerClock;
 pub use semaphore_core::{
     BorrowOptions, BoxError, Clock, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet, Limits,
     ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState, Result, Sleep,
@@ -27,7 +27,6 @@ pub use semaphore_core::{
 };
 #[cfg(feature = "tower")]
 pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
-pub use time::ServerClock;
 
 /// The drivers this store is built on, re-exported so that one dependency
 /// is enough and the versions always match.

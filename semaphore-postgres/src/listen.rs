@@ -22,7 +22,7 @@ use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Socket};
 
 type Conn = Connection<Socket, NoTlsStream>;
 
-use crate::time::{ServerClock, Time};
+use semaphore_core::store::{DecidingClock as Time, ServerClock};
 
 /// How often the view of the server's clock is refreshed.
 const CLOCK_REFRESH: Duration = Duration::from_secs(60);

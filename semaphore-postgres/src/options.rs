@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use semaphore_core::{Clock, Error, Result};
 
-use crate::time::{ServerClock, Time};
+use semaphore_core::store::{DecidingClock as Time, ServerClock};
 
 /// The shortest [`PostgresOptions::poll_interval`].
 pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);

@@ -43,7 +43,7 @@ impl Store for PostgresStore {
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
-        let (now, count) = (self.time.now_param(), i64::from(count));
+        let (now, count) = (self.now_param(), i64::from(count));
         let rows = self
             .query(
                 "register",
@@ -66,7 +66,7 @@ impl Store for PostgresStore {
     }
 
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
-        let now = self.time.now_param();
+        let now = self.now_param();
         let rows = self
             .query(
                 "inspect",
@@ -105,7 +105,7 @@ impl Store for PostgresStore {
             waiter: request.waiter.map(|w| *w.as_uuid()),
             key: request.key.as_deref(),
             owner: request.owner.as_deref(),
-            now: self.time.now_param(),
+            now: self.now_param(),
             backend: self.backend(),
             keep_place: true,
         };
@@ -124,7 +124,7 @@ impl Store for PostgresStore {
         let Some(head) = requests.first() else {
             return Ok(TryBorrowAll::Granted { leases: Vec::new() });
         };
-        let (now, ttl, backend) = (self.time.now_param(), ms(head.ttl), self.backend());
+        let (now, ttl, backend) = (self.now_param(), ms(head.ttl), self.backend());
         let pools: Vec<_> = requests.iter().map(|r| r.pool.as_uuid()).collect();
         let leases: Vec<_> = requests.iter().map(|r| r.lease.as_uuid()).collect();
         let waiter = head.waiter.map(|w| *w.as_uuid());
@@ -158,7 +158,7 @@ impl Store for PostgresStore {
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
-        let now = self.time.now_param();
+        let now = self.now_param();
         let rows = self
             .query(
                 "return",
@@ -186,7 +186,7 @@ impl Store for PostgresStore {
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
         let ttl = ms(ttl);
-        let now = self.time.now_param();
+        let now = self.now_param();
         let rows = self
             .query(
                 "renew",
@@ -210,7 +210,7 @@ impl Store for PostgresStore {
     }
 
     async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
-        let now = self.time.now_param();
+        let now = self.now_param();
         let rows = self
             .query(
                 "holders",
@@ -235,7 +235,7 @@ impl Store for PostgresStore {
     }
 
     async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>> {
-        let (now, position) = (self.time.now_param(), i64::from(position));
+        let (now, position) = (self.now_param(), i64::from(position));
         let rows = self
             .query(
                 "force_return",

@@ -128,6 +128,9 @@ pub async fn r12_grant_in_flight_when_its_runtime_is_dropped_is_returned(f: Fixt
     let gated = Arc::new(GatedStore::new(f.store.clone()));
     let pool = Pool::new(gated.clone(), PoolId::from_name("p"));
     pool.register(1).await.unwrap();
+    let first = pool.try_borrow(TTL).await.unwrap();
+    let before = first.token;
+    assert!(first.release().await.unwrap());
     gated.arm(Stop::AfterGrant);
     let (borrower, gate) = (pool.clone(), gated.clone());
     std::thread::spawn(move || {
@@ -151,7 +154,9 @@ pub async fn r12_grant_in_flight_when_its_runtime_is_dropped_is_returned(f: Fixt
     .unwrap();
     gated.release();
     until_in_use(&pool, 0).await;
-    assert_eq!(pool.try_borrow(TTL).await.unwrap().token, 2);
+    // The grant in flight took a token (R9): a store that counts by one
+    // skipped one.
+    assert!(pool.try_borrow(TTL).await.unwrap().token > before + 1);
 }
 
 /// R11, R12: a queued head dropped while its refused attempt is still in

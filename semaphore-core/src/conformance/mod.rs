@@ -28,6 +28,7 @@ mod keepalive;
 mod keys;
 pub mod model;
 mod multi;
+mod offset;
 mod renew;
 mod waiting;
 
@@ -40,6 +41,7 @@ pub use gate::{GatedStore, Stop};
 pub use keepalive::*;
 pub use keys::*;
 pub use multi::*;
+pub use offset::OffsetClock;
 pub use renew::*;
 pub use waiting::*;
 

@@ -23,11 +23,9 @@
 mod bouncer;
 
 pub use bouncer::TestBouncer;
+pub use semaphore_core::conformance::OffsetClock;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
-
-use semaphore_core::{Clock, Sleep, SystemClock};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -270,42 +268,4 @@ fn is_root() -> bool {
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// The system clock, off by a fixed amount: a machine whose clock
-/// disagrees with the server's, for tests.
-#[derive(Debug, Clone, Copy)]
-pub struct OffsetClock {
-    by: Duration,
-    ahead: bool,
-}
-
-impl OffsetClock {
-    /// A clock `by` ahead of the system clock.
-    pub fn ahead(by: Duration) -> Self {
-        Self { by, ahead: true }
-    }
-
-    /// A clock `by` behind the system clock.
-    pub fn behind(by: Duration) -> Self {
-        Self { by, ahead: false }
-    }
-
-    fn shift(&self, t: SystemTime, forward: bool) -> SystemTime {
-        if self.ahead == forward {
-            t + self.by
-        } else {
-            t - self.by
-        }
-    }
-}
-
-impl Clock for OffsetClock {
-    fn now(&self) -> SystemTime {
-        self.shift(SystemTime::now(), true)
-    }
-
-    fn sleep_until(&self, deadline: SystemTime) -> Sleep {
-        SystemClock.sleep_until(self.shift(deadline, false))
-    }
 }

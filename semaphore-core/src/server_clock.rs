@@ -1,23 +1,19 @@
-//! Which clock decides, and this process's view of it (SPEC "Time").
-//!
-//! The database server's clock decides expiry for every machine: each
-//! function reads `clock_timestamp()` after taking the pool row's lock, so
-//! clients whose clocks disagree can never over-issue or take a live lease.
-//! The core still needs a clock to time its waits; [`ServerClock`] is this
-//! process's estimate of the server's, its own clock plus an offset measured
-//! at connect and refreshed by the listener. An estimate that is off only
-//! moves a wake-up: every wake re-checks the table.
+//! [`ServerClock`]: a process's view of a database server's clock, and
+//! [`DecidingClock`]: which clock decides, for the stores whose server
+//! decides expiry (SPEC "Time").
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use semaphore_core::store::unix_ms;
-use semaphore_core::{Clock, ManualClock, Sleep, SystemClock};
+use crate::clock::unix_ms;
+use crate::{Clock, ManualClock, Sleep, SystemClock};
 
-/// This process's view of the database server's clock: a local clock plus
-/// the offset last measured against the server.
+/// This process's view of a database server's clock, which decides expiry
+/// for every machine (SPEC "Time"): a local clock plus the offset last
+/// measured against the server. It times the core's waits; an estimate
+/// that is off only moves a wake-up, since every wake re-checks the store.
 pub struct ServerClock {
     local: Arc<dyn Clock>,
     /// Server minus local, in ms.
@@ -34,7 +30,9 @@ impl fmt::Debug for ServerClock {
 }
 
 impl ServerClock {
-    pub(crate) fn new(local: Arc<dyn Clock>) -> Self {
+    /// A view of `local`, with no offset until the first
+    /// [`observe`](Self::observe).
+    pub fn new(local: Arc<dyn Clock>) -> Self {
         Self {
             local,
             offset_ms: AtomicI64::new(0),
@@ -50,7 +48,7 @@ impl ServerClock {
     /// Records a reading of the server's clock, `server_ms`, taken between
     /// this process's `before` and `after`: the server read it at about
     /// their midpoint.
-    pub(crate) fn observe(&self, before: SystemTime, server_ms: i64, after: SystemTime) {
+    pub fn observe(&self, before: SystemTime, server_ms: i64, after: SystemTime) {
         let (before, after) = (unix_ms(before) as i64, unix_ms(after) as i64);
         let midpoint = before + (after - before) / 2;
         self.offset_ms
@@ -58,7 +56,7 @@ impl ServerClock {
     }
 
     /// The local clock, whose readings [`observe`](Self::observe) takes.
-    pub(crate) fn local(&self) -> &dyn Clock {
+    pub fn local(&self) -> &dyn Clock {
         &*self.local
     }
 
@@ -84,37 +82,50 @@ impl Clock for ServerClock {
     }
 }
 
-/// Which clock decides, and which one times the waits.
+/// Which clock decides expiry for a store whose server decides, and which
+/// one times the core's waits (SPEC "Time").
 #[derive(Debug, Clone)]
-pub(crate) enum Time {
-    /// The server's clock decides; the view times the waits.
+pub enum DecidingClock {
+    /// The server's clock decides, read inside each atomic step; the view
+    /// times the waits.
     Server(Arc<ServerClock>),
-    /// Test mode: a manual clock decides (passed into every statement) and
-    /// times everything.
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    /// Test mode: a manual clock decides (its reading is passed into every
+    /// step in place of the server's) and times everything, so that tests
+    /// move time without sleeping. Every store sharing the data must share
+    /// the clock.
     Manual(Arc<ManualClock>),
 }
 
-impl Default for Time {
+impl Default for DecidingClock {
+    /// The server's clock, viewed through the system clock.
     fn default() -> Self {
-        Time::Server(Arc::new(ServerClock::new(Arc::new(SystemClock))))
+        DecidingClock::Server(Arc::new(ServerClock::new(Arc::new(SystemClock))))
     }
 }
 
-impl Time {
-    pub(crate) fn clock(&self) -> &dyn Clock {
+impl DecidingClock {
+    /// The clock that times the core's waits.
+    pub fn clock(&self) -> &dyn Clock {
         match self {
-            Time::Server(view) => &**view,
-            Time::Manual(clock) => &**clock,
+            DecidingClock::Server(view) => &**view,
+            DecidingClock::Manual(clock) => &**clock,
         }
     }
 
-    /// The explicit now to pass into a statement: `None` (the server reads
-    /// its own clock) except in test mode.
-    pub(crate) fn now_param(&self) -> Option<i64> {
+    /// The explicit now, unix ms, to pass into a step: `None` (the server
+    /// reads its own clock) except in test mode.
+    pub fn now_param(&self) -> Option<u64> {
         match self {
-            Time::Server(_) => None,
-            Time::Manual(clock) => Some(unix_ms(clock.now()) as i64),
+            DecidingClock::Server(_) => None,
+            DecidingClock::Manual(clock) => Some(unix_ms(clock.now())),
+        }
+    }
+
+    /// The view of the server's clock; `None` in test mode.
+    pub fn server(&self) -> Option<&Arc<ServerClock>> {
+        match self {
+            DecidingClock::Server(view) => Some(view),
+            DecidingClock::Manual(_) => None,
         }
     }
 }

@@ -1,0 +1,264 @@
+//! [`RedisStore`]: one Redis server shared by processes on many machines.
+
+use std::sync::Arc;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, ScriptInvocation, Value};
+use semaphore_core::store::{Changes, DecidingClock, MAX_UNIX_MS};
+use semaphore_core::{Error, PoolId, Result};
+
+use crate::error::{malformed, storage};
+use crate::options::WAITER_TTL_MS;
+use crate::subscribe::{self, Subscriber};
+use crate::{RedisOptions, keys};
+
+/// The scripts: those that add (refused whole when the server is out of
+/// memory) and those that only end, move or read (allowed then).
+static GROW: &str = concat!(
+    "#!lua\n",
+    include_str!("scripts/common.lua"),
+    include_str!("scripts/grow.lua")
+);
+static SHRINK: &str = concat!(
+    "#!lua flags=allow-oom\n",
+    include_str!("scripts/common.lua"),
+    include_str!("scripts/shrink.lua")
+);
+
+/// A [`Store`](semaphore_core::store::Store) on one Redis server (7.0 or
+/// later), shared by any number of processes on any number of machines.
+///
+/// - **One round trip per primitive**: each is one `EVALSHA` of one of the
+///   store's two Lua scripts (loaded again on `NOSCRIPT`), atomic on the
+///   server.
+/// - **The server's clock decides** (SPEC "Time"): the scripts read `TIME`,
+///   so clients whose clocks disagree can neither over-issue nor take a
+///   live lease. [`Store::clock`](semaphore_core::store::Store::clock) is
+///   this process's view of the server's clock, refreshed every minute.
+/// - **Cluster-ready keys**: every key of a pool is
+///   `PREFIX:{<pool id>}:...`, so a pool lives in one cluster slot. This
+///   store connects to one server (or a proxy); a multi-pool borrow
+///   ([`PoolSet`](semaphore_core::PoolSet)) touches several slots, which a
+///   cluster refuses (`CROSSSLOT`).
+/// - **Wake-up:** one pub/sub connection per store on `PREFIX:wake`, fanned
+///   out to this process's waiters; a fallback poll covers lost messages.
+/// - **Fair across machines (R11):** the heads of each process's queue are
+///   queued per pool with a heartbeat; a head whose process stopped asking
+///   for 4.5 s stops blocking others.
+/// - **Tokens** are the server's clock in µs, or one more than the pool's
+///   last token if larger: they grow across a delete and across a restart
+///   that lost every key (R9), as long as the server's clock does not step
+///   back.
+/// - **A restart that lost the data**: see
+///   [`RedisOptions::restart_grace`]. The server must not evict the
+///   store's keys (`maxmemory-policy noeviction`, Redis's default): an
+///   evicted lease is a lease handed out twice. Out of memory, borrows
+///   fail with a non-retryable [`Error::Storage`] and nothing is written;
+///   returns, renewals and deletes still work.
+/// - **Errors**: a refused, dropped or timed-out connection and the
+///   server's transient states are retryable [`Error::Storage`]; a lost
+///   connection is never [`Error::Exhausted`].
+///
+/// Needs a tokio runtime: a call made outside one fails with
+/// [`Error::NoRuntime`].
+///
+/// ```no_run
+/// use std::{sync::Arc, time::Duration};
+/// use semaphore_redis::{Pool, PoolId, RedisStore};
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), semaphore_redis::Error> {
+/// let store = Arc::new(RedisStore::connect("redis://cache.internal/").await?);
+/// let pool = Pool::new(store, PoolId::from_name("exports"));
+/// pool.register(3).await?; // idempotent: every machine may call it
+/// let lease = pool.borrow(Duration::from_secs(600), Duration::from_secs(30)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RedisStore {
+    pub(crate) connection: ConnectionManager,
+    pub(crate) prefix: String,
+    pub(crate) channel: String,
+    pub(crate) changes: Arc<Changes>,
+    pub(crate) time: DecidingClock,
+    pub(crate) restart_grace_ms: u64,
+    grow: Script,
+    shrink: Script,
+    _subscriber: Subscriber,
+}
+
+/// Which of the two scripts an operation is in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    Grow,
+    Shrink,
+}
+
+impl RedisStore {
+    /// Connects to the server at `url` with [`RedisOptions::default`].
+    ///
+    /// # Errors
+    /// See [`connect_with`](RedisStore::connect_with).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connects to the server at `url` (`redis://[user:password@]host[:port][/db]`,
+    /// `rediss://` is not built in, `redis+unix:///path/to/socket`), checks
+    /// that it is Redis 7.0 or later, loads the scripts and starts the
+    /// subscriber.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] naming `url`, `prefix`,
+    ///   `poll_interval` or `response_timeout`.
+    /// - [`Error::NoRuntime`] outside a tokio runtime.
+    /// - [`Error::Storage`] if the server cannot be reached (retryable),
+    ///   refuses, or is older than 7.0 (not retryable).
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        options.check()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime {
+                operation: "connect",
+            });
+        }
+        let client = redis::Client::open(url).map_err(|e| Error::InvalidArgument {
+            field: "url",
+            allowed: "a Redis URL (redis://host:port/db or redis+unix:///path)".into(),
+            got: format!("one that does not parse: {e}"),
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(options.response_timeout))
+            .set_connection_timeout(Some(options.response_timeout))
+            .set_number_of_retries(1);
+        let mut connection = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(storage("connect"))?;
+        check_version(&mut connection).await?;
+        let (grow, shrink) = (Script::new(GROW), Script::new(SHRINK));
+        for script in [&grow, &shrink] {
+            script
+                .load_async(&mut connection)
+                .await
+                .map_err(storage("connect"))?;
+        }
+        if let Some(view) = options.time.server() {
+            subscribe::measure(&mut connection, view)
+                .await
+                .map_err(storage("connect"))?;
+        }
+        let changes = Arc::new(Changes::new());
+        let channel = keys::channel(&options.prefix);
+        let subscriber = subscribe::spawn(subscribe::Setup {
+            client,
+            connection: connection.clone(),
+            channel: channel.clone(),
+            changes: changes.clone(),
+            poll: options.poll_interval,
+            time: options.time.clone(),
+        });
+        Ok(Self {
+            connection,
+            channel,
+            prefix: options.prefix,
+            changes,
+            time: options.time,
+            restart_grace_ms: u64::try_from(options.restart_grace.as_millis()).unwrap_or(u64::MAX),
+            grow,
+            shrink,
+            _subscriber: subscriber,
+        })
+    }
+
+    /// The prefix of the store's keys.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// This process's view of the server's clock, which times its waits;
+    /// `None` in test mode (a manual clock).
+    pub fn server_clock(&self) -> Option<&semaphore_core::store::ServerClock> {
+        self.time.server().map(|view| &**view)
+    }
+
+    /// The connection the store's scripts run on (redis-rs's connection
+    /// manager: cheap to clone, reconnects by itself).
+    pub fn connection(&self) -> &ConnectionManager {
+        &self.connection
+    }
+
+    /// An invocation of operation `op` on `pools`' keys, with the arguments
+    /// every operation takes; the caller adds its own.
+    pub(crate) fn invocation<'a>(
+        &'a self,
+        kind: Kind,
+        op: &str,
+        pools: impl IntoIterator<Item = PoolId>,
+    ) -> ScriptInvocation<'a> {
+        let script = match kind {
+            Kind::Grow => &self.grow,
+            Kind::Shrink => &self.shrink,
+        };
+        let mut invocation = script.prepare_invoke();
+        for pool in pools {
+            for key in keys::of(&self.prefix, pool) {
+                invocation.key(key);
+            }
+        }
+        let now = self
+            .time
+            .now_param()
+            .map_or(String::new(), |ms| ms.to_string());
+        invocation
+            .arg(op)
+            .arg(now)
+            .arg(MAX_UNIX_MS)
+            .arg(WAITER_TTL_MS)
+            .arg(&self.channel);
+        invocation
+    }
+
+    /// Runs `invocation`: one round trip (two if the server lost the
+    /// script).
+    pub(crate) async fn run(
+        &self,
+        operation: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<Value> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime { operation });
+        }
+        let mut connection = self.connection.clone();
+        invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(storage(operation))
+    }
+}
+
+/// Fails unless the server is Redis 7.0 or later (the scripts' flags).
+async fn check_version(connection: &mut ConnectionManager) -> Result<()> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(connection)
+        .await
+        .map_err(storage("connect"))?;
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| malformed("connect", "INFO without a redis_version"))?;
+    if major < 7 {
+        return Err(Error::Storage {
+            operation: "connect",
+            retryable: false,
+            source: format!("the server is Redis {version}; this store needs 7.0 or later").into(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! Redis errors as the core's [`Error::Storage`], with the right
+//! `retryable` flag (SPEC R14).
+
+use semaphore_core::Error;
+
+/// A `redis` error as a storage error of `operation`.
+///
+/// Retryable: the connection refused, dropped or timed out, and the
+/// server's transient states (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`,
+/// `MASTERDOWN`). Not retryable: `OOM` (the server is out of memory: free
+/// memory or raise `maxmemory`; the script was refused whole, so nothing was
+/// written), anything else the server refused, and a reply of the wrong
+/// shape.
+pub(crate) fn storage(operation: &'static str) -> impl Fn(redis::RedisError) -> Error {
+    move |e| {
+        let transient = matches!(
+            e.code(),
+            Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+        );
+        let retryable = transient
+            || e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal();
+        let source: semaphore_core::BoxError = if e.code() == Some("OOM") {
+            format!(
+                "the Redis server is out of memory (maxmemory reached), so nothing was \
+                 written: free memory or raise maxmemory ({e})"
+            )
+            .into()
+        } else {
+            Box::new(e)
+        };
+        Error::Storage {
+            operation,
+            retryable,
+            source,
+        }
+    }
+}
+
+/// A reply of a shape the scripts never give: the store's keys were
+/// written by something else, or by another version.
+pub(crate) fn malformed(operation: &'static str, what: &str) -> Error {
+    Error::Storage {
+        operation,
+        retryable: false,
+        source: format!(
+            "the Redis server answered {operation} with {what}: are the store's keys written \
+             by another program or version? (use another prefix)"
+        )
+        .into(),
+    }
+}

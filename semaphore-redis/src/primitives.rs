@@ -1,0 +1,206 @@
+//! The [`Store`] primitives of [`RedisStore`]: each one script call, one
+//! round trip.
+
+use std::time::Duration;
+
+use semaphore_core::store::{
+    BorrowRequest, Changes, MAX_UNIX_MS, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
+    from_unix_ms,
+};
+use semaphore_core::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result};
+
+use crate::RedisStore;
+use crate::backend::Kind;
+use crate::error::malformed;
+use crate::reply::{self, Attempt, int, items, not_found};
+
+/// A ttl in whole ms, capped as the core caps it.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis())
+        .unwrap_or(u64::MAX)
+        .min(MAX_UNIX_MS)
+}
+
+/// An optional label as the scripts take it: `-` for none, `+` and the
+/// text for some.
+fn label(value: Option<&str>) -> String {
+    value.map_or_else(|| "-".to_string(), |v| format!("+{v}"))
+}
+
+fn waiter_label(waiter: Option<WaiterId>) -> String {
+    label(waiter.map(|w| w.as_uuid().to_string()).as_deref())
+}
+
+fn u32_of(n: i64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn clock(&self) -> &dyn Clock {
+        self.time.clock()
+    }
+
+    fn changes(&self) -> &Changes {
+        &self.changes
+    }
+
+    async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
+        let mut call = self.invocation(Kind::Grow, "register", [pool]);
+        call.arg(count).arg(self.restart_grace_ms);
+        let fields = items("register", self.run("register", &call).await?)?;
+        let [count, in_use, ..] = &fields[..] else {
+            return Err(malformed("register", "a short reply"));
+        };
+        self.changes.notify(pool);
+        Ok(PoolState::new(
+            pool,
+            u32_of(int("register", count)?),
+            u32_of(int("register", in_use)?),
+        ))
+    }
+
+    async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
+        let call = self.invocation(Kind::Shrink, "inspect", [pool]);
+        let fields = items("inspect", self.run("inspect", &call).await?)?;
+        let [count, in_use, ..] = &fields[..] else {
+            return Err(not_found(pool));
+        };
+        Ok(PoolState::new(
+            pool,
+            u32_of(int("inspect", count)?),
+            u32_of(int("inspect", in_use)?),
+        ))
+    }
+
+    async fn delete(&self, pool: PoolId) -> Result<bool> {
+        let call = self.invocation(Kind::Shrink, "delete", [pool]);
+        let existed = int("delete", &self.run("delete", &call).await?)? == 1;
+        self.changes.notify(pool);
+        Ok(existed)
+    }
+
+    async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        let mut call = self.invocation(Kind::Grow, "borrow", [request.pool]);
+        call.arg(request.lease.as_uuid().to_string())
+            .arg(ms(request.ttl))
+            .arg(waiter_label(request.waiter))
+            .arg(label(request.key.as_deref()))
+            .arg(label(request.owner.as_deref()));
+        let value = self.run("borrow", &call).await?;
+        match reply::attempt("borrow", request.pool, value)? {
+            Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
+            Attempt::Exhausted(at) => Ok(TryBorrow::Exhausted {
+                next_expiry: at.map(from_unix_ms),
+            }),
+            Attempt::Missing => Err(not_found(request.pool)),
+            Attempt::HadRoom => Err(malformed("borrow", "status 3")),
+        }
+    }
+
+    async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
+        let Some(head) = requests.first() else {
+            return Ok(TryBorrowAll::Granted { leases: Vec::new() });
+        };
+        let mut call = self.invocation(Kind::Grow, "borrow_all", requests.iter().map(|r| r.pool));
+        call.arg(requests.len())
+            .arg(ms(head.ttl))
+            .arg(waiter_label(head.waiter))
+            .arg(label(head.key.as_deref()))
+            .arg(label(head.owner.as_deref()));
+        for request in requests {
+            call.arg(request.lease.as_uuid().to_string());
+        }
+        let rows = items("borrow", self.run("borrow", &call).await?)?;
+        let mut granted = Vec::with_capacity(requests.len());
+        let mut blocked = Vec::new();
+        for (row, request) in rows.into_iter().zip(requests) {
+            let fields = items("borrow", row)?;
+            if let [status, index, ..] = &fields[..]
+                && int("borrow", status)? == 2
+            {
+                let i = usize::try_from(int("borrow", index)?).unwrap_or(0);
+                let pool = requests
+                    .get(i.wrapping_sub(1))
+                    .map_or(request.pool, |r| r.pool);
+                return Err(not_found(pool));
+            }
+            match reply::attempt("borrow", request.pool, redis::Value::Array(fields))? {
+                Attempt::Granted(lease) => granted.push(lease),
+                Attempt::Exhausted(at) => blocked.push(at.map(from_unix_ms)),
+                Attempt::HadRoom => {}
+                Attempt::Missing => return Err(not_found(request.pool)),
+            }
+        }
+        if blocked.is_empty() && granted.len() == requests.len() {
+            return Ok(TryBorrowAll::Granted { leases: granted });
+        }
+        Ok(TryBorrowAll::refused(blocked))
+    }
+
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        let mut call = self.invocation(Kind::Shrink, "return", [pool]);
+        call.arg(lease.as_uuid().to_string());
+        let returned = int("return", &self.run("return", &call).await?)? == 1;
+        if returned {
+            self.changes.notify(pool);
+        }
+        Ok(returned)
+    }
+
+    /// By id: a hash lookup, which the position would not make faster.
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id).await
+    }
+
+    async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
+        let mut call = self.invocation(Kind::Shrink, "renew", [pool]);
+        call.arg(lease.as_uuid().to_string()).arg(ms(ttl));
+        match reply::attempt("renew", pool, self.run("renew", &call).await?)? {
+            Attempt::Granted(lease) => {
+                self.changes.notify(pool);
+                Ok(Some(lease))
+            }
+            Attempt::Exhausted(_) => Ok(None),
+            Attempt::Missing => Err(not_found(pool)),
+            Attempt::HadRoom => Err(malformed("renew", "status 3")),
+        }
+    }
+
+    async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
+        let call = self.invocation(Kind::Shrink, "holders", [pool]);
+        let mut fields = items("holders", self.run("holders", &call).await?)?.into_iter();
+        match fields.next().map(|s| int("holders", &s)).transpose()? {
+            Some(0) => fields.map(|h| reply::holder("holders", pool, h)).collect(),
+            Some(2) => Err(not_found(pool)),
+            _ => Err(malformed("holders", "an unknown status")),
+        }
+    }
+
+    async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>> {
+        let mut call = self.invocation(Kind::Shrink, "force_return", [pool]);
+        call.arg(position);
+        let mut fields = items("force_return", self.run("force_return", &call).await?)?.into_iter();
+        match fields.next().map(|s| int("force_return", &s)).transpose()? {
+            Some(0) => {
+                let holder = fields
+                    .next()
+                    .ok_or_else(|| malformed("force_return", "no holder"))?;
+                self.changes.notify(pool);
+                Ok(Some(reply::holder("force_return", pool, holder)?))
+            }
+            Some(1) => Ok(None),
+            Some(2) => Err(not_found(pool)),
+            _ => Err(malformed("force_return", "an unknown status")),
+        }
+    }
+
+    async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
+        let mut call = self.invocation(Kind::Shrink, "leave_queue", [pool]);
+        call.arg(waiter.as_uuid().to_string());
+        if int("leave_queue", &self.run("leave_queue", &call).await?)? == 1 {
+            self.changes.notify(pool);
+        }
+        Ok(())
+    }
+}

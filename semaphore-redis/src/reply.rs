@@ -1,0 +1,105 @@
+//! The decoding of the scripts' replies into the core's types.
+
+use redis::Value;
+use semaphore_core::store::from_unix_ms;
+use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, Result};
+
+use crate::error::malformed;
+
+/// A borrow's or renew's answer for one pool.
+pub(crate) enum Attempt {
+    Granted(Lease),
+    /// Refused; when to look again (the earliest expiry), unix ms.
+    Exhausted(Option<u64>),
+    /// No such pool.
+    Missing,
+    /// In a refused multi-pool borrow: this pool had room.
+    HadRoom,
+}
+
+/// The items of an array reply.
+pub(crate) fn items(operation: &'static str, value: Value) -> Result<Vec<Value>> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => Err(malformed(operation, &format!("{other:?}"))),
+    }
+}
+
+pub(crate) fn int(operation: &'static str, value: &Value) -> Result<i64> {
+    match value {
+        Value::Int(n) => Ok(*n),
+        other => Err(malformed(operation, &format!("{other:?} for a number"))),
+    }
+}
+
+fn u32_of(operation: &'static str, value: &Value) -> Result<u32> {
+    u32::try_from(int(operation, value)?)
+        .map_err(|_| malformed(operation, "a position out of range"))
+}
+
+fn u64_of(operation: &'static str, value: &Value) -> Result<u64> {
+    u64::try_from(int(operation, value)?).map_err(|_| malformed(operation, "a negative number"))
+}
+
+fn text(operation: &'static str, value: &Value) -> Result<Option<String>> {
+    match value {
+        Value::Nil => Ok(None),
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone())
+            .map(Some)
+            .map_err(|_| malformed(operation, "text that is not UTF-8")),
+        other => Err(malformed(operation, &format!("{other:?} for text"))),
+    }
+}
+
+fn lease_id(operation: &'static str, value: &Value) -> Result<LeaseId> {
+    let id = text(operation, value)?.ok_or_else(|| malformed(operation, "no lease id"))?;
+    id.parse::<uuid::Uuid>()
+        .map(LeaseId::from_uuid)
+        .map_err(|_| malformed(operation, "a lease id that is not a UUID"))
+}
+
+/// `[id, position, token, expiry]` as a lease of `pool`.
+fn lease(operation: &'static str, pool: PoolId, fields: &[Value]) -> Result<Lease> {
+    let [id, position, token, expiry, ..] = fields else {
+        return Err(malformed(operation, "a short lease"));
+    };
+    Ok(Lease::new(
+        lease_id(operation, id)?,
+        pool,
+        u32_of(operation, position)?,
+        u64_of(operation, token)?,
+        from_unix_ms(u64_of(operation, expiry)?),
+    ))
+}
+
+/// `[status, ...]`: 0 granted (`id, position, token, expiry`), 1 refused
+/// (`_, _, _, next look`), 2 no pool, 3 had room.
+pub(crate) fn attempt(operation: &'static str, pool: PoolId, value: Value) -> Result<Attempt> {
+    let fields = items(operation, value)?;
+    let Some(status) = fields.first() else {
+        return Err(malformed(operation, "an empty reply"));
+    };
+    match int(operation, status)? {
+        0 => Ok(Attempt::Granted(lease(operation, pool, &fields[1..])?)),
+        1 => Ok(Attempt::Exhausted(match fields.get(4) {
+            None | Some(Value::Nil) => None,
+            Some(at) => Some(u64_of(operation, at)?),
+        })),
+        2 => Ok(Attempt::Missing),
+        3 => Ok(Attempt::HadRoom),
+        n => Err(malformed(operation, &format!("status {n}"))),
+    }
+}
+
+/// `[id, position, token, expiry, owner, key]` as a holder of `pool`.
+pub(crate) fn holder(operation: &'static str, pool: PoolId, value: Value) -> Result<Holder> {
+    let fields = items(operation, value)?;
+    let lease = lease(operation, pool, &fields)?;
+    let label = |i: usize| fields.get(i).map_or(Ok(None), |v| text(operation, v));
+    Ok(Holder::new(lease, label(4)?, label(5)?))
+}
+
+/// The store's answer that a pool is missing.
+pub(crate) fn not_found(pool: PoolId) -> Error {
+    Error::PoolNotFound { pool }
+}

@@ -1,0 +1,100 @@
+-- The primitives that only end, move or read: inspect, delete, return,
+-- renew, holders, force_return, leave_queue. Flagged allow-oom, so that a
+-- server out of memory can still be given slots back.
+
+-- How long a deleted pool's last token is kept (ms): a pool registered
+-- again within it continues above it; after it, the server's clock has
+-- passed it.
+local TOMBSTONE_MS = 86400000
+
+local function exists(k) return redis.call('EXISTS', k.pool) == 1 end
+
+if op == 'inspect' then
+    -- R3: {count, in_use}, or {} if there is no pool.
+    local k = K(1)
+    local count = redis.call('HGET', k.pool, 'count')
+    if not count then return {} end
+    reap(k)
+    return {tonumber(count), redis.call('ZCARD', k.exp)}
+end
+
+if op == 'delete' then
+    -- R4: 1 if the pool existed. Its token outlives it for a day (R9).
+    local k = K(1)
+    local existed = exists(k)
+    wake(k)
+    redis.call('DEL', k.pool, k.leases, k.exp, k.pos, k.keys, k.queue, k.alive)
+    if redis.call('EXISTS', k.token) == 1 then redis.call('PEXPIRE', k.token, TOMBSTONE_MS) end
+    return existed and 1 or 0
+end
+
+if op == 'return' then
+    -- R8: 1 only if the lease was active.
+    local k = K(1)
+    if not exists(k) then return 0 end
+    local id = ARGV[A]
+    local r = record(k, id)
+    if not r then return 0 end
+    drop_lease(k, id, r)
+    if tonumber(r.e) > now_ms then
+        wake(k)
+        return 1
+    end
+    return 0
+end
+
+if op == 'renew' then
+    -- {0, lease, position, token, expiry}, {1} if not active, {2} if no pool.
+    local k = K(1)
+    if not exists(k) then return {2} end
+    local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
+    local r = record(k, id)
+    if not r or tonumber(r.e) <= now_ms then return {1} end
+    local exp = math.min(now_ms + ttl, MAX_MS)
+    r.e = fmt(exp)
+    redis.call('HSET', k.leases, id, cjson.encode(r))
+    redis.call('ZADD', k.exp, exp, id)
+    wake(k)
+    return lease_reply(id, r)
+end
+
+if op == 'holders' then
+    -- {0, holder...} by position, or {2}.
+    local k = K(1)
+    if not exists(k) then return {2} end
+    reap(k)
+    local out = {0}
+    for _, id in ipairs(redis.call('ZRANGE', k.pos, 0, -1)) do
+        out[#out + 1] = holder_reply(id, record(k, id))
+    end
+    return out
+end
+
+if op == 'force_return' then
+    -- {0, holder} if an active lease held the position, {1} if none, {2}.
+    local k = K(1)
+    if not exists(k) then return {2} end
+    reap(k)
+    local pos = ARGV[A]
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', k.pos, pos, pos)) do
+        local r = record(k, id)
+        drop_lease(k, id, r)
+        wake(k)
+        return {0, holder_reply(id, r)}
+    end
+    return {1}
+end
+
+if op == 'leave_queue' then
+    -- R12: 1 if the head was queued (the next is woken).
+    local k = K(1)
+    local left = redis.call('ZREM', k.queue, ARGV[A])
+    redis.call('ZREM', k.alive, ARGV[A])
+    if left == 1 then
+        wake(k)
+        return 1
+    end
+    return 0
+end
+
+return redis.error_reply('ERR semaphore: unknown operation ' .. tostring(op))

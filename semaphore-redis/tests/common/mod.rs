@@ -1,0 +1,22 @@
+//! What the Redis store's tests share.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+
+use semaphore_core::conformance::Fixture;
+use semaphore_redis::testing::TestServer;
+use semaphore_redis::{ManualClock, RedisOptions, RedisStore};
+
+/// A store on the shared test server under a fresh prefix, in test mode
+/// on `clock`, with no restart grace (the test server is young).
+pub async fn make(clock: Arc<ManualClock>) -> Fixture {
+    let options = RedisOptions::default()
+        .prefix(TestServer::fresh_prefix())
+        .restart_grace(std::time::Duration::ZERO)
+        .manual_clock(clock.clone());
+    let store = RedisStore::connect_with(TestServer::shared().url(), options)
+        .await
+        .expect("a Redis store on the test server");
+    Fixture::new(Arc::new(store), clock)
+}

@@ -1,0 +1,6 @@
+//! The shared conformance suite, run against `RedisStore` on a real
+//! server, each case under a key prefix of its own.
+
+mod common;
+
+semaphore_core::store_conformance!(common::make);
