@@ -1,11 +1,11 @@
 //! [`RedisStore`]: one Redis server shared by processes on many machines.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
 use semaphore_core::store::{Changes, DecidingClock, MAX_UNIX_MS};
-use semaphore_core::{Error, PoolId, Result};
+use semaphore_core::{Error, LeaseId, PoolId, Result};
 
 use crate::error::{malformed, storage};
 use crate::options::WAITER_TTL_MS;
@@ -14,16 +14,20 @@ use crate::{RedisOptions, keys};
 
 /// The scripts: those that add (refused whole when the server is out of
 /// memory) and those that only end, move or read (allowed then).
-static GROW: &str = concat!(
-    "#!lua\n",
-    include_str!("scripts/common.lua"),
-    include_str!("scripts/grow.lua")
-);
-static SHRINK: &str = concat!(
-    "#!lua flags=allow-oom\n",
-    include_str!("scripts/common.lua"),
-    include_str!("scripts/shrink.lua")
-);
+static GROW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "#!lua\n",
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/grow.lua")
+    ))
+});
+static SHRINK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "#!lua flags=allow-oom\n",
+        include_str!("scripts/common.lua"),
+        include_str!("scripts/shrink.lua")
+    ))
+});
 
 /// A [`Store`](semaphore_core::store::Store) on one Redis server (7.0 or
 /// later), shared by any number of processes on any number of machines.
@@ -82,8 +86,6 @@ pub struct RedisStore {
     pub(crate) changes: Arc<Changes>,
     pub(crate) time: DecidingClock,
     pub(crate) restart_grace_ms: u64,
-    grow: Script,
-    shrink: Script,
     _subscriber: Subscriber,
 }
 
@@ -134,8 +136,7 @@ impl RedisStore {
             .await
             .map_err(storage("connect"))?;
         check_version(&mut connection).await?;
-        let (grow, shrink) = (Script::new(GROW), Script::new(SHRINK));
-        for script in [&grow, &shrink] {
+        for script in [&*GROW, &*SHRINK] {
             script
                 .load_async(&mut connection)
                 .await
@@ -163,8 +164,6 @@ impl RedisStore {
             changes,
             time: options.time,
             restart_grace_ms: u64::try_from(options.restart_grace.as_millis()).unwrap_or(u64::MAX),
-            grow,
-            shrink,
             _subscriber: subscriber,
         })
     }
@@ -188,15 +187,15 @@ impl RedisStore {
 
     /// An invocation of operation `op` on `pools`' keys, with the arguments
     /// every operation takes; the caller adds its own.
-    pub(crate) fn invocation<'a>(
-        &'a self,
+    pub(crate) fn invocation(
+        &self,
         kind: Kind,
         op: &str,
         pools: impl IntoIterator<Item = PoolId>,
-    ) -> ScriptInvocation<'a> {
-        let script = match kind {
-            Kind::Grow => &self.grow,
-            Kind::Shrink => &self.shrink,
+    ) -> ScriptInvocation<'static> {
+        let script: &'static Script = match kind {
+            Kind::Grow => &GROW,
+            Kind::Shrink => &SHRINK,
         };
         let mut invocation = script.prepare_invoke();
         for pool in pools {
@@ -232,6 +231,34 @@ impl RedisStore {
             .invoke_async(&mut connection)
             .await
             .map_err(storage(operation))
+    }
+}
+
+impl RedisStore {
+    /// Returns `leases` of `pool` in the background, whatever became of
+    /// them: a borrow that timed out may still run once the server
+    /// answers again (a `CLIENT PAUSE`, a long script of someone else's),
+    /// and granted to nobody. The return goes on the same connection, so
+    /// the server runs it after the borrow; if the connection dropped, the
+    /// server dropped the borrow with it.
+    pub(crate) fn return_in_background(&self, pool: PoolId, leases: &[LeaseId]) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let calls: Vec<_> = leases
+            .iter()
+            .map(|lease| {
+                let mut call = self.invocation(Kind::Shrink, "return", [pool]);
+                call.arg(lease.as_uuid().to_string());
+                call
+            })
+            .collect();
+        let mut connection = self.connection.clone();
+        tokio::spawn(async move {
+            for call in calls {
+                let _: redis::RedisResult<Value> = call.invoke_async(&mut connection).await;
+            }
+        });
     }
 }
 

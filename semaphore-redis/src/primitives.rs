@@ -31,6 +31,13 @@ fn waiter_label(waiter: Option<WaiterId>) -> String {
     label(waiter.map(|w| w.as_uuid().to_string()).as_deref())
 }
 
+/// Whether a call failed for want of an answer in time: the server may
+/// still run it.
+fn timed_out(e: &semaphore_core::Error) -> bool {
+    matches!(e, semaphore_core::Error::Storage { source, .. }
+        if source.downcast_ref::<redis::RedisError>().is_some_and(redis::RedisError::is_timeout))
+}
+
 fn u32_of(n: i64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -87,8 +94,13 @@ impl Store for RedisStore {
             .arg(waiter_label(request.waiter))
             .arg(label(request.key.as_deref()))
             .arg(label(request.owner.as_deref()));
-        let value = self.run("borrow", &call).await?;
-        match reply::attempt("borrow", request.pool, value)? {
+        let value = self.run("borrow", &call).await;
+        if let Err(e) = &value
+            && timed_out(e)
+        {
+            self.return_in_background(request.pool, &[request.lease]);
+        }
+        match reply::attempt("borrow", request.pool, value?)? {
             Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
             Attempt::Exhausted(at) => Ok(TryBorrow::Exhausted {
                 next_expiry: at.map(from_unix_ms),
@@ -111,7 +123,15 @@ impl Store for RedisStore {
         for request in requests {
             call.arg(request.lease.as_uuid().to_string());
         }
-        let rows = items("borrow", self.run("borrow", &call).await?)?;
+        let value = self.run("borrow", &call).await;
+        if let Err(e) = &value
+            && timed_out(e)
+        {
+            for request in requests {
+                self.return_in_background(request.pool, &[request.lease]);
+            }
+        }
+        let rows = items("borrow", value?)?;
         let mut granted = Vec::with_capacity(requests.len());
         let mut blocked = Vec::new();
         for (row, request) in rows.into_iter().zip(requests) {
