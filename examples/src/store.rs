@@ -1,15 +1,25 @@
-//! Opening the store an example names: a PostgreSQL database or a SQLite
-//! file.
+//! Opening the store an example names: a PostgreSQL database, a Redis
+//! server or a SQLite file.
 
 use std::sync::Arc;
 
 use semaphore_postgres::{PostgresOptions, PostgresStore};
+use semaphore_redis::{RedisOptions, RedisStore};
 use semaphore_sqlite::store::Store;
 use semaphore_sqlite::{Error, SqliteStore};
 
 /// The variable naming the PostgreSQL schema examples use (default
 /// `public`).
 pub const SCHEMA_VAR: &str = "SEMAPHORE_PG_SCHEMA";
+
+/// The variable naming the Redis key prefix examples use (default
+/// `semaphore`).
+pub const PREFIX_VAR: &str = "SEMAPHORE_REDIS_PREFIX";
+
+/// Whether `spec` is a Redis URL (`redis://...`, `redis+unix://...`).
+pub fn is_redis(spec: &str) -> bool {
+    spec.starts_with("redis://") || spec.starts_with("redis+unix://")
+}
 
 /// Whether `spec` is a PostgreSQL connection string (`postgres://...`,
 /// `postgresql://...`, or key=value with a `host=`) rather than a path.
@@ -18,11 +28,20 @@ pub fn is_postgres(spec: &str) -> bool {
 }
 
 /// The store `spec` names: a PostgreSQL database, in the schema
-/// `SEMAPHORE_PG_SCHEMA` names, or else the SQLite file at that path.
+/// `SEMAPHORE_PG_SCHEMA` names; a Redis server, under the key prefix
+/// `SEMAPHORE_REDIS_PREFIX` names; or else the SQLite file at that path.
 ///
 /// # Errors
-/// Those of [`PostgresStore::connect_with`] or [`SqliteStore::open`].
+/// Those of [`PostgresStore::connect_with`], [`RedisStore::connect_with`]
+/// or [`SqliteStore::open`].
 pub async fn open(spec: &str) -> Result<Arc<dyn Store>, Error> {
+    if is_redis(spec) {
+        let mut options = RedisOptions::default();
+        if let Ok(prefix) = std::env::var(PREFIX_VAR) {
+            options = options.prefix(prefix);
+        }
+        return Ok(Arc::new(RedisStore::connect_with(spec, options).await?));
+    }
     if is_postgres(spec) {
         let mut options = PostgresOptions::default().pool_size(2);
         if let Ok(schema) = std::env::var(SCHEMA_VAR) {

@@ -13,6 +13,8 @@ use semaphore_examples::holds::{
 use semaphore_examples::store;
 use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::{PostgresOptions, PostgresStore};
+use semaphore_redis::testing::TestServer as RedisServer;
+use semaphore_redis::{RedisOptions, RedisStore};
 use semaphore_sqlite::{Pool, PoolId, SqliteOptions, SqliteStore};
 
 const HOLDER: &str = env!("CARGO_BIN_EXE_holder");
@@ -21,11 +23,13 @@ fn holder(args: &[&str]) -> Child {
     holder_in(args, None)
 }
 
-/// A holder process; `schema` is the PostgreSQL schema, if any.
+/// A holder process; `schema` is the PostgreSQL schema or the Redis key
+/// prefix, if any.
 fn holder_in(args: &[&str], schema: Option<&str>) -> Child {
     let mut command = Command::new(HOLDER);
     if let Some(schema) = schema {
         command.env(store::SCHEMA_VAR, schema);
+        command.env(store::PREFIX_VAR, schema);
     }
     command
         .args(args)
@@ -79,6 +83,21 @@ async fn eight_processes_on_postgres_never_over_issue_and_a_killed_holders_slot_
     let pool = Pool::new(store, PoolId::from_name("three"));
     pool.register(3).await.unwrap();
     eight_processes(dir.path(), url, Some(&schema), &pool).await;
+}
+
+/// The same on one Redis server, each process with a store (and a
+/// subscriber) of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_on_redis_never_over_issue_and_a_killed_holders_slot_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, prefix) = (RedisServer::shared().url(), RedisServer::fresh_prefix());
+    let options = RedisOptions::default()
+        .prefix(&prefix)
+        .restart_grace(Duration::ZERO);
+    let store = Arc::new(RedisStore::connect_with(url, options).await.unwrap());
+    let pool = Pool::new(store, PoolId::from_name("three"));
+    pool.register(3).await.unwrap();
+    eight_processes(dir.path(), url, Some(&prefix), &pool).await;
 }
 
 /// The 8-process run on the store `db` names (a path or a PostgreSQL

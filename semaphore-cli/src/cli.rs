@@ -105,19 +105,34 @@ pub(crate) struct RenewArgs {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
     /// A SQLite file shared by the processes of this machine. Without
-    /// --sqlite or --postgres: $SEMAPHORE_PG_URL or $SEMAPHORE_DB, else
-    /// semaphore.db in the user's data directory ($XDG_DATA_HOME, else
-    /// ~/.local/share). A flag always wins over the environment.
-    #[arg(long, value_name = "FILE", conflicts_with = "postgres")]
+    /// --sqlite, --postgres or --redis: $SEMAPHORE_PG_URL,
+    /// $SEMAPHORE_REDIS_URL or $SEMAPHORE_DB, else semaphore.db in the
+    /// user's data directory ($XDG_DATA_HOME, else ~/.local/share). A flag
+    /// always wins over the environment.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis"])]
     pub(crate) sqlite: Option<PathBuf>,
 
     /// A PostgreSQL connection string, for jobs on many machines.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "redis")]
     pub(crate) postgres: Option<String>,
 
     /// The PostgreSQL schema of the store's tables.
     #[arg(long, value_name = "NAME", default_value = "public")]
     pub(crate) postgres_schema: String,
+
+    /// A Redis URL (redis://host:port/db), for jobs on many machines.
+    #[arg(long, value_name = "URL")]
+    pub(crate) redis: Option<String>,
+
+    /// The prefix of the Redis store's keys.
+    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
+    pub(crate) redis_prefix: String,
+
+    /// How long a pool created on a Redis server younger than this grants
+    /// nothing: a restart that lost the data must not hand out slots whose
+    /// holders still run. Set it to the longest ttl in use; 0s turns it off.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
+    pub(crate) redis_restart_grace: Duration,
 }
 
 /// Which pool: by name (the same name means the same pool everywhere) or
@@ -218,21 +233,36 @@ pub(crate) struct ServeArgs {
     pub(crate) listen: SocketAddr,
 
     /// A SQLite file shared with every process on this machine. Without
-    /// --sqlite, --postgres or --memory: $SEMAPHORE_PG_URL or
-    /// $SEMAPHORE_DB, else semaphore.db in the user's data directory, the
-    /// same default as every other subcommand. A flag always wins over the
-    /// environment.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "memory"])]
+    /// --sqlite, --postgres, --redis or --memory: $SEMAPHORE_PG_URL,
+    /// $SEMAPHORE_REDIS_URL or $SEMAPHORE_DB, else semaphore.db in the
+    /// user's data directory, the same default as every other subcommand. A
+    /// flag always wins over the environment.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "memory"])]
     pub(crate) sqlite: Option<PathBuf>,
 
     /// A PostgreSQL connection string: every server on the database serves
     /// the same pools.
-    #[arg(long, value_name = "URL", conflicts_with = "memory")]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "memory"])]
     pub(crate) postgres: Option<String>,
 
     /// The PostgreSQL schema for the store's tables.
     #[arg(long, value_name = "NAME", default_value = "public")]
     pub(crate) postgres_schema: String,
+
+    /// A Redis URL (redis://host:port/db): every server on it serves the
+    /// same pools.
+    #[arg(long, value_name = "URL", conflicts_with = "memory")]
+    pub(crate) redis: Option<String>,
+
+    /// The prefix of the Redis store's keys.
+    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
+    pub(crate) redis_prefix: String,
+
+    /// How long a pool created on a Redis server younger than this grants
+    /// nothing: a restart that lost the data must not hand out slots whose
+    /// holders still run. Set it to the longest ttl in use; 0s turns it off.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
+    pub(crate) redis_restart_grace: Duration,
 
     /// Keep pools in this process's memory only (lost on exit).
     #[arg(long)]

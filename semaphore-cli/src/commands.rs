@@ -144,6 +144,9 @@ async fn pool(store: &StoreArgs, name: &PoolName) -> Result<(Pool, String), Exit
         sqlite: store.sqlite.clone(),
         postgres: store.postgres.clone(),
         schema: store.postgres_schema.clone(),
+        redis: store.redis.clone(),
+        prefix: store.redis_prefix.clone(),
+        grace: store.redis_restart_grace,
         ..Default::default()
     };
     let store = crate::store::Choice::from(flags)?

@@ -48,6 +48,9 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         sqlite: args.sqlite.clone(),
         postgres: args.postgres.clone(),
         schema: args.postgres_schema.clone(),
+        redis: args.redis.clone(),
+        prefix: args.redis_prefix.clone(),
+        grace: args.redis_restart_grace,
     })
     .map_err(ServeError::Usage)?;
     let shown = choice.shown();

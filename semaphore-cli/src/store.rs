@@ -2,8 +2,9 @@
 //! and every other subcommand (issue 21, item 5).
 //!
 //! A flag on the command line wins: `--memory` (serve only), `--sqlite
-//! FILE`, `--postgres URL`. Without one, `SEMAPHORE_PG_URL` or
-//! `SEMAPHORE_DB` choose (both set is a usage error that asks for a flag).
+//! FILE`, `--postgres URL`, `--redis URL`. Without one, `SEMAPHORE_PG_URL`,
+//! `SEMAPHORE_REDIS_URL` or `SEMAPHORE_DB` choose (more than one set is a
+//! usage error that asks for a flag).
 //! Without either, the SQLite file `semaphore.db` in the user's data
 //! directory, the same for every subcommand.
 
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use semaphore_core::store::Store;
 use semaphore_memory::MemoryStore;
 use semaphore_postgres::{PostgresOptions, PostgresStore};
+use semaphore_redis::{RedisOptions, RedisStore};
 use semaphore_sqlite::SqliteStore;
 
 use crate::exit::{Exit, code};
@@ -22,7 +24,15 @@ use crate::exit::{Exit, code};
 pub(crate) enum Choice {
     Memory,
     Sqlite(PathBuf),
-    Postgres { url: String, schema: String },
+    Postgres {
+        url: String,
+        schema: String,
+    },
+    Redis {
+        url: String,
+        prefix: String,
+        grace: std::time::Duration,
+    },
 }
 
 /// The flags that name a store.
@@ -32,6 +42,9 @@ pub(crate) struct Flags {
     pub(crate) sqlite: Option<PathBuf>,
     pub(crate) postgres: Option<String>,
     pub(crate) schema: String,
+    pub(crate) redis: Option<String>,
+    pub(crate) prefix: String,
+    pub(crate) grace: std::time::Duration,
 }
 
 impl Choice {
@@ -51,15 +64,28 @@ impl Choice {
         if let Some(url) = flags.postgres {
             return Ok(postgres(url));
         }
-        match (env("SEMAPHORE_PG_URL"), env("SEMAPHORE_DB")) {
+        let redis = |url| Choice::Redis {
+            url,
+            prefix: flags.prefix.clone(),
+            grace: flags.grace,
+        };
+        if let Some(url) = flags.redis {
+            return Ok(redis(url));
+        }
+        let set = [
+            env("SEMAPHORE_PG_URL").map(postgres),
+            env("SEMAPHORE_REDIS_URL").map(redis),
+            env("SEMAPHORE_DB").map(|path| Choice::Sqlite(path.into())),
+        ];
+        let mut set = set.into_iter().flatten();
+        match (set.next(), set.next()) {
             (Some(_), Some(_)) => Err(Exit::new(
                 code::USAGE,
-                "both SEMAPHORE_PG_URL and SEMAPHORE_DB are set: choose with --postgres URL or \
-                 --sqlite FILE",
+                "more than one of SEMAPHORE_PG_URL, SEMAPHORE_REDIS_URL and SEMAPHORE_DB is \
+                 set: choose with --postgres URL, --redis URL or --sqlite FILE",
             )),
-            (Some(url), None) => Ok(postgres(url)),
-            (None, Some(path)) => Ok(Choice::Sqlite(path.into())),
-            (None, None) => Ok(Choice::Sqlite(default_db()?)),
+            (Some(choice), None) => Ok(choice),
+            (None, _) => Ok(Choice::Sqlite(default_db()?)),
         }
     }
 
@@ -89,6 +115,10 @@ impl Choice {
                 }
                 Arc::new(PostgresStore::connect_with(url, options).await?)
             }
+            Choice::Redis { url, prefix, grace } => {
+                let options = RedisOptions::default().prefix(prefix).restart_grace(*grace);
+                Arc::new(RedisStore::connect_with(url, options).await?)
+            }
         })
     }
 
@@ -99,6 +129,7 @@ impl Choice {
             Choice::Memory => "memory".into(),
             Choice::Sqlite(path) => format!("sqlite {}", path.display()),
             Choice::Postgres { schema, .. } => format!("postgres schema {schema}"),
+            Choice::Redis { prefix, .. } => format!("redis prefix {prefix}"),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Two `semaphore serve` processes on one PostgreSQL database serve the
-//! same pools and never over-issue (R10 across servers).
+//! Two `semaphore serve` processes on one PostgreSQL database, or on one
+//! Redis server, serve the same pools and never over-issue (R10 across
+//! servers).
 
 mod common;
 
@@ -7,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Server, pool_id};
 use semaphore_postgres::testing::TestServer;
+use semaphore_redis::testing::TestServer as RedisServer;
 use serde_json::json;
 
 fn now_us() -> u64 {
@@ -19,8 +21,19 @@ fn now_us() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_on_one_database_never_over_issue() {
     let (pg, schema) = (TestServer::shared(), TestServer::fresh_schema());
-    let args = ["--postgres", pg.url(), "--postgres-schema", &schema];
-    let servers = [Server::start(&args), Server::start(&args)];
+    two_servers_never_over_issue(&["--postgres", pg.url(), "--postgres-schema", &schema]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_redis_never_over_issue() {
+    let (redis, prefix) = (RedisServer::shared(), RedisServer::fresh_prefix());
+    let args = ["--redis", redis.url(), "--redis-prefix", &prefix];
+    two_servers_never_over_issue(&[&args[..], &["--redis-restart-grace", "0s"]].concat()).await;
+}
+
+/// 16 clients, alternating between two servers started with `args`.
+async fn two_servers_never_over_issue(args: &[&str]) {
+    let servers = [Server::start(args), Server::start(args)];
     let id = pool_id();
     servers[0]
         .call("PUT", &format!("/l/{id}"), Some(json!({"count": 3})))

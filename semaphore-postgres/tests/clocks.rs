@@ -7,8 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use semaphore_core::conformance::OffsetClock;
 use semaphore_postgres::store::from_unix_ms;
-use semaphore_postgres::testing::{OffsetClock, TestServer};
+use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::{Error, Pool, PoolId, PostgresOptions, PostgresStore};
 
 const OFF: Duration = Duration::from_secs(30);

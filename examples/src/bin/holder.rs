@@ -1,7 +1,8 @@
-//! A process that holds slots of a pool in a shared SQLite file or
-//! PostgreSQL database, for the multi-process tests (and to try by hand).
-//! `<db>` is a file path or a PostgreSQL connection string (schema from
-//! `SEMAPHORE_PG_SCHEMA`).
+//! A process that holds slots of a pool in a shared SQLite file,
+//! PostgreSQL database or Redis server, for the multi-process tests (and to
+//! try by hand). `<db>` is a file path, a PostgreSQL connection string
+//! (schema from `SEMAPHORE_PG_SCHEMA`) or a Redis URL (key prefix from
+//! `SEMAPHORE_REDIS_PREFIX`).
 //!
 //! ```text
 //! holder cycles <db> <pool> <n> <work_us> <log>   borrow / work / return n times, logging each hold

@@ -1,5 +1,6 @@
 //! The flagship: 8 OS processes share 3 slots through one SQLite file, or
-//! through one PostgreSQL database with `--postgres URL`.
+//! through one PostgreSQL database with `--postgres URL`, or one Redis
+//! server with `--redis URL`.
 //!
 //! The parent creates a database file (or uses the database), registers a
 //! pool of 3 slots and starts 8 worker processes of this same program. Each worker borrows a
@@ -10,8 +11,10 @@
 //! came back.
 //!
 //! Run: `cargo run --release -p semaphore-examples --bin shared-pool`
-//! (add `-- --postgres postgresql://user@host/db` for PostgreSQL; the
-//! schema is `SEMAPHORE_PG_SCHEMA`, default `public`).
+//! (add `-- --postgres postgresql://user@host/db` for PostgreSQL, the
+//! schema `SEMAPHORE_PG_SCHEMA`, default `public`; or `-- --redis
+//! redis://host:6379/`, the key prefix `SEMAPHORE_REDIS_PREFIX`, default
+//! `semaphore`).
 
 use std::hash::{DefaultHasher, Hasher};
 use std::io::{Read, Seek, SeekFrom};
@@ -43,13 +46,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let index: usize = args.get(3).ok_or("worker needs <index>")?.parse()?;
             Ok(worker(db, index).await?)
         }
-        Some("--postgres") => {
-            let url = args.get(2).ok_or("--postgres needs a connection string")?;
+        Some(flag @ ("--postgres" | "--redis")) => {
+            let url = args.get(2).ok_or(format!("{flag} needs a URL"))?;
             parent(Some(url)).await
         }
         None => parent(None).await,
         Some(other) => Err(format!(
-            "unknown argument {other:?}; run without arguments, or with --postgres URL"
+            "unknown argument {other:?}; run without arguments, or with --postgres URL or --redis URL"
         )
         .into()),
     }
@@ -120,9 +123,9 @@ fn parse(line: &str) -> Option<Report> {
     })
 }
 
-async fn parent(postgres: Option<&String>) -> Result<(), Box<dyn std::error::Error>> {
+async fn parent(server: Option<&String>) -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("semaphore-shared-pool-{}", std::process::id()));
-    let db = match postgres {
+    let db = match server {
         Some(url) => url.clone(),
         None => {
             std::fs::create_dir_all(&dir)?;
@@ -131,10 +134,10 @@ async fn parent(postgres: Option<&String>) -> Result<(), Box<dyn std::error::Err
     };
     let pool = pool(&db).await?;
     pool.register(SLOTS).await?;
-    let place = if postgres.is_some() {
-        "one PostgreSQL database".to_string()
-    } else {
-        db.clone()
+    let place = match server {
+        Some(url) if store::is_redis(url) => "one Redis server".to_string(),
+        Some(_) => "one PostgreSQL database".to_string(),
+        None => db.clone(),
     };
     println!("{WORKERS} worker processes, {JOBS} jobs each, share {SLOTS} slots in {place}");
 
@@ -190,7 +193,7 @@ async fn parent(postgres: Option<&String>) -> Result<(), Box<dyn std::error::Err
     let state = pool.inspect().await?;
     let most = max_concurrency(&holds);
     let shared = shared_positions(&holds).len();
-    if postgres.is_none() {
+    if server.is_none() {
         std::fs::remove_dir_all(&dir).ok();
     }
     if holds.len() != WORKERS * JOBS || most > SLOTS as usize || shared > 0 || state.in_use != 0 {

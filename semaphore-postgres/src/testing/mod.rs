@@ -23,7 +23,6 @@
 mod bouncer;
 
 pub use bouncer::TestBouncer;
-pub use semaphore_core::conformance::OffsetClock;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
