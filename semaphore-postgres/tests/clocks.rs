@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use semaphore_core::conformance::OffsetClock;
+use semaphore_core::conformance::{self, OffsetClock};
 use semaphore_postgres::store::from_unix_ms;
 use semaphore_postgres::testing::TestServer;
-use semaphore_postgres::{Error, Pool, PoolId, PostgresOptions, PostgresStore};
+use semaphore_postgres::{Pool, PoolId, PostgresOptions, PostgresStore};
 
 const OFF: Duration = Duration::from_secs(30);
 
@@ -56,41 +56,11 @@ async fn clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease() {
 
     let (fast, slow) = (Arc::new(fast), Arc::new(slow));
     let id = PoolId::from_name("one");
-    let on_fast = Pool::new(fast.clone(), id);
-    let on_slow = Pool::new(slow.clone(), id);
-    on_fast.register(1).await.unwrap();
-
-    // A lease taken by the slow machine is not born expired...
-    let held = on_slow.try_borrow(Duration::from_secs(20)).await.unwrap();
-    let now = server_now(&slow).await;
-    assert!(
-        held.expires_at > now,
-        "the slow machine wrote an expired lease"
-    );
-    // ...and the fast machine, for which it "expired" 10 s ago, cannot take it.
-    match on_fast.try_borrow(Duration::from_secs(20)).await {
-        Err(Error::Exhausted { .. }) => {}
-        other => panic!("the fast machine took a live lease: {other:?}"),
-    }
-    assert_eq!(on_fast.inspect().await.unwrap().in_use, 1);
-    drop(held);
-    semaphore_core::conformance::until_in_use(&on_fast, 0).await;
-
-    // A short lease held by the fast machine frees itself by the server's
-    // clock, and the slow machine's waiter gets it then, not before.
-    let short = on_fast
-        .try_borrow(Duration::from_millis(300))
-        .await
-        .unwrap()
-        .forget();
-    let ttl = Duration::from_secs(20);
-    let next = on_slow.borrow(ttl, Duration::from_secs(10)).await.unwrap();
-    assert_eq!(next.position, 0);
-    assert!(next.token > short.token);
-    let granted_at = next.expires_at - ttl;
-    assert!(
-        granted_at >= short.expires_at,
-        "granted at {granted_at:?}, before the lease it replaced expired at {:?}",
-        short.expires_at
-    );
+    let (on_fast, on_slow) = (Pool::new(fast, id), Pool::new(slow.clone(), id));
+    conformance::clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease(
+        &on_fast,
+        &on_slow,
+        async || server_now(&slow).await,
+    )
+    .await;
 }

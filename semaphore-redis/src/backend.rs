@@ -179,6 +179,18 @@ impl RedisStore {
         self.time.server().map(|view| &**view)
     }
 
+    /// The number of queued heads of `pool`: store handles (normally one
+    /// per process) whose borrowers wait on it, on every machine, as the
+    /// server records them.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the server failed.
+    pub async fn queue_heads(&self, pool: PoolId) -> Result<u32> {
+        let call = self.invocation(Kind::Shrink, "queue_heads", [pool]);
+        let heads = crate::reply::int("queue_heads", &self.run("queue_heads", &call).await?)?;
+        Ok(u32::try_from(heads).unwrap_or(u32::MAX))
+    }
+
     /// The connection the store's scripts run on (redis-rs's connection
     /// manager: cheap to clone, reconnects by itself).
     pub fn connection(&self) -> &ConnectionManager {

@@ -41,7 +41,7 @@ pub use gate::{GatedStore, Stop};
 pub use keepalive::*;
 pub use keys::*;
 pub use multi::*;
-pub use offset::OffsetClock;
+pub use offset::{OffsetClock, clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease};
 pub use renew::*;
 pub use waiting::*;
 

@@ -97,4 +97,12 @@ if op == 'leave_queue' then
     return 0
 end
 
+if op == 'queue_heads' then
+    -- The heads queued on the pool, on every machine, once lapsed ones are
+    -- forgotten.
+    local k = K(1)
+    reap(k)
+    return redis.call('ZCARD', k.queue)
+end
+
 return redis.error_reply('ERR semaphore: unknown operation ' .. tostring(op))
