@@ -262,3 +262,34 @@ fn script_subcommands_borrow_renew_list_and_return_a_lease() {
         "the step whose number is the exit code failed"
     );
 }
+
+/// `semaphore run --redis`: runs on a shared Redis server, and hands the
+/// command its slot as on every other store.
+#[test]
+fn runs_on_a_redis_server() {
+    let (server, prefix) = (
+        semaphore_redis::testing::TestServer::shared(),
+        semaphore_redis::testing::TestServer::fresh_prefix(),
+    );
+    let output = Command::new(BIN)
+        .args(["run", "--redis", server.url(), "--redis-prefix", &prefix])
+        .args([
+            "--redis-restart-grace",
+            "0s",
+            "--pool",
+            "gpu",
+            "--count",
+            "2",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"$SEMAPHORE_POSITION $SEMAPHORE_POOL\"",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.starts_with("0 "), "{said}");
+}

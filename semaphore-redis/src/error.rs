@@ -9,8 +9,9 @@ use semaphore_core::Error;
 /// server's transient states (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`,
 /// `MASTERDOWN`). Not retryable: `OOM` (the server is out of memory: free
 /// memory or raise `maxmemory`; the script was refused whole, so nothing was
-/// written), anything else the server refused, and a reply of the wrong
-/// shape.
+/// written), `CROSSSLOT` (a multi-pool borrow across cluster slots, behind
+/// a cluster proxy), anything else the server refused, and a reply of the
+/// wrong shape.
 pub(crate) fn storage(operation: &'static str) -> impl Fn(redis::RedisError) -> Error {
     move |e| {
         let transient = matches!(
@@ -22,14 +23,19 @@ pub(crate) fn storage(operation: &'static str) -> impl Fn(redis::RedisError) -> 
             || e.is_timeout()
             || e.is_connection_dropped()
             || e.is_connection_refusal();
-        let source: semaphore_core::BoxError = if e.code() == Some("OOM") {
-            format!(
+        let source: semaphore_core::BoxError = match e.code() {
+            Some("OOM") => format!(
                 "the Redis server is out of memory (maxmemory reached), so nothing was \
                  written: free memory or raise maxmemory ({e})"
             )
-            .into()
-        } else {
-            Box::new(e)
+            .into(),
+            Some("CROSSSLOT") => format!(
+                "the pools of this multi-pool borrow live in different cluster slots, and a \
+                 Redis Cluster runs a script on one slot only: borrow from one pool at a \
+                 time, or use a single Redis server ({e})"
+            )
+            .into(),
+            _ => Box::new(e),
         };
         Error::Storage {
             operation,
