@@ -83,6 +83,7 @@ mod cancel;
 mod clock;
 mod detach;
 mod error;
+mod follow;
 mod guard;
 mod id;
 mod keepalive;

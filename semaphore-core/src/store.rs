@@ -7,6 +7,7 @@
 //! Users of a store need none of it: they call [`Pool`](crate::Pool).
 
 pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, truncate_ms, unix_ms};
+pub use crate::follow::follow;
 pub use crate::id::WaiterId;
 pub use crate::server_clock::{DecidingClock, ServerClock};
 pub use crate::slot::{SlotTable, lowest_free};

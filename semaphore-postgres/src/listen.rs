@@ -59,38 +59,14 @@ pub(crate) fn spawn(setup: Setup) -> Listener {
     }
 }
 
-async fn run(setup: Setup, backend: Arc<AtomicI32>, mut stopped: oneshot::Receiver<()>) {
-    // The fallback poll goes on whether or not the listener is connected:
-    // while it is away, the poll is all the waiters have.
-    let mut poll = tokio::time::interval(setup.poll);
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let tick = || {
-        if setup.changes.has_waiters() {
-            setup.changes.notify_all();
-        }
-    };
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let mut session = std::pin::pin!(session(&setup, &backend));
-        loop {
-            tokio::select! {
-                _ = &mut stopped => return,
-                () = &mut session => break,
-                _ = poll.tick() => tick(),
-            }
-        }
+async fn run(setup: Setup, backend: Arc<AtomicI32>, stopped: oneshot::Receiver<()>) {
+    let follow = semaphore_core::store::follow(&setup.changes, setup.poll, || async {
+        session(&setup, &backend).await;
         backend.store(0, Ordering::Relaxed);
-        // Lost: heads re-check by the poll until the listener is back.
-        setup.changes.notify_all();
-        let mut pause = std::pin::pin!(tokio::time::sleep(backoff));
-        loop {
-            tokio::select! {
-                _ = &mut stopped => return,
-                () = &mut pause => break,
-                _ = poll.tick() => tick(),
-            }
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+    });
+    tokio::select! {
+        _ = stopped => {}
+        () = follow => {}
     }
 }
 

@@ -2,10 +2,10 @@
 //! `PREFIX:wake`, which every script that can let a waiter in publishes to
 //! (the pool's id) when a head is queued on the pool.
 //!
-//! A message is a hint and the keys are the truth. After every (re)connect
-//! all heads re-check, since messages sent while the subscriber was away
-//! are lost; a fallback poll re-checks while anyone waits; the next expiry
-//! comes from the core. The task also refreshes the store's view of the
+//! A message is a hint and the keys are the truth: the core's
+//! [`follow`](semaphore_core::store::follow) reconnects, re-checks every
+//! head after a loss and polls while anyone waits; the next expiry comes
+//! from the core. The session also refreshes the store's view of the
 //! server's clock.
 
 use std::sync::Arc;
@@ -47,74 +47,56 @@ pub(crate) fn spawn(setup: Setup) -> Subscriber {
     Subscriber { _stop: stop }
 }
 
-async fn run(mut setup: Setup, mut stopped: oneshot::Receiver<()>) {
-    // The fallback poll and the clock refresh go on whether or not the
-    // subscriber is connected.
-    let mut poll = tokio::time::interval(setup.poll);
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut refresh = tokio::time::interval(CLOCK_REFRESH);
-    refresh.reset();
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let mut session = std::pin::pin!(session(&setup.client, &setup.channel, &setup.changes));
-        loop {
-            tokio::select! {
-                _ = &mut stopped => return,
-                () = &mut session => break,
-                _ = poll.tick() => tick(&setup.changes),
-                _ = refresh.tick() => refresh_clock(&mut setup.connection, &setup.time).await,
-            }
-        }
-        // Lost: heads re-check by the poll until the subscriber is back.
-        setup.changes.notify_all();
-        let mut pause = std::pin::pin!(tokio::time::sleep(backoff));
-        loop {
-            tokio::select! {
-                _ = &mut stopped => return,
-                () = &mut pause => break,
-                _ = poll.tick() => tick(&setup.changes),
-            }
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
-}
-
-fn tick(changes: &Changes) {
-    if changes.has_waiters() {
-        changes.notify_all();
-    }
-}
-
-async fn refresh_clock(connection: &mut ConnectionManager, time: &DecidingClock) {
-    if let Some(view) = time.server() {
-        // A failed reading keeps the last offset.
-        let _ = measure(connection, view).await;
+async fn run(setup: Setup, stopped: oneshot::Receiver<()>) {
+    let follow = semaphore_core::store::follow(&setup.changes, setup.poll, || session(&setup));
+    tokio::select! {
+        _ = stopped => {}
+        () = follow => {}
     }
 }
 
 /// One connection's life: connects, subscribes, then hands messages to the
-/// waiters until the connection ends. Connecting and subscribing are
-/// bounded by [`SETUP_TIMEOUT`], so a stalled server is tried again.
-async fn session(client: &redis::Client, channel: &str, changes: &Changes) {
-    let setup = async {
-        let mut pubsub = client.get_async_pubsub().await.ok()?;
-        pubsub.subscribe(channel).await.ok()?;
+/// waiters, refreshing the view of the server's clock meanwhile, until the
+/// connection ends. Connecting and subscribing are bounded by
+/// [`SETUP_TIMEOUT`], so a stalled server is tried again.
+async fn session(setup: &Setup) {
+    let subscribe = async {
+        let mut pubsub = setup.client.get_async_pubsub().await.ok()?;
+        pubsub.subscribe(&setup.channel).await.ok()?;
         Some(pubsub)
     };
-    let Ok(Some(pubsub)) = tokio::time::timeout(SETUP_TIMEOUT, setup).await else {
+    let Ok(Some(pubsub)) = tokio::time::timeout(SETUP_TIMEOUT, subscribe).await else {
         return;
     };
     // Messages sent while no one listened are lost: everyone re-checks.
-    changes.notify_all();
+    setup.changes.notify_all();
     let mut messages = pubsub.into_on_message();
-    while let Some(message) = messages.next().await {
-        match std::str::from_utf8(message.get_payload_bytes())
-            .ok()
-            .and_then(|p| p.parse::<uuid::Uuid>().ok())
-        {
-            Some(pool) => changes.notify(PoolId::from_uuid(pool)),
-            None => changes.notify_all(),
+    let mut refresh = tokio::time::interval(CLOCK_REFRESH);
+    refresh.reset();
+    loop {
+        tokio::select! {
+            message = messages.next() => match message {
+                Some(message) => dispatch(&setup.changes, message.get_payload_bytes()),
+                None => return,
+            },
+            _ = refresh.tick() => {
+                if let Some(view) = setup.time.server() {
+                    // A failed reading keeps the last offset.
+                    let _ = measure(&mut setup.connection.clone(), view).await;
+                }
+            }
         }
+    }
+}
+
+/// Hands a message (a pool's id) on to the waiters of its pool.
+fn dispatch(changes: &Changes, payload: &[u8]) {
+    match std::str::from_utf8(payload)
+        .ok()
+        .and_then(|p| p.parse::<uuid::Uuid>().ok())
+    {
+        Some(pool) => changes.notify(PoolId::from_uuid(pool)),
+        None => changes.notify_all(),
     }
 }
 
