@@ -163,7 +163,10 @@ impl RedisStore {
             prefix: options.prefix,
             changes,
             time: options.time,
-            restart_grace_ms: u64::try_from(options.restart_grace.as_millis()).unwrap_or(u64::MAX),
+            // Capped like a ttl, so that the server's sums stay exact.
+            restart_grace_ms: u64::try_from(options.restart_grace.as_millis())
+                .unwrap_or(u64::MAX)
+                .min(MAX_UNIX_MS),
             _subscriber: subscriber,
         })
     }

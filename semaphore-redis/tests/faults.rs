@@ -181,3 +181,46 @@ async fn maxmemory_reached_is_a_clear_error_and_nothing_is_half_written() {
     assert!(server.command("CONFIG SET maxmemory 0").starts_with("+OK"));
     assert_eq!(pool.try_borrow(TTL).await.unwrap().position, 0);
 }
+
+/// Labels the scripts must carry as they are: quotes, separators, the
+/// label encoding's own marks, and text beyond ASCII; and a grace as long
+/// as a `Duration` can be, which must not overflow the server's arithmetic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_labels_and_an_endless_grace_are_carried_exactly() {
+    let server = TestServer::start().unwrap();
+    let pool = Pool::new(
+        store(&server, no_grace()).await,
+        PoolId::from_name("labels"),
+    );
+    pool.register(4).await.unwrap();
+    let labels = ["-", "+", "\"quoted\" | {json}", "ünïcode ✓"];
+    for label in labels {
+        let options = semaphore_redis::BorrowOptions::new()
+            .owner(label)
+            .key(label);
+        pool.borrow_with(TTL, Duration::ZERO, options)
+            .await
+            .unwrap()
+            .forget();
+    }
+    let holders = pool.holders().await.unwrap();
+    let owners: Vec<_> = holders
+        .iter()
+        .map(|h| h.owner.as_deref().unwrap())
+        .collect();
+    let keys: Vec<_> = holders.iter().map(|h| h.key.as_deref().unwrap()).collect();
+    assert_eq!(owners, labels);
+    assert_eq!(keys, labels);
+
+    let endless = store(
+        &server,
+        RedisOptions::default().restart_grace(Duration::MAX),
+    )
+    .await;
+    let young = Pool::new(endless, PoolId::from_name("young"));
+    young.register(1).await.unwrap();
+    match young.try_borrow(TTL).await {
+        Err(Error::Exhausted { .. }) => {}
+        other => panic!("a young server granted within its grace: {other:?}"),
+    }
+}
