@@ -232,6 +232,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub(crate) listen: SocketAddr,
 
+    /// A file holding a bearer token (16 to 4096 visible ASCII characters):
+    /// every request but /healthz and /readyz must then send
+    /// `Authorization: Bearer <token>`, else 401. Off by default, when the
+    /// pool UUID is the only secret.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) auth_token_file: Option<PathBuf>,
+
     /// A SQLite file shared with every process on this machine. Without
     /// --sqlite, --postgres, --redis or --memory: $SEMAPHORE_PG_URL,
     /// $SEMAPHORE_REDIS_URL or $SEMAPHORE_DB, else semaphore.db in the

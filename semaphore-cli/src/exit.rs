@@ -7,6 +7,8 @@ use semaphore_core::Error;
 pub(crate) mod code {
     /// A usage error (EX_USAGE).
     pub(crate) const USAGE: u8 = 64;
+    /// An input file cannot be read (EX_NOINPUT).
+    pub(crate) const NOINPUT: u8 = 66;
     /// The pool does not exist (EX_UNAVAILABLE).
     pub(crate) const UNAVAILABLE: u8 = 69;
     /// The lease was lost while the command ran (EX_SOFTWARE).

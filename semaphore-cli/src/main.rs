@@ -6,6 +6,7 @@
 
 mod accept;
 mod api;
+mod auth;
 mod cli;
 mod commands;
 mod error;

@@ -2,7 +2,8 @@
 //! `/openapi.json` and pinned by a committed snapshot
 //! (`semaphore-cli/openapi.json`, checked by `tests/openapi.rs`).
 
-use utoipa::OpenApi;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+use utoipa::{Modify, OpenApi};
 
 use crate::{error, wire};
 
@@ -30,9 +31,35 @@ use crate::{error, wire};
         wire::Returned,
         wire::Status,
         error::ErrorBody,
-    ))
+    )),
+    modifiers(&BearerAuth)
 )]
 pub(crate) struct ApiDoc;
+
+/// The optional bearer auth of `--auth-token-file`: without it every
+/// route is open (the pool UUID is the secret); with it, every route but
+/// `/healthz` and `/readyz` answers 401 with the error body unless the
+/// request bears the token.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let mut scheme = Http::new(HttpAuthScheme::Bearer);
+        scheme.description = Some(
+            "Only when the server runs with --auth-token-file: then every route but \
+             /healthz and /readyz answers 401 with the error body without it."
+                .into(),
+        );
+        if let Some(components) = openapi.components.as_mut() {
+            components.add_security_scheme("bearer", SecurityScheme::Http(scheme));
+        }
+        // Either no auth (the default) or the bearer token.
+        openapi.security = Some(vec![
+            SecurityRequirement::default(),
+            SecurityRequirement::new("bearer", Vec::<String>::new()),
+        ]);
+    }
+}
 
 /// `document` as pretty JSON, as served and as committed.
 pub(crate) fn pretty(document: &utoipa::openapi::OpenApi) -> String {

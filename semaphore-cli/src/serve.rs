@@ -65,6 +65,12 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .iter()
         .map(|(name, id)| (name.clone(), semaphore_core::PoolId::from_uuid(*id)))
         .collect();
+    let auth = args
+        .auth_token_file
+        .as_deref()
+        .map(crate::auth::Token::read)
+        .transpose()
+        .map_err(ServeError::Usage)?;
     let metrics = crate::metrics::Metrics::install(aliases).map_err(ServeError::Usage)?;
     let app = App {
         store,
@@ -82,7 +88,13 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         connections: args.max_connections as usize,
         header_timeout: args.header_timeout,
     };
-    let router = api::router(app);
+    let mut router = api::router(app);
+    if let Some(token) = auth {
+        router = router.layer(axum::middleware::from_fn_with_state(
+            token,
+            crate::auth::require,
+        ));
+    }
     let mut accepting = std::pin::pin!(crate::accept::serve(listener, router, limits));
     tokio::select! {
         result = &mut accepting => result.map_err(ServeError::Io)?,
