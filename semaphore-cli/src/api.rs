@@ -128,7 +128,8 @@ pub(crate) async fn register(
 ) -> Result<Json<wire::State>, ApiError> {
     let pool = app.pool(id);
     let count = wire::count(&request.count, app.limits.max_count)?;
-    Ok(Json(app.track(pool.register(count).await)?.into()))
+    let state = app.track(pool.register(count).await)?;
+    Ok(Json(wire::State::of(state, &pool)))
 }
 
 #[utoipa::path(get, path = "/l/{id}", tag = "pools",
@@ -143,8 +144,9 @@ pub(crate) async fn inspect(
     State(app): State<App>,
     PoolPath(id): PoolPath,
 ) -> Result<Json<wire::State>, ApiError> {
-    let state = app.track(app.pool(id).inspect().await)?;
-    Ok(Json(state.into()))
+    let pool = app.pool(id);
+    let state = app.track(pool.inspect().await)?;
+    Ok(Json(wire::State::of(state, &pool)))
 }
 
 #[utoipa::path(delete, path = "/l/{id}", tag = "pools",

@@ -74,7 +74,12 @@ impl Metrics {
         })?;
         semaphore_core::describe_metrics();
         for (name, help) in GAUGES {
-            metrics::describe_gauge!(name, Unit::Count, help);
+            let unit = if name.ends_with("_seconds") {
+                Unit::Seconds
+            } else {
+                Unit::Count
+            };
+            metrics::describe_gauge!(name, unit, help);
         }
         // The counters start at zero, so that a rate over them has a start.
         for name in COUNTERS {
@@ -106,6 +111,8 @@ impl Metrics {
                 gauge("semaphore_pool_count").set(state.count);
             }
             gauge("semaphore_pool_waiting").set(pool.waiting() as f64);
+            let longest = pool.longest_wait().unwrap_or_default();
+            gauge("semaphore_pool_longest_wait_seconds").set(longest.as_secs_f64());
         }
         self.handle.render()
     }
@@ -120,13 +127,17 @@ const COUNTERS: [&str; 4] = [
 ];
 
 /// The gauges read at each scrape, with their help.
-const GAUGES: [(&str, &str); 4] = [
+const GAUGES: [(&str, &str); 5] = [
     ("semaphore_pool_in_use", "Active leases of an aliased pool"),
     ("semaphore_pool_available", "Free slots of an aliased pool"),
     ("semaphore_pool_count", "Slots of an aliased pool"),
     (
         "semaphore_pool_waiting",
         "Borrowers waiting on an aliased pool at this server",
+    ),
+    (
+        "semaphore_pool_longest_wait_seconds",
+        "How long the longest waiter of an aliased pool at this server has waited",
     ),
 ];
 

@@ -59,7 +59,8 @@ pub(crate) struct Renew {
     pub(crate) ttl: serde_json::Number,
 }
 
-/// `{id, count, in_use, available}`: a pool's state at one instant.
+/// `{id, count, in_use, available}`: a pool's state at one instant; then
+/// who waits for it at this server.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct State {
     #[schema(value_type = uuid::Uuid)]
@@ -67,15 +68,23 @@ pub(crate) struct State {
     count: u32,
     in_use: u32,
     available: u32,
+    /// Borrowers waiting on the pool at this server.
+    waiting: usize,
+    /// How long the longest-waiting of them has waited so far, in seconds
+    /// (0 when none waits).
+    longest_wait: f64,
 }
 
-impl From<PoolState> for State {
-    fn from(s: PoolState) -> Self {
+impl State {
+    /// `s`, with the waiters of `pool` at this server.
+    pub(crate) fn of(s: PoolState, pool: &semaphore_core::Pool) -> Self {
         Self {
             id: s.id.to_string(),
             count: s.count,
             in_use: s.in_use,
             available: s.available,
+            waiting: pool.waiting(),
+            longest_wait: pool.longest_wait().map_or(0.0, |d| d.as_secs_f64()),
         }
     }
 }

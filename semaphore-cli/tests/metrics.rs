@@ -52,6 +52,7 @@ async fn metrics_count_what_happened_and_never_show_a_pool_uuid() {
         "semaphore_pool_in_use{pool=\"gpus\"} 1",
         "semaphore_pool_available{pool=\"gpus\"} 0",
         "semaphore_pool_count{pool=\"gpus\"} 1",
+        "semaphore_pool_longest_wait_seconds{pool=\"gpus\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
     }

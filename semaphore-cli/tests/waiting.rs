@@ -1,5 +1,5 @@
-//! Waiting borrows over real HTTP (R5, R11, R12): 100 clients served in
-//! arrival order, a client that disconnects while waiting takes nothing, and
+//! Waiting borrows over real HTTP (R5, R11, R12): 100 clients shown as
+//! waiting (with the longest wait) and served in arrival order, a client that disconnects while waiting takes nothing, and
 //! SIGTERM answers every waiter 503 and ends the process.
 
 mod common;
@@ -50,6 +50,17 @@ async fn a_hundred_waiting_clients_are_served_in_arrival_order() {
         clients.push(spawn_borrow(&server, &id, 30));
         server.until_waiting(&id, i + 1).await;
     }
+    // The pool shows who waits: all 100, the first the longest, and its
+    // wait only grows.
+    let (_, first) = server.call("GET", &format!("/l/{id}"), None).await;
+    assert_eq!(first["waiting"], 100, "{first}");
+    let longest = first["longest_wait"].as_f64().unwrap();
+    assert!(longest > 0.0, "{first}");
+    let (_, later) = server.call("GET", &format!("/l/{id}"), None).await;
+    assert!(
+        later["longest_wait"].as_f64().unwrap() >= longest,
+        "{later}"
+    );
     // Each return hands the slot to the next client in line.
     let mut lease = held;
     let mut tokens = Vec::new();
@@ -71,6 +82,11 @@ async fn a_hundred_waiting_clients_are_served_in_arrival_order() {
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),
         "not served in arrival order: {tokens:?}"
+    );
+    let (_, after) = server.call("GET", &format!("/l/{id}"), None).await;
+    assert_eq!(
+        (after["waiting"].as_u64(), after["longest_wait"].as_f64()),
+        (Some(0), Some(0.0))
     );
 }
 

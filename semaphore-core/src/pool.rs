@@ -164,6 +164,40 @@ impl Pool {
         self.store.changes().waiting(self.id)
     }
 
+    /// How long the longest-waiting borrower of this pool in this process
+    /// has waited so far, by the store's clock; `None` if none waits. What
+    /// an operator watches to see a pool starve (throttle's
+    /// `longest_pending_sec`).
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{ManualClock, MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// let clock = Arc::new(ManualClock::new());
+    /// let pool = Pool::new(Arc::new(MemoryStore::with_clock(clock.clone())), PoolId::from_name("jobs"));
+    /// pool.register(0).await?; // nothing to grant yet
+    /// assert_eq!(pool.longest_wait(), None);
+    /// let waiter = tokio::spawn({
+    ///     let pool = pool.clone();
+    ///     async move { pool.borrow(Duration::from_secs(30), Duration::from_secs(60)).await.map(|g| g.forget()) }
+    /// });
+    /// while pool.waiting() == 0 {
+    ///     tokio::task::yield_now().await;
+    /// }
+    /// clock.advance(Duration::from_secs(5));
+    /// assert_eq!(pool.longest_wait(), Some(Duration::from_secs(5)));
+    /// pool.register(1).await?;
+    /// waiter.await.unwrap()?;
+    /// assert_eq!(pool.longest_wait(), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn longest_wait(&self) -> Option<Duration> {
+        self.store
+            .changes()
+            .longest_wait(self.id, self.store.clock().now())
+    }
+
     pub(crate) fn now(&self) -> SystemTime {
         truncate_ms(self.store.clock().now())
     }

@@ -62,6 +62,8 @@ struct Waiter {
     /// Still in its queues; cleared (under the queues' lock) when a
     /// hand-off takes it out.
     queued: AtomicBool,
+    /// When it joined its queues, by the store's clock.
+    since: SystemTime,
 }
 
 /// What a hand-off left a waiter.
@@ -210,6 +212,19 @@ impl Changes {
         self.queues.lock().get(&pool).map_or(0, |q| q.waiters.len())
     }
 
+    /// How long the longest-waiting borrower of `pool` in this process has
+    /// waited by `now` (the store's clock), `None` if none waits: the wait
+    /// of the queue's head, since the queue is first come, first served
+    /// (R11).
+    pub fn longest_wait(&self, pool: PoolId, now: SystemTime) -> Option<Duration> {
+        if !self.has_waiters() {
+            return None;
+        }
+        let queues = self.queues.lock();
+        let since = queues.get(&pool)?.waiters.front()?.since;
+        Some(now.duration_since(since).unwrap_or(Duration::ZERO))
+    }
+
     /// Joins the tail of the queue of every pool in `pools`, all under one
     /// lock, so that any two tickets stand in the same order in every queue
     /// they share: no two multi-pool borrowers can each hold the head of a
@@ -229,6 +244,7 @@ impl Changes {
             request: request.filter(|_| pools.len() == 1),
             state: Mutex::default(),
             queued: AtomicBool::new(true),
+            since: store.clock().now(),
         });
         let mut queues = self.queues.lock();
         let mut head_of_all = true;
