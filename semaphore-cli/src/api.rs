@@ -30,6 +30,9 @@ pub(crate) struct App {
     pub(crate) limits: Limits,
     /// Turns `true` when the server shuts down: waiting borrows answer 503.
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// `true` while the server drains (SIGUSR1 until SIGUSR2): borrows
+    /// answer 503, waiting ones at once; returns and renewals go on.
+    pub(crate) draining: watch::Receiver<bool>,
     pub(crate) metrics: Metrics,
     /// Set when a store call failed and retrying will not help; cleared
     /// by the next call that succeeds. `/healthz` then probes the store.
@@ -180,7 +183,7 @@ pub(crate) async fn delete(
         (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
         (status = 422, description = "The Idempotency-Key was used with a different body", body = crate::error::ErrorBody),
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
-        (status = 503, description = "The server is shutting down", body = crate::error::ErrorBody),
+        (status = 503, description = "The server is shutting down, or drains (SIGUSR1)", body = crate::error::ErrorBody),
     ))]
 pub(crate) async fn borrow(
     State(app): State<App>,
@@ -223,12 +226,16 @@ pub(crate) async fn borrow(
     if let Some(owner) = request.owner {
         options = options.owner(owner);
     }
-    let mut shutdown = app.shutdown.clone();
+    let (mut shutdown, mut draining) = (app.shutdown.clone(), app.draining.clone());
+    if *draining.borrow() {
+        return Err(ApiError::draining());
+    }
     // A client that disconnects drops this future: the borrow leaves the
     // queue and takes nothing (R12).
     let lease = tokio::select! {
         lease = pool.borrow_with(ttl, wait, options) => lease.map(|guard| guard.forget()),
         _ = shutdown.wait_for(|down| *down) => return Err(ApiError::shutting_down()),
+        _ = draining.wait_for(|on| *on) => return Err(ApiError::draining()),
     };
     let lease = app.track(lease)?;
     Ok(Json(wire::Granted::new(&lease, app.now())))
@@ -337,13 +344,18 @@ pub(crate) async fn healthz(State(app): State<App>) -> Result<Response, ApiError
     Ok(Json(wire::Status { status: "ok" }).into_response())
 }
 
-/// Ready when the store answers: an inspect of a pool that never exists.
+/// Ready when the store answers (an inspect of a pool that never exists)
+/// and the server does not drain.
 #[utoipa::path(get, path = "/readyz", tag = "service",
     responses(
         (status = 200, description = "The store answers", body = wire::Status),
+        (status = 503, description = "The server drains (SIGUSR1): send new work elsewhere", body = crate::error::ErrorBody),
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
     ))]
 pub(crate) async fn readyz(State(app): State<App>) -> Result<Response, ApiError> {
+    if *app.draining.borrow() {
+        return Err(ApiError::draining());
+    }
     let probe = app.probe().await;
     app.track(probe)?;
     Ok(Json(wire::Status { status: "ready" }).into_response())

@@ -57,6 +57,16 @@ impl ApiError {
         e
     }
 
+    /// The server drains (SIGUSR1): it grants nothing new.
+    pub(crate) fn draining() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "this server is draining: it grants nothing new, while returns and renewals go \
+             on; retry on another server",
+        )
+    }
+
     pub(crate) fn shutting_down() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

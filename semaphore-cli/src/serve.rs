@@ -60,6 +60,8 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .with_max_ttl(args.max_ttl)
         .with_max_wait(args.max_wait);
     let (down, shutdown) = watch::channel(false);
+    let (drain, draining) = watch::channel(false);
+    tokio::spawn(drain_signals(drain));
     let aliases = args
         .alias
         .iter()
@@ -76,6 +78,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         store,
         limits,
         shutdown,
+        draining,
         metrics,
         broken: Default::default(),
     };
@@ -106,6 +109,39 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let _ = down.send(true);
     let _ = tokio::time::timeout(Duration::from_millis(800), &mut accepting).await;
     Ok(())
+}
+
+/// SIGUSR1 starts draining (no new grants; returns and renewals go on;
+/// `/readyz` answers 503), SIGUSR2 ends it.
+async fn drain_signals(drain: watch::Sender<bool>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut start), Ok(mut stop)) = (
+            signal(SignalKind::user_defined1()),
+            signal(SignalKind::user_defined2()),
+        ) else {
+            return;
+        };
+        loop {
+            let on = tokio::select! {
+                _ = start.recv() => true,
+                _ = stop.recv() => false,
+            };
+            if drain.send_replace(on) != on {
+                eprintln!(
+                    "semaphore serve: {}",
+                    if on {
+                        "draining: new borrows answer 503, returns and renewals go on"
+                    } else {
+                        "no longer draining"
+                    }
+                );
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(drain);
 }
 
 /// SIGTERM or Ctrl-C (SIGINT).
