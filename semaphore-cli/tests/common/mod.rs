@@ -98,6 +98,23 @@ impl Drop for Server {
 }
 
 /// A fresh random pool id.
+/// A pool state's seed fields (`id`, `count`, `in_use`, `available`),
+/// without the additive extensions (`waiting`, `longest_wait`), which it
+/// checks are there.
+pub fn seed_state(body: &Value) -> Value {
+    assert!(
+        body["waiting"].is_u64() && body["longest_wait"].is_f64(),
+        "the waiting extensions are missing: {body}"
+    );
+    let fields = ["id", "count", "in_use", "available"];
+    Value::Object(
+        fields
+            .iter()
+            .map(|f| (f.to_string(), body[*f].clone()))
+            .collect(),
+    )
+}
+
 pub fn pool_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
