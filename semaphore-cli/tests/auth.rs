@@ -8,12 +8,10 @@ use std::process::{Command, Stdio};
 const BIN: &str = env!("CARGO_BIN_EXE_semaphore");
 const TOKEN: &str = "3f9c2a7d1e8b4c60a5d7e2f1b3c4d5e6";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_bearer_of_the_token_is_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("token");
-    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
-    let mut child = Command::new(BIN)
+/// `semaphore serve --memory` on a free port, with the token in `file`.
+fn serve(file: &std::path::Path) -> Command {
+    let mut command = Command::new(BIN);
+    command
         .args([
             "serve",
             "--memory",
@@ -21,7 +19,16 @@ async fn only_the_bearer_of_the_token_is_served() {
             "127.0.0.1:0",
             "--auth-token-file",
         ])
-        .arg(&file)
+        .arg(file);
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_bearer_of_the_token_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+    let mut child = serve(&file)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -85,17 +92,7 @@ fn a_short_token_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token");
     std::fs::write(&file, "abc\n").unwrap();
-    let output = Command::new(BIN)
-        .args([
-            "serve",
-            "--memory",
-            "--listen",
-            "127.0.0.1:0",
-            "--auth-token-file",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let output = serve(&file).output().unwrap();
     assert_eq!(output.status.code(), Some(64));
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(said.contains("--auth-token-file"), "{said}");
