@@ -74,6 +74,18 @@ impl Pool {
         block_on("borrow", self.borrow_owned(ttl, wait))
     }
 
+    /// [`borrow_n`](Pool::borrow_n), blocking, with an owned guard: `n`
+    /// slots as one lease (R15). Same errors, and
+    /// [`Error::BlockingInRuntime`] inside a runtime.
+    pub fn blocking_borrow_n(
+        &self,
+        n: u32,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<OwnedLeaseGuard> {
+        self.blocking_borrow_with(ttl, wait, BorrowOptions::new().slots(n))
+    }
+
     /// [`borrow_owned_with`](Pool::borrow_owned_with), blocking. Same
     /// errors, and [`Error::BlockingInRuntime`] inside a runtime.
     pub fn blocking_borrow_with(

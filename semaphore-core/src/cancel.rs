@@ -201,7 +201,7 @@ impl<A: Answer> Drop for InFlight<A> {
                 for lease in answer.leases().iter().filter(|l| made.contains(l.id)) {
                     // Nobody is left to hear about a failure; the lease then
                     // frees itself at its ttl.
-                    let _ = store.return_held(*lease).await;
+                    let _ = store.return_held(lease.clone()).await;
                 }
             }
             if let Some((pools, waiter)) = place {
@@ -260,7 +260,7 @@ pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
     if store.return_lease_now(pool, id).is_some() {
         return;
     }
-    let (store, lease) = (store.clone(), *lease);
+    let (store, lease) = (store.clone(), lease.clone());
     run_detached(Box::pin(async move {
         let _ = store.return_held(lease).await;
     }));

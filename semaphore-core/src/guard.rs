@@ -88,7 +88,11 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// ```
     pub fn keep_alive(&mut self) {
         if self.keep.is_none() {
-            self.keep = Some(keepalive::start(self.pool().clone(), self.lease, self.ttl));
+            self.keep = Some(keepalive::start(
+                self.pool().clone(),
+                self.lease.clone(),
+                self.ttl,
+            ));
         }
     }
 
@@ -153,7 +157,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     fn latest(&self) -> Lease {
         match self.keep.as_ref().map(|k| k.state.borrow().clone()) {
             Some(Kept::Alive(latest)) => latest,
-            _ => self.lease,
+            _ => self.lease.clone(),
         }
     }
 
@@ -209,7 +213,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     pub fn forget(mut self) -> Lease {
         self.armed = false;
         self.keep = None;
-        self.lease
+        self.lease.clone()
     }
 }
 

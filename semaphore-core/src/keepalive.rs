@@ -41,7 +41,7 @@ impl Drop for KeepAlive {
 /// Starts renewing `lease` of `pool` every `ttl / 3`, on the current
 /// runtime or else the library's.
 pub(crate) fn start(pool: Pool, lease: Lease, ttl: Duration) -> KeepAlive {
-    let (tx, state) = watch::channel(Kept::Alive(lease));
+    let (tx, state) = watch::channel(Kept::Alive(lease.clone()));
     let task = crate::detach::spawn(renew_loop(pool, lease, ttl, tx));
     KeepAlive { state, task }
 }
@@ -57,7 +57,7 @@ async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Send
                 lease = renewed;
                 backoff = RETRY_FIRST;
                 next = due(&lease, ttl, every);
-                let _ = tx.send(Kept::Alive(lease));
+                let _ = tx.send(Kept::Alive(lease.clone()));
             }
             Err(e) if e.is_retryable() && pool.store().clock().now() < lease.expires_at => {
                 // Retry until the lease would have expired; then the next

@@ -195,7 +195,9 @@ where
             if s.keep_alive {
                 guard.keep_alive();
             }
-            request.extensions_mut().insert::<Lease>(*guard.lease());
+            request
+                .extensions_mut()
+                .insert::<Lease>(guard.lease().clone());
             let response = inner.call(request).await;
             drop(guard);
             response

@@ -1,15 +1,20 @@
-//! What the operations hand back: [`Lease`] and [`PoolState`].
+//! What the operations hand back: [`Lease`] (with its [`Positions`]) and
+//! [`PoolState`].
 
 use std::time::{Duration, SystemTime};
 
+pub use crate::positions::Positions;
 use crate::{LeaseId, PoolId};
 
-/// One held slot (SPEC vocabulary, "lease"; R5, R6, R9).
+/// One or more held slots of one pool (SPEC vocabulary, "lease"; R5, R6,
+/// R9, R15).
 ///
 /// A lease is *active* from its grant until the earlier of its return and
 /// `expires_at` (R7). Its `id` is the credential that returns it early, so
-/// keep it private.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// keep it private. A weighted borrow (R15) holds several positions under
+/// one id, one token and one expiry: returning, renewing, forcing or
+/// expiring the lease acts on all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Lease {
@@ -17,9 +22,14 @@ pub struct Lease {
     pub id: LeaseId,
     /// The pool the slot belongs to.
     pub pool: PoolId,
-    /// The slot's number, `0..count` at the time of the grant; the lowest
+    /// The lowest of [`positions`](Self::positions): the slot's number for
+    /// a lease of one slot, `0..count` at the time of the grant, the lowest
     /// that was free (R6).
     pub position: u32,
+    /// Every position the lease holds, lowest first: the `n` lowest free
+    /// at the grant for a borrow of `n` slots (R15); one for a plain
+    /// borrow.
+    pub positions: Positions,
     /// The fencing token: strictly greater than every token granted before
     /// for this pool id in this store (R9). Pass it to the resource you
     /// protect, which should reject writes carrying a smaller token than it
@@ -31,7 +41,8 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Builds a lease; for stores reading one back from storage.
+    /// Builds a lease of one slot; for stores reading one back from
+    /// storage.
     pub fn new(
         id: LeaseId,
         pool: PoolId,
@@ -39,13 +50,31 @@ impl Lease {
         token: u64,
         expires_at: SystemTime,
     ) -> Self {
+        Self::holding(id, pool, Positions::one(position), token, expires_at)
+    }
+
+    /// Builds a lease of the slots at `positions` (R15); for stores reading
+    /// one back from storage.
+    pub fn holding(
+        id: LeaseId,
+        pool: PoolId,
+        positions: Positions,
+        token: u64,
+        expires_at: SystemTime,
+    ) -> Self {
         Self {
             id,
             pool,
-            position,
+            position: positions.lowest(),
+            positions,
             token,
             expires_at,
         }
+    }
+
+    /// The number of slots the lease holds: `n` for a borrow of `n` (R15).
+    pub fn slots(&self) -> u32 {
+        self.positions.len() as u32
     }
 
     /// How long the lease has left at `now`; zero once it has expired.
@@ -67,8 +96,9 @@ pub struct PoolState {
     pub id: PoolId,
     /// Its number of slots, `0..=max_count` (R2).
     pub count: u32,
-    /// Active leases (R7: expired ones never count). May exceed `count`
-    /// after `count` was lowered (R2).
+    /// Slots held by active leases (R7: expired ones never count): a lease
+    /// of `n` slots counts `n` (R15). May exceed `count` after `count` was
+    /// lowered (R2).
     pub in_use: u32,
     /// `count.saturating_sub(in_use)`.
     pub available: u32,

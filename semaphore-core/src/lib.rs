@@ -93,6 +93,7 @@ mod lease;
 mod limits;
 mod options;
 mod pool;
+mod positions;
 mod server_clock;
 mod set;
 mod slot;
@@ -110,7 +111,7 @@ pub use guard::{LeaseGuard, OwnedLeaseGuard};
 pub use id::{LeaseId, POOL_NAMESPACE, PoolId};
 #[cfg(feature = "tower")]
 pub use layer::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
-pub use lease::{Holder, Lease, PoolState};
+pub use lease::{Holder, Lease, PoolState, Positions};
 pub use limits::Limits;
 pub use options::BorrowOptions;
 pub use pool::Pool;

@@ -127,6 +127,25 @@ impl Limits {
         Ok(count)
     }
 
+    /// Checks the number of slots `slots` one borrow asks for (R15):
+    /// `1..=max_count`. A weight above the pool's current count (but within
+    /// `max_count`) is valid: it waits for the count to be raised, as a
+    /// borrow on a pool of count 0 does (R2).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `slots` when it is 0 or above
+    /// `max_count`.
+    pub fn check_slots(&self, slots: u32) -> Result<u32> {
+        if slots == 0 || slots > self.max_count {
+            return Err(Error::invalid(
+                "slots",
+                format!("1..={}", self.max_count.max(1)),
+                slots,
+            ));
+        }
+        Ok(slots)
+    }
+
     /// Checks and clamps a lease `ttl` (R5): zero is rejected, anything above
     /// `max_ttl` becomes `max_ttl`, and the result is rounded up to whole
     /// milliseconds, the resolution at which expiries are stored.

@@ -4,20 +4,29 @@ use std::sync::Arc;
 
 use crate::{Limits, Result};
 
-/// Optional parts of a borrow: an idempotency key and an owner label
-/// (SPEC "Beyond the basic model"). Pass them to
+/// Optional parts of a borrow: the number of slots (R15), an idempotency
+/// key and an owner label (SPEC "Beyond the basic model"). Pass them to
 /// [`Pool::borrow_with`](crate::Pool::borrow_with) or
 /// [`PoolSet::borrow_with`](crate::PoolSet::borrow_with).
 ///
 /// ```
 /// use semaphore_core::BorrowOptions;
 ///
-/// let options = BorrowOptions::new().key("invoice-7731").owner("worker-3");
+/// let options = BorrowOptions::new().slots(2).key("invoice-7731").owner("worker-3");
 /// assert_eq!(options.key.as_deref(), Some("invoice-7731"));
+/// assert_eq!(options.slots, 2);
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BorrowOptions {
+    /// How many slots the lease holds (R15): 1 (the default) to
+    /// [`Limits::max_count`]. The lease holds the `slots` lowest free
+    /// positions under one id, token and expiry. A borrower of several
+    /// slots at the head of the queue is not overtaken by later ones,
+    /// smaller or larger (R11). With a [`PoolSet`](crate::PoolSet), the
+    /// weight of every pool that [`PoolSet::weighted`](crate::PoolSet::weighted)
+    /// did not set.
+    pub slots: u32,
     /// The idempotency key. While the lease granted for a key is active, a
     /// borrow on the same pool with the same key returns that same lease
     /// (same id, position, token and expiry) and takes no second slot; once
@@ -34,10 +43,26 @@ pub struct BorrowOptions {
     pub owner: Option<String>,
 }
 
+impl Default for BorrowOptions {
+    fn default() -> Self {
+        Self {
+            slots: 1,
+            key: None,
+            owner: None,
+        }
+    }
+}
+
 impl BorrowOptions {
-    /// No key, no owner label: a plain borrow.
+    /// One slot, no key, no owner label: a plain borrow.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// These options for `slots` slots in one lease (R15).
+    pub fn slots(mut self, slots: u32) -> Self {
+        self.slots = slots;
+        self
     }
 
     /// These options with idempotency key `key`.
@@ -52,7 +77,8 @@ impl BorrowOptions {
         self
     }
 
-    /// Checks both labels against `limits`: each 1 to its maximum number of
+    /// Checks the number of slots ([`Limits::check_slots`]) and both labels
+    /// against `limits`: each label 1 to its maximum number of
     /// bytes ([`Limits::max_key_len`], [`Limits::max_owner_len`]), with no
     /// control, format, line or paragraph separator character (Unicode
     /// categories Cc, Cf, Zl, Zp), so that a label prints as it reads on
@@ -60,14 +86,15 @@ impl BorrowOptions {
     /// path (a caller-owned transaction) calls it too.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming `key`
-    /// or `owner`, with the allowed range.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming
+    /// `slots`, `key` or `owner`, with the allowed range.
     pub fn validate(&self, limits: &Limits) -> Result<()> {
         self.check(limits).map(drop)
     }
 
-    /// Checks both labels against `limits`.
+    /// Checks the weight and both labels against `limits`.
     pub(crate) fn check(&self, limits: &Limits) -> Result<Labels> {
+        let slots = limits.check_slots(self.slots)?;
         if let Some(key) = &self.key {
             Limits::check_label("key", key, limits.max_key_len)?;
         }
@@ -75,15 +102,27 @@ impl BorrowOptions {
             Limits::check_label("owner", owner, limits.max_owner_len)?;
         }
         Ok(Labels {
+            slots,
             key: self.key.as_deref().map(Arc::from),
             owner: self.owner.as_deref().map(Arc::from),
         })
     }
 }
 
-/// Checked labels, cheap to copy into every attempt of a borrow.
-#[derive(Debug, Clone, Default)]
+/// Checked options, cheap to copy into every attempt of a borrow.
+#[derive(Debug, Clone)]
 pub(crate) struct Labels {
+    pub(crate) slots: u32,
     pub(crate) key: Option<Arc<str>>,
     pub(crate) owner: Option<Arc<str>>,
+}
+
+impl Default for Labels {
+    fn default() -> Self {
+        Self {
+            slots: 1,
+            key: None,
+            owner: None,
+        }
+    }
 }

@@ -14,8 +14,9 @@ use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseId, Limits, Pool, PoolId, Result, Store,
 };
 
-/// Several pools of one store, borrowed from together: one slot of each,
-/// all or nothing, under one wait deadline.
+/// Several pools of one store, borrowed from together: one slot of each (or
+/// a weight of each, [`PoolSet::weighted`], R15), all or nothing, under one
+/// wait deadline.
 ///
 /// No borrower ever holds some of the slots while waiting for the rest:
 /// each attempt grants every slot in one atomic store step or none. So two
@@ -54,6 +55,9 @@ use crate::{
 pub struct PoolSet {
     pools: Vec<Pool>,
     ids: Vec<PoolId>,
+    /// Slots per pool, where [`PoolSet::weighted`] set them; else the
+    /// borrow's [`BorrowOptions::slots`].
+    weights: Vec<Option<u32>>,
     limits: Limits,
 }
 
@@ -98,7 +102,49 @@ impl PoolSet {
             .iter()
             .map(|p| *p.limits())
             .fold(*first.limits(), tightest);
-        Ok(Self { pools, ids, limits })
+        let weights = vec![None; pools.len()];
+        Ok(Self {
+            pools,
+            ids,
+            weights,
+            limits,
+        })
+    }
+
+    /// The set of `pools`, each with the number of slots to borrow from it
+    /// as one lease (R15): `(gpus, 2), (disk, 1)` borrows two slots of
+    /// `gpus` and one of `disk`, all or nothing.
+    ///
+    /// # Errors
+    /// Those of [`new`](PoolSet::new), and [`Error::InvalidArgument`]
+    /// naming `slots` for a weight of 0 or above the tightest
+    /// [`Limits::max_count`].
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use semaphore_memory::{MemoryStore, Pool, PoolId, PoolSet};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// let store = Arc::new(MemoryStore::new());
+    /// let gpus = Pool::new(store.clone(), PoolId::from_name("gpus"));
+    /// let disk = Pool::new(store, PoolId::from_name("disk"));
+    /// gpus.register(4).await?;
+    /// disk.register(1).await?;
+    /// let job = PoolSet::weighted([(gpus.clone(), 2), (disk, 1)])?;
+    /// let leases = job.borrow(Duration::from_secs(60), Duration::ZERO).await?;
+    /// assert_eq!(&leases[0].positions[..], &[0, 1]);
+    /// assert_eq!(gpus.inspect().await?.in_use, 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn weighted(pools: impl IntoIterator<Item = (Pool, u32)>) -> Result<Self> {
+        let (pools, weights): (Vec<Pool>, Vec<u32>) = pools.into_iter().unzip();
+        let mut set = Self::new(pools)?;
+        for &n in &weights {
+            set.limits.check_slots(n)?;
+        }
+        set.weights = weights.into_iter().map(Some).collect();
+        Ok(set)
     }
 
     /// The pools' ids, in order.
@@ -121,7 +167,8 @@ impl PoolSet {
         self.pools[0].store()
     }
 
-    /// Borrows one slot of every pool, all or nothing, each for `ttl`,
+    /// Borrows one slot of every pool (its weight, for a set made with
+    /// [`weighted`](PoolSet::weighted)), all or nothing, each for `ttl`,
     /// waiting up to `wait` in all (R5); the leases are returned when the
     /// [`LeaseSet`] drops (R13). `ttl` and `wait` are checked and clamped as
     /// for [`Pool::borrow`].
@@ -145,7 +192,9 @@ impl PoolSet {
 
     /// [`borrow`](PoolSet::borrow) with an owner label and an idempotency
     /// key, applied in every pool: while the key's leases are active in
-    /// every pool, a retry returns those same leases. Errors as
+    /// every pool, a retry returns those same leases. The options' number
+    /// of slots is taken from each pool that
+    /// [`weighted`](PoolSet::weighted) gave no weight. Errors as
     /// [`Pool::borrow_with`].
     pub async fn borrow_with(
         &self,
@@ -179,8 +228,10 @@ impl PoolSet {
                 let requests = self
                     .ids
                     .iter()
-                    .map(|id| {
+                    .zip(&self.weights)
+                    .map(|(id, weight)| {
                         let mut request = BorrowRequest::new(*id, LeaseId::new(), ttl);
+                        request.slots = weight.unwrap_or(labels.slots);
                         request.waiter = waiter;
                         request.key.clone_from(&labels.key);
                         request.owner.clone_from(&labels.owner);

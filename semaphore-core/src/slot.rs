@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use free::FreeSet;
 
 use crate::clock::saturating_add;
-use crate::{BorrowRequest, Holder, Lease, LeaseId, PoolId, TryBorrow};
+use crate::{BorrowRequest, Holder, Lease, LeaseId, PoolId, Positions, TryBorrow};
 
 /// The reference rule R6: the lowest position in `0..count` not in `held`,
 /// or `None` when every one of them is held.
@@ -27,18 +27,47 @@ use crate::{BorrowRequest, Holder, Lease, LeaseId, PoolId, TryBorrow};
 /// assert_eq!(lowest_free(0, []), None);
 /// ```
 pub fn lowest_free(count: u32, held: impl IntoIterator<Item = u32>) -> Option<u32> {
+    lowest_free_n(count, held, 1).map(|p| p.lowest())
+}
+
+/// The reference rule R6 for a borrow of `n` slots (R15): the `n` lowest
+/// positions in `0..count` not in `held`, or `None` when fewer than `n` of
+/// them are free (or `n` is 0).
+///
+/// As for [`lowest_free`], `held` lists the positions of the active leases,
+/// and positions at or above `count` are ignored. A store grants only while
+/// `in_use + n <= count` (R10), which this function does not check: after a
+/// lowered count, leases above it count in `in_use` but free nothing here.
+///
+/// ```
+/// use semaphore_core::store::lowest_free_n;
+/// assert_eq!(lowest_free_n(6, [0, 2], 3).as_deref(), Some(&[1, 3, 4][..]));
+/// assert_eq!(lowest_free_n(3, [1], 3), None);
+/// ```
+pub fn lowest_free_n(count: u32, held: impl IntoIterator<Item = u32>, n: u32) -> Option<Positions> {
     let mut taken = vec![false; count as usize];
     for p in held {
         if let Some(t) = taken.get_mut(p as usize) {
             *t = true;
         }
     }
-    taken.iter().position(|t| !t).map(|p| p as u32)
+    let free: Vec<u32> = taken
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !**t)
+        .map(|(p, _)| p as u32)
+        .take(n as usize)
+        .collect();
+    if free.len() < n as usize {
+        return None;
+    }
+    Positions::new(free)
 }
 
 #[derive(Debug, Clone)]
 struct Held {
     id: LeaseId,
+    positions: Positions,
     token: u64,
     expires_at: SystemTime,
     key: Option<Arc<str>>,
@@ -46,46 +75,62 @@ struct Held {
 }
 
 impl Held {
-    fn lease(&self, pool: PoolId, position: u32) -> Lease {
-        Lease::new(self.id, pool, position, self.token, self.expires_at)
+    fn lease(&self, pool: PoolId) -> Lease {
+        Lease::holding(
+            self.id,
+            pool,
+            self.positions.clone(),
+            self.token,
+            self.expires_at,
+        )
     }
 
-    fn holder(&self, pool: PoolId, position: u32) -> Holder {
+    fn holder(&self, pool: PoolId) -> Holder {
         let label = |l: &Option<Arc<str>>| l.as_deref().map(str::to_owned);
-        Holder::new(
-            self.lease(pool, position),
-            label(&self.owner),
-            label(&self.key),
-        )
+        Holder::new(self.lease(pool), label(&self.owner), label(&self.key))
     }
 }
 
-/// The slots of one pool, kept in memory: who holds which position until
+/// What a held position records: the lease, at its lowest position; at
+/// its other positions (R15), where that lowest one is.
+#[derive(Debug, Clone)]
+enum Slot {
+    Lease(Held),
+    Part(u32),
+}
+
+/// The slots of one pool, kept in memory: who holds which positions until
 /// when, with the free positions and the expiries indexed so that a grant,
-/// a return and a reap each cost O(log count).
+/// a return and a reap each cost O(log count) per slot.
 ///
-/// Memory follows the leases held, never `count`: a table of count
+/// Memory follows the slots held, never `count`: a table of count
 /// `u32::MAX` with one lease costs what a table of count 1 does. Only
 /// positions below the highest one held are tracked (the *high mark*);
 /// free ones among them are a bitset, so the lowest is found a word at a
 /// time (at most 16 words at the default `max_count` of 1000), and above the
 /// high mark every position is free.
 ///
+/// A lease of `n` slots (R15) holds the `n` lowest free positions, is found
+/// by its lowest one, and counts `n` in `in_use`.
+///
 /// Expired leases are reaped at the start of every call that takes `now`,
-/// so an expired lease never counts (R7) and its slot is the next one handed
-/// out (R6). The table knows nothing of tokens' origin: the store hands it
-/// the next token, which must be store-wide increasing (R9).
+/// so an expired lease never counts (R7) and its slots are the next ones
+/// handed out (R6). The table knows nothing of tokens' origin: the store
+/// hands it the next token, which must be store-wide increasing (R9).
 #[derive(Debug, Clone, Default)]
 pub struct SlotTable {
     count: u32,
     /// Indexed by position, up to the highest held (the high mark), which
     /// may be above `count` after a lowering while those leases are active.
     /// Never ends in `None`.
-    slots: Vec<Option<Held>>,
+    slots: Vec<Option<Slot>>,
+    /// Positions held by active leases: `in_use`.
+    held: u32,
+    /// Each active lease's lowest position.
     by_id: foldhash::HashMap<LeaseId, u32>,
-    /// Idempotency keys of held slots.
+    /// Idempotency keys of active leases, to their lowest position.
     by_key: HashMap<Arc<str>, u32>,
-    /// `(expires_at, position)` of every held slot.
+    /// `(expires_at, lowest position)` of every active lease.
     expiries: BTreeSet<(SystemTime, u32)>,
     /// Free positions below the high mark (`slots.len()`).
     free: FreeSet,
@@ -113,10 +158,11 @@ impl SlotTable {
         self.count = count;
     }
 
-    /// Active leases at `now` (R7), which may exceed `count` after a lowering.
+    /// Slots held by active leases at `now` (R7, R15), which may exceed
+    /// `count` after a lowering.
     pub fn in_use(&mut self, now: SystemTime) -> u32 {
         self.reap(now);
-        self.by_id.len() as u32
+        self.held
     }
 
     /// The earliest expiry among active leases, if any.
@@ -124,11 +170,11 @@ impl SlotTable {
         self.expiries.first().map(|&(t, _)| t)
     }
 
-    /// Grants the lowest free slot (R6) if `in_use < count` (R10) at `now`
-    /// (the store's reading of its clock, whole ms), for the request's ttl
-    /// from `now`, taking the token from `next_token` only when it grants. A
-    /// request whose key names an active lease gets that lease back,
-    /// unchanged.
+    /// Grants the request's number of slots, the lowest free (R6, R15), if
+    /// `in_use + slots <= count` (R10) at `now` (the store's reading of its
+    /// clock, whole ms), for the request's ttl from `now`, taking the token
+    /// from `next_token` only when it grants. A request whose key names an
+    /// active lease gets that lease back, unchanged.
     pub fn grant(
         &mut self,
         request: &BorrowRequest,
@@ -139,47 +185,57 @@ impl SlotTable {
         if let Some(lease) = self.keyed(request) {
             return TryBorrow::Granted { lease };
         }
-        let Some(position) = self.lowest_free() else {
+        let Some(positions) = self.lowest_free(request.slots) else {
             return TryBorrow::Exhausted {
                 next_expiry: self.next_expiry(),
             };
         };
-        if position as usize == self.slots.len() {
-            self.slots.push(None);
-        } else {
-            self.free.remove(position);
+        let lowest = positions.lowest();
+        let highest = positions[positions.len() - 1];
+        for &p in positions.iter() {
+            if (p as usize) < self.slots.len() {
+                self.free.remove(p);
+            }
         }
+        if highest as usize >= self.slots.len() {
+            self.slots.resize(highest as usize + 1, None);
+        }
+        for &p in &positions[1..] {
+            self.slots[p as usize] = Some(Slot::Part(lowest));
+        }
+        self.held += positions.len() as u32;
         let held = Held {
             id: request.lease,
+            positions,
             token: next_token(),
             expires_at: saturating_add(now, request.ttl),
             key: request.key.clone(),
             owner: request.owner.clone(),
         };
-        let lease = held.lease(request.pool, position);
-        self.by_id.insert(held.id, position);
+        let lease = held.lease(request.pool);
+        self.by_id.insert(held.id, lowest);
         if let Some(key) = &held.key {
-            self.by_key.insert(key.clone(), position);
+            self.by_key.insert(key.clone(), lowest);
         }
-        self.expiries.insert((held.expires_at, position));
-        self.slots[position as usize] = Some(held);
+        self.expiries.insert((held.expires_at, lowest));
+        self.slots[lowest as usize] = Some(Slot::Lease(held));
         TryBorrow::Granted { lease }
     }
 
     /// Whether [`grant`](SlotTable::grant) would grant `request` at `now`:
-    /// its key names an active lease, or a slot is free. Reaps first.
+    /// its key names an active lease, or its slots are free. Reaps first.
     pub fn can_grant(&mut self, request: &BorrowRequest, now: SystemTime) -> bool {
         self.reap(now);
-        self.keyed(request).is_some() || self.lowest_free().is_some()
+        self.keyed(request).is_some() || self.has_room(request.slots)
     }
 
-    /// Frees the slot of lease `id` if it is active at `now` (R8); `false`
+    /// Frees the slots of lease `id` if it is active at `now` (R8); `false`
     /// for an unknown, returned or expired lease.
     pub fn release(&mut self, id: LeaseId, now: SystemTime) -> bool {
         self.reap(now);
         match self.by_id.get(&id) {
-            Some(&position) => {
-                self.vacate(position);
+            Some(&lowest) => {
+                self.vacate(lowest);
                 true
             }
             None => false,
@@ -187,7 +243,7 @@ impl SlotTable {
     }
 
     /// Moves the expiry of lease `id` of pool `pool` to `ttl` after `now`
-    /// if it is active at `now`, keeping position, token and labels.
+    /// if it is active at `now`, keeping positions, token and labels.
     pub fn renew(
         &mut self,
         pool: PoolId,
@@ -197,76 +253,105 @@ impl SlotTable {
     ) -> Option<Lease> {
         self.reap(now);
         let expires_at = saturating_add(now, ttl);
-        let position = *self.by_id.get(&id)?;
-        let held = self.slots[position as usize].as_mut()?;
-        self.expiries.remove(&(held.expires_at, position));
-        self.expiries.insert((expires_at, position));
-        held.expires_at = expires_at;
-        Some(held.lease(pool, position))
+        let lowest = *self.by_id.get(&id)?;
+        let held = self.held_at(lowest)?;
+        let before = std::mem::replace(&mut held.expires_at, expires_at);
+        let lease = held.lease(pool);
+        self.expiries.remove(&(before, lowest));
+        self.expiries.insert((expires_at, lowest));
+        Some(lease)
     }
 
-    /// The active leases at `now`, by position, as pool `pool`'s.
+    /// The active leases at `now`, by lowest position, as pool `pool`'s.
     pub fn holders(&mut self, pool: PoolId, now: SystemTime) -> Vec<Holder> {
         self.reap(now);
         self.slots
             .iter()
-            .enumerate()
-            .filter_map(|(p, held)| Some(held.as_ref()?.holder(pool, p as u32)))
+            .filter_map(|slot| match slot {
+                Some(Slot::Lease(held)) => Some(held.holder(pool)),
+                _ => None,
+            })
             .collect()
     }
 
-    /// Frees `position` if a lease holds it at `now`; the lease it held.
+    /// Ends the lease holding `position` (one of its positions, R15) if one
+    /// is active at `now`, freeing all its slots; the lease it ended.
     pub fn force_return(&mut self, pool: PoolId, position: u32, now: SystemTime) -> Option<Holder> {
         self.reap(now);
-        let holder = self
-            .slots
-            .get(position as usize)?
-            .as_ref()?
-            .holder(pool, position);
-        self.vacate(position);
+        let lowest = match self.slots.get(position as usize)?.as_ref()? {
+            Slot::Lease(_) => position,
+            Slot::Part(lowest) => *lowest,
+        };
+        let holder = self.held_at(lowest)?.holder(pool);
+        self.vacate(lowest);
         Some(holder)
     }
 
-    fn keyed(&self, request: &BorrowRequest) -> Option<Lease> {
-        let position = *self.by_key.get(request.key.as_ref()?)?;
-        let held = self.slots[position as usize].as_ref()?;
-        Some(held.lease(request.pool, position))
+    fn held_at(&mut self, lowest: u32) -> Option<&mut Held> {
+        match self.slots.get_mut(lowest as usize)? {
+            Some(Slot::Lease(held)) => Some(held),
+            _ => None,
+        }
     }
 
-    /// The lowest free position below `count` (R6), if fewer than `count`
-    /// leases are active (R10): the first gap below the high mark, or the
-    /// high mark itself.
-    fn lowest_free(&self) -> Option<u32> {
-        if self.by_id.len() as u64 >= u64::from(self.count) {
+    fn keyed(&self, request: &BorrowRequest) -> Option<Lease> {
+        let lowest = *self.by_key.get(request.key.as_ref()?)?;
+        match self.slots.get(lowest as usize)? {
+            Some(Slot::Lease(held)) => Some(held.lease(request.pool)),
+            _ => None,
+        }
+    }
+
+    /// Whether `n` more slots fit: `in_use + n <= count` (R10, R15). Then
+    /// at least `n` positions below `count` are free.
+    fn has_room(&self, n: u32) -> bool {
+        u64::from(self.held) + u64::from(n.max(1)) <= u64::from(self.count)
+    }
+
+    /// The `n` lowest free positions below `count` (R6, R15), if `n` more
+    /// slots fit: the first gaps below the high mark, then the high mark
+    /// and up.
+    fn lowest_free(&self, n: u32) -> Option<Positions> {
+        if !self.has_room(n) {
             return None;
         }
-        let position = self.free.first().unwrap_or(self.slots.len() as u32);
-        (position < self.count).then_some(position)
+        let high = self.slots.len() as u32;
+        if n <= 1 {
+            return Some(Positions::one(self.free.first().unwrap_or(high)));
+        }
+        let positions: Vec<u32> = self.free.iter().chain(high..).take(n as usize).collect();
+        Positions::new(positions)
     }
 
     fn reap(&mut self, now: SystemTime) {
-        while let Some(&(at, position)) = self.expiries.first() {
+        while let Some(&(at, lowest)) = self.expiries.first() {
             if at > now {
                 break;
             }
             self.expiries.pop_first();
-            self.vacate(position);
+            self.vacate(lowest);
         }
     }
 
-    /// Empties `position`: forgets its lease, id, key and expiry, and frees
-    /// it. Lowers the high mark past every free position at the top, so
-    /// that memory shrinks back with the leases held.
-    fn vacate(&mut self, position: u32) {
-        let Some(held) = self.slots.get_mut(position as usize).and_then(Option::take) else {
+    /// Ends the lease whose lowest position is `lowest`: forgets it, its
+    /// id, key and expiry, and frees its positions. Lowers the high mark
+    /// past every free position at the top, so that memory shrinks back
+    /// with the slots held.
+    fn vacate(&mut self, lowest: u32) {
+        let Some(Some(Slot::Lease(held))) = self.slots.get_mut(lowest as usize).map(Option::take)
+        else {
             return;
         };
-        self.expiries.remove(&(held.expires_at, position));
+        self.expiries.remove(&(held.expires_at, lowest));
         self.by_id.remove(&held.id);
         if let Some(key) = &held.key {
             self.by_key.remove(key);
         }
-        self.free.insert(position);
+        for &p in held.positions.iter() {
+            self.slots[p as usize] = None;
+            self.free.insert(p);
+        }
+        self.held -= held.positions.len() as u32;
         while let Some(None) = self.slots.last() {
             self.slots.pop();
             self.free.remove(self.slots.len() as u32);
@@ -427,6 +512,58 @@ mod tests {
             t.grant(&req(10), UNIX_EPOCH, || 9),
             TryBorrow::Exhausted { .. }
         ));
+    }
+
+    /// R15: weighted grants agree with `lowest_free_n` and the
+    /// `in_use + n <= count` rule across bitset words, count changes,
+    /// returns and forced returns from any position of a lease.
+    #[test]
+    fn weighted_grants_agree_with_reference() {
+        let mut count = 130;
+        let mut t = SlotTable::new(count);
+        let mut held: Vec<(LeaseId, Vec<u32>)> = Vec::new();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for step in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let in_use: u32 = held.iter().map(|h| h.1.len() as u32).sum();
+            assert_eq!(t.in_use(UNIX_EPOCH), in_use, "step {step}");
+            match x % 7 {
+                0 | 1 if !held.is_empty() => {
+                    let (id, _) = held.swap_remove((x as usize / 7) % held.len());
+                    assert!(t.release(id, UNIX_EPOCH));
+                }
+                2 if !held.is_empty() => {
+                    let i = (x as usize / 7) % held.len();
+                    let at = held[i].1[(x as usize / 11) % held[i].1.len()];
+                    let ended = t.force_return(PoolId::from_name("t"), at, UNIX_EPOCH);
+                    assert_eq!(ended.map(|h| h.lease.id), Some(held[i].0));
+                    held.swap_remove(i);
+                }
+                3 if step % 89 == 0 => {
+                    count = [0, 3, 63, 64, 65, 128, 130][(x as usize / 7) % 7];
+                    t.set_count(count);
+                }
+                _ => {
+                    let n = [1, 1, 2, 3, 7, 70][(x as usize / 7) % 6];
+                    let all = held.iter().flat_map(|h| h.1.iter().copied());
+                    let expected = (in_use + n <= count)
+                        .then(|| lowest_free_n(count, all, n))
+                        .flatten();
+                    let mut r = req(10);
+                    r.slots = n;
+                    match (t.grant(&r, UNIX_EPOCH, || step), expected) {
+                        (TryBorrow::Granted { lease }, Some(p)) => {
+                            assert_eq!(lease.positions, p, "step {step}, count {count}");
+                            held.push((r.lease, p.to_vec()));
+                        }
+                        (TryBorrow::Exhausted { .. }, None) => {}
+                        (got, want) => panic!("step {step}: got {got:?}, reference {want:?}"),
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, trun
 pub use crate::follow::follow;
 pub use crate::id::WaiterId;
 pub use crate::server_clock::{DecidingClock, ServerClock};
-pub use crate::slot::{SlotTable, lowest_free};
+pub use crate::slot::{SlotTable, lowest_free, lowest_free_n};
 pub use crate::wait::Changes;
 /// Re-exported so that stores name the same `async_trait` as the trait.
 pub use ::async_trait::async_trait;
@@ -40,6 +40,11 @@ pub struct BorrowRequest {
     /// that the deciding clock's reading plus it fits every store's time
     /// column. The expiry is that sum, saturating at [`max_time`].
     pub ttl: Duration,
+    /// How many slots to grant as one lease (R15): at least 1, checked by
+    /// the core against [`Limits::max_count`](crate::Limits::max_count).
+    /// A grant takes the `slots` lowest free positions, only while
+    /// `in_use + slots <= count` (R10).
+    pub slots: u32,
     /// Set when the attempt comes from the head of this process's queue
     /// for the pool, `None` for a first attempt that queued behind no one.
     /// A store shared by processes may keep the heads it has seen in a queue
@@ -56,13 +61,14 @@ pub struct BorrowRequest {
 }
 
 impl BorrowRequest {
-    /// A request for pool `pool`, granting lease `lease` for `ttl` (capped
-    /// at [`MAX_UNIX_MS`] ms).
+    /// A request for one slot of pool `pool`, granting lease `lease` for
+    /// `ttl` (capped at [`MAX_UNIX_MS`] ms).
     pub fn new(pool: PoolId, lease: LeaseId, ttl: Duration) -> Self {
         Self {
             pool,
             lease,
             ttl: ttl.min(Duration::from_millis(MAX_UNIX_MS)),
+            slots: 1,
             waiter: None,
             key: None,
             owner: None,
@@ -71,7 +77,7 @@ impl BorrowRequest {
 }
 
 /// The answer of [`Store::try_borrow`] for a pool that exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub enum TryBorrow {
     /// A slot was granted, or the request's key named a lease still active,
@@ -80,7 +86,8 @@ pub enum TryBorrow {
         /// The lease: new (its id is the request's), or the keyed one.
         lease: Lease,
     },
-    /// `in_use >= count`: nothing was changed.
+    /// `in_use + slots > count`, or heads queued ahead of the borrower are
+    /// owed the free slots: nothing was changed.
     Exhausted {
         /// The earliest expiry among the pool's active leases, so that the
         /// waiter sleeps exactly until then; `None` if no lease is active

@@ -82,6 +82,7 @@ struct Handed {
 /// in a hand-off.
 #[derive(Debug)]
 pub(crate) struct HandOff {
+    pub(crate) slots: u32,
     pub(crate) ttl: Duration,
     pub(crate) key: Option<Arc<str>>,
     pub(crate) owner: Option<Arc<str>>,
@@ -130,7 +131,9 @@ impl Changes {
     /// can take them. `grant` grants one request as a borrow would, in that
     /// same step; each lease it grants goes to the head, which is taken
     /// out of the queue and woken with it. It stops at the first refusal,
-    /// telling the new head the earliest expiry the refusal reported, or
+    /// telling the new head the earliest expiry the refusal reported (so a
+    /// head that asks for more slots than are free holds back everyone
+    /// behind it, R11 with weights, R15), or
     /// at a multi-pool head (woken to ask the store, as by
     /// [`notify`](Changes::notify)). Returns how many leases were handed
     /// over; costs one atomic load when nobody waits.
@@ -163,6 +166,7 @@ impl Changes {
                 break;
             };
             let mut request = BorrowRequest::new(pool, LeaseId::new(), asked.ttl);
+            request.slots = asked.slots;
             request.key.clone_from(&asked.key);
             request.owner.clone_from(&asked.owner);
             match grant(&request) {

@@ -31,6 +31,7 @@ mod multi;
 mod offset;
 mod renew;
 mod waiting;
+mod weights;
 
 pub use basics::*;
 pub use blocking::*;
@@ -44,6 +45,7 @@ pub use multi::*;
 pub use offset::{OffsetClock, clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease};
 pub use renew::*;
 pub use waiting::*;
+pub use weights::*;
 
 use std::any::Any;
 use std::future::Future;
@@ -194,6 +196,15 @@ macro_rules! store_conformance {
             blocking_api_serves_plain_threads_and_refuses_inside_a_runtime,
             keep_alive_holds_a_one_second_lease_through_ten_seconds_of_work,
             keep_alive_signals_each_way_of_losing_the_lease,
+            r15_weighted_borrow_takes_the_n_lowest_free_as_one_lease,
+            r15_weighted_lease_is_returned_renewed_forced_and_expired_whole,
+            r15_slots_zero_or_above_max_count_are_refused_and_nothing_changes,
+            r15_more_slots_than_the_count_wait_for_a_raise,
+            r15_weighted_head_is_not_overtaken_by_smaller_or_larger_borrowers,
+            r15_dropped_weighted_waiter_lets_smaller_ones_behind_it_move_up,
+            r15_weighted_key_retry_returns_the_same_lease,
+            r15_borrow_all_takes_each_pools_weight,
+            r15_lowered_count_counts_every_slot_held,
         );
     };
 }

@@ -4,8 +4,9 @@
 //!
 //! The model is written from the SPEC's words, not from the library's code:
 //! a list of leases per pool, active while `expires_at > now` (R7), the
-//! lowest position in `0..count` not held (R6), granted only while
-//! `in_use < count` (R10), tokens growing per pool (R9).
+//! `n` lowest positions in `0..count` not held (R6, R15), granted only
+//! while `in_use + n <= count` with `in_use` the slots held (R10), tokens
+//! growing per pool (R9).
 //!
 //! One store serves every case; each case names fresh pools, so cases do
 //! not see each other. Failing sequences are saved by proptest in the
@@ -37,10 +38,12 @@ const POOLS: u8 = 3;
 pub enum Op {
     /// `register(count)`; counts above 1000 must be refused.
     Register { pool: u8, count: u32 },
-    /// `borrow_with(ttl, wait 0)`, with key `key-{key}` and an owner label
-    /// if asked; a ttl of 0 ms must be refused.
+    /// `borrow_with(ttl, wait 0)` of `slots` slots (R15), with key
+    /// `key-{key}` and an owner label if asked; a ttl of 0 ms and 0 slots
+    /// must be refused.
     Borrow {
         pool: u8,
+        slots: u32,
         ttl_ms: u64,
         key: Option<u8>,
         owner: bool,
@@ -67,8 +70,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (pool.clone(), 0..=4u32).prop_map(|(pool, count)| Op::Register { pool, count }),
         1 => pool.clone().prop_map(|pool| Op::Register { pool, count: 1001 }),
-        8 => (pool.clone(), 0..=3000u64, proptest::option::of(0..3u8), any::<bool>())
-            .prop_map(|(pool, ttl_ms, key, owner)| Op::Borrow { pool, ttl_ms, key, owner }),
+        8 => (pool.clone(), slots(), 0..=3000u64, proptest::option::of(0..3u8), any::<bool>())
+            .prop_map(|(pool, slots, ttl_ms, key, owner)| Op::Borrow { pool, slots, ttl_ms, key, owner }),
         3 => any::<Index>().prop_map(|lease| Op::Return { lease }),
         2 => (any::<Index>(), 0..=3000u64).prop_map(|(lease, ttl_ms)| Op::Renew { lease, ttl_ms }),
         3 => (0..=2000u64).prop_map(|ms| Op::Advance { ms }),
@@ -77,6 +80,12 @@ fn op() -> impl Strategy<Value = Op> {
         1 => pool.clone().prop_map(|pool| Op::Holders { pool }),
         1 => (pool, 0..5u32).prop_map(|(pool, position)| Op::ForceReturn { pool, position }),
     ]
+}
+
+/// Mostly one slot, as most borrows are; sometimes 0 (refused), 2, 3 or 5
+/// (above every count the model registers).
+fn slots() -> impl Strategy<Value = u32> {
+    prop_oneof![12 => Just(1u32), 1 => Just(0u32), 3 => 2..=3u32, 1 => Just(5u32)]
 }
 
 /// Sequences of 1 to 40 operations.
@@ -150,6 +159,11 @@ impl Model {
     }
 }
 
+/// Slots held by `held`: `in_use` (R15: a lease of `n` counts `n`).
+fn in_use(held: &[Held]) -> u32 {
+    held.iter().map(|h| h.lease.positions.len() as u32).sum()
+}
+
 fn key_name(k: u8) -> String {
     format!("key-{k}")
 }
@@ -188,17 +202,18 @@ pub async fn check(f: &Fixture, case: u64, ops: &[Op]) {
                 }
                 let entry = model.pools.entry(pool).or_default();
                 entry.0 = count;
-                let in_use = model.active(pool, now).map_or(0, |e| e.1.len() as u32);
+                let in_use = model.active(pool, now).map_or(0, |e| in_use(&e.1));
                 let state = got.unwrap_or_else(|e| panic!("{at}: {e:?}"));
                 assert_eq!((state.count, state.in_use), (count, in_use), "{at}");
             }
             Op::Borrow {
                 pool,
+                slots,
                 ttl_ms,
                 key,
                 owner,
             } => {
-                let mut options = BorrowOptions::new();
+                let mut options = BorrowOptions::new().slots(slots);
                 if let Some(k) = key {
                     options = options.key(key_name(k));
                 }
@@ -210,13 +225,15 @@ pub async fn check(f: &Fixture, case: u64, ops: &[Op]) {
                     .borrow_with(ttl, Duration::ZERO, options)
                     .await
                     .map(|g| g.forget());
-                let expected = if ttl_ms == 0 {
+                let expected = if slots == 0 {
+                    Err("slots")
+                } else if ttl_ms == 0 {
                     Err("ttl")
                 } else if let Some((count, held)) = model.active(pool, now) {
-                    let in_use = held.len() as u32;
+                    let in_use = in_use(held);
                     if let Some(same) = held.iter().find(|h| key.is_some() && h.key == key) {
-                        Ok(Some(same.lease))
-                    } else if in_use < *count {
+                        Ok(Some(same.lease.clone()))
+                    } else if in_use + slots <= *count {
                         Ok(None)
                     } else {
                         Err("exhausted")
@@ -225,23 +242,30 @@ pub async fn check(f: &Fixture, case: u64, ops: &[Op]) {
                     Err("not found")
                 };
                 match (expected, got) {
+                    (Err("slots"), Err(Error::InvalidArgument { field: "slots", .. })) => {}
                     (Err("ttl"), Err(Error::InvalidArgument { field: "ttl", .. })) => {}
                     (Err("exhausted"), Err(Error::Exhausted { .. })) => {}
                     (Err("not found"), Err(Error::PoolNotFound { .. })) => {}
                     (Ok(Some(same)), Ok(lease)) => assert_eq!(lease, same, "{at}: keyed"),
                     (Ok(None), Ok(lease)) => {
                         let (count, held) = model.active(pool, now).expect("checked");
-                        let lowest = (0..*count)
-                            .find(|p| held.iter().all(|h| h.lease.position != *p))
-                            .expect("in_use < count leaves a position free");
-                        assert_eq!(lease.position, lowest, "{at}: R6 lowest free");
+                        let lowest: Vec<u32> = (0..*count)
+                            .filter(|p| held.iter().all(|h| !h.lease.positions.contains(p)))
+                            .take(slots as usize)
+                            .collect();
+                        assert_eq!(
+                            &lease.positions[..],
+                            &lowest[..],
+                            "{at}: R6, R15 the lowest free"
+                        );
+                        assert_eq!(lease.position, lowest[0], "{at}: position is the lowest");
                         assert_eq!(lease.expires_at, now + ttl, "{at}: expiry");
                         held.push(Held {
-                            lease,
+                            lease: lease.clone(),
                             key,
                             owner: owner.then(|| owner_name(pool)),
                         });
-                        issued.push(lease);
+                        issued.push(lease.clone());
                         let max = model.max_token.entry(pool).or_default();
                         assert!(
                             lease.token > *max,
@@ -258,7 +282,7 @@ pub async fn check(f: &Fixture, case: u64, ops: &[Op]) {
                 if issued.is_empty() {
                     continue;
                 }
-                let lease = *lease.get(&issued);
+                let lease = lease.get(&issued).clone();
                 let pool = index(lease.pool);
                 let got = pools[pool as usize].return_lease(lease.id).await;
                 let expected = match model.active(pool, now) {
@@ -278,7 +302,7 @@ pub async fn check(f: &Fixture, case: u64, ops: &[Op]) {
                     continue;
                 }
                 let i = lease.index(issued.len());
-                let copy = issued[i];
+                let copy = issued[i].clone();
                 let pool = index(copy.pool);
                 let ttl = Duration::from_millis(ttl_ms);
                 let got = pools[pool as usize].renew(&copy, ttl).await;
@@ -334,7 +358,7 @@ pub async fn check(f: &Fixture, case: u64, ops: &[Op]) {
                 match model.active(pool, now) {
                     Some((count, held)) => {
                         let state = got.unwrap_or_else(|e| panic!("{at}: {e:?}"));
-                        let in_use = held.len() as u32;
+                        let in_use = in_use(held);
                         assert_eq!(
                             (state.count, state.in_use, state.available),
                             (*count, in_use, count.saturating_sub(in_use)),
@@ -353,7 +377,9 @@ pub async fn check(f: &Fixture, case: u64, ops: &[Op]) {
                     Some((_, held)) => {
                         let mut expected: Vec<Holder> = held
                             .iter()
-                            .map(|h| Holder::new(h.lease, h.owner.clone(), h.key.map(key_name)))
+                            .map(|h| {
+                                Holder::new(h.lease.clone(), h.owner.clone(), h.key.map(key_name))
+                            })
                             .collect();
                         expected.sort_by_key(|h| h.lease.position);
                         assert_eq!(got.ok(), Some(expected), "{at}");
@@ -370,7 +396,7 @@ pub async fn check(f: &Fixture, case: u64, ops: &[Op]) {
                     Some((_, held)) => {
                         let ended = held
                             .iter()
-                            .position(|h| h.lease.position == position)
+                            .position(|h| h.lease.positions.contains(&position))
                             .map(|i| held.remove(i));
                         let got = got.unwrap_or_else(|e| panic!("{at}: {e:?}"));
                         assert_eq!(got.map(|h| h.lease), ended.map(|h| h.lease), "{at}");

@@ -133,7 +133,7 @@ pub async fn renew_through_a_guard_updates_the_guard(f: Fixture) {
     let pool = f.pool("p");
     pool.register(1).await.unwrap();
     let mut guard = pool.borrow(SEC * 10, Duration::ZERO).await.unwrap();
-    let before = *guard.lease();
+    let before = guard.lease().clone();
     f.clock.advance(SEC * 4);
     guard.renew(SEC * 10).await.unwrap();
     assert_eq!(guard.expires_at, before.expires_at + SEC * 4);

@@ -111,7 +111,7 @@ pub async fn r11_ten_waiters_are_served_in_arrival_order(f: Fixture) {
         waiters.push(spawn_borrow(&pool, TTL, LONG));
         until_waiting(&pool, i + 1).await;
     }
-    let mut current = held[0];
+    let mut current = held[0].clone();
     for (i, waiter) in waiters.into_iter().enumerate() {
         assert!(pool.return_lease(current.id).await.unwrap());
         current = waiter

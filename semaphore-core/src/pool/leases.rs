@@ -46,7 +46,7 @@ impl Pool {
         if lease.pool != self.id {
             return self.return_lease(lease.id).await;
         }
-        let result = self.store.return_held(*lease).await;
+        let result = self.store.return_held(lease.clone()).await;
         telemetry::returned(&self.name, Some(lease), Some(&result));
         result
     }
@@ -141,7 +141,7 @@ impl Pool {
                 pool: self.id,
                 lease,
             })?;
-        telemetry::renewed(&self.name, &renewed, &Ok(renewed));
+        telemetry::renewed(&self.name, &renewed, &Ok(renewed.clone()));
         Ok(renewed)
     }
 

@@ -25,6 +25,21 @@ impl FreeSet {
         Some(i as u32 * 64 + w.trailing_zeros())
     }
 
+    /// The positions in the set, lowest first.
+    pub(super) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().enumerate().flat_map(|(i, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    return None;
+                }
+                let bit = w.trailing_zeros();
+                w &= w - 1;
+                Some(i as u32 * 64 + bit)
+            })
+        })
+    }
+
     /// Removes every position at or above `end`, and the words that
     /// held only such positions.
     pub(super) fn truncate(&mut self, end: u32) {

@@ -1,0 +1,270 @@
+//! Cases for weighted borrows: several slots in one lease (R15), with R6,
+//! R8, R10, R11 and R12 as they read for weights.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::gate::{GatedStore, Stop};
+use super::{Fixture, SEC, until_in_use, until_waiting};
+use crate::{BorrowOptions, Error, Lease, Limits, Pool, PoolId, PoolSet, Result};
+
+const TTL: Duration = Duration::from_secs(60);
+const LONG: Duration = Duration::from_secs(3600);
+
+/// Spawns a borrower of `n` slots that waits up to `LONG` and keeps what
+/// it gets.
+fn spawn_borrow_n(pool: &Pool, n: u32) -> tokio::task::JoinHandle<Result<Lease>> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.borrow_n(n, TTL, LONG).await.map(|g| g.forget()) })
+}
+
+async fn take(pool: &Pool, n: u32) -> Lease {
+    pool.borrow_n(n, TTL, Duration::ZERO)
+        .await
+        .unwrap_or_else(|e| panic!("borrow of {n}: {e}"))
+        .forget()
+}
+
+/// R15, R6: a borrow of `n` takes the `n` lowest free positions, gaps
+/// first, as one lease with one id, token and expiry, and counts `n` in
+/// `in_use`; a plain borrow after it takes the next lowest.
+pub async fn r15_weighted_borrow_takes_the_n_lowest_free_as_one_lease(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(6).await.unwrap();
+    let a = take(&pool, 1).await;
+    let b = take(&pool, 1).await;
+    assert_eq!((a.position, b.position), (0, 1));
+    assert!(pool.return_lease(a.id).await.unwrap());
+    let three = take(&pool, 3).await;
+    assert_eq!(&three.positions[..], &[0, 2, 3], "the gap first, then up");
+    assert_eq!(three.position, 0, "position is the lowest");
+    assert_eq!(three.slots(), 3);
+    assert!(three.token > b.token, "one token, above every earlier one");
+    let state = pool.inspect().await.unwrap();
+    assert_eq!(
+        (state.in_use, state.available),
+        (4, 2),
+        "a lease of 3 counts 3"
+    );
+    let holders = pool.holders().await.unwrap();
+    assert_eq!(holders.len(), 2, "one holder per lease");
+    assert_eq!(holders[0].lease, three);
+    let single = take(&pool, 1).await;
+    assert_eq!(single.position, 4);
+    assert!(
+        matches!(
+            pool.borrow_n(2, TTL, Duration::ZERO).await,
+            Err(Error::Exhausted { .. })
+        ),
+        "1 free slot is not 2"
+    );
+    assert_eq!(
+        pool.inspect().await.unwrap().in_use,
+        5,
+        "a refusal takes nothing"
+    );
+}
+
+/// R15, R7, R8: returning, renewing, forcing or expiring a lease of `n`
+/// acts on all `n` slots; forcing works from any of its positions.
+pub async fn r15_weighted_lease_is_returned_renewed_forced_and_expired_whole(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(4).await.unwrap();
+    let two = take(&pool, 2).await;
+    assert!(pool.return_lease(two.id).await.unwrap());
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0, "returned whole");
+    assert!(!pool.return_lease(two.id).await.unwrap());
+
+    let two = take(&pool, 2).await;
+    let renewed = pool.renew(&two, TTL * 2).await.unwrap();
+    assert_eq!(
+        (&renewed.positions, renewed.token),
+        (&two.positions, two.token),
+        "renew keeps positions and token"
+    );
+    assert_eq!(renewed.expires_at, two.expires_at + TTL);
+    let forced = pool
+        .force_return(1)
+        .await
+        .unwrap()
+        .expect("position 1 is held");
+    assert_eq!(forced.lease.id, two.id, "forced from its upper position");
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0, "forced whole");
+
+    let three = pool
+        .borrow_n(3, Duration::from_secs(5), Duration::ZERO)
+        .await
+        .unwrap()
+        .forget();
+    assert_eq!(&three.positions[..], &[0, 1, 2]);
+    f.clock.advance(Duration::from_secs(5));
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0, "expired whole");
+    assert_eq!(&take(&pool, 4).await.positions[..], &[0, 1, 2, 3]);
+}
+
+/// R15, R14: 0 slots, or more than the largest allowed count, is an
+/// invalid argument naming `slots`; nothing changes.
+pub async fn r15_slots_zero_or_above_max_count_are_refused_and_nothing_changes(f: Fixture) {
+    let pool = f.pool("p").with_limits(Limits::default().with_max_count(8));
+    pool.register(8).await.unwrap();
+    for n in [0, 9, u32::MAX] {
+        match pool.borrow_n(n, TTL, LONG).await {
+            Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "slots"),
+            other => panic!("{n} slots: {other:?}"),
+        }
+    }
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0);
+    assert_eq!(
+        take(&pool, 8).await.slots(),
+        8,
+        "max_count itself is allowed"
+    );
+}
+
+/// R15, R2: a borrow of more slots than the current count waits, as a
+/// borrow on count 0 does, and is granted when the count is raised.
+pub async fn r15_more_slots_than_the_count_wait_for_a_raise(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(2).await.unwrap();
+    let waiter = spawn_borrow_n(&pool, 3);
+    until_waiting(&pool, 1).await;
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0);
+    pool.register(3).await.unwrap();
+    let lease = waiter.await.unwrap().unwrap();
+    assert_eq!(&lease.positions[..], &[0, 1, 2]);
+}
+
+/// R15, R11: a borrower of 2 at the head of the queue is not overtaken by
+/// a later borrower of 1 when one slot frees up, nor by a later borrower of
+/// 3; each is served in arrival order as its slots come free.
+pub async fn r15_weighted_head_is_not_overtaken_by_smaller_or_larger_borrowers(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(3).await.unwrap();
+    let held: Vec<Lease> = vec![
+        take(&pool, 1).await,
+        take(&pool, 1).await,
+        take(&pool, 1).await,
+    ];
+    let two = spawn_borrow_n(&pool, 2);
+    until_waiting(&pool, 1).await;
+    let one = spawn_borrow_n(&pool, 1);
+    until_waiting(&pool, 2).await;
+    let three = spawn_borrow_n(&pool, 3);
+    until_waiting(&pool, 3).await;
+    assert!(pool.return_lease(held[1].id).await.unwrap());
+    // One slot is free: the head wants 2, so nobody may take it.
+    assert!(matches!(
+        pool.try_borrow(TTL).await,
+        Err(Error::Exhausted { .. })
+    ));
+    assert_eq!(pool.waiting(), 3, "the borrower of 1 did not barge");
+    assert_eq!(pool.inspect().await.unwrap().in_use, 2);
+    assert!(pool.return_lease(held[0].id).await.unwrap());
+    let two = two.await.unwrap().unwrap();
+    assert_eq!(&two.positions[..], &[0, 1]);
+    assert!(pool.return_lease(held[2].id).await.unwrap());
+    let one = one.await.unwrap().unwrap();
+    assert_eq!(one.position, 2);
+    assert_eq!(pool.waiting(), 1, "the borrower of 3 waits for all 3");
+    assert!(pool.return_lease(two.id).await.unwrap());
+    assert!(pool.return_lease(one.id).await.unwrap());
+    assert_eq!(&three.await.unwrap().unwrap().positions[..], &[0, 1, 2]);
+}
+
+/// R15, R12: a borrower of 2 dropped while it heads the queue takes
+/// nothing, and the borrower of 1 it held back is served at once; one
+/// dropped after the store granted its 2 slots returns both, and the
+/// borrower behind it gets them.
+pub async fn r15_dropped_weighted_waiter_lets_smaller_ones_behind_it_move_up(f: Fixture) {
+    let pool = f.pool("queued");
+    pool.register(2).await.unwrap();
+    let held = take(&pool, 1).await;
+    let head = spawn_borrow_n(&pool, 2);
+    until_waiting(&pool, 1).await;
+    let behind = spawn_borrow_n(&pool, 1);
+    until_waiting(&pool, 2).await;
+    head.abort();
+    let lease = tokio::time::timeout(10 * SEC, behind)
+        .await
+        .expect("the borrower of 1 was left behind a dropped borrower of 2")
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.position, 1);
+    assert_eq!(pool.inspect().await.unwrap().in_use, 2);
+    assert_eq!(pool.waiting(), 0);
+    assert!(pool.return_lease(held.id).await.unwrap());
+
+    // Dropped in its store call, after the store granted both slots.
+    let gated = Arc::new(GatedStore::new(f.store.clone()));
+    let pool = Pool::new(gated.clone(), PoolId::from_name("granted"));
+    pool.register(2).await.unwrap();
+    gated.arm(Stop::AfterGrant);
+    gated.drop_at_gate(pool.borrow_n(2, TTL, Duration::ZERO));
+    gated.release();
+    gated.until_quiet().await;
+    until_in_use(&pool, 0).await;
+    assert_eq!(&take(&pool, 2).await.positions[..], &[0, 1]);
+}
+
+/// R15 with keys: a retry of a weighted borrow with the same key gets the
+/// same lease, all its positions, and takes nothing more.
+pub async fn r15_weighted_key_retry_returns_the_same_lease(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(4).await.unwrap();
+    let options = BorrowOptions::new().slots(2).key("job-1");
+    let first = pool
+        .borrow_with(TTL, Duration::ZERO, options.clone())
+        .await
+        .unwrap()
+        .forget();
+    let retry = pool
+        .borrow_with(TTL, Duration::ZERO, options)
+        .await
+        .unwrap()
+        .forget();
+    assert_eq!(retry, first);
+    assert_eq!(pool.inspect().await.unwrap().in_use, 2);
+}
+
+/// R15 across pools: a weighted set takes each pool's weight, all or
+/// nothing; a refusal takes nothing anywhere.
+pub async fn r15_borrow_all_takes_each_pools_weight(f: Fixture) {
+    let gpus = f.pool("gpus");
+    let disk = f.pool("disk");
+    gpus.register(4).await.unwrap();
+    disk.register(1).await.unwrap();
+    let job = PoolSet::weighted([(gpus.clone(), 3), (disk.clone(), 1)]).unwrap();
+    let leases = job.borrow(TTL, Duration::ZERO).await.unwrap();
+    assert_eq!(&leases[0].positions[..], &[0, 1, 2]);
+    assert_eq!(leases[1].position, 0);
+    assert_eq!(gpus.inspect().await.unwrap().in_use, 3);
+    assert!(matches!(
+        job.borrow(TTL, Duration::ZERO).await,
+        Err(Error::Exhausted { .. })
+    ));
+    assert_eq!(gpus.inspect().await.unwrap().in_use, 3, "nothing taken");
+    drop(leases);
+    until_in_use(&gpus, 0).await;
+    match PoolSet::weighted([(gpus, 0), (disk, 1)]) {
+        Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "slots"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// R15, R10, R2: after the count is lowered, a weighted grant needs
+/// `in_use + n <= count`, counting the leases left above the new count.
+pub async fn r15_lowered_count_counts_every_slot_held(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(4).await.unwrap();
+    let low = take(&pool, 2).await;
+    let high = take(&pool, 2).await;
+    assert_eq!(&high.positions[..], &[2, 3]);
+    pool.register(3).await.unwrap();
+    assert!(pool.return_lease(low.id).await.unwrap());
+    // in_use 2 (positions 2, 3) of count 3: one more fits, two do not.
+    assert!(matches!(
+        pool.borrow_n(2, TTL, Duration::ZERO).await,
+        Err(Error::Exhausted { .. })
+    ));
+    assert_eq!(take(&pool, 1).await.position, 0);
+}
