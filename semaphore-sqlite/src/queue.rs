@@ -45,34 +45,41 @@ pub(crate) fn forget_waiter(
 }
 
 /// Drops the heads queued ahead of `ticket` whose process is gone (see
-/// [`liveness`](crate::liveness)); how many it dropped.
+/// [`liveness`](crate::liveness)); the slots they were owed (R15).
 pub(crate) fn drop_dead_heads(conn: &Connection, key: &[u8], ticket: i64) -> rusqlite::Result<i64> {
-    let dead: Vec<Vec<u8>> = conn
+    let dead: Vec<(Vec<u8>, i64)> = conn
         .prepare_cached(
-            "SELECT waiter, pid, pid_ns FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2",
+            "SELECT waiter, pid, pid_ns, slots FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2",
         )?
         .query_map(params![key, ticket], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get::<_, Option<String>>(2)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get(3)?,
+            ))
         })?
         .filter_map(|row| match row {
-            Ok((w, pid, ns)) if liveness::is_gone(pid, ns.as_deref()) => Some(Ok(w)),
+            Ok((w, pid, ns, slots)) if liveness::is_gone(pid, ns.as_deref()) => Some(Ok((w, slots))),
             Ok(_) => None,
             Err(e) => Some(Err(e)),
         })
         .collect::<rusqlite::Result<_>>()?;
-    for w in &dead {
+    for (w, _) in &dead {
         conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
             .execute(params![key, w])?;
     }
-    Ok(dead.len() as i64)
+    Ok(dead.iter().map(|(_, slots)| slots).sum())
 }
 
-/// A refused head joins the store's queue of `pool`, or refreshes its place
-/// when less than half of `WAITER_TTL` is left of it (`alive_until`).
+/// A refused head of `slots` slots joins the store's queue of `pool`, or
+/// refreshes its place when less than half of `WAITER_TTL` is left of it
+/// (`alive_until`).
 pub(crate) fn keep_place(
     conn: &Connection,
     key: &[u8],
     w: &[u8; 16],
+    slots: u32,
     now: i64,
     alive_until: Option<i64>,
 ) -> rusqlite::Result<()> {
@@ -80,10 +87,10 @@ pub(crate) fn keep_place(
     match alive_until {
         None => {
             conn.prepare_cached(
-                "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until, pid, pid_ns)
-                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3, ?4, ?5)",
+                "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until, pid, pid_ns, slots)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3, ?4, ?5, ?6)",
             )?
-            .execute(params![key, w, renewed, liveness::me().pid, &liveness::me().namespace])?;
+            .execute(params![key, w, renewed, liveness::me().pid, &liveness::me().namespace, slots])?;
         }
         Some(alive) if alive - now < ms(WAITER_TTL) / 2 => {
             conn.prepare_cached(

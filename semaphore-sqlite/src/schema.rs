@@ -11,7 +11,7 @@ use semaphore_core::{Error, Result};
 use crate::error::storage;
 
 /// The schema version this build writes and reads.
-pub(crate) const VERSION: i64 = 3;
+pub(crate) const VERSION: i64 = 4;
 
 /// Version 2. Pools and leases are keyed by 16-byte UUIDs; times are integer
 /// unix milliseconds. `semaphore_store` holds the version and the store-wide
@@ -30,6 +30,13 @@ pub(crate) const VERSION: i64 = 3;
 /// the token counter (and the key index for a keyed lease), a return the
 /// lease row alone. Lease ids are random 122-bit UUIDs made by the library;
 /// their uniqueness never rested on the index.
+///
+/// Version 4 holds weighted leases (R15): a lease of `n` slots is `n` rows,
+/// one per position, with the same lease id, token and expiry; its owner
+/// label and key are on its lowest position's row only, so the key index
+/// still names one row per lease. A queued head records how many slots it
+/// waits for (`slots`), so that the heads ahead of a borrower are owed
+/// their weights, not one slot each.
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS semaphore_store (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -59,6 +66,7 @@ CREATE TABLE IF NOT EXISTS semaphore_waiters (
     alive_until INTEGER NOT NULL,
     pid INTEGER,
     pid_ns TEXT,
+    slots INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (pool, waiter)
 ) WITHOUT ROWID;
 ";
@@ -92,6 +100,8 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE semaphore_leases_v3 RENAME TO semaphore_leases;
      CREATE UNIQUE INDEX semaphore_leases_key ON semaphore_leases (pool, borrow_key)
          WHERE borrow_key IS NOT NULL;",
+    // 3 -> 4: weighted leases; every lease of a version 3 file is one row.
+    "ALTER TABLE semaphore_waiters ADD COLUMN slots INTEGER NOT NULL DEFAULT 1;",
 ];
 
 /// The column shape of every table of ours: (table, [(name, type, notnull, pk)]).

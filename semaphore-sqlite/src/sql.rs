@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::queue::{drop_dead_heads, forget_waiter, keep_place};
 use crate::time::{instant, plus};
 use semaphore_core::store::{BorrowRequest, TryBorrow, TryBorrowAll};
-use semaphore_core::{Holder, Lease, LeaseId, PoolId, PoolState};
+use semaphore_core::{Holder, Lease, LeaseId, PoolId, PoolState, Positions};
 
 fn count_of(conn: &Connection, pool: &PoolId) -> rusqlite::Result<Option<u32>> {
     conn.prepare_cached("SELECT count FROM semaphore_pools WHERE pool = ?1")?
@@ -105,30 +105,34 @@ pub(crate) fn return_lease(
         > 0)
 }
 
-/// R8 for a lease known whole: its row found by `(pool, position)`, the
-/// primary key, rather than by scanning the pool's rows for its id.
+/// R8 for a lease known whole: its rows found by `(pool, position)`, the
+/// primary key (a range of it for a lease of several slots, R15), rather
+/// than by scanning the pool's rows for its id.
 pub(crate) fn return_held(conn: &Connection, lease: &Lease, now: i64) -> rusqlite::Result<bool> {
+    let highest = lease.positions.last().copied().unwrap_or(lease.position);
     Ok(conn
         .prepare_cached(
             "DELETE FROM semaphore_leases
-             WHERE pool = ?1 AND position = ?2 AND lease = ?3 AND expires_at > ?4",
+             WHERE pool = ?1 AND position BETWEEN ?2 AND ?3 AND lease = ?4 AND expires_at > ?5",
         )?
         .execute(params![
             lease.pool.as_uuid().as_bytes(),
             lease.position,
+            highest,
             lease.id.as_uuid().as_bytes(),
             now
         ])?
         > 0)
 }
 
-/// R5, R6, R10, R11: grants the lowest free slot if a slot is free for this
-/// borrower, or says when the earliest lease expires. `None` if the pool does
-/// not exist.
+/// R5, R6, R10, R11, R15: grants the request's number of slots, the lowest
+/// free, if they are free for this borrower, or says when the earliest
+/// lease expires. `None` if the pool does not exist.
 ///
 /// Free slots go first to the heads queued in the store, oldest first: a
-/// borrower is granted only if free slots outnumber the heads queued ahead of
-/// it. A head that is refused takes (or keeps) its place. An attempt that is
+/// borrower of `n` is granted only if `n` slots are free beyond those owed
+/// to the heads queued ahead of it (each owed its own weight). A head that
+/// is refused takes (or keeps) its place. An attempt that is
 /// refused writes nothing unless it reaps expired rows, joins the queue, or
 /// refreshes its place, so that waiters re-checking do not wake each other.
 ///
@@ -183,40 +187,50 @@ pub(crate) fn try_borrow(
     };
     let my_ticket = mine.map_or(i64::MAX, |m| m.0);
     let mut ahead: i64 = conn
-        .prepare_cached("SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2")?
+        .prepare_cached(
+            "SELECT COALESCE(SUM(slots), 0) FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2",
+        )?
         .query_row(params![key, my_ticket], |r| r.get(0))?;
-    if ahead > 0 && free > 0 {
+    let n = i64::from(request.slots.max(1));
+    if ahead > 0 && free >= n {
         ahead -= drop_dead_heads(conn, key, my_ticket)?;
     }
 
-    if free > ahead {
-        let position = lowest_free(conn, key, held)?;
+    if free - ahead >= n {
+        let positions = lowest_free(conn, key, held, request.slots.max(1))?;
         let token: i64 = conn
             .prepare_cached(
                 "UPDATE semaphore_store SET last_token = MAX(last_token, ?1) + 1 WHERE id = 1 RETURNING last_token",
             )?
             .query_row([i64::try_from(floor).unwrap_or(i64::MAX)], |r| r.get(0))?;
         let expires_at = plus(now, request.ttl);
-        conn.prepare_cached(
+        let mut insert = conn.prepare_cached(
             "INSERT INTO semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?
-        .execute(params![
-            key,
-            position,
-            request.lease.as_uuid().as_bytes(),
-            token,
-            expires_at,
-            request.owner.as_deref(),
-            request.key.as_deref()
-        ])?;
+        )?;
+        for (i, position) in positions.iter().enumerate() {
+            // The labels go on the lowest position's row only (schema v4).
+            let (owner, borrow_key) = match i {
+                0 => (request.owner.as_deref(), request.key.as_deref()),
+                _ => (None, None),
+            };
+            insert.execute(params![
+                key,
+                position,
+                request.lease.as_uuid().as_bytes(),
+                token,
+                expires_at,
+                owner,
+                borrow_key
+            ])?;
+        }
         if let Some(w) = &waiter {
             forget_waiter(conn, key, w)?;
         }
-        let lease = Lease::new(
+        let lease = Lease::holding(
             request.lease,
             pool,
-            position,
+            positions,
             token.unsigned_abs(),
             instant(expires_at),
         );
@@ -224,39 +238,44 @@ pub(crate) fn try_borrow(
     }
 
     if let Some(w) = &waiter {
-        keep_place(conn, key, w, now, mine.map(|m| m.1))?;
+        keep_place(conn, key, w, request.slots, now, mine.map(|m| m.1))?;
     }
     Ok(Some(TryBorrow::Exhausted {
         next_expiry: next_expiry(conn, key, now)?,
     }))
 }
 
-/// R6: the lowest position below the count that no lease holds
-/// (`lowest_free`), given that one is free and `held` leases are active
+/// R6, R15: the `n` lowest positions below the count that no lease holds
+/// (`lowest_free_n`), given that `n` are free and `held` slots are active
 /// (expired rows were reaped).
 ///
 /// Positions fill from the bottom, so they are most often dense: `0..held`,
-/// which the largest position tells in one index lookup. Otherwise the
-/// first gap in key order is the answer; the scan stops there.
-fn lowest_free(conn: &Connection, key: &[u8], held: i64) -> rusqlite::Result<u32> {
+/// which the largest position tells in one index lookup, and the answer is
+/// `held..held + n`. Otherwise the gaps in key order come first; the scan
+/// stops once it has found `n`.
+fn lowest_free(conn: &Connection, key: &[u8], held: i64, n: u32) -> rusqlite::Result<Positions> {
     let highest: Option<i64> = conn
         .prepare_cached("SELECT MAX(position) FROM semaphore_leases WHERE pool = ?1")?
         .query_row([key], |r| r.get(0))?;
+    let mut free = Vec::with_capacity(n as usize);
+    let mut next = 0u32;
     if highest.is_none_or(|h| h + 1 == held) {
-        return Ok(u32::try_from(held).unwrap_or(u32::MAX));
-    }
-    let mut positions = conn.prepare_cached(
-        "SELECT position FROM semaphore_leases WHERE pool = ?1 ORDER BY position",
-    )?;
-    let mut rows = positions.query([key])?;
-    let mut position = 0u32;
-    while let Some(row) = rows.next()? {
-        if row.get::<_, u32>(0)? != position {
-            break;
+        next = u32::try_from(held).unwrap_or(u32::MAX);
+    } else {
+        let mut positions = conn.prepare_cached(
+            "SELECT position FROM semaphore_leases WHERE pool = ?1 ORDER BY position",
+        )?;
+        let mut rows = positions.query([key])?;
+        while free.len() < n as usize
+            && let Some(row) = rows.next()?
+        {
+            let taken: u32 = row.get(0)?;
+            free.extend((next..taken).take(n as usize - free.len()));
+            next = taken.saturating_add(1);
         }
-        position += 1;
     }
-    Ok(position)
+    free.extend((next..).take(n as usize - free.len()));
+    Ok(Positions::new(free).unwrap_or_else(|| Positions::one(next)))
 }
 
 /// The earliest expiry among `pool`'s leases active at `now`.
@@ -283,34 +302,75 @@ pub(crate) fn keyed(
     let Some(borrow_key) = borrow_key else {
         return Ok(None);
     };
-    conn.prepare_cached(
-        "SELECT lease, position, token, expires_at FROM semaphore_leases
-         WHERE pool = ?1 AND borrow_key = ?2 AND expires_at > ?3",
-    )?
-    .query_row(params![pool.as_uuid().as_bytes(), borrow_key, now], |r| {
-        lease_from_row(r, pool)
-    })
-    .optional()
+    let key = pool.as_uuid().as_bytes();
+    let Some(id) = conn
+        .prepare_cached(
+            "SELECT lease FROM semaphore_leases
+             WHERE pool = ?1 AND borrow_key = ?2 AND expires_at > ?3",
+        )?
+        .query_row(params![key, borrow_key, now], |r| r.get::<_, [u8; 16]>(0))
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let rows = conn
+        .prepare_cached(
+            "SELECT lease, position, token, expires_at, owner, borrow_key FROM semaphore_leases
+             WHERE pool = ?1 AND lease = ?2 AND expires_at > ?3",
+        )?
+        .query_map(params![key, id, now], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(holders_of(rows, pool).pop().map(|h| h.lease))
 }
 
-/// A lease from columns `lease, position, token, expires_at`.
-fn lease_from_row(r: &rusqlite::Row<'_>, pool: PoolId) -> rusqlite::Result<Lease> {
-    let id: [u8; 16] = r.get(0)?;
-    let token: i64 = r.get(2)?;
-    let expires_at: i64 = r.get(3)?;
-    Ok(Lease::new(
-        LeaseId::from_uuid(uuid::Uuid::from_bytes(id)),
-        pool,
+/// One lease row: `lease, position, token, expires_at, owner, borrow_key`.
+type Row = ([u8; 16], u32, i64, i64, Option<String>, Option<String>);
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok((
+        r.get(0)?,
         r.get(1)?,
-        token.unsigned_abs(),
-        instant(expires_at),
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
     ))
 }
 
-/// A holder from columns `lease, position, token, expires_at, owner,
-/// borrow_key`.
-fn holder_from_row(r: &rusqlite::Row<'_>, pool: PoolId) -> rusqlite::Result<Holder> {
-    Ok(Holder::new(lease_from_row(r, pool)?, r.get(4)?, r.get(5)?))
+/// The leases the rows make up, one per lease id, in the order of each
+/// lease's first row; a lease of several slots (R15) gathers its rows'
+/// positions and the labels of its lowest row.
+fn holders_of(rows: Vec<Row>, pool: PoolId) -> Vec<Holder> {
+    let mut leases: Vec<(Row, Vec<u32>)> = Vec::new();
+    for row in rows {
+        match leases.iter_mut().find(|(first, _)| first.0 == row.0) {
+            Some((first, positions)) => {
+                positions.push(row.1);
+                if first.4.is_none() && first.5.is_none() {
+                    (first.4, first.5) = (row.4, row.5);
+                }
+            }
+            None => {
+                let position = row.1;
+                leases.push((row, vec![position]));
+            }
+        }
+    }
+    leases
+        .into_iter()
+        .map(
+            |((id, position, token, expires_at, owner, key), positions)| {
+                let lease = Lease::holding(
+                    LeaseId::from_uuid(uuid::Uuid::from_bytes(id)),
+                    pool,
+                    Positions::new(positions).unwrap_or_else(|| Positions::one(position)),
+                    token.unsigned_abs(),
+                    instant(expires_at),
+                );
+                Holder::new(lease, owner, key)
+            },
+        )
+        .collect()
 }
 
 /// All or nothing over several pools: grants every request as
@@ -355,7 +415,7 @@ pub(crate) fn try_borrow_all(
                 )?
                 .query_row(params![key, w], |r| r.get(0))
                 .optional()?;
-            keep_place(conn, key, &w, now, alive)?;
+            keep_place(conn, key, &w, request.slots, now, alive)?;
         }
     }
     Ok(Ok(TryBorrowAll::refused(
@@ -389,22 +449,23 @@ pub(crate) fn renew(
     if count_of(conn, &pool)?.is_none() {
         return Ok(None);
     }
-    conn.prepare_cached(
-        "UPDATE semaphore_leases SET expires_at = ?4
-         WHERE lease = ?1 AND pool = ?2 AND expires_at > ?3
-         RETURNING lease, position, token, expires_at",
-    )?
-    .query_row(
-        params![
-            lease.as_uuid().as_bytes(),
-            pool.as_uuid().as_bytes(),
-            now,
-            expires_at
-        ],
-        |r| lease_from_row(r, pool),
-    )
-    .optional()
-    .map(Some)
+    let rows = conn
+        .prepare_cached(
+            "UPDATE semaphore_leases SET expires_at = ?4
+             WHERE lease = ?1 AND pool = ?2 AND expires_at > ?3
+             RETURNING lease, position, token, expires_at, owner, borrow_key",
+        )?
+        .query_map(
+            params![
+                lease.as_uuid().as_bytes(),
+                pool.as_uuid().as_bytes(),
+                now,
+                expires_at
+            ],
+            row,
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Some(holders_of(rows, pool).pop().map(|h| h.lease)))
 }
 
 /// The active leases of `pool` by position; `None` if it does not exist.
@@ -416,19 +477,19 @@ pub(crate) fn holders(
     if count_of(conn, &pool)?.is_none() {
         return Ok(None);
     }
-    conn.prepare_cached(
-        "SELECT lease, position, token, expires_at, owner, borrow_key FROM semaphore_leases
-         WHERE pool = ?1 AND expires_at > ?2 ORDER BY position",
-    )?
-    .query_map(params![pool.as_uuid().as_bytes(), now], |r| {
-        holder_from_row(r, pool)
-    })?
-    .collect::<rusqlite::Result<_>>()
-    .map(Some)
+    let rows = conn
+        .prepare_cached(
+            "SELECT lease, position, token, expires_at, owner, borrow_key FROM semaphore_leases
+             WHERE pool = ?1 AND expires_at > ?2 ORDER BY position",
+        )?
+        .query_map(params![pool.as_uuid().as_bytes(), now], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Some(holders_of(rows, pool)))
 }
 
-/// Ends the active lease at `position`; `None` if the pool does not exist,
-/// `Some(None)` if no active lease holds the position.
+/// Ends the active lease holding `position` (all its slots, R15); `None` if
+/// the pool does not exist, `Some(None)` if no active lease holds the
+/// position.
 pub(crate) fn force_return(
     conn: &Connection,
     pool: PoolId,
@@ -438,15 +499,15 @@ pub(crate) fn force_return(
     if count_of(conn, &pool)?.is_none() {
         return Ok(None);
     }
-    conn.prepare_cached(
-        "DELETE FROM semaphore_leases WHERE pool = ?1 AND position = ?2 AND expires_at > ?3
-         RETURNING lease, position, token, expires_at, owner, borrow_key",
-    )?
-    .query_row(params![pool.as_uuid().as_bytes(), position, now], |r| {
-        holder_from_row(r, pool)
-    })
-    .optional()
-    .map(Some)
+    let rows = conn
+        .prepare_cached(
+            "DELETE FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?3 AND lease =
+                 (SELECT lease FROM semaphore_leases WHERE pool = ?1 AND position = ?2)
+             RETURNING lease, position, token, expires_at, owner, borrow_key",
+        )?
+        .query_map(params![pool.as_uuid().as_bytes(), position, now], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Some(holders_of(rows, pool).pop()))
 }
 
 #[cfg(test)]

@@ -84,3 +84,37 @@ async fn a_waiter_that_gives_up_leaves_the_file_queue_at_once() {
     assert!(a.return_lease(held.id).await.unwrap());
     assert_eq!(a.try_borrow(TTL).await.unwrap().position, 0);
 }
+
+/// R11 with weights (R15), across processes: B's head waits for all 3
+/// slots. Two slots free are owed to it (its weight, not one slot per
+/// head), so A's own borrow of 1 is refused; B gets all 3 once the last
+/// frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weighted_waiter_of_one_process_is_not_overtaken_by_a_single_of_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fair.db");
+    let a = open(&db);
+    let b = open(&db);
+    a.register(3).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(a.try_borrow(TTL).await.unwrap().forget());
+    }
+    let waiter = tokio::spawn(async move {
+        b.borrow_n(3, TTL, Duration::from_secs(30))
+            .await
+            .map(|l| l.forget())
+    });
+    until_queued_in_file(&db, 1).await;
+
+    assert!(a.return_lease(held[0].id).await.unwrap());
+    assert!(a.return_lease(held[1].id).await.unwrap());
+    assert!(
+        matches!(a.try_borrow(TTL).await, Err(Error::Exhausted { .. })),
+        "A took a slot owed to B's waiter of 3"
+    );
+    assert!(a.return_lease(held[2].id).await.unwrap());
+    let lease = waiter.await.unwrap().unwrap();
+    assert_eq!(&lease.positions[..], &[0, 1, 2]);
+    assert_eq!(queued_in_file(&db), 0);
+}
