@@ -108,6 +108,7 @@ impl Store for PostgresStore {
             now: self.now_param(),
             backend: self.backend(),
             keep_place: true,
+            slots: i64::from(request.slots),
         };
         let rows = self
             .query("borrow", &self.sql.try_borrow, &args.typed())
@@ -129,8 +130,10 @@ impl Store for PostgresStore {
         let leases: Vec<_> = requests.iter().map(|r| r.lease.as_uuid()).collect();
         let waiter = head.waiter.map(|w| *w.as_uuid());
         let (key, owner) = (head.key.as_deref(), head.owner.as_deref());
-        let params: [&(dyn ToSql + Sync); 8] =
-            [&pools, &leases, &ttl, &waiter, &key, &owner, &now, &backend];
+        let slots: Vec<i64> = requests.iter().map(|r| i64::from(r.slots)).collect();
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &pools, &leases, &ttl, &waiter, &key, &owner, &now, &backend, &slots,
+        ];
         let typed: Vec<_> = params
             .into_iter()
             .zip(sql::TRY_BORROW_ALL.iter().cloned())
@@ -179,7 +182,7 @@ impl Store for PostgresStore {
         Ok(returned)
     }
 
-    /// By id: `lease` is UNIQUE, so indexed, and the position gains nothing.
+    /// By id: `lease` is indexed, and the positions gain nothing.
     async fn return_held(&self, lease: Lease) -> Result<bool> {
         self.return_lease(lease.pool, lease.id).await
     }

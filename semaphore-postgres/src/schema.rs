@@ -13,8 +13,11 @@ use tokio_postgres::Client;
 use crate::error::storage;
 
 /// The schema version this build writes and reads. Version 1 had the same
-/// tables; a version-1 schema is migrated by replacing the functions.
-pub(crate) const VERSION: i32 = 2;
+/// tables as 2, which replaced functions only; version 3 holds weighted
+/// leases (R15): a lease's id is no longer unique per row, and a queued
+/// head records its weight (`semaphore_waiters.slots`). Versions 1 and 2
+/// are migrated in place ([`migrate`]).
+pub(crate) const VERSION: i32 = 3;
 
 /// How long a queued head's row stays without being refreshed before other
 /// processes treat its process as gone (R11), in ms: three of the longest
@@ -71,9 +74,26 @@ const SHAPE: &[(&str, &[Column<&str>])] = &[
             ("ticket", "bigint", true),
             ("alive_until", "bigint", true),
             ("backend", "integer", false),
+            ("slots", "bigint", true),
         ],
     ),
 ];
+
+/// The statements that take a version 1 or 2 schema to version 3, before
+/// the script replaces the functions: the functions whose arguments or
+/// rows changed are dropped (their successors differ in shape, which
+/// `CREATE OR REPLACE` refuses), with the composite type they return.
+const MIGRATE_TO_3: &str = "
+    DROP FUNCTION IF EXISTS {s}.semaphore_try_borrow_all(
+        uuid[], uuid[], bigint, uuid, text, text, bigint, integer);
+    DROP FUNCTION IF EXISTS {s}.semaphore_try_borrow(
+        uuid, uuid, bigint, uuid, text, text, bigint, integer, boolean);
+    DROP FUNCTION IF EXISTS {s}.semaphore_renew(uuid, uuid, bigint, bigint);
+    DROP FUNCTION IF EXISTS {s}.semaphore_force_return(uuid, bigint, bigint);
+    DROP TYPE IF EXISTS {s}.semaphore_attempt;
+    ALTER TABLE {s}.semaphore_leases DROP CONSTRAINT IF EXISTS semaphore_leases_lease_key;
+    ALTER TABLE {s}.semaphore_waiters ADD COLUMN IF NOT EXISTS slots bigint NOT NULL DEFAULT 1;
+";
 
 /// A schema name the store accepts: 1 to 40 of `a-z`, `0-9`, `_`, not
 /// starting with a digit, so that it is quoted the same everywhere and its
@@ -190,15 +210,22 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
     let expected = expected();
     let shape = found(client, schema).await?;
     if !shape.is_empty() {
-        if shape != expected {
+        // A version too old for this shape reads as a mismatch of shape,
+        // as does a store table that cannot be read.
+        let version = version(client, schema).await;
+        let wanted = match version {
+            Ok(Some(1 | 2)) => before_3(),
+            _ => expected.clone(),
+        };
+        if shape != wanted {
             return Err(Error::SchemaMismatch {
-                expected: describe(&expected),
+                expected: describe(&wanted),
                 found: describe(&shape),
             });
         }
-        return match version(client, schema).await? {
+        return match version? {
             Some(VERSION) => Ok(()),
-            Some(1) => migrate(client, schema).await,
+            Some(1 | 2) => migrate(client, schema, &expected).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),
@@ -220,32 +247,69 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
     Ok(())
 }
 
-/// Version 1 to 2: the same tables, new functions. The script replaces the
-/// functions and leaves the tables as they are.
-async fn migrate(client: &Client, schema: &str) -> Result<()> {
-    install(client, schema).await?;
-    let sql = fill(
+/// The shape of versions 1 and 2: that of 3 without a queued head's weight.
+fn before_3() -> Shape {
+    let mut shape = expected();
+    for (table, columns) in &mut shape {
+        if table == "semaphore_waiters" {
+            columns.retain(|c| c.0 != "slots");
+        }
+    }
+    shape
+}
+
+/// Versions 1 and 2 to 3, in one transaction serialized with other
+/// processes doing the same ([`MIGRATE_TO_3`], then the script, then the
+/// version): all of it or none. Every lease of an older schema is one row,
+/// so the leases need no change. The shape is checked again after.
+async fn migrate(client: &Client, schema: &str, expected: &Shape) -> Result<()> {
+    let before = fill(MIGRATE_TO_3, schema);
+    let after = fill(
         &format!(
-            "UPDATE {{s}}.semaphore_store SET schema_version = {VERSION} WHERE id = 1 AND schema_version < {VERSION}"
+            "UPDATE {{s}}.semaphore_store SET schema_version = {VERSION} WHERE id = 1 AND schema_version < {VERSION};"
         ),
         schema,
     );
-    client.batch_execute(&sql).await.map_err(storage("migrate"))
+    run_script(client, schema, &before, &after)
+        .await
+        .map_err(storage("migrate"))?;
+    let migrated = found(client, schema).await?;
+    if &migrated != expected {
+        return Err(Error::SchemaMismatch {
+            expected: describe(expected),
+            found: describe(&migrated),
+        });
+    }
+    Ok(())
 }
 
 /// Runs the script (idempotent: tables if missing, functions replaced) and
 /// records the version if none is, in one transaction serialized with
 /// other processes doing the same.
 async fn install(client: &Client, schema: &str) -> Result<()> {
-    // One simple query: one implicit transaction, one round trip.
+    run_script(client, schema, "", "")
+        .await
+        .map_err(storage("open"))
+}
+
+/// The script between `before` and `after`, under the schema's advisory
+/// lock, as one simple query: one implicit transaction, one round trip.
+async fn run_script(
+    client: &Client,
+    schema: &str,
+    before: &str,
+    after: &str,
+) -> std::result::Result<(), tokio_postgres::Error> {
     let script = format!(
         "SET LOCAL client_min_messages = warning;
          SELECT pg_advisory_xact_lock(hashtext('semaphore-store:{schema}'));
          CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+         {before}
          {}
          INSERT INTO \"{schema}\".semaphore_store (id, schema_version) VALUES (1, {VERSION})
-             ON CONFLICT (id) DO NOTHING;",
+             ON CONFLICT (id) DO NOTHING;
+         {after}",
         fill(SCRIPT, schema)
     );
-    client.batch_execute(&script).await.map_err(storage("open"))
+    client.batch_execute(&script).await
 }

@@ -1,6 +1,9 @@
--- The PostgreSQL store's tables and functions, schema version 2 (version 1
+-- The PostgreSQL store's tables and functions, schema version 3 (version 1
 -- had the same tables; 2 replaced functions only: `semaphore_delete` locks
--- the pool row first, heads refresh their place at every look).
+-- the pool row first, heads refresh their place at every look; 3 holds
+-- weighted leases, R15: a lease of n slots is n rows under one lease id,
+-- token and expiry, its labels on its lowest row, and a queued head records
+-- the slots it waits for).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
 -- Times are unix milliseconds on the server's clock (SPEC "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
@@ -19,7 +22,7 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_pools (
 CREATE TABLE IF NOT EXISTS {s}.semaphore_leases (
     pool uuid NOT NULL,
     position bigint NOT NULL,
-    lease uuid NOT NULL UNIQUE,
+    lease uuid NOT NULL,
     token bigint NOT NULL,
     expires_at bigint NOT NULL,
     owner text,
@@ -28,18 +31,20 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_leases (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON {s}.semaphore_leases (pool, borrow_key)
     WHERE borrow_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS semaphore_leases_lease ON {s}.semaphore_leases (lease);
 CREATE TABLE IF NOT EXISTS {s}.semaphore_waiters (
     pool uuid NOT NULL,
     waiter uuid NOT NULL,
     ticket bigint NOT NULL,
     alive_until bigint NOT NULL,
     backend integer,
+    slots bigint NOT NULL DEFAULT 1,
     PRIMARY KEY (pool, waiter)
 );
 
 DO $$ BEGIN
     CREATE TYPE {s}.semaphore_attempt AS (
-        o_status smallint, o_lease uuid, o_position bigint, o_token bigint, o_expires_at bigint);
+        o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint);
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
@@ -87,33 +92,39 @@ BEGIN
     RETURN FOUND;
 END $$;
 
--- R5, R6, R10, R11: one borrow attempt on one pool. status 0: granted
--- (the new lease, or the keyed one); 1: exhausted (expires_at is the
--- earliest expiry); 2: no such pool. A refused head keeps its place if
--- p_keep_place.
+-- R5, R6, R10, R11, R15: one borrow attempt of p_slots slots on one
+-- pool. status 0: granted (the new lease, or the keyed one, with its
+-- positions); 1: exhausted (expires_at is the earliest expiry); 2: no such
+-- pool. A borrower of n is granted only if n slots are free beyond the
+-- weights of the heads queued ahead of it. A refused head keeps its place
+-- if p_keep_place.
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow(
     p_pool uuid, p_lease uuid, p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
-    p_now bigint, p_backend integer, p_keep_place boolean)
-RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint, o_token bigint, o_expires_at bigint)
+    p_now bigint, p_backend integer, p_keep_place boolean, p_slots bigint)
+RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_count bigint; v_now bigint; v_held bigint; v_ticket bigint; v_alive bigint;
     v_ahead bigint; v_dropped bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
+    v_positions bigint[];
 BEGIN
     SELECT p.count INTO v_count FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint;
+        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
     v_now := {s}.semaphore_now(p_now);
     DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at <= v_now;
     DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.alive_until <= v_now;
     IF p_key IS NOT NULL THEN
-        SELECT l.lease, l.position, l.token, l.expires_at INTO v_id, v_pos, v_tok, v_exp
+        SELECT l.lease, l.token, l.expires_at INTO v_id, v_tok, v_exp
             FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.borrow_key = p_key;
         IF FOUND THEN
             DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
-            RETURN QUERY SELECT 0::smallint, v_id, v_pos, v_tok, v_exp;
+            RETURN QUERY SELECT 0::smallint, v_id,
+                ARRAY(SELECT l.position FROM {s}.semaphore_leases l
+                      WHERE l.pool = p_pool AND l.lease = v_id ORDER BY l.position),
+                v_tok, v_exp;
             RETURN;
         END IF;
     END IF;
@@ -122,47 +133,61 @@ BEGIN
         SELECT w.ticket, w.alive_until INTO v_ticket, v_alive
             FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
     END IF;
-    SELECT count(*) INTO v_ahead FROM {s}.semaphore_waiters w
+    SELECT coalesce(sum(w.slots), 0) INTO v_ahead FROM {s}.semaphore_waiters w
         WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807);
-    IF v_ahead > 0 AND v_count > v_held THEN
+    IF v_ahead > 0 AND v_count - v_held >= p_slots THEN
         -- Heads whose store's listener connection is gone: their process died.
-        DELETE FROM {s}.semaphore_waiters w
-            WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807)
-            AND w.backend IS NOT NULL
-            AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.backend);
-        GET DIAGNOSTICS v_dropped = ROW_COUNT;
+        WITH gone AS (
+            DELETE FROM {s}.semaphore_waiters w
+                WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807)
+                AND w.backend IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.backend)
+                RETURNING w.slots)
+        SELECT coalesce(sum(gone.slots), 0) INTO v_dropped FROM gone;
         v_ahead := v_ahead - v_dropped;
     END IF;
-    IF v_count - v_held > v_ahead THEN
+    IF v_count - v_held - v_ahead >= p_slots THEN
         SELECT max(l.position) INTO v_pos FROM {s}.semaphore_leases l WHERE l.pool = p_pool;
         IF v_pos IS NULL OR v_pos + 1 = v_held THEN
-            v_pos := v_held;
-        ELSE
-            SELECT min(c.p) INTO v_pos FROM (
+            v_positions := ARRAY(SELECT generate_series(v_held, v_held + p_slots - 1));
+        ELSIF p_slots = 1 THEN
+            SELECT ARRAY[min(c.p)] INTO v_positions FROM (
                 SELECT 0::bigint AS p
                 UNION ALL SELECT l.position + 1 FROM {s}.semaphore_leases l WHERE l.pool = p_pool
             ) c
             WHERE NOT EXISTS (
                 SELECT 1 FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.position = c.p);
+        ELSE
+            -- The p_slots lowest gaps: all of them lie at or below the
+            -- highest position held plus p_slots.
+            v_positions := ARRAY(
+                SELECT g FROM generate_series(0::bigint, v_pos + p_slots) g
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.position = g)
+                ORDER BY g LIMIT p_slots);
         END IF;
         v_tok := nextval('{s}.semaphore_tokens');
         v_exp := least(v_now + p_ttl, {max_ms});
         INSERT INTO {s}.semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key)
-            VALUES (p_pool, v_pos, p_lease, v_tok, v_exp, p_owner, p_key);
+            SELECT p_pool, p.p, p_lease, v_tok, v_exp,
+                CASE WHEN p.p = v_positions[1] THEN p_owner END,
+                CASE WHEN p.p = v_positions[1] THEN p_key END
+            FROM unnest(v_positions) AS p(p);
         DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
-        RETURN QUERY SELECT 0::smallint, p_lease, v_pos, v_tok, v_exp;
+        RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp;
         RETURN;
     END IF;
     IF p_waiter IS NOT NULL AND p_keep_place THEN
         IF v_ticket IS NULL THEN
-            INSERT INTO {s}.semaphore_waiters (pool, waiter, ticket, alive_until, backend)
-                VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + {waiter_ttl}, p_backend);
+            INSERT INTO {s}.semaphore_waiters (pool, waiter, ticket, alive_until, backend, slots)
+                VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + {waiter_ttl},
+                    p_backend, p_slots);
         ELSIF v_alive - v_now < {waiter_ttl} - {waiter_refresh} THEN
             UPDATE {s}.semaphore_waiters w SET alive_until = v_now + {waiter_ttl}
                 WHERE w.pool = p_pool AND w.waiter = p_waiter;
         END IF;
     END IF;
-    RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint, NULL::bigint,
+    RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
         (SELECT min(l.expires_at) FROM {s}.semaphore_leases l WHERE l.pool = p_pool);
 END $$;
 
@@ -172,8 +197,8 @@ END $$;
 -- never deadlock.
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow_all(
     p_pools uuid[], p_leases uuid[], p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
-    p_now bigint, p_backend integer)
-RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint, o_token bigint, o_expires_at bigint)
+    p_now bigint, p_backend integer, p_slots bigint[])
+RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_rows {s}.semaphore_attempt[] := '{}';
@@ -187,13 +212,14 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM {s}.semaphore_pools p WHERE p.pool = t.x)
         ORDER BY t.n LIMIT 1;
     IF v_missing IS NOT NULL THEN
-        RETURN QUERY SELECT 2::smallint, v_missing, NULL::bigint, NULL::bigint, NULL::bigint;
+        RETURN QUERY SELECT 2::smallint, v_missing, NULL::bigint[], NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
     BEGIN
         FOR i IN 1 .. cardinality(p_pools) LOOP
             SELECT * INTO v_row FROM {s}.semaphore_try_borrow(
-                p_pools[i], p_leases[i], p_ttl, p_waiter, p_key, p_owner, p_now, p_backend, false);
+                p_pools[i], p_leases[i], p_ttl, p_waiter, p_key, p_owner, p_now, p_backend, false,
+                p_slots[i]);
             v_blocked := v_blocked OR v_row.o_status <> 0;
             v_rows := v_rows || v_row;
         END LOOP;
@@ -205,7 +231,8 @@ BEGIN
         FOR i IN 1 .. cardinality(v_rows) LOOP
             IF v_rows[i].o_status = 1 THEN
                 PERFORM {s}.semaphore_try_borrow(
-                    p_pools[i], NULL, p_ttl, p_waiter, NULL, NULL, p_now, p_backend, true);
+                    p_pools[i], NULL, p_ttl, p_waiter, NULL, NULL, p_now, p_backend, true,
+                    p_slots[i]);
             END IF;
         END LOOP;
     END;
@@ -232,53 +259,61 @@ END $$;
 -- Moves an active lease's expiry to now + ttl. status 0: renewed; 1: not
 -- active; 2: no such pool.
 CREATE OR REPLACE FUNCTION {s}.semaphore_renew(p_pool uuid, p_lease uuid, p_ttl bigint, p_now bigint)
-RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint, o_token bigint, o_expires_at bigint)
+RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint)
 LANGUAGE plpgsql AS $$
-DECLARE v_now bigint; v_pos bigint; v_tok bigint; v_exp bigint;
+DECLARE v_now bigint; v_positions bigint[]; v_tok bigint; v_exp bigint;
 BEGIN
     PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint;
+        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
     v_now := {s}.semaphore_now(p_now);
-    UPDATE {s}.semaphore_leases l SET expires_at = least(v_now + p_ttl, {max_ms})
-        WHERE l.lease = p_lease AND l.pool = p_pool AND l.expires_at > v_now
-        RETURNING l.position, l.token, l.expires_at INTO v_pos, v_tok, v_exp;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint;
+    WITH renewed AS (
+        UPDATE {s}.semaphore_leases l SET expires_at = least(v_now + p_ttl, {max_ms})
+            WHERE l.lease = p_lease AND l.pool = p_pool AND l.expires_at > v_now
+            RETURNING l.position, l.token, l.expires_at)
+    SELECT array_agg(r.position ORDER BY r.position), min(r.token), min(r.expires_at)
+        INTO v_positions, v_tok, v_exp FROM renewed r;
+    IF v_positions IS NULL THEN
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
     PERFORM {s}.semaphore_wake(p_pool);
-    RETURN QUERY SELECT 0::smallint, p_lease, v_pos, v_tok, v_exp;
+    RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp;
 END $$;
 
--- Ends the active lease at a position, as a return would. status 0: ended
--- (with the lease); 1: none; 2: no such pool.
+-- Ends the active lease holding a position (all its slots, R15), as a
+-- return would. status 0: ended (with the lease); 1: none; 2: no such pool.
 CREATE OR REPLACE FUNCTION {s}.semaphore_force_return(p_pool uuid, p_position bigint, p_now bigint)
-RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint, o_token bigint,
+RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint,
     o_expires_at bigint, o_owner text, o_key text)
 LANGUAGE plpgsql AS $$
-DECLARE v_now bigint; v_row record;
+DECLARE v_now bigint; v_id uuid; v_positions bigint[]; v_tok bigint; v_exp bigint;
+    v_owner text; v_key text;
 BEGIN
     PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint,
+        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
             NULL::text, NULL::text;
         RETURN;
     END IF;
     v_now := {s}.semaphore_now(p_now);
-    DELETE FROM {s}.semaphore_leases l
-        WHERE l.pool = p_pool AND l.position = p_position AND l.expires_at > v_now
-        RETURNING l.lease, l.position, l.token, l.expires_at, l.owner, l.borrow_key INTO v_row;
+    SELECT l.lease INTO v_id FROM {s}.semaphore_leases l
+        WHERE l.pool = p_pool AND l.position = p_position AND l.expires_at > v_now;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint, NULL::bigint, NULL::bigint,
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
             NULL::text, NULL::text;
         RETURN;
     END IF;
+    WITH ended AS (
+        DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.lease = v_id
+            RETURNING l.position, l.token, l.expires_at, l.owner, l.borrow_key)
+    SELECT array_agg(e.position ORDER BY e.position), min(e.token), min(e.expires_at),
+        max(e.owner), max(e.borrow_key)
+        INTO v_positions, v_tok, v_exp, v_owner, v_key FROM ended e;
     PERFORM {s}.semaphore_wake(p_pool);
-    RETURN QUERY SELECT 0::smallint, v_row.lease, v_row.position, v_row.token, v_row.expires_at,
-        v_row.owner, v_row.borrow_key;
+    RETURN QUERY SELECT 0::smallint, v_id, v_positions, v_tok, v_exp, v_owner, v_key;
 END $$;
 
 -- R12: forgets a queued head's place, and wakes the next if it left.

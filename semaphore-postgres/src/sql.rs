@@ -11,7 +11,7 @@
 //! per statement, so every row is judged at one instant (R3).
 
 use semaphore_core::store::from_unix_ms;
-use semaphore_core::{Holder, Lease, LeaseId, PoolId};
+use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -48,11 +48,13 @@ pub(crate) struct TryBorrowArgs<'a> {
     pub(crate) backend: Option<i32>,
     /// Whether a refused head keeps (or takes) its place in the queue.
     pub(crate) keep_place: bool,
+    /// How many slots to grant as one lease (R15).
+    pub(crate) slots: i64,
 }
 
 impl TryBorrowArgs<'_> {
     /// The arguments with their types, for `query_typed`.
-    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 9] {
+    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 10] {
         [
             (&self.pool, Type::UUID),
             (&self.lease, Type::UUID),
@@ -63,6 +65,7 @@ impl TryBorrowArgs<'_> {
             (&self.now, Type::INT8),
             (&self.backend, Type::INT4),
             (&self.keep_place, Type::BOOL),
+            (&self.slots, Type::INT8),
         ]
     }
 }
@@ -77,6 +80,7 @@ pub(crate) const TRY_BORROW_ALL: &[Type] = &[
     Type::TEXT,
     Type::INT8,
     Type::INT4,
+    Type::INT8_ARRAY,
 ];
 
 impl Sql {
@@ -91,20 +95,28 @@ impl Sql {
             ),
             delete: f("SELECT {s}.semaphore_delete($1)"),
             try_borrow: f(
-                "SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                "SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             ),
             try_borrow_all: f(
-                "SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8)",
+                "SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             ),
             return_lease: f("SELECT {s}.semaphore_return($1, $2, $3)"),
             renew: f("SELECT * FROM {s}.semaphore_renew($1, $2, $3, $4)"),
+            // One row per lease, its rows' positions gathered (R15); the
+            // labels are on its lowest row only.
             holders: f(
                 "SELECT EXISTS (SELECT 1 FROM {s}.semaphore_pools WHERE pool = $1),
-                    l.lease, l.position, l.token, l.expires_at, l.owner, l.borrow_key
+                    l.lease, l.positions, l.token, l.expires_at, l.owner, l.borrow_key
                 FROM (SELECT 1) one
-                LEFT JOIN {s}.semaphore_leases l
-                    ON l.pool = $1 AND l.expires_at > (SELECT {s}.semaphore_now($2))
-                ORDER BY l.position",
+                LEFT JOIN (
+                    SELECT lease, array_agg(position ORDER BY position) AS positions,
+                        min(token) AS token, min(expires_at) AS expires_at,
+                        max(owner) AS owner, max(borrow_key) AS borrow_key
+                    FROM {s}.semaphore_leases
+                    WHERE pool = $1 AND expires_at > (SELECT {s}.semaphore_now($2))
+                    GROUP BY lease
+                ) l ON true
+                ORDER BY l.positions[1]",
             ),
             force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
             leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
@@ -114,7 +126,7 @@ impl Sql {
     }
 }
 
-/// What one attempt row says (`status, lease, position, token,
+/// What one attempt row says (`status, lease, positions, token,
 /// expires_at`).
 pub(crate) enum Attempt {
     Granted(Lease),
@@ -137,22 +149,26 @@ pub(crate) fn attempt(row: &Row, pool: PoolId) -> Result<Attempt, tokio_postgres
     })
 }
 
-/// A lease of `pool` from columns `lease, position, token, expires_at`
+/// A lease of `pool` from columns `lease, positions, token, expires_at`
 /// starting at `at`.
 pub(crate) fn lease(row: &Row, pool: PoolId, at: usize) -> Result<Lease, tokio_postgres::Error> {
     let id: uuid::Uuid = row.try_get(at)?;
-    let position: i64 = row.try_get(at + 1)?;
+    let positions: Vec<i64> = row.try_get(at + 1)?;
+    let positions: Vec<u32> = positions
+        .into_iter()
+        .map(|p| u32::try_from(p).unwrap_or(u32::MAX))
+        .collect();
     let token: i64 = row.try_get(at + 2)?;
-    Ok(Lease::new(
+    Ok(Lease::holding(
         LeaseId::from_uuid(id),
         pool,
-        u32::try_from(position).unwrap_or(u32::MAX),
+        Positions::new(positions).unwrap_or_else(|| Positions::one(0)),
         token.unsigned_abs(),
         instant(row.try_get(at + 3)?),
     ))
 }
 
-/// A holder from columns `lease, position, token, expires_at, owner,
+/// A holder from columns `lease, positions, token, expires_at, owner,
 /// borrow_key` starting at `at`.
 pub(crate) fn holder(row: &Row, pool: PoolId, at: usize) -> Result<Holder, tokio_postgres::Error> {
     Ok(Holder::new(

@@ -85,6 +85,7 @@ impl PostgresStore {
             now: self.now_param(),
             backend: self.listener_backend(),
             keep_place: false,
+            slots: i64::from(options.slots),
         };
         let rows = tx
             .query_typed(&self.statements().try_borrow, &args.typed())

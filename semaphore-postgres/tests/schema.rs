@@ -48,34 +48,68 @@ async fn a_missing_database_is_named_in_the_error() {
     assert!(shown.contains("3D000"), "{shown}");
 }
 
-/// A schema written at version 1 (the same tables, older functions) is
-/// migrated in place when a store of this version connects.
+/// A schema written at version 1 or 2 (the tables of version 2: a lease id
+/// unique, queued heads without a weight; older functions, one lease held)
+/// is migrated in place to version 3 when a store of this version
+/// connects, keeping its lease, and then grants weighted leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_schema_is_migrated() {
-    let schema = TestServer::fresh_schema();
-    drop(open(&schema).await.unwrap());
-    let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let version = format!("SELECT schema_version FROM \"{schema}\".semaphore_store");
-    client
-        .batch_execute(&format!(
-            "UPDATE \"{schema}\".semaphore_store SET schema_version = 1;
-             CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
-             RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;"
-        ))
-        .await
-        .unwrap();
-    let store = open(&schema)
-        .await
-        .expect("the version 1 schema was refused");
-    let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-    assert_eq!(found, 2);
-    let pool = semaphore_postgres::Pool::new(
-        std::sync::Arc::new(store),
-        semaphore_postgres::PoolId::from_name("p"),
-    );
-    pool.register(1).await.unwrap();
-    assert!(pool.delete().await.unwrap(), "the old function was kept");
+async fn a_version_1_or_2_schema_is_migrated() {
+    for old in [1, 2] {
+        let schema = TestServer::fresh_schema();
+        drop(open(&schema).await.unwrap());
+        let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let version = format!("SELECT schema_version FROM \"{schema}\".semaphore_store");
+        let pool_id = semaphore_postgres::PoolId::from_name("p");
+        client
+            .batch_execute(&format!(
+                "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
+                 ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN slots;
+                 DROP INDEX \"{schema}\".semaphore_leases_lease;
+                 ALTER TABLE \"{schema}\".semaphore_leases
+                     ADD CONSTRAINT semaphore_leases_lease_key UNIQUE (lease);
+                 CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
+                 RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;
+                 DROP FUNCTION \"{schema}\".semaphore_renew;
+                 CREATE FUNCTION \"{schema}\".semaphore_renew(
+                     p_pool uuid, p_lease uuid, p_ttl bigint, p_now bigint)
+                 RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint,
+                     o_token bigint, o_expires_at bigint)
+                 LANGUAGE sql AS $$ SELECT 1::smallint, NULL::uuid, NULL::bigint,
+                     NULL::bigint, NULL::bigint $$;
+                 INSERT INTO \"{schema}\".semaphore_pools VALUES ('{}', 3);
+                 INSERT INTO \"{schema}\".semaphore_leases VALUES
+                     ('{}', 0, gen_random_uuid(), 1, 9000000000000, NULL, NULL);",
+                pool_id.as_uuid(),
+                pool_id.as_uuid()
+            ))
+            .await
+            .unwrap();
+        let store = open(&schema)
+            .await
+            .unwrap_or_else(|e| panic!("the version {old} schema was refused: {e}"));
+        let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
+        assert_eq!(found, 3, "from version {old}");
+        let pool = semaphore_postgres::Pool::new(std::sync::Arc::new(store), pool_id);
+        assert_eq!(
+            pool.inspect().await.unwrap().in_use,
+            1,
+            "the lease was kept"
+        );
+        let two = pool
+            .borrow_n(
+                2,
+                std::time::Duration::from_secs(60),
+                std::time::Duration::ZERO,
+            )
+            .await
+            .unwrap();
+        assert_eq!(&two.positions[..], &[1, 2]);
+        pool.renew(two.lease(), std::time::Duration::from_secs(90))
+            .await
+            .expect("the old renew function was replaced");
+        assert!(pool.delete().await.unwrap(), "the old function was kept");
+    }
 }

@@ -4,3 +4,4 @@
 mod common;
 
 semaphore_core::store_conformance!(common::make);
+semaphore_core::store_queue_conformance!(common::make);

@@ -88,6 +88,7 @@ impl SqliteStore {
         options.validate(pool.limits())?;
         let now = self.time.now()?;
         let mut request = BorrowRequest::new(pool.id(), LeaseId::new(), ttl);
+        request.slots = options.slots;
         request.key = options.key.as_deref().map(Into::into);
         request.owner = options.owner.as_deref().map(Into::into);
         let exhausted = Error::Exhausted {

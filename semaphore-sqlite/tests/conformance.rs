@@ -17,3 +17,4 @@ async fn make(clock: Arc<ManualClock>) -> Fixture {
 }
 
 semaphore_core::store_conformance!(make);
+semaphore_core::store_queue_conformance!(make);

@@ -209,6 +209,22 @@ macro_rules! store_conformance {
     };
 }
 
+/// Expands the cases for a store that keeps a queue of heads shared by
+/// processes (the *Queued heads* part of
+/// [`Store`](crate::store::Store)'s contract), into `#[test]` functions.
+/// A store shared by processes runs them beside
+/// [`store_conformance!`](crate::store_conformance); an in-process store,
+/// which keeps no queue of its own, does not.
+#[macro_export]
+macro_rules! store_queue_conformance {
+    ($make:expr) => {
+        $crate::__conformance_cases!(
+            $make;
+            r15_a_store_queue_owes_each_head_its_weight,
+        );
+    };
+}
+
 /// Expands the model-based property test
 /// ([`conformance::model`](crate::conformance::model)) into one `#[test]`
 /// for a store: `PROPTEST_CASES` random sequences (default 10,000, or the

@@ -199,7 +199,13 @@ pub async fn r15_dropped_weighted_waiter_lets_smaller_ones_behind_it_move_up(f: 
     let pool = Pool::new(gated.clone(), PoolId::from_name("granted"));
     pool.register(2).await.unwrap();
     gated.arm(Stop::AfterGrant);
-    gated.drop_at_gate(pool.borrow_n(2, TTL, Duration::ZERO));
+    let borrow = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.borrow_n(2, TTL, Duration::ZERO).await.map(drop) })
+    };
+    gated.caught().await;
+    borrow.abort();
+    assert!(borrow.await.unwrap_err().is_cancelled());
     gated.release();
     gated.until_quiet().await;
     until_in_use(&pool, 0).await;
@@ -267,4 +273,46 @@ pub async fn r15_lowered_count_counts_every_slot_held(f: Fixture) {
         Err(Error::Exhausted { .. })
     ));
     assert_eq!(take(&pool, 1).await.position, 0);
+}
+
+/// R11 with weights (R15) across processes, for a store that keeps a
+/// queue of heads shared by processes (SQLite, PostgreSQL, Redis; not in
+/// the macro, since an in-process store keeps none): a queued head of 3 is
+/// owed 3 slots, not one, so a later borrower of 1 is refused while only 2
+/// are free, and the head gets all 3 once they are. Driven through
+/// [`Store`](crate::store::Store) with two waiter ids, as two processes'
+/// heads would ask.
+pub async fn r15_a_store_queue_owes_each_head_its_weight(f: Fixture) {
+    use crate::LeaseId;
+    use crate::store::{BorrowRequest, TryBorrow, WaiterId};
+    let id = PoolId::from_name("owed");
+    let pool = Pool::new(f.store.clone(), id);
+    pool.register(3).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(take(&pool, 1).await);
+    }
+    let ask = |waiter: WaiterId, slots: u32| {
+        let store = f.store.clone();
+        async move {
+            let mut request = BorrowRequest::new(id, LeaseId::new(), TTL);
+            request.waiter = Some(waiter);
+            request.slots = slots;
+            store.try_borrow(&request).await.unwrap()
+        }
+    };
+    let (big, small) = (WaiterId::new(), WaiterId::new());
+    assert!(matches!(ask(big, 3).await, TryBorrow::Exhausted { .. }));
+    assert!(pool.return_lease(held[0].id).await.unwrap());
+    assert!(pool.return_lease(held[1].id).await.unwrap());
+    assert!(
+        matches!(ask(small, 1).await, TryBorrow::Exhausted { .. }),
+        "a borrower of 1 took a slot owed to the queued head of 3"
+    );
+    assert!(pool.return_lease(held[2].id).await.unwrap());
+    match ask(big, 3).await {
+        TryBorrow::Granted { lease } => assert_eq!(&lease.positions[..], &[0, 1, 2]),
+        other => panic!("the head of 3 was refused: {other:?}"),
+    }
+    f.store.leave_queue(id, small).await.unwrap();
 }
