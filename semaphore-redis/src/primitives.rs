@@ -93,7 +93,8 @@ impl Store for RedisStore {
             .arg(ms(request.ttl))
             .arg(waiter_label(request.waiter))
             .arg(label(request.key.as_deref()))
-            .arg(label(request.owner.as_deref()));
+            .arg(label(request.owner.as_deref()))
+            .arg(request.slots);
         let value = self.run("borrow", &call).await;
         if let Err(e) = &value
             && timed_out(e)
@@ -122,6 +123,9 @@ impl Store for RedisStore {
             .arg(label(head.owner.as_deref()));
         for request in requests {
             call.arg(request.lease.as_uuid().to_string());
+        }
+        for request in requests {
+            call.arg(request.slots);
         }
         let value = self.run("borrow", &call).await;
         if let Err(e) = &value

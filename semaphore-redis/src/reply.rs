@@ -2,7 +2,7 @@
 
 use redis::Value;
 use semaphore_core::store::from_unix_ms;
-use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, Result};
+use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, Positions, Result};
 
 use crate::error::malformed;
 
@@ -58,29 +58,49 @@ fn lease_id(operation: &'static str, value: &Value) -> Result<LeaseId> {
         .map_err(|_| malformed(operation, "a lease id that is not a UUID"))
 }
 
-/// `[id, position, token, expiry]` as a lease of `pool`.
-fn lease(operation: &'static str, pool: PoolId, fields: &[Value]) -> Result<Lease> {
+/// `[id, position, token, expiry]` as a lease of `pool`, holding the
+/// positions of the array at `fields[positions]` (R15), or `position`
+/// alone if there is none there.
+fn lease(
+    operation: &'static str,
+    pool: PoolId,
+    fields: &[Value],
+    positions: usize,
+) -> Result<Lease> {
     let [id, position, token, expiry, ..] = fields else {
         return Err(malformed(operation, "a short lease"));
     };
-    Ok(Lease::new(
+    let lowest = u32_of(operation, position)?;
+    let positions = match fields.get(positions) {
+        Some(Value::Array(all)) => {
+            let all = all
+                .iter()
+                .map(|p| u32_of(operation, p))
+                .collect::<Result<Vec<_>>>()?;
+            Positions::new(all)
+                .filter(|ps| ps.lowest() == lowest)
+                .ok_or_else(|| malformed(operation, "positions that do not fit the lease"))?
+        }
+        _ => Positions::one(lowest),
+    };
+    Ok(Lease::holding(
         lease_id(operation, id)?,
         pool,
-        u32_of(operation, position)?,
+        positions,
         u64_of(operation, token)?,
         from_unix_ms(u64_of(operation, expiry)?),
     ))
 }
 
-/// `[status, ...]`: 0 granted (`id, position, token, expiry`), 1 refused
-/// (`_, _, _, next look`), 2 no pool, 3 had room.
+/// `[status, ...]`: 0 granted (`id, position, token, expiry, positions`),
+/// 1 refused (`_, _, _, next look`), 2 no pool, 3 had room.
 pub(crate) fn attempt(operation: &'static str, pool: PoolId, value: Value) -> Result<Attempt> {
     let fields = items(operation, value)?;
     let Some(status) = fields.first() else {
         return Err(malformed(operation, "an empty reply"));
     };
     match int(operation, status)? {
-        0 => Ok(Attempt::Granted(lease(operation, pool, &fields[1..])?)),
+        0 => Ok(Attempt::Granted(lease(operation, pool, &fields[1..], 4)?)),
         1 => Ok(Attempt::Exhausted(match fields.get(4) {
             None | Some(Value::Nil) => None,
             Some(at) => Some(u64_of(operation, at)?),
@@ -91,10 +111,11 @@ pub(crate) fn attempt(operation: &'static str, pool: PoolId, value: Value) -> Re
     }
 }
 
-/// `[id, position, token, expiry, owner, key]` as a holder of `pool`.
+/// `[id, position, token, expiry, owner, key, positions]` as a holder of
+/// `pool`.
 pub(crate) fn holder(operation: &'static str, pool: PoolId, value: Value) -> Result<Holder> {
     let fields = items(operation, value)?;
-    let lease = lease(operation, pool, &fields)?;
+    let lease = lease(operation, pool, &fields, 6)?;
     let label = |i: usize| fields.get(i).map_or(Ok(None), |v| text(operation, v));
     Ok(Holder::new(lease, label(4)?, label(5)?))
 }

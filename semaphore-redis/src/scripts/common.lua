@@ -1,12 +1,15 @@
 -- The Redis store's primitives: what both scripts share.
 --
 -- KEYS: 8 per pool, all under the pool's hash tag {<pool id>} (one
--- cluster slot per pool): pool (hash: count, grace, ticket), leases (hash:
--- lease id -> JSON record {p, t, e, o, k}), exp (zset: lease id by expiry),
--- pos (zset: lease id by position), keys (hash: idempotency key -> lease
--- id), queue (zset: queued head by ticket), alive (zset: queued head by the
--- time its place lapses), token (string: the last fencing token, kept for
--- a day after a delete).
+-- cluster slot per pool): pool (hash: count, grace, ticket, and 'w:' ..
+-- head for a queued head waiting for more than one slot), leases (hash:
+-- lease id -> JSON record {p, t, e, o, k}, with ps, every position, for a
+-- lease of several slots, R15), exp (zset: lease id by expiry), pos (zset:
+-- one member per held position: the lease id at its lowest position, 'id:p'
+-- at its others; so in_use is its size), keys (hash: idempotency key ->
+-- lease id), queue (zset: queued head by ticket), alive (zset: queued head
+-- by the time its place lapses), token (string: the last fencing token,
+-- kept for a day after a delete).
 --
 -- ARGV: 1 the operation, 2 the test's now in unix ms or '' (the server's
 -- clock decides, SPEC "Time"), 3 the longest time stored (ms), 4 a queued
@@ -59,11 +62,33 @@ local function record(k, id)
     return cjson.decode(raw)
 end
 
+-- The positions of lease record r, lowest first (R15).
+local function positions(r)
+    if r.ps then return r.ps end
+    return {tonumber(r.p)}
+end
+
+-- The pos member of position p of lease id whose lowest position is low.
+local function member(id, p, low)
+    if p == low then return id end
+    return id .. ':' .. fmt(p)
+end
+
 local function drop_lease(k, id, r)
     if r and r.k then redis.call('HDEL', k.keys, r.k) end
     redis.call('HDEL', k.leases, id)
     redis.call('ZREM', k.exp, id)
     redis.call('ZREM', k.pos, id)
+    if r and r.ps then
+        for _, p in ipairs(r.ps) do redis.call('ZREM', k.pos, member(id, p, tonumber(r.p))) end
+    end
+end
+
+-- Forgets a queued head: its place, its heartbeat and its weight.
+local function forget(k, w)
+    redis.call('ZREM', k.queue, w)
+    redis.call('ZREM', k.alive, w)
+    redis.call('HDEL', k.pool, 'w:' .. w)
 end
 
 -- Forgets expired leases (R7) and queued heads whose process stopped asking.
@@ -72,8 +97,7 @@ local function reap(k)
         drop_lease(k, id, record(k, id))
     end
     for _, w in ipairs(redis.call('ZRANGEBYSCORE', k.alive, '-inf', now_ms)) do
-        redis.call('ZREM', k.queue, w)
-        redis.call('ZREM', k.alive, w)
+        forget(k, w)
     end
 end
 
@@ -85,16 +109,15 @@ local function wake(k)
 end
 
 local function leave(k, waiter)
-    if waiter then
-        redis.call('ZREM', k.queue, waiter)
-        redis.call('ZREM', k.alive, waiter)
-    end
+    if waiter then forget(k, waiter) end
 end
 
+-- Replies carry every position last (R15): the lowest alone is field 3.
 local function lease_reply(id, r)
-    return {0, id, tonumber(r.p), tonumber(r.t), tonumber(r.e)}
+    return {0, id, tonumber(r.p), tonumber(r.t), tonumber(r.e), positions(r)}
 end
 
 local function holder_reply(id, r)
-    return {id, tonumber(r.p), tonumber(r.t), tonumber(r.e), r.o or false, r.k or false}
+    return {id, tonumber(r.p), tonumber(r.t), tonumber(r.e), r.o or false, r.k or false,
+        positions(r)}
 end

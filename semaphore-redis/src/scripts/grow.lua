@@ -23,60 +23,79 @@ local function keyed(k, key)
     return lease_reply(id, record(k, id))
 end
 
--- Free slots beyond those owed to the heads queued ahead of `waiter` (R11).
+-- Free slots beyond those owed to the heads queued ahead of `waiter`
+-- (R11), each owed its weight (R15).
 local function room(k, st, waiter)
     if in_grace(st) then return 0 end
-    local held = redis.call('ZCARD', k.exp)
+    local held = redis.call('ZCARD', k.pos)
     local ticket = waiter and redis.call('ZSCORE', k.queue, waiter)
-    local ahead
+    local ahead = 0
+    local heads
     if ticket then
-        ahead = redis.call('ZCOUNT', k.queue, '-inf', '(' .. ticket)
+        heads = redis.call('ZRANGEBYSCORE', k.queue, '-inf', '(' .. ticket)
     else
-        ahead = redis.call('ZCARD', k.queue)
+        heads = redis.call('ZRANGE', k.queue, 0, -1)
+    end
+    for _, w in ipairs(heads) do
+        ahead = ahead + tonumber(redis.call('HGET', k.pool, 'w:' .. w) or '1')
     end
     return st.count - held - ahead
 end
 
--- The lowest position no active lease holds (R6).
-local function lowest_free(k)
-    local n = redis.call('ZCARD', k.pos)
-    if n == 0 then return 0 end
-    local last = redis.call('ZRANGE', k.pos, -1, -1, 'WITHSCORES')
-    if tonumber(last[2]) == n - 1 then return n end
-    local taken = redis.call('ZRANGE', k.pos, 0, -1, 'WITHSCORES')
-    local want = 0
-    for i = 2, #taken, 2 do
-        local p = tonumber(taken[i])
-        if p ~= want then break end
+-- The n lowest positions no active lease holds (R6, R15).
+local function lowest_free(k, n)
+    local held = redis.call('ZCARD', k.pos)
+    local free, want = {}, 0
+    if held > 0 then
+        local last = redis.call('ZRANGE', k.pos, -1, -1, 'WITHSCORES')
+        if tonumber(last[2]) == held - 1 then
+            want = held
+        else
+            local taken = redis.call('ZRANGE', k.pos, 0, -1, 'WITHSCORES')
+            for i = 2, #taken, 2 do
+                local p = tonumber(taken[i])
+                while want < p and #free < n do
+                    free[#free + 1] = want
+                    want = want + 1
+                end
+                if #free >= n then break end
+                want = p + 1
+            end
+        end
+    end
+    while #free < n do
+        free[#free + 1] = want
         want = want + 1
     end
-    return want
+    return free
 end
 
 -- The last token this call granted: a multi-pool grant's tokens grow in
 -- the order of its pools.
 local granted_token = 0
 
-local function grant(k, id, ttl, owner, key)
-    local pos = lowest_free(k)
+local function grant(k, id, ttl, owner, key, n)
+    local ps = lowest_free(k, n)
     local last = tonumber(redis.call('GET', k.token) or '0')
     local token = math.max(last + 1, now_us, granted_token + 1)
     granted_token = token
     redis.call('SET', k.token, fmt(token))
     local exp = math.min(now_ms + ttl, MAX_MS)
-    local r = {p = pos, t = fmt(token), e = fmt(exp), o = owner, k = key}
+    local r = {p = ps[1], t = fmt(token), e = fmt(exp), o = owner, k = key}
+    if n > 1 then r.ps = ps end
     redis.call('HSET', k.leases, id, cjson.encode(r))
     redis.call('ZADD', k.exp, exp, id)
-    redis.call('ZADD', k.pos, pos, id)
+    for _, p in ipairs(ps) do redis.call('ZADD', k.pos, p, member(id, p, ps[1])) end
     if key then redis.call('HSET', k.keys, key, id) end
-    return {0, id, pos, token, exp}
+    return {0, id, ps[1], token, exp, ps}
 end
 
--- Keeps a refused head's place, or refreshes its heartbeat.
-local function queue(k, waiter)
+-- Keeps a refused head's place and weight, or refreshes its heartbeat.
+local function queue(k, waiter, n)
     if not waiter then return end
     if not redis.call('ZSCORE', k.queue, waiter) then
         redis.call('ZADD', k.queue, redis.call('HINCRBY', k.pool, 'ticket', 1), waiter)
+        if n > 1 then redis.call('HSET', k.pool, 'w:' .. waiter, n) end
     end
     redis.call('ZADD', k.alive, now_ms + WAITER_TTL, waiter)
 end
@@ -111,34 +130,35 @@ if op == 'register' then
         reap(k)
     end
     wake(k)
-    return {count, redis.call('ZCARD', k.exp), tonumber(redis.call('HGET', k.pool, 'grace'))}
+    return {count, redis.call('ZCARD', k.pos), tonumber(redis.call('HGET', k.pool, 'grace'))}
 end
 
 if op == 'borrow' then
-    -- R5, R6, R10, R11. {0, lease, position, token, expiry}, {1, _, _, _,
-    -- next look} or {2}.
+    -- R5, R6, R10, R11, R15. {0, lease, position, token, expiry,
+    -- positions}, {1, _, _, _, next look} or {2}.
     local k = K(1)
     local st = load(k)
     if not st then return {2} end
     local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
+    local n = tonumber(ARGV[A + 5])
     local found = keyed(k, key)
     if found then
         leave(k, waiter)
         return found
     end
-    if room(k, st, waiter) > 0 then
+    if room(k, st, waiter) >= n then
         leave(k, waiter)
-        return grant(k, id, ttl, owner, key)
+        return grant(k, id, ttl, owner, key, n)
     end
-    queue(k, waiter)
+    queue(k, waiter, n)
     return refusal(k, st)
 end
 
 if op == 'borrow_all' then
     -- All or nothing over n pools: one reply per pool as borrow's, or {{2,
     -- i}} for the first unknown pool. When refused, the pools that had room
-    -- answer {3}.
+    -- answer {3}. After the n lease ids come the n weights.
     local n, ttl = tonumber(ARGV[A]), tonumber(ARGV[A + 1])
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
     local ks, sts = {}, {}
@@ -152,7 +172,7 @@ if op == 'borrow_all' then
         replies[i] = keyed(ks[i], key)
         if not replies[i] then
             local pool = ks[i].pool
-            need[pool] = (need[pool] or 0) + 1
+            need[pool] = (need[pool] or 0) + tonumber(ARGV[A + 4 + n + i])
             if room(ks[i], sts[i], waiter) < need[pool] then
                 replies[i] = refusal(ks[i], sts[i])
                 blocked = true
@@ -164,13 +184,14 @@ if op == 'borrow_all' then
             if not replies[i] then
                 replies[i] = {3}
             elseif replies[i][1] == 1 then
-                queue(ks[i], waiter)
+                queue(ks[i], waiter, tonumber(ARGV[A + 4 + n + i]))
             end
         end
         return replies
     end
     for i = 1, n do
-        replies[i] = keyed(ks[i], key) or grant(ks[i], ARGV[A + 4 + i], ttl, owner, key)
+        replies[i] = keyed(ks[i], key)
+            or grant(ks[i], ARGV[A + 4 + i], ttl, owner, key, tonumber(ARGV[A + 4 + n + i]))
         leave(ks[i], waiter)
     end
     return replies

@@ -15,7 +15,7 @@ if op == 'inspect' then
     local count = redis.call('HGET', k.pool, 'count')
     if not count then return {} end
     reap(k)
-    return {tonumber(count), redis.call('ZCARD', k.exp)}
+    return {tonumber(count), redis.call('ZCARD', k.pos)}
 end
 
 if op == 'delete' then
@@ -44,7 +44,8 @@ if op == 'return' then
 end
 
 if op == 'renew' then
-    -- {0, lease, position, token, expiry}, {1} if not active, {2} if no pool.
+    -- {0, lease, position, token, expiry, positions}, {1} if not active, {2}
+    -- if no pool.
     local k = K(1)
     if not exists(k) then return {2} end
     local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
@@ -59,24 +60,28 @@ if op == 'renew' then
 end
 
 if op == 'holders' then
-    -- {0, holder...} by position, or {2}.
+    -- {0, holder...} by lowest position, or {2}.
     local k = K(1)
     if not exists(k) then return {2} end
     reap(k)
     local out = {0}
-    for _, id in ipairs(redis.call('ZRANGE', k.pos, 0, -1)) do
-        out[#out + 1] = holder_reply(id, record(k, id))
+    for _, m in ipairs(redis.call('ZRANGE', k.pos, 0, -1)) do
+        if not string.find(m, ':', 1, true) then
+            out[#out + 1] = holder_reply(m, record(k, m))
+        end
     end
     return out
 end
 
 if op == 'force_return' then
-    -- {0, holder} if an active lease held the position, {1} if none, {2}.
+    -- {0, holder} if an active lease held the position (any of its
+    -- positions, R15), {1} if none, {2}.
     local k = K(1)
     if not exists(k) then return {2} end
     reap(k)
     local pos = ARGV[A]
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', k.pos, pos, pos)) do
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', k.pos, pos, pos)) do
+        local id = string.match(m, '^[^:]+')
         local r = record(k, id)
         drop_lease(k, id, r)
         wake(k)
@@ -90,6 +95,7 @@ if op == 'leave_queue' then
     local k = K(1)
     local left = redis.call('ZREM', k.queue, ARGV[A])
     redis.call('ZREM', k.alive, ARGV[A])
+    redis.call('HDEL', k.pool, 'w:' .. ARGV[A])
     if left == 1 then
         wake(k)
         return 1
