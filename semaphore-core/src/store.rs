@@ -191,9 +191,15 @@ impl TryBorrowAll {
 ///   `UNIX_EPOCH..=`[`max_time`], to whole milliseconds. In test mode a
 ///   store takes the test's manual clock for its deciding clock, so that
 ///   expiry is tested without sleeping.
-/// - **Lowest free.** A grant takes the position that
-///   [`lowest_free`] names for the active leases (R6),
-///   and only while `in_use < count` (R10).
+/// - **Lowest free.** A grant of [`BorrowRequest::slots`] `n` takes the
+///   `n` positions that [`lowest_free_n`] names for the active leases (R6,
+///   R15), and only while `in_use + n <= count` (R10), where `in_use`
+///   counts the slots the active leases hold, not the leases.
+/// - **Weighted leases** (R15). A lease of `n` slots has one id, one token
+///   and one expiry; a return, renewal, forced return (from any of its
+///   positions) or expiry acts on all `n`, and [`Store::holders`] lists it
+///   once, by its lowest position, with every position in
+///   [`Lease::positions`](crate::Lease::positions).
 /// - **Tokens.** Each grant's token is strictly greater than every token
 ///   the store granted before for that pool id, also across delete and
 ///   register again (R9). A store-wide counter satisfies this.
@@ -210,10 +216,15 @@ impl TryBorrowAll {
 ///   [`Error::PoolNotFound`](crate::Error::PoolNotFound); `delete` reports
 ///   `false`; `return_lease` reports `false` (R8).
 /// - **Queued heads.** A store shared by processes may remember each
-///   [`BorrowRequest::waiter`] it answered `Exhausted`, serve them first come
-///   first served, and must forget one on a grant to it, on
-///   [`Store::leave_queue`], and when it stops asking (a crashed process). An
-///   in-process store may ignore waiters: the core's queue already orders them.
+///   [`BorrowRequest::waiter`] it answered `Exhausted`, with its number of
+///   slots, serve them first come first served, and must forget one on a
+///   grant to it, on [`Store::leave_queue`], and when it stops asking (a
+///   crashed process). A borrower of `n` is then granted only if `n` slots
+///   are free beyond the slots owed to the heads queued ahead of it, each
+///   owed its own weight (R11 with weights; the suite's
+///   `store_queue_conformance!` (feature `conformance`) checks
+///   it). An in-process store may ignore waiters: the core's queue already
+///   orders them.
 /// - **No waiting.** No method waits for a slot; waiting is the core's.
 /// - **Validation.** Arguments arrive checked and clamped against
 ///   [`Limits`](crate::Limits); a store need not check them again.
@@ -241,9 +252,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// store must keep its token counter past the delete (R9).
     async fn delete(&self, pool: PoolId) -> Result<bool>;
 
-    /// Grants the lowest free slot if `in_use < count` (R5, R6, R10), with
-    /// the request's lease id, for the request's ttl from the step's reading
-    /// of the deciding clock.
+    /// Grants the request's number of slots, the lowest free, if
+    /// `in_use + slots <= count` (R5, R6, R10, R15), with the request's lease
+    /// id, for the request's ttl from the step's reading of the deciding
+    /// clock.
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow>;
 
     /// One atomic step over several pools: grants every request as
@@ -275,8 +287,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// one instant.
     async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>>;
 
-    /// Ends the lease at `position` of `pool` if one is active, as a return
-    /// would; the lease it ended.
+    /// Ends the lease holding `position` of `pool` (any of its positions,
+    /// R15) if one is active, as a return would; the lease it ended.
     async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>>;
 
     /// [`try_borrow`](Store::try_borrow) answered at once, without a future,
