@@ -175,7 +175,7 @@ pub(crate) async fn delete(
     ),
     request_body = wire::Borrow,
     responses(
-        (status = 200, description = "The lowest free slot", body = wire::Granted),
+        (status = 200, description = "The lowest free slot (the lowest `slots` free, with `slots`)", body = wire::Granted),
         (status = 400, description = "Bad input", body = crate::error::ErrorBody),
         (status = 404, description = "No such pool", body = crate::error::ErrorBody),
         (status = 409, description = "No resource available within the wait", body = crate::error::ErrorBody),
@@ -198,6 +198,9 @@ pub(crate) async fn borrow(
         None => Duration::ZERO,
     };
     let mut options = BorrowOptions::new();
+    if let Some(slots) = &request.slots {
+        options = options.slots(wire::slots(slots, app.limits.max_count)?);
+    }
     if let Some(key) = headers.get("idempotency-key") {
         let key = key
             .to_str()

@@ -20,7 +20,7 @@ const NAMESPACE: Uuid = Uuid::from_u128(0x6d2f_0b7e_4c1a_4f55_9a3e_5b1c_8e27_d30
 
 /// The key to keep for client key `key` and request `body`.
 pub(crate) fn stored(key: &str, body: &wire::Borrow) -> String {
-    let canonical = format!(
+    let mut canonical = format!(
         "ttl={};wait={};owner={:?}",
         body.ttl,
         body.wait
@@ -28,6 +28,11 @@ pub(crate) fn stored(key: &str, body: &wire::Borrow) -> String {
             .map_or_else(|| "0".to_string(), ToString::to_string),
         body.owner
     );
+    // Only when given, so that a body without it keeps the key it had
+    // before weighted borrows.
+    if let Some(slots) = &body.slots {
+        canonical.push_str(&format!(";slots={slots}"));
+    }
     format!(
         "{}#{}",
         prefix(key),

@@ -19,7 +19,8 @@ pub(crate) struct Register {
     pub(crate) count: serde_json::Number,
 }
 
-/// `POST /l/{id}/borrow`: `wait` defaults to 0; `owner` is an extension.
+/// `POST /l/{id}/borrow`: `wait` defaults to 0; `slots` and `owner` are
+/// extensions.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Borrow {
@@ -32,6 +33,13 @@ pub(crate) struct Borrow {
     #[serde(default)]
     #[schema(value_type = Option<f64>, minimum = 0.0)]
     pub(crate) wait: Option<serde_json::Number>,
+    /// How many slots the lease holds (SPEC R15): default 1, at most the
+    /// server's max count. The lease holds the lowest free positions, all
+    /// returned, renewed and expired together; a borrow of more slots than
+    /// the pool's count waits for the count to be raised.
+    #[serde(default)]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub(crate) slots: Option<serde_json::Number>,
     /// A label saying who holds the lease (1-64 bytes, printable).
     #[serde(default)]
     #[schema(min_length = 1, max_length = 64)]
@@ -89,18 +97,22 @@ impl State {
     }
 }
 
-/// A granted or renewed lease: the seed's four fields, then `token` and
-/// `expires_at_ms`.
+/// A granted or renewed lease: the seed's four fields, then `token`,
+/// `expires_at_ms` and `positions`.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Granted {
     /// The lease's id: keep it secret, it returns the lease.
     #[schema(value_type = uuid::Uuid)]
     lease: String,
+    /// The lowest of `positions`: the slot, for a lease of one.
     position: u32,
     expires_at_unix: u64,
     expires_in: u64,
     token: u64,
     expires_at_ms: u64,
+    /// Every position the lease holds, lowest first (one unless `slots`
+    /// asked for more).
+    positions: Vec<u32>,
 }
 
 impl Granted {
@@ -112,6 +124,7 @@ impl Granted {
             expires_in: seconds_left(lease, now),
             token: lease.token,
             expires_at_ms: unix_ms(lease.expires_at),
+            positions: lease.positions.to_vec(),
         }
     }
 }
@@ -119,7 +132,10 @@ impl Granted {
 /// A holder in `GET /l/{id}/leases`: never its lease id.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Holder {
+    /// The lowest of `positions`.
     position: u32,
+    /// Every position the lease holds, lowest first.
+    positions: Vec<u32>,
     token: u64,
     owner: Option<String>,
     expires_at_unix: u64,
@@ -130,6 +146,7 @@ impl Holder {
     pub(crate) fn new(holder: &semaphore_core::Holder, now: SystemTime) -> Self {
         Self {
             position: holder.lease.position,
+            positions: holder.lease.positions.to_vec(),
             token: holder.lease.token,
             owner: holder.owner.clone(),
             expires_at_unix: unix_ms(holder.lease.expires_at) / 1000,
@@ -192,6 +209,17 @@ pub(crate) fn count(n: &serde_json::Number, max: u32) -> Result<u32, ApiError> {
                 Some("count"),
             )
         })
+}
+
+/// A borrow's number of slots: a whole number in `1..=max` (`2` or
+/// `2.0`), or a 400 naming `slots`.
+pub(crate) fn slots(n: &serde_json::Number, max: u32) -> Result<u32, ApiError> {
+    count(n, max).ok().filter(|s| *s >= 1).ok_or_else(|| {
+        ApiError::bad_request(
+            format!("slots must be a whole number from 1 to {max}, got {n}"),
+            Some("slots"),
+        )
+    })
 }
 
 /// Seconds as a duration: a finite number `>= 0` (`> 0` if `positive`).
