@@ -58,7 +58,8 @@ pub(crate) enum Command {
     Return(LeaseArgs),
     /// Renew a lease to a new ttl from now, keeping its position and token.
     Renew(RenewArgs),
-    /// List a pool's holders: position, token, owner, expiry (ms), lease id.
+    /// List a pool's holders: positions (0,1 for a lease of two slots),
+    /// token, owner, expiry (ms), lease id.
     Holders(PoolArgs),
 }
 
@@ -73,6 +74,10 @@ pub(crate) struct BorrowArgs {
     /// How long to wait for a slot: a duration or inf.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = wait)]
     pub(crate) wait: Duration,
+    /// Hold N slots as one lease (SPEC R15); SEMAPHORE_POSITIONS lists them.
+    #[arg(long, value_name = "N", default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) slots: u32,
     /// The lease's ttl.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     pub(crate) ttl: Duration,
@@ -191,8 +196,15 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     pub(crate) ttl: Duration,
 
+    /// Hold N slots as one lease (SPEC R15): the N lowest free positions,
+    /// given to CMD as SEMAPHORE_POSITIONS (0,1); waits until N are free
+    /// at once, ahead of any later borrower.
+    #[arg(long, value_name = "N", default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) slots: u32,
+
     /// Devices, one per position (0,2,5): CMD gets CUDA_VISIBLE_DEVICES set
-    /// to the one at its position.
+    /// to the device of each of its positions (2,5 for positions 1 and 2).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub(crate) devices: Option<Vec<String>>,
 
@@ -205,7 +217,8 @@ pub(crate) struct RunArgs {
     pub(crate) shell: bool,
 
     /// The command and its arguments; `{position}` in one is replaced by the
-    /// slot's position.
+    /// slot's position (the lowest, with --slots), `{positions}` by them all
+    /// (0,1).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<String>,
 }

@@ -32,7 +32,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             if let Some(count) = args.count {
                 pool.register(count).await.map_err(Exit::from_store)?;
             }
-            let lease = match pool.borrow(args.ttl, args.wait).await {
+            let lease = match pool.borrow_n(args.slots, args.ttl, args.wait).await {
                 Ok(guard) => guard.forget(),
                 Err(semaphore_core::Error::Exhausted { waited, .. }) => {
                     return Err(Exit::exhausted(&name, waited, args.exhausted_code));
@@ -40,6 +40,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
                 Err(e) => return Err(Exit::from_store(e)),
             };
             println!("export SEMAPHORE_POSITION={}", lease.position);
+            println!("export SEMAPHORE_POSITIONS={}", lease.positions);
             println!("export SEMAPHORE_TOKEN={}", lease.token);
             println!("export SEMAPHORE_LEASE_ID={}", lease.id);
             println!("export SEMAPHORE_POOL='{}'", name.replace('\'', "'\\''"));
@@ -91,6 +92,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
                 if args.json {
                     let line = serde_json::json!({
                         "position": h.lease.position,
+                        "positions": &h.lease.positions[..],
                         "token": h.lease.token,
                         "owner": h.owner,
                         "expires_at_ms": expires,
@@ -99,9 +101,10 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
                     println!("{line}");
                 } else {
                     let owner = h.owner.as_deref().unwrap_or("-");
+                    // A lease of several slots shows them all: 0,1.
                     println!(
                         "{} {} {owner} {expires} {}",
-                        h.lease.position, h.lease.token, h.lease.id
+                        h.lease.positions, h.lease.token, h.lease.id
                     );
                 }
             }

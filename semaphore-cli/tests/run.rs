@@ -293,3 +293,54 @@ fn runs_on_a_redis_server() {
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(said.starts_with("0 "), "{said}");
 }
+
+/// R15: `--slots 2` holds two slots as one lease while CMD runs; CMD gets
+/// both positions and the device of each, and both come back when it ends.
+/// A 2-GPU job on a 4-GPU pool with slot 0 taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_two_gives_the_command_two_positions_and_their_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("gpus.db");
+    let pool = pool(&db, "gpus");
+    pool.register(4).await.unwrap();
+    let first = pool
+        .borrow(Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    let output = run(
+        &db,
+        &[
+            "--pool",
+            "gpus",
+            "--slots",
+            "2",
+            "--devices",
+            "gpu-a,gpu-b,gpu-c,gpu-d",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$SEMAPHORE_POSITION $SEMAPHORE_POSITIONS $CUDA_VISIBLE_DEVICES {positions}\"",
+        ],
+    )
+    .stderr(Stdio::inherit())
+    .output()
+    .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "1 1,2 gpu-b,gpu-c 1,2"
+    );
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1, "both came back");
+    drop(first);
+
+    // More slots than the largest count allowed: a usage error, nothing held.
+    let output = run(&db, &["--pool", "gpus", "--slots", "1001", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(output), 64);
+    let output = run(&db, &["--pool", "gpus", "--slots", "0", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(output), 64, "clap refuses 0");
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0);
+}

@@ -54,7 +54,8 @@ impl Cmd {
     }
 
     /// Starts the command in process group `group` (the guardian's), with
-    /// the lease's variables (and `CUDA_VISIBLE_DEVICES` from `devices`).
+    /// the lease's variables (and `CUDA_VISIBLE_DEVICES` from `devices`: the
+    /// device of each position the lease holds, R15).
     pub(crate) fn spawn(
         &self,
         lease: &LeaseGuard<Pool>,
@@ -63,15 +64,16 @@ impl Cmd {
         group: nix::unistd::Pid,
     ) -> Result<tokio::process::Child, Exit> {
         let position = lease.position.to_string();
+        let positions = lease.positions.to_string();
         let mut command = tokio::process::Command::new(&self.program);
         command
             .arg0(&self.argv[0])
-            .args(
-                self.argv[1..]
-                    .iter()
-                    .map(|a| a.replace("{position}", &position)),
-            )
+            .args(self.argv[1..].iter().map(|a| {
+                a.replace("{positions}", &positions)
+                    .replace("{position}", &position)
+            }))
             .env("SEMAPHORE_POSITION", &position)
+            .env("SEMAPHORE_POSITIONS", &positions)
             .env("SEMAPHORE_TOKEN", lease.token.to_string())
             .env("SEMAPHORE_LEASE_ID", lease.id.to_string())
             .env("SEMAPHORE_POOL", pool)
@@ -81,8 +83,14 @@ impl Cmd {
             )
             .process_group(group.as_raw())
             .kill_on_drop(true);
-        if let Some(device) = devices.and_then(|d| d.get(lease.position as usize)) {
-            command.env("CUDA_VISIBLE_DEVICES", device);
+        if let Some(devices) = devices {
+            // check_devices made sure there is one for every position.
+            let visible: Vec<&str> = lease
+                .positions
+                .iter()
+                .filter_map(|p| devices.get(*p as usize).map(String::as_str))
+                .collect();
+            command.env("CUDA_VISIBLE_DEVICES", visible.join(","));
         }
         let name = &self.argv[0];
         command.spawn().map_err(|e| match e.kind() {

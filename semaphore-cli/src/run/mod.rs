@@ -49,7 +49,7 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
     if let Some(devices) = &args.devices {
         check_devices(devices, &pool, args.count).await?;
     }
-    let mut lease = match pool.borrow_owned(args.ttl, args.wait).await {
+    let mut lease = match pool.borrow_owned_n(args.slots, args.ttl, args.wait).await {
         Ok(lease) => lease,
         Err(Error::Exhausted { waited, .. }) => {
             return Err(Exit::exhausted(&name, waited, args.exhausted_code));
