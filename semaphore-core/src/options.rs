@@ -41,6 +41,18 @@ pub struct BorrowOptions {
     /// [`Limits::max_owner_len`] bytes (default 64), no control, format,
     /// line or paragraph separator characters.
     pub owner: Option<String>,
+    /// Whether the lease is bound to its holder's liveness (R16): `true`
+    /// (the default) frees it as soon as its holder is gone, before its
+    /// ttl, the next time any process looks at the pool. The holder is
+    /// what the store can see die: this process for a SQLite file (a
+    /// kernel lock it holds), the store's listening session for
+    /// PostgreSQL, its connection for Redis; nothing for the memory store,
+    /// which dies with the process. Liveness only ever shortens a lease: a
+    /// live holder never loses one through it, and the ttl still bounds
+    /// it. Set `false` for a lease handed to another process to hold (the
+    /// HTTP service and `semaphore borrow` do), which must outlive this
+    /// one.
+    pub bound: bool,
 }
 
 impl Default for BorrowOptions {
@@ -49,6 +61,7 @@ impl Default for BorrowOptions {
             slots: 1,
             key: None,
             owner: None,
+            bound: true,
         }
     }
 }
@@ -62,6 +75,14 @@ impl BorrowOptions {
     /// These options for `slots` slots in one lease (R15).
     pub fn slots(mut self, slots: u32) -> Self {
         self.slots = slots;
+        self
+    }
+
+    /// These options with the lease bound to its holder's liveness (`true`,
+    /// the default) or not (`false`, for a lease handed to another
+    /// process; R16).
+    pub fn bound(mut self, bound: bool) -> Self {
+        self.bound = bound;
         self
     }
 
@@ -103,6 +124,7 @@ impl BorrowOptions {
         }
         Ok(Labels {
             slots,
+            bound: self.bound,
             key: self.key.as_deref().map(Arc::from),
             owner: self.owner.as_deref().map(Arc::from),
         })
@@ -113,6 +135,7 @@ impl BorrowOptions {
 #[derive(Debug, Clone)]
 pub(crate) struct Labels {
     pub(crate) slots: u32,
+    pub(crate) bound: bool,
     pub(crate) key: Option<Arc<str>>,
     pub(crate) owner: Option<Arc<str>>,
 }
@@ -121,6 +144,7 @@ impl Default for Labels {
     fn default() -> Self {
         Self {
             slots: 1,
+            bound: true,
             key: None,
             owner: None,
         }

@@ -504,6 +504,7 @@ impl Pool {
             wait,
             Some(HandOff {
                 slots: labels.slots,
+                bound: labels.bound,
                 ttl,
                 key: labels.key.clone(),
                 owner: labels.owner.clone(),
@@ -512,6 +513,7 @@ impl Pool {
             |_now, waiter| {
                 let mut request = BorrowRequest::new(self.id, LeaseId::new(), ttl);
                 request.slots = labels.slots;
+                request.bound = labels.bound;
                 request.waiter = waiter;
                 request.key.clone_from(&labels.key);
                 request.owner.clone_from(&labels.owner);

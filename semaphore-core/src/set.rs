@@ -232,6 +232,7 @@ impl PoolSet {
                     .map(|(id, weight)| {
                         let mut request = BorrowRequest::new(*id, LeaseId::new(), ttl);
                         request.slots = weight.unwrap_or(labels.slots);
+                        request.bound = labels.bound;
                         request.waiter = waiter;
                         request.key.clone_from(&labels.key);
                         request.owner.clone_from(&labels.owner);

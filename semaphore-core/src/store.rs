@@ -45,6 +45,12 @@ pub struct BorrowRequest {
     /// A grant takes the `slots` lowest free positions, only while
     /// `in_use + slots <= count` (R10).
     pub slots: u32,
+    /// Whether the lease is bound to its holder's liveness (R16; default
+    /// `true`): a store that can see its holder die (a process, a session,
+    /// a connection) records the holder with the lease and treats the
+    /// lease as expired once the holder is gone; a store that cannot, or
+    /// an unbound request, leaves the lease to its ttl.
+    pub bound: bool,
     /// Set when the attempt comes from the head of this process's queue
     /// for the pool, `None` for a first attempt that queued behind no one.
     /// A store shared by processes may keep the heads it has seen in a queue
@@ -69,6 +75,7 @@ impl BorrowRequest {
             lease,
             ttl: ttl.min(Duration::from_millis(MAX_UNIX_MS)),
             slots: 1,
+            bound: true,
             waiter: None,
             key: None,
             owner: None,

@@ -83,6 +83,7 @@ struct Handed {
 #[derive(Debug)]
 pub(crate) struct HandOff {
     pub(crate) slots: u32,
+    pub(crate) bound: bool,
     pub(crate) ttl: Duration,
     pub(crate) key: Option<Arc<str>>,
     pub(crate) owner: Option<Arc<str>>,
@@ -167,6 +168,7 @@ impl Changes {
             };
             let mut request = BorrowRequest::new(pool, LeaseId::new(), asked.ttl);
             request.slots = asked.slots;
+            request.bound = asked.bound;
             request.key.clone_from(&asked.key);
             request.owner.clone_from(&asked.owner);
             match grant(&request) {

@@ -16,6 +16,7 @@ use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Re
 use crate::doorbell::Doorbell;
 use crate::error::storage;
 use crate::file::Files;
+use crate::holder::Holders;
 use crate::time::Time;
 use crate::watch::{WakeUp, Watcher, watch};
 use crate::writer::WriterQueue;
@@ -96,6 +97,8 @@ pub struct SqliteStore {
     /// Whether a transaction that waits for nothing may run on the calling
     /// task (commits do not `fsync`).
     in_place: bool,
+    /// This handle's holder of bound leases and the others' liveness (R16).
+    pub(crate) holders: Arc<Holders>,
 }
 
 impl SqliteStore {
@@ -175,6 +178,7 @@ impl SqliteStore {
             changes,
             bell,
             time: options.time,
+            holders: Arc::new(Holders::new(&path)),
             path,
             watch: watcher,
             token_floor: AtomicU64::new(0),
@@ -301,15 +305,19 @@ impl Store for SqliteStore {
         self.write_freeing(
             "register",
             pool,
-            move |c, now| sql::register(c, pool, count, now),
+            {
+                let holders = self.holders.clone();
+                move |c, now| sql::register(c, pool, count, now, &holders)
+            },
             |_| true,
         )
         .await
     }
 
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
+        let holders = self.holders.clone();
         self.run("inspect", TransactionBehavior::Deferred, move |c, now| {
-            sql::inspect(c, pool, now)
+            sql::inspect(c, pool, now, &holders)
         })
         .await?
         .ok_or(Error::PoolNotFound { pool })
@@ -326,9 +334,9 @@ impl Store for SqliteStore {
             self.watch.arm();
         }
         let (request, floor) = (request.clone(), self.floor());
-        let pool = request.pool;
+        let (pool, holders) = (request.pool, self.holders.clone());
         self.write("borrow", move |c, now| {
-            sql::try_borrow(c, &request, floor, now)
+            sql::try_borrow(c, &request, floor, now, &holders)
         })
         .await?
         .ok_or(Error::PoolNotFound { pool })
@@ -339,8 +347,9 @@ impl Store for SqliteStore {
             self.watch.arm();
         }
         let (requests, floor) = (requests.to_vec(), self.floor());
+        let holders = self.holders.clone();
         self.write("borrow", move |c, now| {
-            sql::try_borrow_all(c, &requests, floor, now)
+            sql::try_borrow_all(c, &requests, floor, now, &holders)
         })
         .await?
         .map_err(|pool| Error::PoolNotFound { pool })
@@ -359,8 +368,9 @@ impl Store for SqliteStore {
     }
 
     async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
+        let holders = self.holders.clone();
         self.run("holders", TransactionBehavior::Deferred, move |c, now| {
-            sql::holders(c, pool, now)
+            sql::holders(c, pool, now, &holders)
         })
         .await?
         .ok_or(Error::PoolNotFound { pool })

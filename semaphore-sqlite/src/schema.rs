@@ -36,7 +36,9 @@ pub(crate) const VERSION: i64 = 4;
 /// label and key are on its lowest position's row only, so the key index
 /// still names one row per lease. A queued head records how many slots it
 /// waits for (`slots`), so that the heads ahead of a borrower are owed
-/// their weights, not one slot each.
+/// their weights, not one slot each. A lease bound to its holder (R16)
+/// names it (`holder`, see [`holder`](crate::holder)); `NULL` for a lease
+/// left to its ttl.
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS semaphore_store (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -55,6 +57,7 @@ CREATE TABLE IF NOT EXISTS semaphore_leases (
     expires_at INTEGER NOT NULL,
     owner TEXT,
     borrow_key TEXT,
+    holder BLOB,
     PRIMARY KEY (pool, position)
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON semaphore_leases (pool, borrow_key)
@@ -100,8 +103,10 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE semaphore_leases_v3 RENAME TO semaphore_leases;
      CREATE UNIQUE INDEX semaphore_leases_key ON semaphore_leases (pool, borrow_key)
          WHERE borrow_key IS NOT NULL;",
-    // 3 -> 4: weighted leases; every lease of a version 3 file is one row.
-    "ALTER TABLE semaphore_waiters ADD COLUMN slots INTEGER NOT NULL DEFAULT 1;",
+    // 3 -> 4: weighted leases (every lease of a version 3 file is one row)
+    // and leases bound to their holder (none of a version 3 file is).
+    "ALTER TABLE semaphore_waiters ADD COLUMN slots INTEGER NOT NULL DEFAULT 1;
+     ALTER TABLE semaphore_leases ADD COLUMN holder BLOB;",
 ];
 
 /// The column shape of every table of ours: (table, [(name, type, notnull, pk)]).

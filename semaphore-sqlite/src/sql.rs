@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::holder::{HolderId, Holders};
 use crate::queue::{drop_dead_heads, forget_waiter, keep_place};
 use crate::time::{instant, plus};
 use semaphore_core::store::{BorrowRequest, TryBorrow, TryBorrowAll};
@@ -20,11 +21,41 @@ fn count_of(conn: &Connection, pool: &PoolId) -> rusqlite::Result<Option<u32>> {
         .optional()
 }
 
-fn in_use(conn: &Connection, pool: &PoolId, now: i64) -> rusqlite::Result<u32> {
-    conn.prepare_cached(
-        "SELECT COUNT(*) FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?2",
-    )?
-    .query_row(params![pool.as_uuid().as_bytes(), now], |r| r.get(0))
+/// Slots held at `now` by leases that are active: not expired (R7), and
+/// not bound to a holder that is gone (R16).
+fn in_use(conn: &Connection, pool: &PoolId, now: i64, holders: &Holders) -> rusqlite::Result<u32> {
+    let mut by_holder = conn.prepare_cached(
+        "SELECT holder, COUNT(*) FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?2
+         GROUP BY holder",
+    )?;
+    let mut rows = by_holder.query(params![pool.as_uuid().as_bytes(), now])?;
+    let mut in_use = 0u32;
+    while let Some(row) = rows.next()? {
+        let holder: Option<HolderId> = row.get(0)?;
+        if !holder.is_some_and(|h| holders.is_gone(&h)) {
+            in_use += row.get::<_, u32>(1)?;
+        }
+    }
+    Ok(in_use)
+}
+
+/// R16: deletes the leases of `pool` whose holder is gone; how many slots
+/// that freed.
+fn reap_gone(conn: &Connection, key: &[u8], now: i64, holders: &Holders) -> rusqlite::Result<i64> {
+    let bound: Vec<HolderId> = conn
+        .prepare_cached(
+            "SELECT DISTINCT holder FROM semaphore_leases
+             WHERE pool = ?1 AND holder IS NOT NULL AND expires_at > ?2",
+        )?
+        .query_map(params![key, now], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut freed = 0;
+    for holder in bound.iter().filter(|h| holders.is_gone(h)) {
+        freed += conn
+            .prepare_cached("DELETE FROM semaphore_leases WHERE pool = ?1 AND holder = ?2")?
+            .execute(params![key, holder])? as i64;
+    }
+    Ok(freed)
 }
 
 /// Runs `f` inside a savepoint of its own: all of it, or, on an error,
@@ -52,13 +83,18 @@ pub(crate) fn register(
     pool: PoolId,
     count: u32,
     now: i64,
+    holders: &Holders,
 ) -> rusqlite::Result<PoolState> {
     conn.prepare_cached(
         "INSERT INTO semaphore_pools (pool, count) VALUES (?1, ?2)
          ON CONFLICT (pool) DO UPDATE SET count = excluded.count",
     )?
     .execute(params![pool.as_uuid().as_bytes(), count])?;
-    Ok(PoolState::new(pool, count, in_use(conn, &pool, now)?))
+    Ok(PoolState::new(
+        pool,
+        count,
+        in_use(conn, &pool, now, holders)?,
+    ))
 }
 
 /// R3: the pool's state at `now`, or `None` if it does not exist.
@@ -66,11 +102,16 @@ pub(crate) fn inspect(
     conn: &Connection,
     pool: PoolId,
     now: i64,
+    holders: &Holders,
 ) -> rusqlite::Result<Option<PoolState>> {
     let Some(count) = count_of(conn, &pool)? else {
         return Ok(None);
     };
-    Ok(Some(PoolState::new(pool, count, in_use(conn, &pool, now)?)))
+    Ok(Some(PoolState::new(
+        pool,
+        count,
+        in_use(conn, &pool, now, holders)?,
+    )))
 }
 
 /// R4: removes the pool, its leases and its queued heads.
@@ -139,12 +180,15 @@ pub(crate) fn return_held(conn: &Connection, lease: &Lease, now: i64) -> rusqlit
 /// A request whose key names an active lease is answered with it, as is.
 /// Tokens are above both the stored counter and `floor` (see
 /// [`SqliteStore`](crate::SqliteStore)'s caller-owned transactions). A
-/// grant expires at `now` plus the request's ttl.
+/// grant expires at `now` plus the request's ttl, and a bound request's
+/// lease names this handle's holder (R16). An attempt that would be
+/// refused first frees the leases of holders that are gone.
 pub(crate) fn try_borrow(
     conn: &Connection,
     request: &BorrowRequest,
     floor: u64,
     now: i64,
+    holders: &Holders,
 ) -> rusqlite::Result<Option<TryBorrow>> {
     let pool = request.pool;
     let key = pool.as_uuid().as_bytes();
@@ -164,17 +208,21 @@ pub(crate) fn try_borrow(
         conn.prepare_cached("DELETE FROM semaphore_leases WHERE pool = ?1 AND expires_at <= ?2")?
             .execute(params![key, now])?;
     }
-    let held = rows - expired;
+    let mut held = rows - expired;
     conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2")?
         .execute(params![key, now])?;
     let waiter = request.waiter.map(|w| *w.as_uuid().as_bytes());
+    if keyed_holder(conn, key, request.key.as_deref(), now)?.is_some_and(|h| holders.is_gone(&h)) {
+        // The key's lease died with its holder: the key borrows anew.
+        held -= reap_gone(conn, key, now, holders)?;
+    }
     if let Some(lease) = keyed(conn, pool, request.key.as_deref(), now)? {
         if let Some(w) = &waiter {
             forget_waiter(conn, key, w)?;
         }
         return Ok(Some(TryBorrow::Granted { lease }));
     }
-    let free = i64::from(count).saturating_sub(held);
+    let mut free = i64::from(count).saturating_sub(held);
 
     let mine: Option<(i64, i64)> = match &waiter {
         Some(w) => conn
@@ -195,6 +243,11 @@ pub(crate) fn try_borrow(
     if ahead > 0 && free >= n {
         ahead -= drop_dead_heads(conn, key, my_ticket)?;
     }
+    if free - ahead < n {
+        let freed = reap_gone(conn, key, now, holders)?;
+        held -= freed;
+        free = i64::from(count).saturating_sub(held);
+    }
 
     if free - ahead >= n {
         let positions = lowest_free(conn, key, held, request.slots.max(1))?;
@@ -204,9 +257,10 @@ pub(crate) fn try_borrow(
             )?
             .query_row([i64::try_from(floor).unwrap_or(i64::MAX)], |r| r.get(0))?;
         let expires_at = plus(now, request.ttl);
+        let holder = request.bound.then(|| holders.mine()).flatten();
         let mut insert = conn.prepare_cached(
-            "INSERT INTO semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key, holder)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         for (i, position) in positions.iter().enumerate() {
             // The labels go on the lowest position's row only (schema v4).
@@ -221,7 +275,8 @@ pub(crate) fn try_borrow(
                 token,
                 expires_at,
                 owner,
-                borrow_key
+                borrow_key,
+                holder
             ])?;
         }
         if let Some(w) = &waiter {
@@ -290,6 +345,27 @@ fn next_expiry(
         )?
         .query_row(params![key, now], |r| r.get(0))?;
     Ok(at.map(instant))
+}
+
+/// The holder the active lease borrowed with `borrow_key` is bound to, if
+/// that lease exists and is bound.
+fn keyed_holder(
+    conn: &Connection,
+    key: &[u8],
+    borrow_key: Option<&str>,
+    now: i64,
+) -> rusqlite::Result<Option<HolderId>> {
+    let Some(borrow_key) = borrow_key else {
+        return Ok(None);
+    };
+    Ok(conn
+        .prepare_cached(
+            "SELECT holder FROM semaphore_leases
+             WHERE pool = ?1 AND borrow_key = ?2 AND expires_at > ?3",
+        )?
+        .query_row(params![key, borrow_key, now], |r| r.get(0))
+        .optional()?
+        .flatten())
 }
 
 /// The active lease of `pool` borrowed with `borrow_key`, if any.
@@ -381,6 +457,7 @@ pub(crate) fn try_borrow_all(
     requests: &[BorrowRequest],
     floor: u64,
     now: i64,
+    holders: &Holders,
 ) -> rusqlite::Result<Result<TryBorrowAll, PoolId>> {
     // Grants are made one pool at a time and undone whole if any pool
     // refuses; `Err(Ok(..))` carries a refusal out of the savepoint.
@@ -388,7 +465,7 @@ pub(crate) fn try_borrow_all(
         let mut leases = Vec::with_capacity(requests.len());
         let mut blocked = Vec::new();
         for request in requests {
-            match try_borrow(conn, request, floor, now)? {
+            match try_borrow(conn, request, floor, now, holders)? {
                 Some(TryBorrow::Granted { lease }) => leases.push(lease),
                 Some(TryBorrow::Exhausted { next_expiry }) => blocked.push((request, next_expiry)),
                 None => return Err(Refused::Missing(request.pool)),
@@ -468,22 +545,40 @@ pub(crate) fn renew(
     Ok(Some(holders_of(rows, pool).pop().map(|h| h.lease)))
 }
 
-/// The active leases of `pool` by position; `None` if it does not exist.
+/// The active leases of `pool` by position, those of holders that are
+/// gone left out (R16); `None` if the pool does not exist.
 pub(crate) fn holders(
     conn: &Connection,
     pool: PoolId,
     now: i64,
+    holders: &Holders,
 ) -> rusqlite::Result<Option<Vec<Holder>>> {
     if count_of(conn, &pool)?.is_none() {
         return Ok(None);
     }
-    let rows = conn
-        .prepare_cached(
-            "SELECT lease, position, token, expires_at, owner, borrow_key FROM semaphore_leases
-             WHERE pool = ?1 AND expires_at > ?2 ORDER BY position",
-        )?
-        .query_map(params![pool.as_uuid().as_bytes(), now], row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut rows = Vec::new();
+    let mut select = conn.prepare_cached(
+        "SELECT lease, position, token, expires_at, owner, borrow_key, holder
+         FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?2 ORDER BY position",
+    )?;
+    let mut found = select.query(params![pool.as_uuid().as_bytes(), now])?;
+    let mut gone: Vec<(HolderId, bool)> = Vec::new();
+    while let Some(r) = found.next()? {
+        if let Some(holder) = r.get::<_, Option<HolderId>>(6)? {
+            let is_gone = match gone.iter().find(|(h, _)| *h == holder) {
+                Some((_, known)) => *known,
+                None => {
+                    let known = holders.is_gone(&holder);
+                    gone.push((holder, known));
+                    known
+                }
+            };
+            if is_gone {
+                continue;
+            }
+        }
+        rows.push(row(r)?);
+    }
     Ok(Some(holders_of(rows, pool)))
 }
 

@@ -89,6 +89,7 @@ impl SqliteStore {
         let now = self.time.now()?;
         let mut request = BorrowRequest::new(pool.id(), LeaseId::new(), ttl);
         request.slots = options.slots;
+        request.bound = options.bound;
         request.key = options.key.as_deref().map(Into::into);
         request.owner = options.owner.as_deref().map(Into::into);
         let exhausted = Error::Exhausted {
@@ -103,8 +104,10 @@ impl SqliteStore {
                 .map_err(storage("borrow"))?
                 .map(|lease| TryBorrow::Granted { lease })
         } else {
-            sql::in_savepoint(tx, |c| sql::try_borrow(c, &request, self.floor(), now))
-                .map_err(storage("borrow"))?
+            sql::in_savepoint(tx, |c| {
+                sql::try_borrow(c, &request, self.floor(), now, &self.holders)
+            })
+            .map_err(storage("borrow"))?
         };
         match answer {
             Some(TryBorrow::Granted { lease }) => {

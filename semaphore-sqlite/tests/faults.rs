@@ -55,12 +55,16 @@ async fn ready_file(path: &Path) -> Arc<SqliteStore> {
     store
 }
 
+/// Every file under `dir` (the holders' directory too) with its bytes.
 fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
-        .collect();
+    let mut files = Vec::new();
+    for path in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+        if path.is_dir() {
+            files.extend(snapshot(&path));
+        } else {
+            files.push((path.display().to_string(), std::fs::read(&path).unwrap()));
+        }
+    }
     files.sort();
     files
 }

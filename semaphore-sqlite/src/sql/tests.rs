@@ -35,15 +35,23 @@ fn request(at_ms: u64, waiter: Option<WaiterId>) -> At {
         Duration::from_secs(60),
     );
     request.waiter = waiter;
+    // Holders are tested with real files in `holder` and the store's tests.
+    request.bound = false;
     At {
         request,
         ms: at_ms as i64,
     }
 }
 
+/// No lease here is bound to a holder: the holders of a database that has
+/// no file.
+fn holders() -> Holders {
+    Holders::new(std::path::Path::new("/nonexistent/semaphore-sql-tests.db"))
+}
+
 /// `try_borrow` deciding at the request's own instant.
 fn borrow(conn: &Connection, r: &At) -> Option<TryBorrow> {
-    try_borrow(conn, &r.request, 0, r.ms).unwrap()
+    try_borrow(conn, &r.request, 0, r.ms, &holders()).unwrap()
 }
 
 fn position(answer: Option<TryBorrow>) -> Option<u32> {
@@ -61,7 +69,7 @@ fn lowest_free_position_agrees_with_the_reference() {
     let conn = db();
     let pool = PoolId::from_name("p");
     let mut count = 8;
-    register(&conn, pool, count, 0).unwrap();
+    register(&conn, pool, count, 0, &holders()).unwrap();
     let mut held: Vec<(LeaseId, u32)> = Vec::new();
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     for step in 0..2_000u64 {
@@ -75,7 +83,7 @@ fn lowest_free_position_agrees_with_the_reference() {
             }
             2 if step % 50 == 0 => {
                 count = 1 + (x % 12) as u32;
-                register(&conn, pool, count, 1).unwrap();
+                register(&conn, pool, count, 1, &holders()).unwrap();
             }
             _ => {
                 let in_use = held.len() as u32;
@@ -101,7 +109,7 @@ fn granted(answer: Option<TryBorrow>) -> bool {
 fn a_free_slot_goes_to_the_queued_head_not_to_a_newcomer() {
     let conn = db();
     let pool = PoolId::from_name("p");
-    register(&conn, pool, 1, 0).unwrap();
+    register(&conn, pool, 1, 0, &holders()).unwrap();
     let first = request(0, None);
     assert!(granted(borrow(&conn, &first)));
 
@@ -134,7 +142,7 @@ fn a_free_slot_goes_to_the_queued_head_not_to_a_newcomer() {
 fn a_head_that_stops_asking_is_dropped_after_waiter_ttl() {
     let conn = db();
     let pool = PoolId::from_name("p");
-    register(&conn, pool, 1, 0).unwrap();
+    register(&conn, pool, 1, 0, &holders()).unwrap();
     let first = request(0, None);
     assert!(granted(borrow(&conn, &first)));
     assert!(!granted(borrow(&conn, &request(1, Some(WaiterId::new())))));
@@ -155,7 +163,7 @@ fn a_head_that_stops_asking_is_dropped_after_waiter_ttl() {
 fn an_exhausted_attempt_writes_nothing_once_queued() {
     let conn = db();
     let pool = PoolId::from_name("p");
-    register(&conn, pool, 1, 0).unwrap();
+    register(&conn, pool, 1, 0, &holders()).unwrap();
     assert!(granted(borrow(&conn, &request(0, None))));
     let head = WaiterId::new();
     let _ = borrow(&conn, &request(1, Some(head)));
