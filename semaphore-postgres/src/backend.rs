@@ -252,6 +252,17 @@ impl PostgresStore {
         self.time.now_param().map(|ms| ms as i64)
     }
 
+    /// The holder of this store's bound leases (R16): the listener's
+    /// session, `(pid, start)`, or `None` while it is disconnected (a
+    /// lease granted then is left to its ttl).
+    pub(crate) fn holder(&self) -> Option<(i32, i64)> {
+        *self
+            .listener
+            .holder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn backend(&self) -> Option<i32> {
         match self.listener.backend.load(Ordering::Relaxed) {
             0 => None,

@@ -109,7 +109,10 @@ impl Store for PostgresStore {
             backend: self.backend(),
             keep_place: true,
             slots: i64::from(request.slots),
+            holder: None,
+            holder_start: None,
         };
+        let args = args.bound(request.bound.then(|| self.holder()).flatten());
         let rows = self
             .query("borrow", &self.sql.try_borrow, &args.typed())
             .await?;
@@ -131,8 +134,20 @@ impl Store for PostgresStore {
         let waiter = head.waiter.map(|w| *w.as_uuid());
         let (key, owner) = (head.key.as_deref(), head.owner.as_deref());
         let slots: Vec<i64> = requests.iter().map(|r| i64::from(r.slots)).collect();
-        let params: [&(dyn ToSql + Sync); 9] = [
-            &pools, &leases, &ttl, &waiter, &key, &owner, &now, &backend, &slots,
+        let holder = head.bound.then(|| self.holder()).flatten();
+        let (holder, holder_start) = (holder.map(|h| h.0), holder.map(|h| h.1));
+        let params: [&(dyn ToSql + Sync); 11] = [
+            &pools,
+            &leases,
+            &ttl,
+            &waiter,
+            &key,
+            &owner,
+            &now,
+            &backend,
+            &slots,
+            &holder,
+            &holder_start,
         ];
         let typed: Vec<_> = params
             .into_iter()

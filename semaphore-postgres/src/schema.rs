@@ -15,7 +15,8 @@ use crate::error::storage;
 /// The schema version this build writes and reads. Version 1 had the same
 /// tables as 2, which replaced functions only; version 3 holds weighted
 /// leases (R15): a lease's id is no longer unique per row, and a queued
-/// head records its weight (`semaphore_waiters.slots`). Versions 1 and 2
+/// head records its weight (`semaphore_waiters.slots`); and leases bound to
+/// their holder's session (R16: `holder`, `holder_start`). Versions 1 and 2
 /// are migrated in place ([`migrate`]).
 pub(crate) const VERSION: i32 = 3;
 
@@ -56,6 +57,8 @@ const SHAPE: &[(&str, &[Column<&str>])] = &[
             ("expires_at", "bigint", true),
             ("owner", "text", false),
             ("borrow_key", "text", false),
+            ("holder", "integer", false),
+            ("holder_start", "bigint", false),
         ],
     ),
     (
@@ -93,6 +96,8 @@ const MIGRATE_TO_3: &str = "
     DROP TYPE IF EXISTS {s}.semaphore_attempt;
     ALTER TABLE {s}.semaphore_leases DROP CONSTRAINT IF EXISTS semaphore_leases_lease_key;
     ALTER TABLE {s}.semaphore_waiters ADD COLUMN IF NOT EXISTS slots bigint NOT NULL DEFAULT 1;
+    ALTER TABLE {s}.semaphore_leases ADD COLUMN IF NOT EXISTS holder integer,
+        ADD COLUMN IF NOT EXISTS holder_start bigint;
 ";
 
 /// A schema name the store accepts: 1 to 40 of `a-z`, `0-9`, `_`, not
@@ -247,13 +252,12 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
     Ok(())
 }
 
-/// The shape of versions 1 and 2: that of 3 without a queued head's weight.
+/// The shape of versions 1 and 2: that of 3 without a queued head's weight
+/// or a lease's holder.
 fn before_3() -> Shape {
     let mut shape = expected();
-    for (table, columns) in &mut shape {
-        if table == "semaphore_waiters" {
-            columns.retain(|c| c.0 != "slots");
-        }
+    for (_, columns) in &mut shape {
+        columns.retain(|c| !["slots", "holder", "holder_start"].contains(&c.0.as_str()));
     }
     shape
 }

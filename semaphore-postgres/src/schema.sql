@@ -3,7 +3,9 @@
 -- the pool row first, heads refresh their place at every look; 3 holds
 -- weighted leases, R15: a lease of n slots is n rows under one lease id,
 -- token and expiry, its labels on its lowest row, and a queued head records
--- the slots it waits for).
+-- the slots it waits for; a lease bound to its holder, R16, names the
+-- holder's session: its backend pid and start, as pg_stat_activity shows
+-- them).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
 -- Times are unix milliseconds on the server's clock (SPEC "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
@@ -27,6 +29,8 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_leases (
     expires_at bigint NOT NULL,
     owner text,
     borrow_key text,
+    holder integer,
+    holder_start bigint,
     PRIMARY KEY (pool, position)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON {s}.semaphore_leases (pool, borrow_key)
@@ -54,6 +58,18 @@ LANGUAGE sql VOLATILE AS $$
     SELECT coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)
 $$;
 
+-- R16: whether the session that holds a bound lease still exists: its
+-- backend pid with the same start (a reused pid is another session). Where
+-- the start is hidden (another role's session without pg_read_all_stats),
+-- the pid alone: liveness may only ever shorten a lease, never take one
+-- from a live holder. True for an unbound lease (no holder).
+CREATE OR REPLACE FUNCTION {s}.semaphore_alive(p_pid integer, p_start bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT p_pid IS NULL OR EXISTS (
+        SELECT 1 FROM pg_stat_activity a WHERE a.pid = p_pid AND (a.backend_start IS NULL
+            OR floor(extract(epoch FROM a.backend_start) * 1000000)::bigint = p_start))
+$$;
+
 -- Wakes waiters of every process if any head is queued on the pool.
 CREATE OR REPLACE FUNCTION {s}.semaphore_wake(p_pool uuid) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -74,7 +90,8 @@ BEGIN
     v_now := {s}.semaphore_now(p_now);
     PERFORM {s}.semaphore_wake(p_pool);
     RETURN QUERY SELECT p_count,
-        (SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > v_now);
+        (SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > v_now
+            AND {s}.semaphore_alive(l.holder, l.holder_start));
 END $$;
 
 -- R4: removes the pool, its leases and its queued heads. The pool row is
@@ -100,7 +117,8 @@ END $$;
 -- if p_keep_place.
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow(
     p_pool uuid, p_lease uuid, p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
-    p_now bigint, p_backend integer, p_keep_place boolean, p_slots bigint)
+    p_now bigint, p_backend integer, p_keep_place boolean, p_slots bigint,
+    p_holder integer, p_holder_start bigint)
 RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -117,6 +135,11 @@ BEGIN
     DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at <= v_now;
     DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.alive_until <= v_now;
     IF p_key IS NOT NULL THEN
+        -- R16: a key whose lease died with its holder borrows anew.
+        DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.lease = (
+            SELECT k.lease FROM {s}.semaphore_leases k
+            WHERE k.pool = p_pool AND k.borrow_key = p_key AND k.holder IS NOT NULL
+                AND NOT {s}.semaphore_alive(k.holder, k.holder_start));
         SELECT l.lease, l.token, l.expires_at INTO v_id, v_tok, v_exp
             FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.borrow_key = p_key;
         IF FOUND THEN
@@ -146,6 +169,13 @@ BEGIN
         SELECT coalesce(sum(gone.slots), 0) INTO v_dropped FROM gone;
         v_ahead := v_ahead - v_dropped;
     END IF;
+    IF v_count - v_held - v_ahead < p_slots THEN
+        -- R16: leases whose holder's session is gone are expired.
+        DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.holder IS NOT NULL
+            AND NOT {s}.semaphore_alive(l.holder, l.holder_start);
+        GET DIAGNOSTICS v_dropped = ROW_COUNT;
+        v_held := v_held - v_dropped;
+    END IF;
     IF v_count - v_held - v_ahead >= p_slots THEN
         SELECT max(l.position) INTO v_pos FROM {s}.semaphore_leases l WHERE l.pool = p_pool;
         IF v_pos IS NULL OR v_pos + 1 = v_held THEN
@@ -168,10 +198,12 @@ BEGIN
         END IF;
         v_tok := nextval('{s}.semaphore_tokens');
         v_exp := least(v_now + p_ttl, {max_ms});
-        INSERT INTO {s}.semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key)
+        INSERT INTO {s}.semaphore_leases
+                (pool, position, lease, token, expires_at, owner, borrow_key, holder, holder_start)
             SELECT p_pool, p.p, p_lease, v_tok, v_exp,
                 CASE WHEN p.p = v_positions[1] THEN p_owner END,
-                CASE WHEN p.p = v_positions[1] THEN p_key END
+                CASE WHEN p.p = v_positions[1] THEN p_key END,
+                p_holder, p_holder_start
             FROM unnest(v_positions) AS p(p);
         DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
         RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp;
@@ -197,7 +229,7 @@ END $$;
 -- never deadlock.
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow_all(
     p_pools uuid[], p_leases uuid[], p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
-    p_now bigint, p_backend integer, p_slots bigint[])
+    p_now bigint, p_backend integer, p_slots bigint[], p_holder integer, p_holder_start bigint)
 RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -219,7 +251,7 @@ BEGIN
         FOR i IN 1 .. cardinality(p_pools) LOOP
             SELECT * INTO v_row FROM {s}.semaphore_try_borrow(
                 p_pools[i], p_leases[i], p_ttl, p_waiter, p_key, p_owner, p_now, p_backend, false,
-                p_slots[i]);
+                p_slots[i], p_holder, p_holder_start);
             v_blocked := v_blocked OR v_row.o_status <> 0;
             v_rows := v_rows || v_row;
         END LOOP;
@@ -232,7 +264,7 @@ BEGIN
             IF v_rows[i].o_status = 1 THEN
                 PERFORM {s}.semaphore_try_borrow(
                     p_pools[i], NULL, p_ttl, p_waiter, NULL, NULL, p_now, p_backend, true,
-                    p_slots[i]);
+                    p_slots[i], NULL, NULL);
             END IF;
         END LOOP;
     END;
@@ -248,7 +280,8 @@ BEGIN
     PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
     v_now := {s}.semaphore_now(p_now);
     DELETE FROM {s}.semaphore_leases l
-        WHERE l.lease = p_lease AND l.pool = p_pool AND l.expires_at > v_now;
+        WHERE l.lease = p_lease AND l.pool = p_pool AND l.expires_at > v_now
+        AND {s}.semaphore_alive(l.holder, l.holder_start);
     IF NOT FOUND THEN
         RETURN false;
     END IF;

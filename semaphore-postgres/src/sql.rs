@@ -50,11 +50,22 @@ pub(crate) struct TryBorrowArgs<'a> {
     pub(crate) keep_place: bool,
     /// How many slots to grant as one lease (R15).
     pub(crate) slots: i64,
+    /// The holder session of a bound lease (R16): the listener's backend
+    /// pid and start (unix µs); `None` for a lease left to its ttl.
+    pub(crate) holder: Option<i32>,
+    pub(crate) holder_start: Option<i64>,
 }
 
 impl TryBorrowArgs<'_> {
+    /// These arguments with the lease bound to `holder`'s session, or not.
+    pub(crate) fn bound(mut self, holder: Option<(i32, i64)>) -> Self {
+        self.holder = holder.map(|h| h.0);
+        self.holder_start = holder.map(|h| h.1);
+        self
+    }
+
     /// The arguments with their types, for `query_typed`.
-    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 10] {
+    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 12] {
         [
             (&self.pool, Type::UUID),
             (&self.lease, Type::UUID),
@@ -66,6 +77,8 @@ impl TryBorrowArgs<'_> {
             (&self.backend, Type::INT4),
             (&self.keep_place, Type::BOOL),
             (&self.slots, Type::INT8),
+            (&self.holder, Type::INT4),
+            (&self.holder_start, Type::INT8),
         ]
     }
 }
@@ -81,6 +94,8 @@ pub(crate) const TRY_BORROW_ALL: &[Type] = &[
     Type::INT8,
     Type::INT4,
     Type::INT8_ARRAY,
+    Type::INT4,
+    Type::INT8,
 ];
 
 impl Sql {
@@ -90,15 +105,16 @@ impl Sql {
             register: f("SELECT * FROM {s}.semaphore_register($1, $2, $3)"),
             inspect: f(
                 "SELECT p.count, (SELECT count(*) FROM {s}.semaphore_leases l
-                    WHERE l.pool = p.pool AND l.expires_at > (SELECT {s}.semaphore_now($2)))
+                    WHERE l.pool = p.pool AND l.expires_at > (SELECT {s}.semaphore_now($2))
+                    AND {s}.semaphore_alive(l.holder, l.holder_start))
                 FROM {s}.semaphore_pools p WHERE p.pool = $1",
             ),
             delete: f("SELECT {s}.semaphore_delete($1)"),
             try_borrow: f(
-                "SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                "SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             ),
             try_borrow_all: f(
-                "SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                "SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             ),
             return_lease: f("SELECT {s}.semaphore_return($1, $2, $3)"),
             renew: f("SELECT * FROM {s}.semaphore_renew($1, $2, $3, $4)"),
@@ -114,6 +130,7 @@ impl Sql {
                         max(owner) AS owner, max(borrow_key) AS borrow_key
                     FROM {s}.semaphore_leases
                     WHERE pool = $1 AND expires_at > (SELECT {s}.semaphore_now($2))
+                        AND {s}.semaphore_alive(holder, holder_start)
                     GROUP BY lease
                 ) l ON true
                 ORDER BY l.positions[1]",

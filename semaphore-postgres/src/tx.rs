@@ -86,7 +86,10 @@ impl PostgresStore {
             backend: self.listener_backend(),
             keep_place: false,
             slots: i64::from(options.slots),
-        };
+            holder: None,
+            holder_start: None,
+        }
+        .bound(options.bound.then(|| self.holder()).flatten());
         let rows = tx
             .query_typed(&self.statements().try_borrow, &args.typed())
             .await

@@ -67,6 +67,8 @@ async fn a_version_1_or_2_schema_is_migrated() {
             .batch_execute(&format!(
                 "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
                  ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN slots;
+                 ALTER TABLE \"{schema}\".semaphore_leases DROP COLUMN holder,
+                     DROP COLUMN holder_start;
                  DROP INDEX \"{schema}\".semaphore_leases_lease;
                  ALTER TABLE \"{schema}\".semaphore_leases
                      ADD CONSTRAINT semaphore_leases_lease_key UNIQUE (lease);
