@@ -8,6 +8,7 @@ use semaphore_core::store::{Changes, DecidingClock, MAX_UNIX_MS};
 use semaphore_core::{Error, LeaseId, PoolId, Result};
 
 use crate::error::{malformed, storage};
+use crate::holder::Holder;
 use crate::options::WAITER_TTL_MS;
 use crate::subscribe::{self, Subscriber};
 use crate::{RedisOptions, keys};
@@ -86,6 +87,8 @@ pub struct RedisStore {
     pub(crate) changes: Arc<Changes>,
     pub(crate) time: DecidingClock,
     pub(crate) restart_grace_ms: u64,
+    /// The connection this store's bound leases are bound to (R16).
+    pub(crate) holder: Holder,
     _subscriber: Subscriber,
 }
 
@@ -149,6 +152,7 @@ impl RedisStore {
         }
         let changes = Arc::new(Changes::new());
         let channel = keys::channel(&options.prefix);
+        let holder = Holder::spawn(client.clone());
         let subscriber = subscribe::spawn(subscribe::Setup {
             client,
             connection: connection.clone(),
@@ -167,8 +171,16 @@ impl RedisStore {
             restart_grace_ms: u64::try_from(options.restart_grace.as_millis())
                 .unwrap_or(u64::MAX)
                 .min(MAX_UNIX_MS),
+            holder,
             _subscriber: subscriber,
         })
+    }
+
+    /// The client id of the connection this store's bound leases are bound
+    /// to (R16), `None` while it is down: a lease granted then is left to
+    /// its ttl.
+    pub fn holder_id(&self) -> Option<i64> {
+        self.holder.id()
     }
 
     /// The prefix of the store's keys.

@@ -3,6 +3,7 @@
 
 mod backend;
 mod error;
+mod holder;
 mod keys;
 mod options;
 mod primitives;

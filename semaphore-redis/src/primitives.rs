@@ -67,17 +67,26 @@ impl Store for RedisStore {
         ))
     }
 
+    /// Once more after freeing the leases of holders that are gone (R16).
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
-        let call = self.invocation(Kind::Shrink, "inspect", [pool]);
-        let fields = items("inspect", self.run("inspect", &call).await?)?;
-        let [count, in_use, ..] = &fields[..] else {
-            return Err(not_found(pool));
-        };
-        Ok(PoolState::new(
-            pool,
-            u32_of(int("inspect", count)?),
-            u32_of(int("inspect", in_use)?),
-        ))
+        let mut looked = false;
+        loop {
+            let call = self.invocation(Kind::Shrink, "inspect", [pool]);
+            let fields = items("inspect", self.run("inspect", &call).await?)?;
+            let [count, in_use, ..] = &fields[..] else {
+                return Err(not_found(pool));
+            };
+            let holders = reply::holder_ids("inspect", fields.get(2))?;
+            if !looked && self.reap_gone(pool, &holders).await? {
+                looked = true;
+                continue;
+            }
+            return Ok(PoolState::new(
+                pool,
+                u32_of(int("inspect", count)?),
+                u32_of(int("inspect", in_use)?),
+            ));
+        }
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
@@ -87,27 +96,39 @@ impl Store for RedisStore {
         Ok(existed)
     }
 
+    /// A refusal that names holders that are gone frees their leases and
+    /// tries once more (R16).
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        let mut call = self.invocation(Kind::Grow, "borrow", [request.pool]);
-        call.arg(request.lease.as_uuid().to_string())
-            .arg(ms(request.ttl))
-            .arg(waiter_label(request.waiter))
-            .arg(label(request.key.as_deref()))
-            .arg(label(request.owner.as_deref()))
-            .arg(request.slots);
-        let value = self.run("borrow", &call).await;
-        if let Err(e) = &value
-            && timed_out(e)
-        {
-            self.return_in_background(request.pool, &[request.lease]);
-        }
-        match reply::attempt("borrow", request.pool, value?)? {
-            Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
-            Attempt::Exhausted(at) => Ok(TryBorrow::Exhausted {
-                next_expiry: at.map(from_unix_ms),
-            }),
-            Attempt::Missing => Err(not_found(request.pool)),
-            Attempt::HadRoom => Err(malformed("borrow", "status 3")),
+        let mut looked = false;
+        loop {
+            let mut call = self.invocation(Kind::Grow, "borrow", [request.pool]);
+            call.arg(request.lease.as_uuid().to_string())
+                .arg(ms(request.ttl))
+                .arg(waiter_label(request.waiter))
+                .arg(label(request.key.as_deref()))
+                .arg(label(request.owner.as_deref()))
+                .arg(request.slots)
+                .arg(self.holder_label(request.bound));
+            let value = self.run("borrow", &call).await;
+            if let Err(e) = &value
+                && timed_out(e)
+            {
+                self.return_in_background(request.pool, &[request.lease]);
+            }
+            return match reply::attempt("borrow", request.pool, value?)? {
+                Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
+                Attempt::Exhausted(_, holders)
+                    if !looked && self.reap_gone(request.pool, &holders).await? =>
+                {
+                    looked = true;
+                    continue;
+                }
+                Attempt::Exhausted(at, _) => Ok(TryBorrow::Exhausted {
+                    next_expiry: at.map(from_unix_ms),
+                }),
+                Attempt::Missing => Err(not_found(request.pool)),
+                Attempt::HadRoom => Err(malformed("borrow", "status 3")),
+            };
         }
     }
 
@@ -127,6 +148,7 @@ impl Store for RedisStore {
         for request in requests {
             call.arg(request.slots);
         }
+        call.arg(self.holder_label(head.bound));
         let value = self.run("borrow", &call).await;
         if let Err(e) = &value
             && timed_out(e)
@@ -151,7 +173,12 @@ impl Store for RedisStore {
             }
             match reply::attempt("borrow", request.pool, redis::Value::Array(fields))? {
                 Attempt::Granted(lease) => granted.push(lease),
-                Attempt::Exhausted(at) => blocked.push(at.map(from_unix_ms)),
+                Attempt::Exhausted(at, holders) => {
+                    // R16: a gone holder's leases are freed for the next
+                    // attempt, which the core makes when woken.
+                    self.reap_gone(request.pool, &holders).await?;
+                    blocked.push(at.map(from_unix_ms));
+                }
                 Attempt::HadRoom => {}
                 Attempt::Missing => return Err(not_found(request.pool)),
             }
@@ -185,19 +212,34 @@ impl Store for RedisStore {
                 self.changes.notify(pool);
                 Ok(Some(lease))
             }
-            Attempt::Exhausted(_) => Ok(None),
+            Attempt::Exhausted(..) => Ok(None),
             Attempt::Missing => Err(not_found(pool)),
             Attempt::HadRoom => Err(malformed("renew", "status 3")),
         }
     }
 
+    /// Once more after freeing the leases of holders that are gone (R16).
     async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
-        let call = self.invocation(Kind::Shrink, "holders", [pool]);
-        let mut fields = items("holders", self.run("holders", &call).await?)?.into_iter();
-        match fields.next().map(|s| int("holders", &s)).transpose()? {
-            Some(0) => fields.map(|h| reply::holder("holders", pool, h)).collect(),
-            Some(2) => Err(not_found(pool)),
-            _ => Err(malformed("holders", "an unknown status")),
+        let mut looked = false;
+        loop {
+            let call = self.invocation(Kind::Shrink, "holders", [pool]);
+            let mut fields = items("holders", self.run("holders", &call).await?)?.into_iter();
+            let listed: Vec<(Holder, Option<i64>)> =
+                match fields.next().map(|s| int("holders", &s)).transpose()? {
+                    Some(0) => fields
+                        .map(|h| reply::holder("holders", pool, h))
+                        .collect::<Result<_>>()?,
+                    Some(2) => return Err(not_found(pool)),
+                    _ => return Err(malformed("holders", "an unknown status")),
+                };
+            let mut bound: Vec<i64> = listed.iter().filter_map(|(_, id)| *id).collect();
+            bound.sort_unstable();
+            bound.dedup();
+            if !looked && self.reap_gone(pool, &bound).await? {
+                looked = true;
+                continue;
+            }
+            return Ok(listed.into_iter().map(|(holder, _)| holder).collect());
         }
     }
 
@@ -211,7 +253,7 @@ impl Store for RedisStore {
                     .next()
                     .ok_or_else(|| malformed("force_return", "no holder"))?;
                 self.changes.notify(pool);
-                Ok(Some(reply::holder("force_return", pool, holder)?))
+                Ok(Some(reply::holder("force_return", pool, holder)?.0))
             }
             Some(1) => Ok(None),
             Some(2) => Err(not_found(pool)),

@@ -9,8 +9,9 @@ use crate::error::malformed;
 /// A borrow's or renew's answer for one pool.
 pub(crate) enum Attempt {
     Granted(Lease),
-    /// Refused; when to look again (the earliest expiry), unix ms.
-    Exhausted(Option<u64>),
+    /// Refused; when to look again (the earliest expiry), unix ms, and the
+    /// holders of the pool's bound leases (R16).
+    Exhausted(Option<u64>, Vec<i64>),
     /// No such pool.
     Missing,
     /// In a refused multi-pool borrow: this pool had room.
@@ -101,23 +102,52 @@ pub(crate) fn attempt(operation: &'static str, pool: PoolId, value: Value) -> Re
     };
     match int(operation, status)? {
         0 => Ok(Attempt::Granted(lease(operation, pool, &fields[1..], 4)?)),
-        1 => Ok(Attempt::Exhausted(match fields.get(4) {
-            None | Some(Value::Nil) => None,
-            Some(at) => Some(u64_of(operation, at)?),
-        })),
+        1 => Ok(Attempt::Exhausted(
+            match fields.get(4) {
+                None | Some(Value::Nil) => None,
+                Some(at) => Some(u64_of(operation, at)?),
+            },
+            holder_ids(operation, fields.get(5))?,
+        )),
         2 => Ok(Attempt::Missing),
         3 => Ok(Attempt::HadRoom),
         n => Err(malformed(operation, &format!("status {n}"))),
     }
 }
 
-/// `[id, position, token, expiry, owner, key, positions]` as a holder of
-/// `pool`.
-pub(crate) fn holder(operation: &'static str, pool: PoolId, value: Value) -> Result<Holder> {
+/// `[id, position, token, expiry, owner, key, positions, holder]` as a
+/// holder of `pool`, with the client id its lease is bound to (R16).
+pub(crate) fn holder(
+    operation: &'static str,
+    pool: PoolId,
+    value: Value,
+) -> Result<(Holder, Option<i64>)> {
     let fields = items(operation, value)?;
     let lease = lease(operation, pool, &fields, 6)?;
     let label = |i: usize| fields.get(i).map_or(Ok(None), |v| text(operation, v));
-    Ok(Holder::new(lease, label(4)?, label(5)?))
+    let bound = label(7)?.map(|id| client_id(operation, &id)).transpose()?;
+    Ok((Holder::new(lease, label(4)?, label(5)?), bound))
+}
+
+/// A list of client ids (R16), as the scripts write them: an array of
+/// numbers in text. Missing is none.
+pub(crate) fn holder_ids(operation: &'static str, value: Option<&Value>) -> Result<Vec<i64>> {
+    match value {
+        None | Some(Value::Nil) => Ok(Vec::new()),
+        Some(Value::Array(ids)) => ids
+            .iter()
+            .map(|id| {
+                let id = text(operation, id)?.unwrap_or_default();
+                client_id(operation, &id)
+            })
+            .collect(),
+        Some(other) => Err(malformed(operation, &format!("{other:?} for client ids"))),
+    }
+}
+
+fn client_id(operation: &'static str, id: &str) -> Result<i64> {
+    id.parse()
+        .map_err(|_| malformed(operation, "a client id that is not a number"))
 }
 
 /// The store's answer that a pool is missing.

@@ -1,10 +1,12 @@
 -- The Redis store's primitives: what both scripts share.
 --
 -- KEYS: 8 per pool, all under the pool's hash tag {<pool id>} (one
--- cluster slot per pool): pool (hash: count, grace, ticket, and 'w:' ..
--- head for a queued head waiting for more than one slot), leases (hash:
+-- cluster slot per pool): pool (hash: count, grace, ticket, 'w:' .. head
+-- for a queued head waiting for more than one slot, and 'h:' .. holder for
+-- each holder of bound leases, R16: how many it holds), leases (hash:
 -- lease id -> JSON record {p, t, e, o, k}, with ps, every position, for a
--- lease of several slots, R15), exp (zset: lease id by expiry), pos (zset:
+-- lease of several slots, R15, and h, the holder's client id, for a bound
+-- lease), exp (zset: lease id by expiry), pos (zset:
 -- one member per held position: the lease id at its lowest position, 'id:p'
 -- at its others; so in_use is its size), keys (hash: idempotency key ->
 -- lease id), queue (zset: queued head by ticket), alive (zset: queued head
@@ -74,7 +76,23 @@ local function member(id, p, low)
     return id .. ':' .. fmt(p)
 end
 
+-- The holders of the pool's bound leases (R16): their client ids.
+local function holder_ids(k)
+    local ids = {}
+    for _, field in ipairs(redis.call('HKEYS', k.pool)) do
+        if string.sub(field, 1, 2) == 'h:' then ids[#ids + 1] = string.sub(field, 3) end
+    end
+    return ids
+end
+
 local function drop_lease(k, id, r)
+    if r and r.h then
+        local field = 'h:' .. r.h
+        if redis.call('HEXISTS', k.pool, field) == 1
+            and redis.call('HINCRBY', k.pool, field, -1) <= 0 then
+            redis.call('HDEL', k.pool, field)
+        end
+    end
     if r and r.k then redis.call('HDEL', k.keys, r.k) end
     redis.call('HDEL', k.leases, id)
     redis.call('ZREM', k.exp, id)
@@ -119,5 +137,5 @@ end
 
 local function holder_reply(id, r)
     return {id, tonumber(r.p), tonumber(r.t), tonumber(r.e), r.o or false, r.k or false,
-        positions(r)}
+        positions(r), r.h or false}
 end

@@ -74,7 +74,7 @@ end
 -- the order of its pools.
 local granted_token = 0
 
-local function grant(k, id, ttl, owner, key, n)
+local function grant(k, id, ttl, owner, key, n, holder)
     local ps = lowest_free(k, n)
     local last = tonumber(redis.call('GET', k.token) or '0')
     local token = math.max(last + 1, now_us, granted_token + 1)
@@ -83,6 +83,10 @@ local function grant(k, id, ttl, owner, key, n)
     local exp = math.min(now_ms + ttl, MAX_MS)
     local r = {p = ps[1], t = fmt(token), e = fmt(exp), o = owner, k = key}
     if n > 1 then r.ps = ps end
+    if holder then
+        r.h = holder
+        redis.call('HINCRBY', k.pool, 'h:' .. holder, 1)
+    end
     redis.call('HSET', k.leases, id, cjson.encode(r))
     redis.call('ZADD', k.exp, exp, id)
     for _, p in ipairs(ps) do redis.call('ZADD', k.pos, p, member(id, p, ps[1])) end
@@ -100,11 +104,13 @@ local function queue(k, waiter, n)
     redis.call('ZADD', k.alive, now_ms + WAITER_TTL, waiter)
 end
 
--- A refusal: when to look again (the earliest expiry, or the grace's end).
+-- A refusal: when to look again (the earliest expiry, or the grace's end),
+-- and the holders of bound leases, for the caller to ask which are gone
+-- (R16).
 local function refusal(k, st)
-    if in_grace(st) then return {1, false, false, false, st.grace} end
+    if in_grace(st) then return {1, false, false, false, st.grace, {}} end
     local first = redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES')
-    return {1, false, false, false, first[2] and tonumber(first[2]) or false}
+    return {1, false, false, false, first[2] and tonumber(first[2]) or false, holder_ids(k)}
 end
 
 if op == 'register' then
@@ -141,7 +147,7 @@ if op == 'borrow' then
     if not st then return {2} end
     local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
-    local n = tonumber(ARGV[A + 5])
+    local n, holder = tonumber(ARGV[A + 5]), opt(ARGV[A + 6])
     local found = keyed(k, key)
     if found then
         leave(k, waiter)
@@ -149,7 +155,7 @@ if op == 'borrow' then
     end
     if room(k, st, waiter) >= n then
         leave(k, waiter)
-        return grant(k, id, ttl, owner, key, n)
+        return grant(k, id, ttl, owner, key, n, holder)
     end
     queue(k, waiter, n)
     return refusal(k, st)
@@ -158,8 +164,9 @@ end
 if op == 'borrow_all' then
     -- All or nothing over n pools: one reply per pool as borrow's, or {{2,
     -- i}} for the first unknown pool. When refused, the pools that had room
-    -- answer {3}. After the n lease ids come the n weights.
+    -- answer {3}. After the n lease ids come the n weights, then the holder.
     local n, ttl = tonumber(ARGV[A]), tonumber(ARGV[A + 1])
+    local holder = opt(ARGV[A + 5 + 2 * n])
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
     local ks, sts = {}, {}
     for i = 1, n do
@@ -191,7 +198,7 @@ if op == 'borrow_all' then
     end
     for i = 1, n do
         replies[i] = keyed(ks[i], key)
-            or grant(ks[i], ARGV[A + 4 + i], ttl, owner, key, tonumber(ARGV[A + 4 + n + i]))
+            or grant(ks[i], ARGV[A + 4 + i], ttl, owner, key, tonumber(ARGV[A + 4 + n + i]), holder)
         leave(ks[i], waiter)
     end
     return replies

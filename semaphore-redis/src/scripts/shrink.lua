@@ -10,12 +10,33 @@ local TOMBSTONE_MS = 86400000
 local function exists(k) return redis.call('EXISTS', k.pool) == 1 end
 
 if op == 'inspect' then
-    -- R3: {count, in_use}, or {} if there is no pool.
+    -- R3: {count, in_use, holders of bound leases}, or {} if there is no
+    -- pool.
     local k = K(1)
     local count = redis.call('HGET', k.pool, 'count')
     if not count then return {} end
     reap(k)
-    return {tonumber(count), redis.call('ZCARD', k.pos)}
+    return {tonumber(count), redis.call('ZCARD', k.pos), holder_ids(k)}
+end
+
+if op == 'reap_holders' then
+    -- R16: ends every lease bound to one of the holders named (gone, as
+    -- the server's client list said); the slots freed.
+    local k = K(1)
+    if not exists(k) then return 0 end
+    local dead = {}
+    for i = A, #ARGV do dead[ARGV[i]] = true end
+    local freed = 0
+    local all = redis.call('HGETALL', k.leases)
+    for i = 1, #all, 2 do
+        local r = cjson.decode(all[i + 1])
+        if r.h and dead[r.h] then
+            freed = freed + #positions(r)
+            drop_lease(k, all[i], r)
+        end
+    end
+    if freed > 0 then wake(k) end
+    return freed
 end
 
 if op == 'delete' then

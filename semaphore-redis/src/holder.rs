@@ -1,0 +1,188 @@
+//! Owner liveness (SPEC R16) for Redis: the holder of a store's bound
+//! leases is a connection of its own, named by the server's `CLIENT ID`.
+//!
+//! The store keeps one idle connection (named `semaphore-holder`, checked
+//! with a `PING` every few seconds) and binds its leases to that
+//! connection's id. When the process dies, the kernel closes the socket and
+//! the server drops the client at once; ids are never reused while the
+//! server runs. A borrow that is refused, an inspect and a holders listing
+//! ask the server (`CLIENT LIST ID ...`) which of the holders of the pool's
+//! bound leases still exist, and free the leases of those that do not
+//! (`reap_holders`). A lost connection ends its holder: the store connects
+//! again under a new id, and the leases bound to the old one are freed
+//! (their guards' keep-alive reports them lost). A server that will not
+//! answer `CLIENT LIST` (an ACL that forbids it) leaves every lease to its
+//! ttl; liveness only ever shortens a lease.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use semaphore_core::{PoolId, Result};
+use tokio::sync::oneshot;
+
+use crate::RedisStore;
+use crate::backend::Kind;
+use crate::reply::int;
+
+/// How often the holder's connection is checked.
+const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// The longest the holder waits to connect, or for a `PING`.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The pause before connecting again.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// The holder task's handle: dropping it closes the connection, which ends
+/// the holder.
+#[derive(Debug)]
+pub(crate) struct Holder {
+    /// The connection's client id; 0 while disconnected.
+    id: Arc<AtomicI64>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Holder {
+    /// Starts the holder's connection on the current tokio runtime.
+    pub(crate) fn spawn(client: redis::Client) -> Self {
+        let (stop, stopped) = oneshot::channel();
+        let id = Arc::new(AtomicI64::new(0));
+        let task_id = id.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stopped => {}
+                () = run(client, &task_id) => {}
+            }
+        });
+        Self { id, _stop: stop }
+    }
+
+    /// The client id bound leases name now; `None` while the connection
+    /// is down (a lease granted then is left to its ttl).
+    pub(crate) fn id(&self) -> Option<i64> {
+        match self.id.load(Ordering::Acquire) {
+            0 => None,
+            id => Some(id),
+        }
+    }
+}
+
+async fn run(client: redis::Client, id: &AtomicI64) {
+    loop {
+        session(&client, id).await;
+        id.store(0, Ordering::Release);
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// One connection's life: connects, learns its id, then pings until the
+/// connection fails.
+async fn session(client: &redis::Client, id: &AtomicI64) {
+    let setup = async {
+        let mut connection = client.get_multiplexed_async_connection().await.ok()?;
+        redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg("semaphore-holder")
+            .query_async::<()>(&mut connection)
+            .await
+            .ok()?;
+        let n: i64 = redis::cmd("CLIENT")
+            .arg("ID")
+            .query_async(&mut connection)
+            .await
+            .ok()?;
+        Some((connection, n))
+    };
+    let Ok(Some((mut connection, n))) = tokio::time::timeout(SETUP_TIMEOUT, setup).await else {
+        return;
+    };
+    id.store(n, Ordering::Release);
+    loop {
+        tokio::time::sleep(PING_EVERY).await;
+        let ping = redis::cmd("PING");
+        let pinged = tokio::time::timeout(SETUP_TIMEOUT, ping.query_async::<()>(&mut connection));
+        if !matches!(pinged.await, Ok(Ok(()))) {
+            return;
+        }
+    }
+}
+
+impl RedisStore {
+    /// The holder argument of a borrow: this store's holder for a bound
+    /// request while its connection is up, else none.
+    pub(crate) fn holder_label(&self, bound: bool) -> String {
+        match bound.then(|| self.holder.id()).flatten() {
+            Some(id) => format!("+{id}"),
+            None => "-".to_string(),
+        }
+    }
+
+    /// Frees the leases of `pool` bound to those of `holders` that are
+    /// gone (R16), waking its waiters; whether any of them was gone.
+    pub(crate) async fn reap_gone(&self, pool: PoolId, holders: &[i64]) -> Result<bool> {
+        let own = self.holder.id();
+        let others: Vec<i64> = holders
+            .iter()
+            .copied()
+            .filter(|id| Some(*id) != own)
+            .collect();
+        let dead = gone(&self.connection, &others).await;
+        if dead.is_empty() {
+            return Ok(false);
+        }
+        let mut call = self.invocation(Kind::Shrink, "reap_holders", [pool]);
+        for id in &dead {
+            call.arg(id.to_string());
+        }
+        if int("reap_holders", &self.run("reap_holders", &call).await?)? > 0 {
+            self.changes.notify(pool);
+        }
+        Ok(true)
+    }
+}
+
+/// Which of the holders `ids` the server no longer has a connection for:
+/// those are gone. None, if the server will not say.
+pub(crate) async fn gone(connection: &ConnectionManager, ids: &[i64]) -> Vec<i64> {
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    let mut list = redis::cmd("CLIENT");
+    list.arg("LIST").arg("ID");
+    for id in ids {
+        list.arg(*id);
+    }
+    let Ok(listing) = list.query_async::<String>(&mut connection.clone()).await else {
+        return Vec::new();
+    };
+    let alive = live_ids(&listing);
+    ids.iter()
+        .copied()
+        .filter(|id| !alive.contains(id))
+        .collect()
+}
+
+/// The ids of a `CLIENT LIST` reply: one client a line, `id=N` first.
+fn live_ids(listing: &str) -> Vec<i64> {
+    listing
+        .lines()
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|field| field.strip_prefix("id="))
+                .and_then(|n| n.parse().ok())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_client_list_reply_names_its_clients_ids() {
+        let listing = "id=7 addr=127.0.0.1:5 laddr=x fd=8 name=semaphore-holder age=1\n\
+                       id=12 addr=127.0.0.1:6 laddr=x fd=9 name= age=0\n";
+        assert_eq!(super::live_ids(listing), [7, 12]);
+        assert_eq!(super::live_ids(""), Vec::<i64>::new());
+    }
+}
