@@ -197,7 +197,9 @@ pub(crate) async fn borrow(
         Some(wait) => wire::seconds("wait", wait, false)?,
         None => Duration::ZERO,
     };
-    let mut options = BorrowOptions::new();
+    // The lease is the client's, not this server's: it must outlive the
+    // server's process and its connections (R16: not bound).
+    let mut options = BorrowOptions::new().bound(false);
     if let Some(slots) = &request.slots {
         options = options.slots(wire::slots(slots, app.limits.max_count)?);
     }

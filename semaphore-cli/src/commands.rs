@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use semaphore_core::{Limits, Pool, PoolId};
+use semaphore_core::{BorrowOptions, Limits, Pool, PoolId};
 
 use crate::cli::{Command, PoolArgs, PoolName, StoreArgs};
 use crate::exit::{Exit, code};
@@ -32,7 +32,10 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             if let Some(count) = args.count {
                 pool.register(count).await.map_err(Exit::from_store)?;
             }
-            let lease = match pool.borrow_n(args.slots, args.ttl, args.wait).await {
+            // The lease outlives this process (the script holds it): it is
+            // not bound to it (R16).
+            let options = BorrowOptions::new().slots(args.slots).bound(false);
+            let lease = match pool.borrow_with(args.ttl, args.wait, options).await {
                 Ok(guard) => guard.forget(),
                 Err(semaphore_core::Error::Exhausted { waited, .. }) => {
                     return Err(Exit::exhausted(&name, waited, args.exhausted_code));

@@ -17,6 +17,10 @@ use crate::sql::Sql;
 use crate::{PostgresOptions, schema};
 use semaphore_core::store::DecidingClock as Time;
 
+/// How long `connect` waits for the listener's session, the holder of
+/// bound leases (R16).
+const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A [`Store`](semaphore_core::store::Store) in one PostgreSQL database, shared by any number of
 /// processes on any number of machines (SPEC "PostgreSQL store").
 ///
@@ -89,7 +93,10 @@ impl PostgresStore {
     /// Connects to the database at `url` (a URL or a key=value connection
     /// string, without TLS) through a deadpool-postgres pool of
     /// [`PostgresOptions::pool_size`] connections, checks or creates the
-    /// store's tables, and starts the listener.
+    /// store's tables, and starts the listener. It waits up to 2 s for the
+    /// listener's session, which holds the store's bound leases (R16), so
+    /// that the first borrow is bound; a listener that is not up by then
+    /// (its leases are then left to their ttl until it is) fails nothing.
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `url`, `listen_url`, `schema`,
@@ -168,14 +175,21 @@ impl PostgresStore {
             poll: options.poll_interval,
             time: options.time.clone(),
         });
-        Ok(Self {
+        let store = Self {
             pool,
             sql: Sql::new(&options.schema),
             schema: options.schema,
             changes,
             time: options.time,
             listener,
+        };
+        let _ = tokio::time::timeout(HOLDER_WAIT, async {
+            while store.holder().is_none() {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
         })
+        .await;
+        Ok(store)
     }
 
     /// The schema the store's tables are in.

@@ -111,7 +111,10 @@ impl RedisStore {
     /// Connects to the server at `url` (`redis://[user:password@]host[:port][/db]`,
     /// `rediss://` is not built in, `redis+unix:///path/to/socket`), checks
     /// that it is Redis 7.0 or later, loads the scripts and starts the
-    /// subscriber.
+    /// subscriber. It waits up to 2 s for the connection that holds the
+    /// store's bound leases (R16), so that the first borrow is bound; one
+    /// that is not up by then (its leases are then left to their ttl until
+    /// it is) fails nothing.
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `url`, `prefix`,
@@ -173,7 +176,20 @@ impl RedisStore {
                 .min(MAX_UNIX_MS),
             holder,
             _subscriber: subscriber,
+        }
+        .with_holder_up()
+        .await)
+    }
+
+    /// This store, once its holder's connection is up, or after 2 s.
+    async fn with_holder_up(self) -> Self {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+            while self.holder.id().is_none() {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
         })
+        .await;
+        self
     }
 
     /// The client id of the connection this store's bound leases are bound
