@@ -9,6 +9,8 @@ use std::sync::Arc;
 use crate::cancel::return_detached;
 use crate::keepalive::{self, KeepAlive, Kept};
 use crate::telemetry;
+#[cfg(doc)]
+use crate::BorrowOptions;
 use crate::{Lease, Pool, Result};
 
 /// A held lease that is returned when the guard is dropped (R13), like
@@ -26,10 +28,12 @@ use crate::{Lease, Pool, Result};
 /// place for stores that do no I/O, on a task spawned on the current tokio
 /// runtime otherwise, and on the library runtime (one worker thread per process,
 /// started when first needed) when dropped outside any runtime or while its
-/// runtime shuts down. Only if the process exits first is the lease left to
-/// free itself at its ttl. [`release`](LeaseGuard::release) returns it and
-/// reports the result; [`forget`](LeaseGuard::forget) keeps it until its
-/// ttl.
+/// runtime shuts down. If the process exits first, a lease bound to it
+/// (the default, R16) is freed the next time another process looks at the
+/// pool, and any other is left to free itself at its ttl.
+/// [`release`](LeaseGuard::release) returns it and reports the result;
+/// [`forget`](LeaseGuard::forget) keeps it until its ttl (or its holder's
+/// end, for a bound lease).
 #[must_use = "dropping the guard returns the lease at once"]
 pub struct LeaseGuard<P: AsRef<Pool> = Pool> {
     pool: P,
@@ -209,7 +213,9 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
 
     /// Keeps the lease until its ttl instead of returning it on drop (R13),
     /// and hands back the plain [`Lease`]; return it early later with
-    /// [`Pool::return_lease`] and its `id`.
+    /// [`Pool::return_lease`] and its `id`. A bound lease (R16, the
+    /// default) still ends with its holder: to hand a lease to another
+    /// process, borrow it with [`BorrowOptions::bound`]`(false)`.
     pub fn forget(mut self) -> Lease {
         self.armed = false;
         self.keep = None;

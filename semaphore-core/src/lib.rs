@@ -15,7 +15,16 @@
 //! (`semaphore-memory`, `semaphore-sqlite`, `semaphore-postgres`), which
 //! re-exports the user API and the [`store`] module.
 //!
-//! Rules cited as "R1".."R14" are those of the project's SPEC.
+//! Rules cited as "R1".."R16" are those of the project's SPEC.
+//!
+//! # Several slots, and holders that die
+//! A borrow may take `n` slots as one lease ([`Pool::borrow_n`],
+//! [`BorrowOptions::slots`]; R15): the `n` lowest free positions, one id,
+//! one token, one expiry. A lease is by default bound to its holder
+//! ([`BorrowOptions::bound`]; R16): when the holder's process (SQLite), its
+//! store session (PostgreSQL) or its connection (Redis) is gone, the next
+//! call that looks at the pool treats the lease as expired, so a SIGKILLed
+//! holder's slot comes back at once instead of at its ttl.
 //!
 //! # Features
 //! All off by default; each store crate forwards them.

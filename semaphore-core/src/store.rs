@@ -215,6 +215,14 @@ impl TryBorrowAll {
 ///   a delete), the store calls
 ///   [`Changes::notify`] for that pool, and [`Changes::notify_all`] when it
 ///   learns that another process changed the shared state.
+/// - **Holders** (R16). A store that can see a holder end (a process's
+///   kernel lock, a database session, a connection) records the holder
+///   with each lease of a [`BorrowRequest::bound`] request, and treats a
+///   lease whose holder is gone as expired in every step that looks at the
+///   pool (at least: a borrow that would be refused, `inspect`, `holders`).
+///   It must never take a live holder for gone: where liveness cannot be
+///   told, the lease is left to its ttl. An in-process store may ignore
+///   `bound`: its holder is the process, and it dies with it.
 /// - **Keys.** A request with a key whose lease is active in the pool is
 ///   answered with that lease, unchanged, and takes no slot; keys are per
 ///   pool. A key is free again once its lease is returned or expired.
