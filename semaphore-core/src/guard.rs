@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
+#[cfg(doc)]
+use crate::BorrowOptions;
 use crate::cancel::return_detached;
 use crate::keepalive::{self, KeepAlive, Kept};
 use crate::telemetry;
-#[cfg(doc)]
-use crate::BorrowOptions;
 use crate::{Lease, Pool, Result};
 
 /// A held lease that is returned when the guard is dropped (R13), like
