@@ -1,0 +1,230 @@
+//! The slot table against the reference rules (R6, R7, R10, R15).
+use super::*;
+use crate::PoolId;
+use std::time::{Duration, UNIX_EPOCH};
+
+fn req(ttl_s: u64) -> BorrowRequest {
+    BorrowRequest::new(
+        PoolId::from_name("t"),
+        LeaseId::new(),
+        Duration::from_secs(ttl_s),
+    )
+}
+
+fn position(t: TryBorrow) -> u32 {
+    match t {
+        TryBorrow::Granted { lease, .. } => lease.position,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+#[test]
+fn grants_lowest_free_and_reuses_returned() {
+    let mut t = SlotTable::new(3);
+    let mut tok = 0;
+    let mut next = || {
+        tok += 1;
+        tok
+    };
+    let a = req(10);
+    assert_eq!(position(t.grant(&a, UNIX_EPOCH, &mut next)), 0);
+    assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, &mut next)), 1);
+    assert!(t.release(a.lease, UNIX_EPOCH));
+    assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, &mut next)), 0);
+    assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, &mut next)), 2);
+    assert!(matches!(
+        t.grant(&req(10), UNIX_EPOCH, &mut next),
+        TryBorrow::Exhausted { .. }
+    ));
+}
+
+#[test]
+fn expired_slot_is_reaped_and_handed_out_next() {
+    let mut t = SlotTable::new(2);
+    let short = req(1);
+    assert_eq!(position(t.grant(&short, UNIX_EPOCH, || 1)), 0);
+    assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, || 2)), 1);
+    assert_eq!(t.in_use(UNIX_EPOCH + Duration::from_secs(1)), 1);
+    assert!(!t.release(short.lease, UNIX_EPOCH + Duration::from_secs(1)));
+    assert_eq!(
+        position(t.grant(&req(10), UNIX_EPOCH + Duration::from_secs(1), || 3)),
+        0
+    );
+}
+
+#[test]
+fn lowered_count_withholds_high_positions() {
+    let mut t = SlotTable::new(4);
+    let held: Vec<_> = (0..4)
+        .map(|i| {
+            let r = req(10);
+            assert_eq!(position(t.grant(&r, UNIX_EPOCH, || i)), i as u32);
+            r
+        })
+        .collect();
+    t.set_count(2);
+    t.release(held[3].lease, UNIX_EPOCH);
+    t.release(held[0].lease, UNIX_EPOCH);
+    // in_use 2 (positions 1, 2) == count 2: nothing is granted.
+    assert!(matches!(
+        t.grant(&req(10), UNIX_EPOCH, || 9),
+        TryBorrow::Exhausted { .. }
+    ));
+    t.release(held[2].lease, UNIX_EPOCH);
+    assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, || 9)), 0);
+    t.set_count(4);
+    assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, || 10)), 2);
+    assert_eq!(position(t.grant(&req(10), UNIX_EPOCH, || 11)), 3);
+}
+
+#[test]
+fn agrees_with_reference_across_bitset_words_and_count_changes() {
+    let mut count = 200;
+    let mut t = SlotTable::new(count);
+    let mut held: Vec<(LeaseId, u32)> = Vec::new();
+    let mut x: u64 = 0x853c_49e6_748f_ea9b;
+    for step in 0..20_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        match x % 5 {
+            0 if !held.is_empty() => {
+                let (id, _) = held.swap_remove((x as usize / 5) % held.len());
+                assert!(t.release(id, UNIX_EPOCH));
+            }
+            1 if step % 97 == 0 => {
+                // Across word boundaries: 63, 64, 65, 127, 128, ...
+                count = [0, 1, 63, 64, 65, 127, 128, 129, 200][(x as usize / 5) % 9];
+                t.set_count(count);
+            }
+            _ => {
+                let expected = ((held.len() as u32) < count)
+                    .then(|| lowest_free(count, held.iter().map(|h| h.1)))
+                    .flatten();
+                let r = req(10);
+                match (t.grant(&r, UNIX_EPOCH, || step), expected) {
+                    (TryBorrow::Granted { lease, .. }, Some(p)) => {
+                        assert_eq!(lease.position, p, "step {step}, count {count}");
+                        held.push((r.lease, p));
+                    }
+                    (TryBorrow::Exhausted { .. }, None) => {}
+                    (got, want) => panic!("step {step}: got {got:?}, reference {want:?}"),
+                }
+            }
+        }
+    }
+}
+
+/// Issue 11, item 6: registering a huge count allocates nothing per
+/// slot; what is allocated follows the most leases held at once.
+#[test]
+fn memory_follows_leases_held_not_count() {
+    let mut t = SlotTable::new(u32::MAX);
+    assert_eq!((t.slots.capacity(), t.free.words()), (0, 0));
+    let leases: Vec<_> = (0..200)
+        .map(|i| {
+            let r = req(10);
+            assert_eq!(position(t.grant(&r, UNIX_EPOCH, || i)), i as u32);
+            r.lease
+        })
+        .collect();
+    assert_eq!(t.slots.len(), 200);
+    assert!(t.slots.capacity() <= 256 && t.free.words() <= 4);
+    assert!(t.release(leases[3], UNIX_EPOCH));
+    assert_eq!(
+        position(t.grant(&req(10), UNIX_EPOCH, || 300)),
+        3,
+        "a gap is reused first"
+    );
+    for id in &leases[4..] {
+        assert!(t.release(*id, UNIX_EPOCH));
+    }
+    assert_eq!(t.slots.len(), 4, "the high mark came down with the leases");
+    assert!(t.free.len() <= 1);
+    t.set_count(2);
+    assert_eq!(t.in_use(UNIX_EPOCH), 4);
+    assert!(matches!(
+        t.grant(&req(10), UNIX_EPOCH, || 9),
+        TryBorrow::Exhausted { .. }
+    ));
+}
+
+/// R15: weighted grants agree with `lowest_free_n` and the
+/// `in_use + n <= count` rule across bitset words, count changes,
+/// returns and forced returns from any position of a lease.
+#[test]
+fn weighted_grants_agree_with_reference() {
+    let mut count = 130;
+    let mut t = SlotTable::new(count);
+    let mut held: Vec<(LeaseId, Vec<u32>)> = Vec::new();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for step in 0..20_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let in_use: u32 = held.iter().map(|h| h.1.len() as u32).sum();
+        assert_eq!(t.in_use(UNIX_EPOCH), in_use, "step {step}");
+        match x % 7 {
+            0 | 1 if !held.is_empty() => {
+                let (id, _) = held.swap_remove((x as usize / 7) % held.len());
+                assert!(t.release(id, UNIX_EPOCH));
+            }
+            2 if !held.is_empty() => {
+                let i = (x as usize / 7) % held.len();
+                let at = held[i].1[(x as usize / 11) % held[i].1.len()];
+                let ended = t.force_return(PoolId::from_name("t"), at, UNIX_EPOCH);
+                assert_eq!(ended.map(|h| h.lease.id), Some(held[i].0));
+                held.swap_remove(i);
+            }
+            3 if step % 89 == 0 => {
+                count = [0, 3, 63, 64, 65, 128, 130][(x as usize / 7) % 7];
+                t.set_count(count);
+            }
+            _ => {
+                let n = [1, 1, 2, 3, 7, 70][(x as usize / 7) % 6];
+                let all = held.iter().flat_map(|h| h.1.iter().copied());
+                let expected = (in_use + n <= count)
+                    .then(|| lowest_free_n(count, all, n))
+                    .flatten();
+                let mut r = req(10);
+                r.slots = n;
+                match (t.grant(&r, UNIX_EPOCH, || step), expected) {
+                    (TryBorrow::Granted { lease }, Some(p)) => {
+                        assert_eq!(lease.positions, p, "step {step}, count {count}");
+                        held.push((r.lease, p.to_vec()));
+                    }
+                    (TryBorrow::Exhausted { .. }, None) => {}
+                    (got, want) => panic!("step {step}: got {got:?}, reference {want:?}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn agrees_with_reference_on_a_long_mixed_run() {
+    // A deterministic pseudo-random walk, checked against lowest_free.
+    let mut t = SlotTable::new(8);
+    let mut held: Vec<(LeaseId, u32)> = Vec::new();
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for step in 0..5_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if x.is_multiple_of(3) && !held.is_empty() {
+            let (id, _) = held.swap_remove((x as usize / 3) % held.len());
+            assert!(t.release(id, UNIX_EPOCH));
+        } else {
+            let expected = lowest_free(8, held.iter().map(|h| h.1));
+            let r = req(10);
+            match (t.grant(&r, UNIX_EPOCH, || step), expected) {
+                (TryBorrow::Granted { lease, .. }, Some(p)) => {
+                    assert_eq!(lease.position, p);
+                    held.push((r.lease, p));
+                }
+                (TryBorrow::Exhausted { .. }, None) => {}
+                (got, want) => panic!("step {step}: got {got:?}, reference {want:?}"),
+            }
+        }
+    }
+}
