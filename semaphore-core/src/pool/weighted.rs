@@ -20,8 +20,8 @@ impl Pool {
     /// does (R2), and holds back the borrowers behind it meanwhile.
     ///
     /// # Errors
-    /// Those of [`borrow`](Pool::borrow), and [`Error::InvalidArgument`]
-    /// naming `slots` if `n` is 0 or above [`Limits::max_count`]; nothing
+    /// Those of [`borrow`](Pool::borrow), and [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// naming `slots` if `n` is 0 or above [`Limits::max_count`](crate::Limits::max_count); nothing
     /// changes.
     ///
     /// # Cancel safety
