@@ -131,7 +131,10 @@ pub(crate) async fn register(
 ) -> Result<Json<wire::State>, ApiError> {
     let pool = app.pool(id);
     let count = wire::count(&request.count, app.limits.max_count)?;
-    let state = app.track(pool.register(count).await)?;
+    let mut state = app.track(pool.register(count).await)?;
+    if let Some(draining) = request.draining {
+        state = app.track(pool.set_draining(draining).await)?;
+    }
     Ok(Json(wire::State::of(state, &pool)))
 }
 
@@ -183,7 +186,7 @@ pub(crate) async fn delete(
         (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
         (status = 422, description = "The Idempotency-Key was used with a different body", body = crate::error::ErrorBody),
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
-        (status = 503, description = "The server is shutting down, or drains (SIGUSR1)", body = crate::error::ErrorBody),
+        (status = 503, description = "The server is shutting down or drains (SIGUSR1), or the pool drains", body = crate::error::ErrorBody),
     ))]
 pub(crate) async fn borrow(
     State(app): State<App>,
@@ -199,7 +202,9 @@ pub(crate) async fn borrow(
     };
     // The lease is the client's, not this server's: it must outlive the
     // server's process and its connections (R16: not bound).
-    let mut options = BorrowOptions::new().bound(false);
+    let mut options = BorrowOptions::new()
+        .bound(false)
+        .wait_while_draining(request.wait_while_draining.unwrap_or(false));
     if let Some(slots) = &request.slots {
         options = options.slots(wire::slots(slots, app.limits.max_count)?);
     }

@@ -46,8 +46,14 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Create a pool or set its count.
     Register(RegisterArgs),
-    /// Print a pool's count, in_use and available.
+    /// Print a pool's count, in_use and available (and `draining` while it
+    /// drains).
     Inspect(PoolArgs),
+    /// Stop new grants on a pool while its holders finish (--off ends the
+    /// drain): borrows fail (exit 75, HTTP 503) or, with
+    /// --wait-while-draining, wait; returns and renewals go on. Every
+    /// process and server sharing the store sees it.
+    Drain(DrainArgs),
     /// Delete a pool and its leases.
     Delete(PoolArgs),
     /// Borrow a slot and print `export SEMAPHORE_...=` lines for a shell to
@@ -165,6 +171,16 @@ pub(crate) struct PoolArgs {
     pub(crate) json: bool,
 }
 
+/// `drain`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct DrainArgs {
+    #[command(flatten)]
+    pub(crate) pool: PoolArgs,
+    /// End the drain instead of starting it.
+    #[arg(long)]
+    pub(crate) off: bool,
+}
+
 /// `register`'s arguments.
 #[derive(Debug, Args)]
 pub(crate) struct RegisterArgs {
@@ -202,6 +218,11 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
         value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) slots: u32,
+
+    /// Wait (within --wait) while the pool drains, instead of exiting 75 at
+    /// once.
+    #[arg(long)]
+    pub(crate) wait_while_draining: bool,
 
     /// Devices, one per position (0,2,5): CMD gets CUDA_VISIBLE_DEVICES set
     /// to the device of each of its positions (2,5 for positions 1 and 2).

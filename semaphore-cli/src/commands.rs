@@ -21,6 +21,15 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             print_state(&args.pool, state);
             Ok(0)
         }
+        Command::Drain(args) => {
+            let (pool, _) = pool(&args.pool.store, &args.pool.name).await?;
+            let state = pool
+                .set_draining(!args.off)
+                .await
+                .map_err(Exit::from_store)?;
+            print_state(&args.pool, state);
+            Ok(0)
+        }
         Command::Inspect(args) => {
             let (pool, _) = pool(&args.store, &args.name).await?;
             let state = pool.inspect().await.map_err(Exit::from_store)?;
@@ -132,13 +141,16 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
 fn print_state(args: &PoolArgs, s: semaphore_core::PoolState) {
     if args.json {
         println!(
-            "{{\"id\":\"{}\",\"count\":{},\"in_use\":{},\"available\":{}}}",
-            s.id, s.count, s.in_use, s.available
+            "{{\"id\":\"{}\",\"count\":{},\"in_use\":{},\"available\":{},\"draining\":{}}}",
+            s.id, s.count, s.in_use, s.available, s.draining
         );
     } else {
         println!(
-            "count {} in_use {} available {}",
-            s.count, s.in_use, s.available
+            "count {} in_use {} available {}{}",
+            s.count,
+            s.in_use,
+            s.available,
+            if s.draining { " draining" } else { "" }
         );
     }
 }

@@ -86,6 +86,16 @@ impl From<Error> for ApiError {
             Error::Exhausted { .. } => {
                 Self::new(StatusCode::CONFLICT, "exhausted", "no resource available")
             }
+            Error::Draining { .. } => {
+                let mut err = Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "pool_draining",
+                    "this pool is draining: it grants nothing new, while returns and renewals \
+                     go on; retry once it is un-drained",
+                );
+                err.body.retryable = true;
+                err
+            }
             Error::LeaseExpired { .. } | Error::LeaseNotFound { .. } => Self::new(
                 StatusCode::NOT_FOUND,
                 "lease_not_active",

@@ -61,6 +61,7 @@ impl Exit {
                 format!("{e} (or pass --count to register it)"),
             ),
             Error::InvalidArgument { .. } => Self::new(code::USAGE, e.to_string()),
+            Error::Draining { .. } => Self::new(code::TEMPFAIL, e.to_string()),
             Error::Storage { retryable, .. } => Self::new(
                 code::IOERR,
                 format!(

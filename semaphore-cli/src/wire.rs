@@ -10,13 +10,19 @@ use utoipa::ToSchema;
 
 use crate::error::ApiError;
 
-/// `PUT /l/{id}`: the number of slots.
+/// `PUT /l/{id}`: the number of slots; `draining` is an extension.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Register {
     /// The number of slots, `0..=max-count` (default 1000).
     #[schema(value_type = u32, minimum = 0, maximum = 1000)]
     pub(crate) count: serde_json::Number,
+    /// Start (`true`) or end (`false`) the pool's drain; left as it is when
+    /// absent. A draining pool grants nothing new (borrows answer 503
+    /// `pool_draining`), while returns and renewals go on; every server of
+    /// a shared store sees it.
+    #[serde(default)]
+    pub(crate) draining: Option<bool>,
 }
 
 /// `POST /l/{id}/borrow`: `wait` defaults to 0; `slots` and `owner` are
@@ -40,6 +46,9 @@ pub(crate) struct Borrow {
     #[serde(default)]
     #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub(crate) slots: Option<serde_json::Number>,
+    /// Wait (within `wait`) while the pool drains, instead of a 503 at once.
+    #[serde(default)]
+    pub(crate) wait_while_draining: Option<bool>,
     /// A label saying who holds the lease (1-64 bytes, printable).
     #[serde(default)]
     #[schema(min_length = 1, max_length = 64)]
@@ -76,6 +85,8 @@ pub(crate) struct State {
     count: u32,
     in_use: u32,
     available: u32,
+    /// Whether the pool drains: it grants nothing new.
+    draining: bool,
     /// Borrowers waiting on the pool at this server.
     waiting: usize,
     /// How long the longest-waiting of them has waited so far, in seconds
@@ -91,6 +102,7 @@ impl State {
             count: s.count,
             in_use: s.in_use,
             available: s.available,
+            draining: s.draining,
             waiting: pool.waiting(),
             longest_wait: pool.longest_wait().map_or(0.0, |d| d.as_secs_f64()),
         }

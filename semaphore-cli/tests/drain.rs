@@ -87,3 +87,94 @@ async fn a_draining_server_grants_nothing_new_and_lets_holders_finish() {
         .await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// A pool drained through one server (`PUT` with `"draining": true`) is
+/// drained on another that shares the store: borrows answer 503
+/// `pool_draining`, returns go on, a borrow that asked waits, and ending
+/// the drain on the first server serves it on the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_drained_on_one_server_is_drained_on_every_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db");
+    let db = db.to_str().unwrap();
+    let (a, b) = (
+        Server::start(&["--sqlite", db]),
+        std::sync::Arc::new(Server::start(&["--sqlite", db])),
+    );
+    let id = pool_id();
+    let pool = format!("/l/{id}");
+    a.call("PUT", &pool, Some(json!({"count": 1}))).await;
+    let (_, held) = a
+        .call("POST", &format!("{pool}/borrow"), Some(json!({"ttl": 60})))
+        .await;
+    let (status, state) = a
+        .call("PUT", &pool, Some(json!({"count": 1, "draining": true})))
+        .await;
+    assert_eq!((status, state["draining"].clone()), (200, json!(true)));
+
+    let (status, refused) = b
+        .call(
+            "POST",
+            &format!("{pool}/borrow"),
+            Some(json!({"ttl": 60, "wait": 30})),
+        )
+        .await;
+    assert_eq!(status, 503, "{refused}");
+    assert_eq!(refused["code"], "pool_draining");
+    let (_, returned) = b
+        .call(
+            "POST",
+            &format!("{pool}/return"),
+            Some(json!({"lease": held["lease"]})),
+        )
+        .await;
+    assert_eq!(returned, json!({"returned": true}), "returns go on");
+    let (_, state) = b.call("GET", &pool, None).await;
+    assert_eq!(
+        (state["draining"].clone(), state["in_use"].clone()),
+        (json!(true), json!(0))
+    );
+
+    let patient = {
+        let (b, path) = (b.clone(), format!("{pool}/borrow"));
+        tokio::spawn(async move {
+            let body = json!({"ttl": 60, "wait": 30, "wait_while_draining": true});
+            b.call("POST", &path, Some(body)).await
+        })
+    };
+    b.until_waiting(&id, 1).await;
+    let (_, state) = a
+        .call("PUT", &pool, Some(json!({"count": 1, "draining": false})))
+        .await;
+    assert_eq!(state["draining"], false);
+    let (status, lease) = patient.await.unwrap();
+    assert_eq!((status, lease["position"].clone()), (200, json!(0)));
+}
+
+/// `semaphore drain` starts and ends a pool's drain from the shell; a run
+/// on a draining pool exits 75 at once.
+#[test]
+fn semaphore_drain_stops_runs_until_it_is_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cli.db");
+    let semaphore = |args: &[&str]| {
+        let (command, rest) = args.split_first().unwrap();
+        std::process::Command::new(common::BIN)
+            .arg(command)
+            .arg("--sqlite")
+            .arg(&db)
+            .args(["--pool", "jobs"])
+            .args(rest)
+            .output()
+            .unwrap()
+    };
+    assert!(semaphore(&["register", "--count", "2"]).status.success());
+    let drained = semaphore(&["drain"]);
+    assert!(String::from_utf8_lossy(&drained.stdout).contains("draining"));
+    let run = semaphore(&["run", "--wait", "60s", "--", "true"]);
+    assert_eq!(run.status.code(), Some(75), "{run:?}");
+    assert!(String::from_utf8_lossy(&run.stderr).contains("draining"));
+    let resumed = semaphore(&["drain", "--off"]);
+    assert!(!String::from_utf8_lossy(&resumed.stdout).contains("draining"));
+    assert_eq!(semaphore(&["run", "--", "true"]).status.code(), Some(0));
+}

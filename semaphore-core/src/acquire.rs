@@ -24,23 +24,39 @@ use crate::{Error, Lease, PoolId, Result, Store, WaiterId};
 /// and returns a grant that lands after the drop (R12); an attempt still in
 /// the store then leaves once more when it finishes, since it may have
 /// written the place just forgotten.
+///
+/// A pool that drains fails the borrow with [`Error::Draining`] at once,
+/// unless `draining_waits`: the borrower then waits as if the pool were
+/// full, until the drain ends (the store notifies) or the wait runs out,
+/// which then reports the drain.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire<A: Answer>(
     store: &Arc<dyn Store>,
     pools: &[PoolId],
     start: SystemTime,
     wait: Duration,
     handoff: Option<HandOff>,
+    draining_waits: bool,
     exhausted: impl Fn() -> Error,
     mut attempt: impl FnMut(SystemTime, Option<WaiterId>) -> InFlight<A>,
 ) -> Result<A::Granted> {
     let changes = store.changes();
-    if pools.iter().all(|pool| changes.waiting(*pool) == 0)
-        && let Step::Granted(granted) = attempt(start, None).await?.step()
-    {
-        return Ok(granted);
+    // The drain a waiting borrower last found, reported if its wait runs
+    // out while the pool still drains.
+    let mut drained = None;
+    if pools.iter().all(|pool| changes.waiting(*pool) == 0) {
+        match attempt(start, None).await {
+            Ok(answer) => {
+                if let Step::Granted(granted) = answer.step() {
+                    return Ok(granted);
+                }
+            }
+            Err(e @ Error::Draining { .. }) if draining_waits => drained = Some(e),
+            Err(e) => return Err(e),
+        }
     }
     if wait.is_zero() {
-        return Err(exhausted());
+        return Err(drained.unwrap_or_else(exhausted));
     }
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(Error::NoRuntime {
@@ -84,7 +100,7 @@ pub(crate) async fn acquire<A: Answer>(
             return Ok(A::handed(lease));
         }
         if timed_out {
-            return Err(failed.map_or_else(exhausted, |(e, _)| e));
+            return Err(failed.map(|(e, _)| e).or(drained).unwrap_or_else(exhausted));
         }
         if let Some(at) = ticket.take_next_expiry() {
             // A hand-off left the pool full and made us head: it told us
@@ -101,6 +117,7 @@ pub(crate) async fn acquire<A: Answer>(
         match answer {
             Ok(answer) => {
                 failed = None;
+                drained = None;
                 match answer.step() {
                     Step::Granted(granted) => {
                         place.granted();
@@ -120,6 +137,13 @@ pub(crate) async fn acquire<A: Answer>(
                     .map_or(RETRY_FIRST, |(_, last)| (*last * 2).min(RETRY_MAX));
                 retry = Some(Box::pin(tokio::time::sleep(backoff)));
                 failed = Some((e, backoff));
+            }
+            Err(e @ Error::Draining { .. }) if draining_waits => {
+                // Asleep until the store tells of a change: the drain's
+                // end notifies the pool's waiters.
+                failed = None;
+                next_expiry = None;
+                drained = Some(e);
             }
             Err(e) => return Err(e),
         }

@@ -16,6 +16,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// - [`Exhausted`](Error::Exhausted): no slot freed up within the wait; retry
 ///   later or with a longer wait (R5). This is a semaphore answer, never a
 ///   storage condition.
+/// - [`Draining`](Error::Draining): an operator stopped new grants on the
+///   pool ([`Pool::set_draining`](crate::Pool::set_draining)); retry once it
+///   is un-drained, or borrow with
+///   [`BorrowOptions::wait_while_draining`](crate::BorrowOptions::wait_while_draining).
 /// - [`LeaseExpired`](Error::LeaseExpired),
 ///   [`LeaseNotFound`](Error::LeaseNotFound): a renew found the lease no
 ///   longer active; borrow again.
@@ -61,6 +65,18 @@ pub enum Error {
         /// The wait that was allowed, after clamping to
         /// [`Limits::max_wait`](crate::Limits::max_wait).
         waited: Duration,
+    },
+
+    /// The pool is draining: it grants nothing new until an operator sets it
+    /// back ([`Pool::set_draining`](crate::Pool::set_draining)); returns and
+    /// renewals go on (SPEC "HTTP, drain"; the HTTP service's `503`). A
+    /// borrow that waits fails with it at once when the drain starts, unless
+    /// it was made with
+    /// [`BorrowOptions::wait_while_draining`](crate::BorrowOptions::wait_while_draining).
+    #[error("pool {pool} is draining: it grants nothing new until it is un-drained")]
+    Draining {
+        /// The pool asked for.
+        pool: PoolId,
     },
 
     /// A renew came too late: the lease expired at `expired_at` (R7) and
@@ -170,7 +186,7 @@ impl Error {
     /// [`Storage`](Error::Storage) errors, `false` otherwise.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Exhausted { .. } => true,
+            Error::Exhausted { .. } | Error::Draining { .. } => true,
             Error::Storage { retryable, .. } => *retryable,
             _ => false,
         }

@@ -102,6 +102,10 @@ pub struct PoolState {
     pub in_use: u32,
     /// `count.saturating_sub(in_use)`.
     pub available: u32,
+    /// Whether the pool is draining: it grants nothing new until an operator
+    /// sets it back, and returns and renewals go on
+    /// ([`Pool::set_draining`](crate::Pool::set_draining)).
+    pub draining: bool,
 }
 
 impl PoolState {
@@ -113,7 +117,14 @@ impl PoolState {
             count,
             in_use,
             available: count.saturating_sub(in_use),
+            draining: false,
         }
+    }
+
+    /// This state with the pool draining (`true`) or not; for stores.
+    pub fn with_draining(mut self, draining: bool) -> Self {
+        self.draining = draining;
+        self
     }
 }
 

@@ -53,6 +53,11 @@ pub struct BorrowOptions {
     /// HTTP service and `semaphore borrow` do), which must outlive this
     /// one.
     pub bound: bool,
+    /// Whether a borrow of a draining pool waits for the drain to end
+    /// (`true`), within its wait, or fails with
+    /// [`Error::Draining`](crate::Error::Draining) at once (`false`, the
+    /// default). Either way it grants nothing while the pool drains.
+    pub wait_while_draining: bool,
 }
 
 impl Default for BorrowOptions {
@@ -62,6 +67,7 @@ impl Default for BorrowOptions {
             key: None,
             owner: None,
             bound: true,
+            wait_while_draining: false,
         }
     }
 }
@@ -83,6 +89,13 @@ impl BorrowOptions {
     /// process; R16).
     pub fn bound(mut self, bound: bool) -> Self {
         self.bound = bound;
+        self
+    }
+
+    /// These options waiting while the pool drains (`true`) instead of
+    /// failing with [`Error::Draining`](crate::Error::Draining) at once.
+    pub fn wait_while_draining(mut self, wait: bool) -> Self {
+        self.wait_while_draining = wait;
         self
     }
 
@@ -125,6 +138,7 @@ impl BorrowOptions {
         Ok(Labels {
             slots,
             bound: self.bound,
+            wait_while_draining: self.wait_while_draining,
             key: self.key.as_deref().map(Arc::from),
             owner: self.owner.as_deref().map(Arc::from),
         })
@@ -136,6 +150,7 @@ impl BorrowOptions {
 pub(crate) struct Labels {
     pub(crate) slots: u32,
     pub(crate) bound: bool,
+    pub(crate) wait_while_draining: bool,
     pub(crate) key: Option<Arc<str>>,
     pub(crate) owner: Option<Arc<str>>,
 }
@@ -145,6 +160,7 @@ impl Default for Labels {
         Self {
             slots: 1,
             bound: true,
+            wait_while_draining: false,
             key: None,
             owner: None,
         }

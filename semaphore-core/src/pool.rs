@@ -10,6 +10,7 @@ use crate::options::Labels;
 use crate::telemetry::{self, Name};
 use crate::wait::HandOff;
 
+mod drain;
 mod leases;
 mod waiters;
 mod weighted;
@@ -446,6 +447,7 @@ impl Pool {
                 key: labels.key.clone(),
                 owner: labels.owner.clone(),
             }),
+            labels.wait_while_draining,
             exhausted,
             |_now, waiter| {
                 let mut request = BorrowRequest::new(self.id, LeaseId::new(), ttl);

@@ -223,6 +223,7 @@ impl PoolSet {
             start,
             wait,
             None,
+            labels.wait_while_draining,
             exhausted,
             |_now, waiter| {
                 let requests = self

@@ -120,6 +120,8 @@ enum Slot {
 #[derive(Debug, Clone, Default)]
 pub struct SlotTable {
     count: u32,
+    /// The pool grants nothing new while set.
+    draining: bool,
     /// Indexed by position, up to the highest held (the high mark), which
     /// may be above `count` after a lowering while those leases are active.
     /// Never ends in `None`.
@@ -158,6 +160,16 @@ impl SlotTable {
         self.count = count;
     }
 
+    /// Whether the pool drains: [`grant`](SlotTable::grant) then refuses.
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Starts or ends the pool's drain.
+    pub fn set_draining(&mut self, draining: bool) {
+        self.draining = draining;
+    }
+
     /// Slots held by active leases at `now` (R7, R15), which may exceed
     /// `count` after a lowering.
     pub fn in_use(&mut self, now: SystemTime) -> u32 {
@@ -174,7 +186,8 @@ impl SlotTable {
     /// `in_use + slots <= count` (R10) at `now` (the store's reading of its
     /// clock, whole ms), for the request's ttl from `now`, taking the token
     /// from `next_token` only when it grants. A request whose key names an
-    /// active lease gets that lease back, unchanged.
+    /// active lease gets that lease back, unchanged. A draining table
+    /// grants nothing (its store answers [`Error::Draining`](crate::Error::Draining)).
     pub fn grant(
         &mut self,
         request: &BorrowRequest,
@@ -182,6 +195,9 @@ impl SlotTable {
         next_token: impl FnOnce() -> u64,
     ) -> TryBorrow {
         self.reap(now);
+        if self.draining {
+            return TryBorrow::Exhausted { next_expiry: None };
+        }
         if let Some(lease) = self.keyed(request) {
             return TryBorrow::Granted { lease };
         }
@@ -226,7 +242,7 @@ impl SlotTable {
     /// its key names an active lease, or its slots are free. Reaps first.
     pub fn can_grant(&mut self, request: &BorrowRequest, now: SystemTime) -> bool {
         self.reap(now);
-        self.keyed(request).is_some() || self.has_room(request.slots)
+        !self.draining && (self.keyed(request).is_some() || self.has_room(request.slots))
     }
 
     /// Frees the slots of lease `id` if it is active at `now` (R8); `false`

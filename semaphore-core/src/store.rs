@@ -226,8 +226,12 @@ impl TryBorrowAll {
 /// - **Keys.** A request with a key whose lease is active in the pool is
 ///   answered with that lease, unchanged, and takes no slot; keys are per
 ///   pool. A key is free again once its lease is returned or expired.
-/// - **Unknown pools.** `inspect`, `try_borrow`, `try_borrow_all`, `renew`,
-///   `holders` and `force_return` fail with
+/// - **Draining.** A borrow of a draining pool fails with
+///   [`Error::Draining`](crate::Error::Draining) before anything else is
+///   checked but the pool's existence (a keyed retry included), and writes
+///   nothing; a multi-pool borrow naming one fails whole.
+/// - **Unknown pools.** `inspect`, `set_draining`, `try_borrow`,
+///   `try_borrow_all`, `renew`, `holders` and `force_return` fail with
 ///   [`Error::PoolNotFound`](crate::Error::PoolNotFound); `delete` reports
 ///   `false`; `return_lease` reports `false` (R8).
 /// - **Queued heads.** A store shared by processes may remember each
@@ -260,8 +264,17 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// lease.
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState>;
 
-    /// The state of `pool`, as of one instant (R3).
+    /// The state of `pool`, as of one instant (R3), `draining` included.
     async fn inspect(&self, pool: PoolId) -> Result<PoolState>;
+
+    /// Starts (`true`) or ends (`false`) the pool's drain and returns its
+    /// state: while it drains, `try_borrow` and `try_borrow_all` fail with
+    /// [`Error::Draining`](crate::Error::Draining) and grant nothing, and
+    /// nothing is handed off; returns, renewals, forced returns and the
+    /// count go on. The flag is kept with the pool, so every process that
+    /// shares the store sees it; `register` leaves it as it is. Notifies
+    /// the pool's waiters either way.
+    async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState>;
 
     /// Removes `pool` and all its leases; `true` if it existed (R4). The
     /// store must keep its token counter past the delete (R9).

@@ -88,8 +88,11 @@ impl MemoryStore {
     fn borrow_in_place(&self, request: &BorrowRequest) -> Result<TryBorrow> {
         let now = self.now();
         self.with_table(request.pool, |table| {
-            table.grant(request, now, || self.next_token())
-        })
+            if table.draining() {
+                return Err(Error::Draining { pool: request.pool });
+            }
+            Ok(table.grant(request, now, || self.next_token()))
+        })?
     }
 
     /// A token above every token granted before, by any pool (R9). Taken
@@ -140,6 +143,11 @@ fn table<'a>(
     tables[index].as_mut()?.as_mut()
 }
 
+/// The state of `pool`, whose slots are `table`, at `now`.
+fn state(pool: PoolId, table: &mut SlotTable, now: SystemTime) -> PoolState {
+    PoolState::new(pool, table.count(), table.in_use(now)).with_draining(table.draining())
+}
+
 fn not_found(pool: PoolId) -> Error {
     Error::PoolNotFound { pool }
 }
@@ -158,7 +166,7 @@ impl Store for MemoryStore {
         let now = self.now();
         let set = |table: &mut SlotTable| {
             table.set_count(count);
-            PoolState::new(pool, count, table.in_use(now))
+            state(pool, table, now)
         };
         let state = match self.with_table(pool, set) {
             Ok(state) => state,
@@ -175,9 +183,17 @@ impl Store for MemoryStore {
 
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
         let now = self.now();
-        self.with_table(pool, |table| {
-            PoolState::new(pool, table.count(), table.in_use(now))
-        })
+        self.with_table(pool, |table| state(pool, table, now))
+    }
+
+    async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
+        let now = self.now();
+        let state = self.with_table(pool, |table| {
+            table.set_draining(draining);
+            state(pool, table, now)
+        })?;
+        self.changes.notify(pool);
+        Ok(state)
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
@@ -207,8 +223,10 @@ impl Store for MemoryStore {
             .map(|shard| shard.as_ref().map(|shard| shard.lock()))
             .collect();
         for request in requests {
-            if table(&mut tables, &ids, request.pool).is_none() {
-                return Err(not_found(request.pool));
+            match table(&mut tables, &ids, request.pool) {
+                None => return Err(not_found(request.pool)),
+                Some(t) if t.draining() => return Err(Error::Draining { pool: request.pool }),
+                Some(_) => {}
             }
         }
         // Check every pool before granting any, so that a refusal costs no

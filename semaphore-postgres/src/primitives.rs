@@ -22,6 +22,19 @@ pub(crate) fn first<'a>(rows: &'a [Row], operation: &'static str) -> Result<&'a 
     })
 }
 
+/// A pool's state from columns `count, in_use, draining`.
+fn state(pool: PoolId, row: &Row, operation: &'static str) -> Result<PoolState> {
+    let count: i64 = row.try_get(0).map_err(storage(operation))?;
+    let in_use: i64 = row.try_get(1).map_err(storage(operation))?;
+    let draining: bool = row.try_get(2).map_err(storage(operation))?;
+    Ok(PoolState::new(
+        pool,
+        u32::try_from(count).unwrap_or(u32::MAX),
+        u32::try_from(in_use).unwrap_or(u32::MAX),
+    )
+    .with_draining(draining))
+}
+
 pub(crate) fn ms(d: Duration) -> i64 {
     // Beyond MAX_UNIX_MS every expiry saturates anyway; capped, the server's
     // `now + ttl` cannot overflow a bigint.
@@ -56,13 +69,8 @@ impl Store for PostgresStore {
             )
             .await?;
         let row = first(&rows, "register")?;
-        let in_use: i64 = row.try_get(1).map_err(storage("register"))?;
         self.changes.notify(pool);
-        Ok(PoolState::new(
-            pool,
-            u32::try_from(count).unwrap_or(u32::MAX),
-            u32::try_from(in_use).unwrap_or(u32::MAX),
-        ))
+        state(pool, row, "register")
     }
 
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
@@ -75,15 +83,25 @@ impl Store for PostgresStore {
             )
             .await?;
         let row = rows.first().ok_or(Error::PoolNotFound { pool })?;
-        let (count, in_use): (i64, i64) = (
-            row.try_get(0).map_err(storage("inspect"))?,
-            row.try_get(1).map_err(storage("inspect"))?,
-        );
-        Ok(PoolState::new(
-            pool,
-            u32::try_from(count).unwrap_or(u32::MAX),
-            u32::try_from(in_use).unwrap_or(u32::MAX),
-        ))
+        state(pool, row, "inspect")
+    }
+
+    async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
+        let now = self.now_param();
+        let rows = self
+            .query(
+                "set_draining",
+                &self.sql.set_draining,
+                &[
+                    (&pool.as_uuid(), Type::UUID),
+                    (&draining, Type::BOOL),
+                    (&now, Type::INT8),
+                ],
+            )
+            .await?;
+        let row = rows.first().ok_or(Error::PoolNotFound { pool })?;
+        self.changes.notify(pool);
+        state(pool, row, "set_draining")
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
@@ -121,6 +139,7 @@ impl Store for PostgresStore {
             Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
             Attempt::Exhausted(next_expiry) => Ok(TryBorrow::Exhausted { next_expiry }),
             Attempt::Missing(_) => Err(Error::PoolNotFound { pool: request.pool }),
+            Attempt::Draining => Err(Error::Draining { pool: request.pool }),
         }
     }
 
@@ -162,6 +181,7 @@ impl Store for PostgresStore {
             match sql::attempt(row, request.pool).map_err(storage("borrow"))? {
                 Attempt::Granted(lease) => granted.push(lease),
                 Attempt::Exhausted(at) => blocked.push(at),
+                Attempt::Draining => return Err(Error::Draining { pool: request.pool }),
                 Attempt::Missing(pool) => {
                     return Err(Error::PoolNotFound {
                         pool: pool.unwrap_or(request.pool),
@@ -222,7 +242,7 @@ impl Store for PostgresStore {
                 self.changes.notify(pool);
                 Ok(Some(lease))
             }
-            Attempt::Exhausted(_) => Ok(None),
+            Attempt::Exhausted(_) | Attempt::Draining => Ok(None),
             Attempt::Missing(_) => Err(Error::PoolNotFound { pool }),
         }
     }

@@ -16,7 +16,8 @@ use crate::error::storage;
 /// tables as 2, which replaced functions only; version 3 holds weighted
 /// leases (R15): a lease's id is no longer unique per row, and a queued
 /// head records its weight (`semaphore_waiters.slots`); and leases bound to
-/// their holder's session (R16: `holder`, `holder_start`). Versions 1 and 2
+/// their holder's session (R16: `holder`, `holder_start`), and pools that
+/// drain (`semaphore_pools.draining`). Versions 1 and 2
 /// are migrated in place ([`migrate`]).
 pub(crate) const VERSION: i32 = 3;
 
@@ -63,7 +64,11 @@ const SHAPE: &[(&str, &[Column<&str>])] = &[
     ),
     (
         "semaphore_pools",
-        &[("pool", "uuid", true), ("count", "bigint", true)],
+        &[
+            ("pool", "uuid", true),
+            ("count", "bigint", true),
+            ("draining", "boolean", true),
+        ],
     ),
     (
         "semaphore_store",
@@ -93,11 +98,13 @@ const MIGRATE_TO_3: &str = "
         uuid, uuid, bigint, uuid, text, text, bigint, integer, boolean);
     DROP FUNCTION IF EXISTS {s}.semaphore_renew(uuid, uuid, bigint, bigint);
     DROP FUNCTION IF EXISTS {s}.semaphore_force_return(uuid, bigint, bigint);
+    DROP FUNCTION IF EXISTS {s}.semaphore_register(uuid, bigint, bigint);
     DROP TYPE IF EXISTS {s}.semaphore_attempt;
     ALTER TABLE {s}.semaphore_leases DROP CONSTRAINT IF EXISTS semaphore_leases_lease_key;
     ALTER TABLE {s}.semaphore_waiters ADD COLUMN IF NOT EXISTS slots bigint NOT NULL DEFAULT 1;
     ALTER TABLE {s}.semaphore_leases ADD COLUMN IF NOT EXISTS holder integer,
         ADD COLUMN IF NOT EXISTS holder_start bigint;
+    ALTER TABLE {s}.semaphore_pools ADD COLUMN IF NOT EXISTS draining boolean NOT NULL DEFAULT false;
 ";
 
 /// A schema name the store accepts: 1 to 40 of `a-z`, `0-9`, `_`, not
@@ -257,7 +264,8 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
 fn before_3() -> Shape {
     let mut shape = expected();
     for (_, columns) in &mut shape {
-        columns.retain(|c| !["slots", "holder", "holder_start"].contains(&c.0.as_str()));
+        columns
+            .retain(|c| !["slots", "holder", "holder_start", "draining"].contains(&c.0.as_str()));
     }
     shape
 }

@@ -19,7 +19,8 @@ CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tokens;
 CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tickets;
 CREATE TABLE IF NOT EXISTS {s}.semaphore_pools (
     pool uuid PRIMARY KEY,
-    count bigint NOT NULL
+    count bigint NOT NULL,
+    draining boolean NOT NULL DEFAULT false
 );
 CREATE TABLE IF NOT EXISTS {s}.semaphore_leases (
     pool uuid NOT NULL,
@@ -81,17 +82,39 @@ END $$;
 
 -- R2: creates the pool or sets its count; its count and in_use.
 CREATE OR REPLACE FUNCTION {s}.semaphore_register(p_pool uuid, p_count bigint, p_now bigint)
-RETURNS TABLE (o_count bigint, o_in_use bigint)
+RETURNS TABLE (o_count bigint, o_in_use bigint, o_draining boolean)
 LANGUAGE plpgsql AS $$
-DECLARE v_now bigint;
+DECLARE v_now bigint; v_draining boolean;
 BEGIN
     INSERT INTO {s}.semaphore_pools AS p (pool, count) VALUES (p_pool, p_count)
-        ON CONFLICT (pool) DO UPDATE SET count = excluded.count;
+        ON CONFLICT (pool) DO UPDATE SET count = excluded.count
+        RETURNING p.draining INTO v_draining;
     v_now := {s}.semaphore_now(p_now);
     PERFORM {s}.semaphore_wake(p_pool);
     RETURN QUERY SELECT p_count,
         (SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > v_now
-            AND {s}.semaphore_alive(l.holder, l.holder_start));
+            AND {s}.semaphore_alive(l.holder, l.holder_start)),
+        v_draining;
+END $$;
+
+-- Starts or ends the pool's drain: no new grants while it drains; its
+-- state, or no row for no such pool. Wakes waiters either way.
+CREATE OR REPLACE FUNCTION {s}.semaphore_set_draining(p_pool uuid, p_draining boolean, p_now bigint)
+RETURNS TABLE (o_count bigint, o_in_use bigint, o_draining boolean)
+LANGUAGE plpgsql AS $$
+DECLARE v_now bigint; v_count bigint;
+BEGIN
+    UPDATE {s}.semaphore_pools p SET draining = p_draining WHERE p.pool = p_pool
+        RETURNING p.count INTO v_count;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_now := {s}.semaphore_now(p_now);
+    PERFORM {s}.semaphore_wake(p_pool);
+    RETURN QUERY SELECT v_count,
+        (SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > v_now
+            AND {s}.semaphore_alive(l.holder, l.holder_start)),
+        p_draining;
 END $$;
 
 -- R4: removes the pool, its leases and its queued heads. The pool row is
@@ -112,7 +135,8 @@ END $$;
 -- R5, R6, R10, R11, R15: one borrow attempt of p_slots slots on one
 -- pool. status 0: granted (the new lease, or the keyed one, with its
 -- positions); 1: exhausted (expires_at is the earliest expiry); 2: no such
--- pool. A borrower of n is granted only if n slots are free beyond the
+-- pool; 3: the pool drains. A borrower of n is granted only if n slots are
+-- free beyond the
 -- weights of the heads queued ahead of it. A refused head keeps its place
 -- if p_keep_place.
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow(
@@ -124,11 +148,16 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_count bigint; v_now bigint; v_held bigint; v_ticket bigint; v_alive bigint;
     v_ahead bigint; v_dropped bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
-    v_positions bigint[];
+    v_positions bigint[]; v_draining boolean;
 BEGIN
-    SELECT p.count INTO v_count FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
+    SELECT p.count, p.draining INTO v_count, v_draining
+        FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint;
+        RETURN;
+    END IF;
+    IF v_draining THEN
+        RETURN QUERY SELECT 3::smallint, p_pool, NULL::bigint[], NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
     v_now := {s}.semaphore_now(p_now);

@@ -29,6 +29,7 @@ pub(crate) struct Sql {
     pub(crate) renew: String,
     pub(crate) holders: String,
     pub(crate) force_return: String,
+    pub(crate) set_draining: String,
     pub(crate) leave_queue: String,
     pub(crate) queue_heads: String,
 }
@@ -106,7 +107,7 @@ impl Sql {
             inspect: f(
                 "SELECT p.count, (SELECT count(*) FROM {s}.semaphore_leases l
                     WHERE l.pool = p.pool AND l.expires_at > (SELECT {s}.semaphore_now($2))
-                    AND {s}.semaphore_alive(l.holder, l.holder_start))
+                    AND {s}.semaphore_alive(l.holder, l.holder_start)), p.draining
                 FROM {s}.semaphore_pools p WHERE p.pool = $1",
             ),
             delete: f("SELECT {s}.semaphore_delete($1)"),
@@ -136,6 +137,7 @@ impl Sql {
                 ORDER BY l.positions[1]",
             ),
             force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
+            set_draining: f("SELECT * FROM {s}.semaphore_set_draining($1, $2, $3)"),
             leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
             queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters
                 WHERE pool = $1 AND alive_until > (SELECT {s}.semaphore_now($2))"),
@@ -151,6 +153,8 @@ pub(crate) enum Attempt {
     Exhausted(Option<std::time::SystemTime>),
     /// No such pool (for a multi-pool attempt, the one named).
     Missing(Option<PoolId>),
+    /// The pool drains.
+    Draining,
 }
 
 /// Decodes an attempt row of pool `pool`.
@@ -159,6 +163,7 @@ pub(crate) fn attempt(row: &Row, pool: PoolId) -> Result<Attempt, tokio_postgres
     Ok(match status {
         0 => Attempt::Granted(lease(row, pool, 1)?),
         1 => Attempt::Exhausted(row.try_get::<_, Option<i64>>(4)?.map(instant)),
+        3 => Attempt::Draining,
         _ => Attempt::Missing(
             row.try_get::<_, Option<uuid::Uuid>>(1)?
                 .map(PoolId::from_uuid),

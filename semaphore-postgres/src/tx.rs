@@ -99,6 +99,7 @@ impl PostgresStore {
             Attempt::Granted(lease) => Ok(lease),
             Attempt::Exhausted(_) => Err(exhausted),
             Attempt::Missing(_) => Err(Error::PoolNotFound { pool: pool.id() }),
+            Attempt::Draining => Err(Error::Draining { pool: pool.id() }),
         }
     }
 

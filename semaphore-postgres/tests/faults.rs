@@ -53,7 +53,14 @@ async fn a_server_restart_fails_calls_retryably_then_waiters_are_served() {
     let store = store(server.url(), &schema, PostgresOptions::default()).await;
     let pool = Pool::new(store.clone(), PoolId::from_name("p"));
     pool.register(1).await.unwrap();
-    let held = pool.try_borrow(TTL).await.unwrap().forget();
+    // Not bound to the session, which the restart ends (R16: see the next
+    // test for a bound one).
+    let unbound = semaphore_postgres::BorrowOptions::new().bound(false);
+    let held = pool
+        .borrow_with(TTL, Duration::ZERO, unbound)
+        .await
+        .unwrap()
+        .forget();
     let waiter = {
         let pool = pool.clone();
         tokio::spawn(async move { pool.borrow(TTL, WAIT).await.map(|g| g.forget()) })
@@ -75,6 +82,38 @@ async fn a_server_restart_fails_calls_retryably_then_waiters_are_served() {
     assert_eq!(next.position, 0);
     assert!(next.token > held.token);
     assert_eq!(retry(|| pool.inspect()).await.in_use, 1);
+}
+
+/// R16: a server restart ends every session, the listener's with them: a
+/// lease bound to it is gone, and the waiter is served without a return,
+/// long before the lease's ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_ends_the_session_that_held_bound_leases() {
+    let server = TestServer::start().unwrap();
+    let schema = TestServer::fresh_schema();
+    let store = store(server.url(), &schema, PostgresOptions::default()).await;
+    let pool = Pool::new(store.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    let held = pool.try_borrow(TTL).await.unwrap().forget();
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.borrow(TTL, WAIT).await.map(|g| g.forget()) })
+    };
+    until_waiting(&pool, 1).await;
+    tokio::task::block_in_place(|| server.restart());
+    let next = waiter
+        .await
+        .unwrap()
+        .expect("the waiter was not served after the restart");
+    assert_eq!(next.position, 0);
+    assert!(
+        next.expires_at < held.expires_at + TTL,
+        "served before the ttl"
+    );
+    assert!(
+        !retry(|| pool.return_lease(held.id)).await,
+        "the bound lease is gone"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,6 +69,7 @@ async fn a_version_1_or_2_schema_is_migrated() {
                  ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN slots;
                  ALTER TABLE \"{schema}\".semaphore_leases DROP COLUMN holder,
                      DROP COLUMN holder_start;
+                 ALTER TABLE \"{schema}\".semaphore_pools DROP COLUMN draining;
                  DROP INDEX \"{schema}\".semaphore_leases_lease;
                  ALTER TABLE \"{schema}\".semaphore_leases
                      ADD CONSTRAINT semaphore_leases_lease_key UNIQUE (lease);

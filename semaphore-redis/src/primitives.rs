@@ -7,7 +7,7 @@ use semaphore_core::store::{
     BorrowRequest, Changes, MAX_UNIX_MS, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
     from_unix_ms,
 };
-use semaphore_core::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result};
+use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
 use crate::RedisStore;
 use crate::backend::Kind;
@@ -56,7 +56,7 @@ impl Store for RedisStore {
         let mut call = self.invocation(Kind::Grow, "register", [pool]);
         call.arg(count).arg(self.restart_grace_ms);
         let fields = items("register", self.run("register", &call).await?)?;
-        let [count, in_use, ..] = &fields[..] else {
+        let [count, in_use, _, draining, ..] = &fields[..] else {
             return Err(malformed("register", "a short reply"));
         };
         self.changes.notify(pool);
@@ -64,7 +64,24 @@ impl Store for RedisStore {
             pool,
             u32_of(int("register", count)?),
             u32_of(int("register", in_use)?),
-        ))
+        )
+        .with_draining(int("register", draining)? == 1))
+    }
+
+    async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
+        let mut call = self.invocation(Kind::Shrink, "set_draining", [pool]);
+        call.arg(if draining { "1" } else { "0" });
+        let fields = items("set_draining", self.run("set_draining", &call).await?)?;
+        let [count, in_use, _, draining, ..] = &fields[..] else {
+            return Err(not_found(pool));
+        };
+        self.changes.notify(pool);
+        Ok(PoolState::new(
+            pool,
+            u32_of(int("set_draining", count)?),
+            u32_of(int("set_draining", in_use)?),
+        )
+        .with_draining(int("set_draining", draining)? == 1))
     }
 
     /// Once more after freeing the leases of holders that are gone (R16).
@@ -81,11 +98,13 @@ impl Store for RedisStore {
                 looked = true;
                 continue;
             }
+            let draining = fields.get(3).map(|d| int("inspect", d)).transpose()? == Some(1);
             return Ok(PoolState::new(
                 pool,
                 u32_of(int("inspect", count)?),
                 u32_of(int("inspect", in_use)?),
-            ));
+            )
+            .with_draining(draining));
         }
     }
 
@@ -127,6 +146,7 @@ impl Store for RedisStore {
                     next_expiry: at.map(from_unix_ms),
                 }),
                 Attempt::Missing => Err(not_found(request.pool)),
+                Attempt::Draining => Err(Error::Draining { pool: request.pool }),
                 Attempt::HadRoom => Err(malformed("borrow", "status 3")),
             };
         }
@@ -163,13 +183,16 @@ impl Store for RedisStore {
         for (row, request) in rows.into_iter().zip(requests) {
             let fields = items("borrow", row)?;
             if let [status, index, ..] = &fields[..]
-                && int("borrow", status)? == 2
+                && let status @ (2 | 4) = int("borrow", status)?
             {
                 let i = usize::try_from(int("borrow", index)?).unwrap_or(0);
                 let pool = requests
                     .get(i.wrapping_sub(1))
                     .map_or(request.pool, |r| r.pool);
-                return Err(not_found(pool));
+                return Err(match status {
+                    2 => not_found(pool),
+                    _ => Error::Draining { pool },
+                });
             }
             match reply::attempt("borrow", request.pool, redis::Value::Array(fields))? {
                 Attempt::Granted(lease) => granted.push(lease),
@@ -181,6 +204,7 @@ impl Store for RedisStore {
                 }
                 Attempt::HadRoom => {}
                 Attempt::Missing => return Err(not_found(request.pool)),
+                Attempt::Draining => return Err(Error::Draining { pool: request.pool }),
             }
         }
         if blocked.is_empty() && granted.len() == requests.len() {
@@ -214,7 +238,7 @@ impl Store for RedisStore {
             }
             Attempt::Exhausted(..) => Ok(None),
             Attempt::Missing => Err(not_found(pool)),
-            Attempt::HadRoom => Err(malformed("renew", "status 3")),
+            Attempt::HadRoom | Attempt::Draining => Err(malformed("renew", "status 3 or 4")),
         }
     }
 

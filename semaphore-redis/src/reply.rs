@@ -16,6 +16,8 @@ pub(crate) enum Attempt {
     Missing,
     /// In a refused multi-pool borrow: this pool had room.
     HadRoom,
+    /// The pool drains.
+    Draining,
 }
 
 /// The items of an array reply.
@@ -111,6 +113,7 @@ pub(crate) fn attempt(operation: &'static str, pool: PoolId, value: Value) -> Re
         )),
         2 => Ok(Attempt::Missing),
         3 => Ok(Attempt::HadRoom),
+        4 => Ok(Attempt::Draining),
         n => Err(malformed(operation, &format!("status {n}"))),
     }
 }

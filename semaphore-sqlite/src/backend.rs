@@ -334,12 +334,11 @@ impl Store for SqliteStore {
             self.watch.arm();
         }
         let (request, floor) = (request.clone(), self.floor());
-        let (pool, holders) = (request.pool, self.holders.clone());
+        let holders = self.holders.clone();
         self.write("borrow", move |c, now| {
             sql::try_borrow(c, &request, floor, now, &holders)
         })
         .await?
-        .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
@@ -352,7 +351,18 @@ impl Store for SqliteStore {
             sql::try_borrow_all(c, &requests, floor, now, &holders)
         })
         .await?
-        .map_err(|pool| Error::PoolNotFound { pool })
+    }
+
+    async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
+        let holders = self.holders.clone();
+        self.write_freeing(
+            "set_draining",
+            pool,
+            move |c, now| sql::set_draining(c, pool, draining, now, &holders),
+            |state| state.is_some(),
+        )
+        .await?
+        .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {

@@ -38,7 +38,7 @@ pub(crate) const VERSION: i64 = 4;
 /// waits for (`slots`), so that the heads ahead of a borrower are owed
 /// their weights, not one slot each. A lease bound to its holder (R16)
 /// names it (`holder`, see [`holder`](crate::holder)); `NULL` for a lease
-/// left to its ttl.
+/// left to its ttl. A pool that drains grants nothing new (`draining`).
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS semaphore_store (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS semaphore_store (
 );
 CREATE TABLE IF NOT EXISTS semaphore_pools (
     pool BLOB PRIMARY KEY,
-    count INTEGER NOT NULL
+    count INTEGER NOT NULL,
+    draining INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS semaphore_leases (
     pool BLOB NOT NULL,
@@ -106,7 +107,8 @@ const MIGRATIONS: &[&str] = &[
     // 3 -> 4: weighted leases (every lease of a version 3 file is one row)
     // and leases bound to their holder (none of a version 3 file is).
     "ALTER TABLE semaphore_waiters ADD COLUMN slots INTEGER NOT NULL DEFAULT 1;
-     ALTER TABLE semaphore_leases ADD COLUMN holder BLOB;",
+     ALTER TABLE semaphore_leases ADD COLUMN holder BLOB;
+     ALTER TABLE semaphore_pools ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// The column shape of every table of ours: (table, [(name, type, notnull, pk)]).

@@ -15,12 +15,31 @@ use crate::time::{instant, plus};
 pub(crate) use leases::{holders, keyed};
 use leases::{holders_of, in_use, keyed_holder, reap_gone, row};
 use semaphore_core::store::{BorrowRequest, TryBorrow, TryBorrowAll};
-use semaphore_core::{Holder, Lease, LeaseId, PoolId, PoolState, Positions};
+use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, PoolState, Positions};
 
 fn count_of(conn: &Connection, pool: &PoolId) -> rusqlite::Result<Option<u32>> {
-    conn.prepare_cached("SELECT count FROM semaphore_pools WHERE pool = ?1")?
-        .query_row([pool.as_uuid().as_bytes()], |r| r.get(0))
+    Ok(pool_row(conn, pool)?.map(|(count, _)| count))
+}
+
+/// The pool's count and whether it drains; `None` if it does not exist.
+fn pool_row(conn: &Connection, pool: &PoolId) -> rusqlite::Result<Option<(u32, bool)>> {
+    conn.prepare_cached("SELECT count, draining FROM semaphore_pools WHERE pool = ?1")?
+        .query_row([pool.as_uuid().as_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()
+}
+
+/// Starts or ends the pool's drain; its state, or `None` if it does not
+/// exist.
+pub(crate) fn set_draining(
+    conn: &Connection,
+    pool: PoolId,
+    draining: bool,
+    now: i64,
+    holders: &Holders,
+) -> rusqlite::Result<Option<PoolState>> {
+    conn.prepare_cached("UPDATE semaphore_pools SET draining = ?2 WHERE pool = ?1")?
+        .execute(params![pool.as_uuid().as_bytes(), draining])?;
+    inspect(conn, pool, now, holders)
 }
 
 /// Runs `f` inside a savepoint of its own: all of it, or, on an error,
@@ -55,11 +74,7 @@ pub(crate) fn register(
          ON CONFLICT (pool) DO UPDATE SET count = excluded.count",
     )?
     .execute(params![pool.as_uuid().as_bytes(), count])?;
-    Ok(PoolState::new(
-        pool,
-        count,
-        in_use(conn, &pool, now, holders)?,
-    ))
+    Ok(inspect(conn, pool, now, holders)?.unwrap_or_else(|| PoolState::new(pool, count, 0)))
 }
 
 /// R3: the pool's state at `now`, or `None` if it does not exist.
@@ -69,14 +84,13 @@ pub(crate) fn inspect(
     now: i64,
     holders: &Holders,
 ) -> rusqlite::Result<Option<PoolState>> {
-    let Some(count) = count_of(conn, &pool)? else {
+    let Some((count, draining)) = pool_row(conn, &pool)? else {
         return Ok(None);
     };
-    Ok(Some(PoolState::new(
-        pool,
-        count,
-        in_use(conn, &pool, now, holders)?,
-    )))
+    let in_use = in_use(conn, &pool, now, holders)?;
+    Ok(Some(
+        PoolState::new(pool, count, in_use).with_draining(draining),
+    ))
 }
 
 /// R4: removes the pool, its leases and its queued heads.
@@ -154,12 +168,15 @@ pub(crate) fn try_borrow(
     floor: u64,
     now: i64,
     holders: &Holders,
-) -> rusqlite::Result<Option<TryBorrow>> {
+) -> rusqlite::Result<Result<TryBorrow, Error>> {
     let pool = request.pool;
     let key = pool.as_uuid().as_bytes();
-    let Some(count) = count_of(conn, &pool)? else {
-        return Ok(None);
+    let Some((count, draining)) = pool_row(conn, &pool)? else {
+        return Ok(Err(Error::PoolNotFound { pool }));
     };
+    if draining {
+        return Ok(Err(Error::Draining { pool }));
+    }
     // One pass over the pool's rows counts the held and the expired; the
     // expired are deleted only if there are any (schema v3 has no expiry
     // index to find them by).
@@ -185,7 +202,7 @@ pub(crate) fn try_borrow(
         if let Some(w) = &waiter {
             forget_waiter(conn, key, w)?;
         }
-        return Ok(Some(TryBorrow::Granted { lease }));
+        return Ok(Ok(TryBorrow::Granted { lease }));
     }
     let mut free = i64::from(count).saturating_sub(held);
 
@@ -254,13 +271,13 @@ pub(crate) fn try_borrow(
             token.unsigned_abs(),
             instant(expires_at),
         );
-        return Ok(Some(TryBorrow::Granted { lease }));
+        return Ok(Ok(TryBorrow::Granted { lease }));
     }
 
     if let Some(w) = &waiter {
         keep_place(conn, key, w, request.slots, now, mine.map(|m| m.1))?;
     }
-    Ok(Some(TryBorrow::Exhausted {
+    Ok(Ok(TryBorrow::Exhausted {
         next_expiry: next_expiry(conn, key, now)?,
     }))
 }
@@ -313,15 +330,16 @@ fn next_expiry(
 }
 
 /// All or nothing over several pools: grants every request as
-/// [`try_borrow`] would, or none; `Err(pool)` names a pool that does not
-/// exist. Refused heads keep their place in the pools that refused them.
+/// [`try_borrow`] would, or none; the error of the first pool that does not
+/// exist or drains. Refused heads keep their place in the pools that
+/// refused them.
 pub(crate) fn try_borrow_all(
     conn: &Connection,
     requests: &[BorrowRequest],
     floor: u64,
     now: i64,
     holders: &Holders,
-) -> rusqlite::Result<Result<TryBorrowAll, PoolId>> {
+) -> rusqlite::Result<Result<TryBorrowAll, Error>> {
     // Grants are made one pool at a time and undone whole if any pool
     // refuses; `Err(Ok(..))` carries a refusal out of the savepoint.
     let attempt = in_savepoint(conn, |conn| {
@@ -329,9 +347,9 @@ pub(crate) fn try_borrow_all(
         let mut blocked = Vec::new();
         for request in requests {
             match try_borrow(conn, request, floor, now, holders)? {
-                Some(TryBorrow::Granted { lease }) => leases.push(lease),
-                Some(TryBorrow::Exhausted { next_expiry }) => blocked.push((request, next_expiry)),
-                None => return Err(Refused::Missing(request.pool)),
+                Ok(TryBorrow::Granted { lease }) => leases.push(lease),
+                Ok(TryBorrow::Exhausted { next_expiry }) => blocked.push((request, next_expiry)),
+                Err(e) => return Err(Refused::Not(e)),
             }
         }
         if blocked.is_empty() {
@@ -342,7 +360,7 @@ pub(crate) fn try_borrow_all(
     });
     let blocked = match attempt {
         Ok(leases) => return Ok(Ok(TryBorrowAll::Granted { leases })),
-        Err(Refused::Missing(pool)) => return Ok(Err(pool)),
+        Err(Refused::Not(e)) => return Ok(Err(e)),
         Err(Refused::Sql(e)) => return Err(e),
         Err(Refused::Blocked(blocked)) => blocked,
     };
@@ -366,7 +384,8 @@ pub(crate) fn try_borrow_all(
 /// Why a multi-pool borrow undid its grants.
 enum Refused<'a> {
     Blocked(Vec<(&'a BorrowRequest, Option<std::time::SystemTime>)>),
-    Missing(PoolId),
+    /// A pool that does not exist or drains.
+    Not(Error),
     Sql(rusqlite::Error),
 }
 

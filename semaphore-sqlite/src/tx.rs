@@ -103,22 +103,24 @@ impl SqliteStore {
             sql::keyed(tx, pool.id(), request.key.as_deref(), now)
                 .map_err(storage("borrow"))?
                 .map(|lease| TryBorrow::Granted { lease })
+                .ok_or(exhausted)
         } else {
             sql::in_savepoint(tx, |c| {
                 sql::try_borrow(c, &request, self.floor(), now, &self.holders)
             })
             .map_err(storage("borrow"))?
         };
-        match answer {
-            Some(TryBorrow::Granted { lease }) => {
+        match answer? {
+            TryBorrow::Granted { lease } => {
                 if lease.id == request.lease {
                     self.token_floor.fetch_max(lease.token, Ordering::AcqRel);
                 }
                 Ok(lease)
             }
-            Some(TryBorrow::Exhausted { .. }) => Err(exhausted),
-            None if queued => Err(exhausted),
-            None => Err(Error::PoolNotFound { pool: pool.id() }),
+            TryBorrow::Exhausted { .. } => Err(Error::Exhausted {
+                pool: pool.id(),
+                waited: Duration::ZERO,
+            }),
         }
     }
 

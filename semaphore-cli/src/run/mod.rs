@@ -49,7 +49,10 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
     if let Some(devices) = &args.devices {
         check_devices(devices, &pool, args.count).await?;
     }
-    let mut lease = match pool.borrow_owned_n(args.slots, args.ttl, args.wait).await {
+    let options = semaphore_core::BorrowOptions::new()
+        .slots(args.slots)
+        .wait_while_draining(args.wait_while_draining);
+    let mut lease = match pool.borrow_owned_with(args.ttl, args.wait, options).await {
         Ok(lease) => lease,
         Err(Error::Exhausted { waited, .. }) => {
             return Err(Exit::exhausted(&name, waited, args.exhausted_code));

@@ -200,6 +200,9 @@ impl Store for GatedStore {
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
         self.through(self.inner.inspect(pool)).await
     }
+    async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
+        self.through(self.inner.set_draining(pool, draining)).await
+    }
     async fn delete(&self, pool: PoolId) -> Result<bool> {
         self.through(self.inner.delete(pool)).await
     }

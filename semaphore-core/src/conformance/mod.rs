@@ -22,6 +22,7 @@ mod basics;
 mod blocking;
 mod cancellation;
 mod concurrency;
+mod drain;
 mod edges;
 mod gate;
 mod keepalive;
@@ -38,6 +39,7 @@ pub use basics::*;
 pub use blocking::*;
 pub use cancellation::*;
 pub use concurrency::*;
+pub use drain::*;
 pub use edges::*;
 pub use gate::{GatedStore, Stop};
 pub use keepalive::*;
@@ -207,6 +209,9 @@ macro_rules! store_conformance {
             r15_weighted_key_retry_returns_the_same_lease,
             r15_borrow_all_takes_each_pools_weight,
             r15_lowered_count_counts_every_slot_held,
+            drain_stops_new_grants_and_lets_holders_return_and_renew,
+            drain_fails_waiters_at_once_unless_they_wait_while_draining,
+            borrow_all_fails_whole_on_a_draining_pool,
         );
     };
 }

@@ -1,7 +1,8 @@
 -- The Redis store's primitives: what both scripts share.
 --
 -- KEYS: 8 per pool, all under the pool's hash tag {<pool id>} (one
--- cluster slot per pool): pool (hash: count, grace, ticket, 'w:' .. head
+-- cluster slot per pool): pool (hash: count, grace, ticket, draining ('1'
+-- while the pool grants nothing new), 'w:' .. head
 -- for a queued head waiting for more than one slot, and 'h:' .. holder for
 -- each holder of bound leases, R16: how many it holds), leases (hash:
 -- lease id -> JSON record {p, t, e, o, k}, with ps, every position, for a
@@ -100,6 +101,11 @@ local function drop_lease(k, id, r)
     if r and r.ps then
         for _, p in ipairs(r.ps) do redis.call('ZREM', k.pos, member(id, p, tonumber(r.p))) end
     end
+end
+
+-- Whether the pool drains.
+local function draining(k)
+    return redis.call('HGET', k.pool, 'draining') == '1'
 end
 
 -- Forgets a queued head: its place, its heartbeat and its weight.

@@ -4,10 +4,10 @@
 
 -- The pool's count and restart grace; nil if there is no pool.
 local function load(k)
-    local p = redis.call('HMGET', k.pool, 'count', 'grace')
+    local p = redis.call('HMGET', k.pool, 'count', 'grace', 'draining')
     if not p[1] then return nil end
     reap(k)
-    return {count = tonumber(p[1]), grace = tonumber(p[2] or '0')}
+    return {count = tonumber(p[1]), grace = tonumber(p[2] or '0'), draining = p[3] == '1'}
 end
 
 -- Whether the pool is in its restart grace, by the server's clock.
@@ -136,15 +136,17 @@ if op == 'register' then
         reap(k)
     end
     wake(k)
-    return {count, redis.call('ZCARD', k.pos), tonumber(redis.call('HGET', k.pool, 'grace'))}
+    return {count, redis.call('ZCARD', k.pos), tonumber(redis.call('HGET', k.pool, 'grace')),
+        draining(k) and 1 or 0}
 end
 
 if op == 'borrow' then
     -- R5, R6, R10, R11, R15. {0, lease, position, token, expiry,
-    -- positions}, {1, _, _, _, next look} or {2}.
+    -- positions}, {1, _, _, _, next look}, {2} (no pool) or {4} (it drains).
     local k = K(1)
     local st = load(k)
     if not st then return {2} end
+    if st.draining then return {4} end
     local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
     local n, holder = tonumber(ARGV[A + 5]), opt(ARGV[A + 6])
@@ -173,6 +175,9 @@ if op == 'borrow_all' then
         ks[i] = K(i)
         sts[i] = load(ks[i])
         if not sts[i] then return {{2, i}} end
+    end
+    for i = 1, n do
+        if sts[i].draining then return {{4, i}} end
     end
     local replies, need, blocked = {}, {}, false
     for i = 1, n do

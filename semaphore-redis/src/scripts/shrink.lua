@@ -16,7 +16,19 @@ if op == 'inspect' then
     local count = redis.call('HGET', k.pool, 'count')
     if not count then return {} end
     reap(k)
-    return {tonumber(count), redis.call('ZCARD', k.pos), holder_ids(k)}
+    return {tonumber(count), redis.call('ZCARD', k.pos), holder_ids(k), draining(k) and 1 or 0}
+end
+
+if op == 'set_draining' then
+    -- Starts ('1') or ends ('0') the pool's drain; its state as inspect's,
+    -- or {} if there is no pool. Wakes waiters either way.
+    local k = K(1)
+    local count = redis.call('HGET', k.pool, 'count')
+    if not count then return {} end
+    redis.call('HSET', k.pool, 'draining', ARGV[A])
+    reap(k)
+    wake(k)
+    return {tonumber(count), redis.call('ZCARD', k.pos), holder_ids(k), draining(k) and 1 or 0}
 end
 
 if op == 'reap_holders' then

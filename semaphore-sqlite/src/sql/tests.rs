@@ -51,7 +51,9 @@ fn holders() -> Holders {
 
 /// `try_borrow` deciding at the request's own instant.
 fn borrow(conn: &Connection, r: &At) -> Option<TryBorrow> {
-    try_borrow(conn, &r.request, 0, r.ms, &holders()).unwrap()
+    try_borrow(conn, &r.request, 0, r.ms, &holders())
+        .unwrap()
+        .ok()
 }
 
 fn position(answer: Option<TryBorrow>) -> Option<u32> {
