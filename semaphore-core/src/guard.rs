@@ -154,15 +154,20 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         if self.is_lost() {
             return Duration::ZERO;
         }
-        self.latest().time_left(self.pool().store().clock().now())
+        let now = self.pool().store().clock().now();
+        self.latest_expiry()
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO)
     }
 
-    /// The lease as last renewed by keep-alive, or as granted.
-    fn latest(&self) -> Lease {
-        match self.keep.as_ref().map(|k| k.state.borrow().clone()) {
-            Some(Kept::Alive(latest)) => latest,
-            _ => self.lease.clone(),
+    /// The lease's expiry as last renewed by keep-alive, or as granted.
+    fn latest_expiry(&self) -> std::time::SystemTime {
+        if let Some(keep) = &self.keep
+            && let Kept::Alive(latest) = &*keep.state.borrow()
+        {
+            return latest.expires_at;
         }
+        self.lease.expires_at
     }
 
     /// Returns the lease now and reports whether it was still active (R8):
@@ -177,15 +182,11 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// or may not have happened; either way the lease frees itself at its ttl
     /// at the latest.
     pub async fn release(mut self) -> Result<bool> {
-        let latest = self.latest();
+        let expires_at = self.latest_expiry();
         self.armed = false;
         self.keep = None;
         let active = self.pool.as_ref().return_held(&self.lease).await?;
-        if !active
-            && latest
-                .time_left(self.pool().store().clock().now())
-                .is_zero()
-        {
+        if !active && expires_at <= self.pool().store().clock().now() {
             telemetry::expired(self.pool().name(), &self.lease);
         }
         Ok(active)

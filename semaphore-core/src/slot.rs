@@ -213,8 +213,10 @@ impl SlotTable {
                 self.free.remove(p);
             }
         }
-        if highest as usize >= self.slots.len() {
-            self.slots.resize(highest as usize + 1, None);
+        // Positions at and above the high mark are taken from it upwards,
+        // most often the one at the high mark.
+        while self.slots.len() <= highest as usize {
+            self.slots.push(None);
         }
         for &p in &positions[1..] {
             self.slots[p as usize] = Some(Slot::Part(lowest));

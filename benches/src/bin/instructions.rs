@@ -1,0 +1,106 @@
+//! BENCHMARKS.md's instruction lines (issue 27): lines 1, 2 and 2c counted
+//! by `valgrind --tool=callgrind`, ours and tokio's semaphore (the anchor)
+//! on the same binary, input and machine. Instruction counts repeat from
+//! run to run whatever else the machine does, unlike wall time.
+//!
+//! Each figure is `(I(2n) - I(n)) / n`: the instructions of `n` more pairs
+//! of [`pairs`](../pairs), set-up and tear-down cancelled out.
+//!
+//! ```sh
+//! cargo build --release -p semaphore-benches --bins && target/release/instructions
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Pairs per run: the difference is taken between `N` and `2 * N`.
+const N: u64 = 10_000;
+
+struct Line {
+    name: &'static str,
+    line: &'static str,
+    goal: f64,
+}
+
+const LINES: &[Line] = &[
+    Line {
+        name: "1. memory, uncontended borrow+return vs tokio Semaphore",
+        line: "1",
+        goal: 3.0,
+    },
+    Line {
+        name: "2. memory, 64 tasks on 4 slots vs tokio",
+        line: "2",
+        goal: 3.0,
+    },
+    Line {
+        name: "2c. memory, waiters served by returns, per hand-off",
+        line: "2c",
+        goal: 3.0,
+    },
+];
+
+fn main() {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        println!("valgrind is not installed: no instruction lines (apt-get install valgrind)");
+        return;
+    }
+    let pairs = std::env::current_exe()
+        .expect("this program's path")
+        .with_file_name("pairs");
+    assert!(
+        pairs.exists(),
+        "{} is missing: cargo build --release -p semaphore-benches --bins",
+        pairs.display()
+    );
+    let dir = tempfile_dir();
+    println!("| line | ours (instructions per pair) | anchor | ratio | goal | met |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for line in LINES {
+        let ours = per_pair(&pairs, &dir, "memory", line.line);
+        let anchor = per_pair(&pairs, &dir, "tokio", line.line);
+        let ratio = ours / anchor;
+        println!(
+            "| {} | {ours:.0} | {anchor:.0} | {ratio:.2}x | <= {:.0}x instructions | {} |",
+            line.name,
+            line.goal,
+            if ratio <= line.goal { "met" } else { "not met" }
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Instructions per pair of `side` on `line`.
+fn per_pair(pairs: &Path, dir: &Path, side: &str, line: &str) -> f64 {
+    let once = total(pairs, dir, side, line, N);
+    let twice = total(pairs, dir, side, line, 2 * N);
+    twice.saturating_sub(once) as f64 / N as f64
+}
+
+/// The instructions callgrind counted for one run.
+fn total(pairs: &Path, dir: &Path, side: &str, line: &str, n: u64) -> u64 {
+    let out = dir.join(format!("callgrind.{side}.{line}.{n}"));
+    let status = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(pairs)
+        .args([side, line, &n.to_string()])
+        .output()
+        .expect("running valgrind");
+    assert!(status.status.success(), "{status:?}");
+    let text = std::fs::read_to_string(&out).expect("callgrind's output");
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .expect("a total in callgrind's output")
+}
+
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("semaphore-instructions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}

@@ -1,0 +1,154 @@
+//! The workloads of BENCHMARKS.md lines 1, 2 and 2c, once each, for
+//! counting instructions under callgrind (`instructions` runs it; issue
+//! 27). Each runs `n` pairs on a current-thread runtime, ours or tokio's
+//! semaphore (the anchor), so that the difference between two `n` is the
+//! cost of `n` pairs, set-up and tear-down cancelled out.
+//!
+//! ```text
+//! pairs <memory|tokio> <1|2|2c> <n>
+//! ```
+//! - `1`: one borrow (30 s, wait 1 s) and return at a time, count 4.
+//! - `2`: 64 tasks on 4 slots, each holding across a yield, `n` pairs in all.
+//! - `2c`: `n` waiters queued on one slot, served by `n` returns.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use semaphore_memory::{MemoryStore, Pool, PoolId};
+use tokio::sync::Semaphore;
+
+const TTL: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(1);
+const LONG: Duration = Duration::from_secs(3600);
+
+fn usage() -> ! {
+    eprintln!("usage: pairs <memory|tokio> <1|2|2c> <n>");
+    std::process::exit(2)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(side), Some(line), Some(n)) = (args.get(1), args.get(2), args.get(3)) else {
+        usage()
+    };
+    let n: u64 = n.parse().unwrap_or_else(|_| usage());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        match (side.as_str(), line.as_str()) {
+            ("memory", "1") => memory_uncontended(n).await,
+            ("tokio", "1") => tokio_uncontended(n).await,
+            ("memory", "2") => memory_contended(n).await,
+            ("tokio", "2") => tokio_contended(n).await,
+            ("memory", "2c") => memory_hand_offs(n).await,
+            ("tokio", "2c") => tokio_hand_offs(n).await,
+            _ => usage(),
+        }
+    });
+}
+
+async fn pool(count: u32) -> Pool {
+    let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("bench"));
+    pool.register(count).await.expect("register");
+    pool
+}
+
+async fn memory_uncontended(n: u64) {
+    let pool = pool(4).await;
+    for _ in 0..n {
+        let lease = pool.borrow(TTL, WAIT).await.expect("a slot");
+        lease.release().await.expect("returned");
+    }
+}
+
+async fn tokio_uncontended(n: u64) {
+    let sem = Semaphore::new(4);
+    for _ in 0..n {
+        drop(sem.acquire().await.expect("a permit"));
+    }
+}
+
+const TASKS: u64 = 64;
+
+async fn memory_contended(n: u64) {
+    let pool = pool(4).await;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                for _ in 0..n / TASKS {
+                    let lease = pool.borrow(TTL, LONG).await.expect("a slot");
+                    tokio::task::yield_now().await;
+                    drop(lease);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a task");
+    }
+}
+
+async fn tokio_contended(n: u64) {
+    let sem = Arc::new(Semaphore::new(4));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let sem = sem.clone();
+            tokio::spawn(async move {
+                for _ in 0..n / TASKS {
+                    let permit = sem.acquire().await.expect("a permit");
+                    tokio::task::yield_now().await;
+                    drop(permit);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a task");
+    }
+}
+
+async fn memory_hand_offs(n: u64) {
+    let pool = pool(1).await;
+    let held = pool.borrow_owned(TTL, WAIT).await.expect("a slot");
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { drop(pool.borrow(TTL, LONG).await.expect("a slot")) })
+        })
+        .collect();
+    while pool.waiting() < n as usize {
+        tokio::task::yield_now().await;
+    }
+    drop(held);
+    for waiter in waiters {
+        waiter.await.expect("a waiter");
+    }
+}
+
+async fn tokio_hand_offs(n: u64) {
+    let sem = Arc::new(Semaphore::new(1));
+    let held = sem.clone().acquire_owned().await.expect("a permit");
+    // A task counts itself just before its acquire, which queues it in the
+    // same poll: once all have counted, all are queued.
+    let queued = Arc::new(AtomicU64::new(0));
+    let waiters: Vec<_> = (0..n)
+        .map(|_| {
+            let (sem, queued) = (sem.clone(), queued.clone());
+            tokio::spawn(async move {
+                queued.fetch_add(1, Ordering::Relaxed);
+                drop(sem.acquire().await.expect("a permit"))
+            })
+        })
+        .collect();
+    while queued.load(Ordering::Relaxed) < n {
+        tokio::task::yield_now().await;
+    }
+    drop(held);
+    for waiter in waiters {
+        waiter.await.expect("a waiter");
+    }
+}
