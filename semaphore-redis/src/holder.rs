@@ -19,12 +19,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use semaphore_core::{PoolId, Result};
 use tokio::sync::oneshot;
-
-use crate::RedisStore;
-use crate::backend::Kind;
-use crate::reply::int;
 
 /// How often the holder's connection is checked.
 const PING_EVERY: Duration = Duration::from_secs(5);
@@ -106,40 +101,6 @@ async fn session(client: &redis::Client, id: &AtomicI64) {
         if !matches!(pinged.await, Ok(Ok(()))) {
             return;
         }
-    }
-}
-
-impl RedisStore {
-    /// The holder argument of a borrow: this store's holder for a bound
-    /// request while its connection is up, else none.
-    pub(crate) fn holder_label(&self, bound: bool) -> String {
-        match bound.then(|| self.holder.id()).flatten() {
-            Some(id) => format!("+{id}"),
-            None => "-".to_string(),
-        }
-    }
-
-    /// Frees the leases of `pool` bound to those of `holders` that are
-    /// gone (R16), waking its waiters; whether any of them was gone.
-    pub(crate) async fn reap_gone(&self, pool: PoolId, holders: &[i64]) -> Result<bool> {
-        let own = self.holder.id();
-        let others: Vec<i64> = holders
-            .iter()
-            .copied()
-            .filter(|id| Some(*id) != own)
-            .collect();
-        let dead = gone(&self.connection, &others).await;
-        if dead.is_empty() {
-            return Ok(false);
-        }
-        let mut call = self.invocation(Kind::Shrink, "reap_holders", [pool]);
-        for id in &dead {
-            call.arg(id.to_string());
-        }
-        if int("reap_holders", &self.run("reap_holders", &call).await?)? > 0 {
-            self.changes.notify(pool);
-        }
-        Ok(true)
     }
 }
 
