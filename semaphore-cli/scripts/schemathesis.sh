@@ -27,7 +27,7 @@ base=$(sed -n 's/^listening on \(http:[^ ]*\).*/\1/p' "$log")
 
 # The checks: no 5xx but the documented ones, and every status code,
 # content type, header and body as documented.
-"$venv/bin/st" run "$base/openapi.json" \
+"$venv/bin/st" --config-file semaphore-cli/scripts/schemathesis.toml run "$base/openapi.json" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
   --max-examples "${SCHEMATHESIS_EXAMPLES:-50}" \
   --request-timeout 10 \
