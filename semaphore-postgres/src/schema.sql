@@ -71,6 +71,14 @@ LANGUAGE sql STABLE AS $$
             OR floor(extract(epoch FROM a.backend_start) * 1000000)::bigint = p_start))
 $$;
 
+-- R3, R7, R15, R16: slots held at p_now by the pool's active leases (not
+-- expired, holder not gone).
+CREATE OR REPLACE FUNCTION {s}.semaphore_in_use(p_pool uuid, p_now bigint) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > p_now
+        AND {s}.semaphore_alive(l.holder, l.holder_start)
+$$;
+
 -- Wakes waiters of every process if any head is queued on the pool.
 CREATE OR REPLACE FUNCTION {s}.semaphore_wake(p_pool uuid) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -91,10 +99,7 @@ BEGIN
         RETURNING p.draining INTO v_draining;
     v_now := {s}.semaphore_now(p_now);
     PERFORM {s}.semaphore_wake(p_pool);
-    RETURN QUERY SELECT p_count,
-        (SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > v_now
-            AND {s}.semaphore_alive(l.holder, l.holder_start)),
-        v_draining;
+    RETURN QUERY SELECT p_count, {s}.semaphore_in_use(p_pool, v_now), v_draining;
 END $$;
 
 -- Starts or ends the pool's drain: no new grants while it drains; its
@@ -111,10 +116,7 @@ BEGIN
     END IF;
     v_now := {s}.semaphore_now(p_now);
     PERFORM {s}.semaphore_wake(p_pool);
-    RETURN QUERY SELECT v_count,
-        (SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > v_now
-            AND {s}.semaphore_alive(l.holder, l.holder_start)),
-        p_draining;
+    RETURN QUERY SELECT v_count, {s}.semaphore_in_use(p_pool, v_now), p_draining;
 END $$;
 
 -- R4: removes the pool, its leases and its queued heads. The pool row is

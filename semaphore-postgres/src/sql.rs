@@ -105,9 +105,8 @@ impl Sql {
         Self {
             register: f("SELECT * FROM {s}.semaphore_register($1, $2, $3)"),
             inspect: f(
-                "SELECT p.count, (SELECT count(*) FROM {s}.semaphore_leases l
-                    WHERE l.pool = p.pool AND l.expires_at > (SELECT {s}.semaphore_now($2))
-                    AND {s}.semaphore_alive(l.holder, l.holder_start)), p.draining
+                "SELECT p.count, {s}.semaphore_in_use(p.pool, (SELECT {s}.semaphore_now($2))),
+                    p.draining
                 FROM {s}.semaphore_pools p WHERE p.pool = $1",
             ),
             delete: f("SELECT {s}.semaphore_delete($1)"),

@@ -147,7 +147,8 @@ pub(crate) fn return_held(conn: &Connection, lease: &Lease, now: i64) -> rusqlit
 
 /// R5, R6, R10, R11, R15: grants the request's number of slots, the lowest
 /// free, if they are free for this borrower, or says when the earliest
-/// lease expires. `None` if the pool does not exist.
+/// lease expires; the inner error is `PoolNotFound` or `Draining` when the
+/// pool does not exist or drains (and nothing was written).
 ///
 /// Free slots go first to the heads queued in the store, oldest first: a
 /// borrower of `n` is granted only if `n` slots are free beyond those owed

@@ -4,13 +4,13 @@
 //! run to run whatever else the machine does, unlike wall time.
 //!
 //! Each figure is `(I(2n) - I(n)) / n`: the instructions of `n` more pairs
-//! of [`pairs`](../pairs), set-up and tear-down cancelled out.
+//! of the `pairs` binary, set-up and tear-down cancelled out.
 //!
 //! ```sh
 //! cargo build --release -p semaphore-benches --bins && target/release/instructions
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// Pairs per run: the difference is taken between `N` and `2 * N`.
@@ -53,12 +53,13 @@ fn main() {
         "{} is missing: cargo build --release -p semaphore-benches --bins",
         pairs.display()
     );
-    let dir = tempfile_dir();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dir = dir.path();
     println!("| line | ours (instructions per pair) | anchor | ratio | goal | met |");
     println!("| --- | --- | --- | --- | --- | --- |");
     for line in LINES {
-        let ours = per_pair(&pairs, &dir, "memory", line.line);
-        let anchor = per_pair(&pairs, &dir, "tokio", line.line);
+        let ours = per_pair(&pairs, dir, "memory", line.line);
+        let anchor = per_pair(&pairs, dir, "tokio", line.line);
         let ratio = ours / anchor;
         println!(
             "| {} | {ours:.0} | {anchor:.0} | {ratio:.2}x | <= {:.0}x instructions | {} |",
@@ -67,7 +68,6 @@ fn main() {
             if ratio <= line.goal { "met" } else { "not met" }
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Instructions per pair of `side` on `line`.
@@ -97,10 +97,4 @@ fn total(pairs: &Path, dir: &Path, side: &str, line: &str, n: u64) -> u64 {
         .and_then(|t| t.split_whitespace().next())
         .and_then(|t| t.parse().ok())
         .expect("a total in callgrind's output")
-}
-
-fn tempfile_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("semaphore-instructions-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    dir
 }
