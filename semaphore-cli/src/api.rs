@@ -37,11 +37,13 @@ pub(crate) struct App {
     /// Set when a store call failed and retrying will not help; cleared
     /// by the next call that succeeds. `/healthz` then probes the store.
     pub(crate) broken: Arc<std::sync::atomic::AtomicBool>,
+    /// The two-phase borrows this server keeps between polls.
+    pub(crate) tickets: crate::tickets::Tickets,
 }
 
 impl App {
     /// The handle of pool `id`, named in metrics by its alias if it has one.
-    fn pool(&self, id: PoolId) -> Pool {
+    pub(crate) fn pool(&self, id: PoolId) -> Pool {
         let pool = Pool::new(self.store.clone(), id).with_limits(self.limits);
         match self.metrics.alias(id) {
             Some(alias) => pool.with_alias(alias.clone()),
@@ -49,12 +51,12 @@ impl App {
         }
     }
 
-    fn now(&self) -> std::time::SystemTime {
+    pub(crate) fn now(&self) -> std::time::SystemTime {
         self.store.clock().now()
     }
 
     /// `result` as an answer, counting storage failures.
-    fn track<T>(&self, result: Result<T, semaphore_core::Error>) -> Result<T, ApiError> {
+    pub(crate) fn track<T>(&self, result: Result<T, semaphore_core::Error>) -> Result<T, ApiError> {
         use std::sync::atomic::Ordering;
         match &result {
             Err(semaphore_core::Error::Storage {
@@ -85,6 +87,9 @@ pub(crate) fn router(app: App) -> Router {
     let (router, document) = OpenApiRouter::with_openapi(crate::openapi::ApiDoc::openapi())
         .routes(routes!(register, inspect, delete))
         .routes(routes!(borrow))
+        .routes(routes!(crate::two_phase::enqueue))
+        .routes(routes!(crate::two_phase::wait))
+        .routes(routes!(crate::two_phase::cancel))
         .routes(routes!(return_lease))
         .routes(routes!(renew))
         .routes(routes!(holders))

@@ -318,6 +318,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     pub(crate) max_wait: Duration,
 
+    /// How long a two-phase borrow's ticket (`/enqueue`) keeps its place
+    /// after a poll (`/wait`) ends; a ticket not polled again within it is
+    /// dropped, and a lease granted to it that no poll took is returned.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    pub(crate) ticket_hold: Duration,
+
     /// The most connections served at once; more wait to be accepted
     /// until one closes.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]

@@ -24,8 +24,10 @@ pub(crate) struct ErrorBody {
     /// What went wrong, for programs: `bad_request`, `not_found`,
     /// `exhausted`, `lease_not_active`, `too_large`,
     /// `unsupported_media_type`, `method_not_allowed`, `no_route`,
-    /// `idempotency_key_reused`, `storage`, `store_broken`, `clock_skew`,
-    /// `schema_mismatch`, `shutting_down`, `internal`.
+    /// `idempotency_key_reused`, `ticket_not_found`, `too_many_tickets`,
+    /// `storage`, `store_broken`, `clock_skew`, `schema_mismatch`,
+    /// `draining`, `pool_draining`, `shutting_down`, `unauthorized`,
+    /// `internal`.
     code: &'static str,
     /// The request field at fault, for `bad_request`.
     #[serde(skip_serializing_if = "Option::is_none")]

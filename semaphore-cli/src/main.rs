@@ -19,6 +19,8 @@ mod parse_errors;
 mod run;
 mod serve;
 mod store;
+mod tickets;
+mod two_phase;
 mod wire;
 
 use clap::Parser;

@@ -81,6 +81,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         draining,
         metrics,
         broken: Default::default(),
+        tickets: crate::tickets::Tickets::new(args.ticket_hold),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

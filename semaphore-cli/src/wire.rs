@@ -55,6 +55,73 @@ pub(crate) struct Borrow {
     pub(crate) owner: Option<String>,
 }
 
+/// `POST /l/{id}/enqueue` (an extension; dflockd's two-phase borrow): a
+/// borrow's fields but `wait`. The ttl runs from the grant.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Enqueue {
+    /// Seconds the lease is held once granted; above 0, clamped to the
+    /// server's max ttl.
+    #[schema(value_type = f64, exclusive_minimum = 0.0)]
+    pub(crate) ttl: serde_json::Number,
+    /// How many slots the lease holds (SPEC R15): default 1.
+    #[serde(default)]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub(crate) slots: Option<serde_json::Number>,
+    /// Keep the place while the pool drains, instead of a 503.
+    #[serde(default)]
+    pub(crate) wait_while_draining: Option<bool>,
+    /// A label saying who holds the lease (1-64 bytes, printable).
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 64)]
+    pub(crate) owner: Option<String>,
+}
+
+/// `POST /l/{id}/wait`: poll a ticket for up to `wait` seconds.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Wait {
+    /// The ticket `enqueue` answered.
+    #[schema(value_type = uuid::Uuid)]
+    pub(crate) ticket: String,
+    /// Seconds to wait for the grant; default 0, clamped to the server's
+    /// max wait.
+    #[serde(default)]
+    #[schema(value_type = Option<f64>, minimum = 0.0)]
+    pub(crate) wait: Option<serde_json::Number>,
+}
+
+/// `POST /l/{id}/cancel`: give a ticket up.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Cancel {
+    /// The ticket to give up.
+    #[schema(value_type = uuid::Uuid)]
+    pub(crate) ticket: String,
+}
+
+/// A two-phase borrow still queued: poll it again within `poll_within`
+/// seconds (counted from the end of the last poll) or it is dropped.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Queued {
+    /// The ticket to poll with `POST /l/{id}/wait`, on this server.
+    #[schema(value_type = uuid::Uuid)]
+    pub(crate) ticket: String,
+    /// The ticket's place among this server's waiters of the pool: 1 is
+    /// next. Waiters of other servers sharing the store are not counted.
+    pub(crate) place: usize,
+    /// Seconds this server keeps the ticket after a poll ends.
+    pub(crate) poll_within: f64,
+}
+
+/// Whether a cancelled ticket was still kept.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Cancelled {
+    /// `true` if the ticket was kept (queued, or granted and not yet
+    /// collected, whose lease is then returned); `false` if it was unknown.
+    pub(crate) cancelled: bool,
+}
+
 /// `POST /l/{id}/return`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

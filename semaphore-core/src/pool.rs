@@ -8,16 +8,18 @@ use crate::cancel::InFlight;
 use crate::clock::truncate_ms;
 use crate::options::Labels;
 use crate::telemetry::{self, Name};
-use crate::wait::HandOff;
+use crate::wait::{HandOff, Seat};
 
 mod drain;
 mod leases;
+mod queued;
 mod waiters;
 mod weighted;
 use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseGuard, LeaseId, Limits, OwnedLeaseGuard,
     PoolId, PoolState, Result, Store,
 };
+pub use queued::{Enqueued, QueuedBorrow};
 
 /// A handle on one pool of a store: register, inspect, delete, borrow and
 /// return.
@@ -409,17 +411,21 @@ impl Pool {
         let ttl = self.limits.clamp_ttl(ttl)?;
         let wait = self.limits.clamp_wait(wait);
         let borrow = telemetry::Borrow::start(&self.name, ttl, wait);
-        let result = borrow.run(self.acquire_clamped(ttl, wait, labels)).await;
+        let result = borrow
+            .run(self.acquire_clamped(ttl, wait, labels, None))
+            .await;
         borrow.finish(&result);
         result.map(|lease| (lease, ttl))
     }
 
     /// The lease, for a `ttl` and `wait` already clamped.
+    /// `seat`, if given, is told when the borrow joins the pool's queue.
     async fn acquire_clamped(
         &self,
         ttl: Duration,
         wait: Duration,
         labels: Labels,
+        seat: Option<Arc<Seat>>,
     ) -> Result<Lease> {
         let start = self.now();
         if let Some(key) = &labels.key {
@@ -446,6 +452,7 @@ impl Pool {
                 ttl,
                 key: labels.key.clone(),
                 owner: labels.owner.clone(),
+                seat,
             }),
             labels.wait_while_draining,
             exhausted,

@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
@@ -38,6 +38,9 @@ pub struct Changes {
     /// Waiters of all pools, kept beside the map (changed only under its
     /// lock) so that the common case, nobody waiting, costs one atomic load.
     total: AtomicUsize,
+    /// The number of waiters that ever joined a queue: each waiter's
+    /// sequence number, by which its place is found.
+    joined: AtomicU64,
     /// The conformance suite's gate catches a head's own store call, which
     /// a hand-off would make needless; it turns hand-offs into plain
     /// notifications while armed.
@@ -64,6 +67,8 @@ struct Waiter {
     queued: AtomicBool,
     /// When it joined its queues, by the store's clock.
     since: SystemTime,
+    /// Its sequence number among every waiter that joined, from 1.
+    seq: u64,
 }
 
 /// What a hand-off left a waiter.
@@ -87,6 +92,31 @@ pub(crate) struct HandOff {
     pub(crate) ttl: Duration,
     pub(crate) key: Option<Arc<str>>,
     pub(crate) owner: Option<Arc<str>>,
+    /// Told the waiter's sequence number when it joins the queue, for a
+    /// two-phase borrow to find its place.
+    pub(crate) seat: Option<Arc<Seat>>,
+}
+
+/// Where a queued borrow learns that it joined its pool's queue, and by
+/// which sequence number ([`Changes::place`]).
+#[derive(Debug, Default)]
+pub(crate) struct Seat {
+    seq: AtomicU64,
+    joined: Notify,
+}
+
+impl Seat {
+    /// Completes once the borrow has joined its queue (at once if it has).
+    pub(crate) async fn joined(&self) {
+        if self.seq() == 0 {
+            self.joined.notified().await;
+        }
+    }
+
+    /// The waiter's sequence number, 0 until it joins.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
 }
 
 impl Waiter {
@@ -231,6 +261,22 @@ impl Changes {
         Some(now.duration_since(since).unwrap_or(Duration::ZERO))
     }
 
+    /// The place (1 for the head) in the queue of `pool` of the waiter
+    /// with sequence number `seq`; `None` if it is not there (granted,
+    /// gone, or never joined).
+    pub(crate) fn place(&self, pool: PoolId, seq: u64) -> Option<usize> {
+        if seq == 0 || !self.has_waiters() {
+            return None;
+        }
+        let queues = self.queues.lock();
+        let queue = queues.get(&pool)?;
+        queue
+            .waiters
+            .iter()
+            .position(|w| w.seq == seq)
+            .map(|i| i + 1)
+    }
+
     /// Joins the tail of the queue of every pool in `pools`, all under one
     /// lock, so that any two tickets stand in the same order in every queue
     /// they share: no two multi-pool borrowers can each hold the head of a
@@ -245,12 +291,15 @@ impl Changes {
         pools: &[PoolId],
         request: Option<HandOff>,
     ) -> Ticket<'a> {
+        let seq = self.joined.fetch_add(1, Ordering::Relaxed) + 1;
+        let seat = request.as_ref().and_then(|r| r.seat.clone());
         let waiter = Arc::new(Waiter {
             notify: Notify::new(),
             request: request.filter(|_| pools.len() == 1),
             state: Mutex::default(),
             queued: AtomicBool::new(true),
             since: store.clock().now(),
+            seq,
         });
         let mut queues = self.queues.lock();
         let mut head_of_all = true;
@@ -262,6 +311,11 @@ impl Changes {
         self.total.fetch_add(pools.len(), Ordering::AcqRel);
         if head_of_all {
             waiter.notify.notify_one();
+        }
+        drop(queues);
+        if let Some(seat) = seat {
+            seat.seq.store(seq, Ordering::Release);
+            seat.joined.notify_one();
         }
         Ticket {
             changes: self,

@@ -15,9 +15,9 @@ pub use backend::MemoryStore;
 #[cfg(feature = "metrics")]
 pub use semaphore_core::describe_metrics;
 pub use semaphore_core::{
-    BorrowOptions, BoxError, Clock, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet, Limits,
-    ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState, Result, Sleep,
-    SystemClock, store,
+    BorrowOptions, BoxError, Clock, Enqueued, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet,
+    Limits, ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState,
+    QueuedBorrow, Result, Sleep, SystemClock, store,
 };
 #[cfg(feature = "tower")]
 pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};

@@ -32,6 +32,7 @@ pub mod model;
 mod multi;
 mod offset;
 mod renew;
+mod two_phase;
 mod waiting;
 mod weights;
 
@@ -48,6 +49,7 @@ pub use liveness::*;
 pub use multi::*;
 pub use offset::{OffsetClock, clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease};
 pub use renew::*;
+pub use two_phase::*;
 pub use waiting::*;
 pub use weights::*;
 
@@ -212,6 +214,9 @@ macro_rules! store_conformance {
             drain_stops_new_grants_and_lets_holders_return_and_renew,
             drain_fails_waiters_at_once_unless_they_wait_while_draining,
             borrow_all_fails_whole_on_a_draining_pool,
+            two_phase_borrowers_keep_their_places_between_polls,
+            two_phase_borrow_dropped_queued_or_granted_holds_nothing,
+            two_phase_wait_is_cancel_safe_and_reports_a_deleted_pool,
         );
     };
 }

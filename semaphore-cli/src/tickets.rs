@@ -1,0 +1,151 @@
+//! The server's tickets: two-phase borrows (`/enqueue`, `/wait`) that keep
+//! their place in the queue between a client's polls, and are dropped
+//! when the client stops polling for longer than the hold.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use semaphore_core::{Lease, PoolId, QueuedBorrow};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+/// The most tickets one server keeps at once; an enqueue past it answers
+/// 503 `too_many_tickets`.
+pub(crate) const MAX_TICKETS: usize = 10_000;
+
+/// Every ticket this server keeps, by id.
+#[derive(Clone)]
+pub(crate) struct Tickets {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    entries: Mutex<HashMap<Uuid, Arc<Ticket>>>,
+    /// How long a ticket stays without a poll in flight before it is
+    /// dropped (`--ticket-hold`).
+    hold: Duration,
+}
+
+/// One two-phase borrow.
+pub(crate) struct Ticket {
+    pub(crate) pool: PoolId,
+    /// The queued borrow, `None` once it ended; locked by the poll that
+    /// waits on it.
+    pub(crate) borrow: tokio::sync::Mutex<Option<QueuedBorrow>>,
+    /// The lease, once a poll handed it over: answered again to a repeated
+    /// poll (a client whose answer was lost), until the ticket is dropped.
+    pub(crate) granted: Mutex<Option<Lease>>,
+    /// The place the last poll saw, for a poll that finds another in
+    /// flight.
+    pub(crate) place: AtomicUsize,
+    /// Polls in flight; a ticket with one is never dropped.
+    polls: AtomicUsize,
+    /// When the last poll ended (or the ticket was made).
+    touched: Mutex<Instant>,
+}
+
+/// A poll in flight on a ticket: keeps it from being dropped, and marks
+/// its end when dropped.
+pub(crate) struct Poll {
+    pub(crate) ticket: Arc<Ticket>,
+}
+
+impl Drop for Poll {
+    fn drop(&mut self) {
+        *self.ticket.touched.lock() = Instant::now();
+        self.ticket.polls.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Tickets {
+    /// An empty table whose tickets are dropped `hold` after their last
+    /// poll; a task sweeps it every quarter of `hold` (at least every 10 ms).
+    pub(crate) fn new(hold: Duration) -> Self {
+        let tickets = Self {
+            inner: Arc::new(Inner {
+                entries: Mutex::default(),
+                hold,
+            }),
+        };
+        let weak = Arc::downgrade(&tickets.inner);
+        let every = (hold / 4).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.sweep();
+            }
+        });
+        tickets
+    }
+
+    /// The hold, as the answers state it.
+    pub(crate) fn hold(&self) -> Duration {
+        self.inner.hold
+    }
+
+    /// Keeps `borrow` under a new ticket id at place `place`; `None` if
+    /// the table is full.
+    pub(crate) fn insert(&self, borrow: QueuedBorrow, place: usize) -> Option<Uuid> {
+        let mut entries = self.inner.entries.lock();
+        if entries.len() >= MAX_TICKETS {
+            return None;
+        }
+        let id = Uuid::new_v4();
+        let ticket = Ticket {
+            pool: borrow.pool().id(),
+            borrow: tokio::sync::Mutex::new(Some(borrow)),
+            granted: Mutex::new(None),
+            place: AtomicUsize::new(place),
+            polls: AtomicUsize::new(0),
+            touched: Mutex::new(Instant::now()),
+        };
+        entries.insert(id, Arc::new(ticket));
+        Some(id)
+    }
+
+    /// Starts a poll of ticket `id` of `pool`; `None` if there is no such
+    /// ticket (never made, dropped, cancelled, ended, or made by another
+    /// server).
+    pub(crate) fn poll(&self, pool: PoolId, id: Uuid) -> Option<Poll> {
+        let entries = self.inner.entries.lock();
+        let ticket = entries.get(&id).filter(|t| t.pool == pool)?.clone();
+        ticket.polls.fetch_add(1, Ordering::AcqRel);
+        Some(Poll { ticket })
+    }
+
+    /// Removes ticket `id` of `pool`; whether it was there. Dropping it
+    /// leaves the queue, and returns a lease granted that no poll took.
+    pub(crate) fn remove(&self, pool: PoolId, id: Uuid) -> Option<Arc<Ticket>> {
+        let mut entries = self.inner.entries.lock();
+        if entries.get(&id).is_some_and(|t| t.pool == pool) {
+            entries.remove(&id)
+        } else {
+            None
+        }
+    }
+}
+
+impl Inner {
+    /// Drops the tickets with no poll in flight whose last poll ended more
+    /// than the hold ago.
+    fn sweep(&self) {
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        self.entries.lock().retain(|_, ticket| {
+            let idle = ticket.polls.load(Ordering::Acquire) == 0
+                && now.duration_since(*ticket.touched.lock()) >= self.hold;
+            if idle {
+                gone.push(ticket.clone());
+            }
+            !idle
+        });
+        // Dropped outside the table's lock: a queued borrow's drop may
+        // return a lease.
+        drop(gone);
+    }
+}

@@ -1,0 +1,207 @@
+//! The two-phase borrow routes (dflockd's enqueue/wait): `enqueue` answers
+//! a lease or a ticket, `wait` long-polls the ticket, `cancel` gives it
+//! up. A ticket keeps its place in the queue between polls for as long as
+//! it is polled within the server's `--ticket-hold`.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use semaphore_core::{BorrowOptions, Enqueued, Lease};
+use tokio::time::Instant;
+
+use crate::api::App;
+use crate::error::ApiError;
+use crate::extract::{JsonObject, PoolPath};
+use crate::wire;
+
+fn unknown_ticket() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "ticket_not_found",
+        "no such ticket on this server: it was not polled within poll_within, was cancelled, \
+         ended with an error, or was made by another server; enqueue again",
+    )
+}
+
+fn queued(app: &App, ticket: uuid::Uuid, place: usize) -> Response {
+    let body = wire::Queued {
+        ticket: ticket.to_string(),
+        place,
+        poll_within: app.tickets.hold().as_secs_f64(),
+    };
+    (StatusCode::ACCEPTED, Json(body)).into_response()
+}
+
+fn granted(app: &App, lease: &Lease) -> Response {
+    Json(wire::Granted::new(lease, app.now())).into_response()
+}
+
+#[utoipa::path(post, path = "/l/{id}/enqueue", tag = "two-phase",
+    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    request_body = wire::Enqueue,
+    responses(
+        (status = 200, description = "A slot was free: the lease", body = wire::Granted),
+        (status = 202, description = "Queued: poll the ticket with /wait", body = wire::Queued),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 404, description = "No such pool", body = crate::error::ErrorBody),
+        (status = 413, description = "Body too large", body = crate::error::ErrorBody),
+        (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+        (status = 503, description = "The server shuts down or drains, the pool drains, or the server keeps too many tickets", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn enqueue(
+    State(app): State<App>,
+    PoolPath(id): PoolPath,
+    JsonObject(request): JsonObject<wire::Enqueue>,
+) -> Result<Response, ApiError> {
+    let pool = app.pool(id);
+    let ttl = wire::seconds("ttl", &request.ttl, true)?;
+    // The lease is the client's: not bound to this server (R16).
+    let mut options = BorrowOptions::new()
+        .bound(false)
+        .wait_while_draining(request.wait_while_draining.unwrap_or(false));
+    if let Some(slots) = &request.slots {
+        options = options.slots(wire::slots(slots, app.limits.max_count)?);
+    }
+    if let Some(owner) = request.owner {
+        options = options.owner(owner);
+    }
+    if *app.shutdown.borrow() {
+        return Err(ApiError::shutting_down());
+    }
+    if *app.draining.borrow() {
+        return Err(ApiError::draining());
+    }
+    match app.track(pool.enqueue(ttl, options).await)? {
+        Enqueued::Granted(guard) => Ok(granted(&app, &guard.forget())),
+        Enqueued::Queued(borrow) => {
+            let place = borrow.place().unwrap_or(1);
+            let ticket = app.tickets.insert(borrow, place).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too_many_tickets",
+                    "this server keeps as many tickets as it may; borrow with a wait, or \
+                     retry later",
+                )
+            })?;
+            Ok(queued(&app, ticket, place))
+        }
+    }
+}
+
+#[utoipa::path(post, path = "/l/{id}/wait", tag = "two-phase",
+    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    request_body = wire::Wait,
+    responses(
+        (status = 200, description = "Granted: the lease (again, to a repeated poll)", body = wire::Granted),
+        (status = 202, description = "Still queued after the wait: poll again", body = wire::Queued),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 404, description = "No such ticket on this server, or the pool was deleted", body = crate::error::ErrorBody),
+        (status = 413, description = "Body too large", body = crate::error::ErrorBody),
+        (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+        (status = 503, description = "The server shuts down or drains (the ticket is kept), or the pool drains (the ticket ended)", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn wait(
+    State(app): State<App>,
+    PoolPath(id): PoolPath,
+    JsonObject(request): JsonObject<wire::Wait>,
+) -> Result<Response, ApiError> {
+    let ticket_id = wire::uuid("ticket", &request.ticket)?;
+    let wait = match &request.wait {
+        Some(wait) => app.limits.clamp_wait(wire::seconds("wait", wait, false)?),
+        None => Duration::ZERO,
+    };
+    let poll = app.tickets.poll(id, ticket_id).ok_or_else(unknown_ticket)?;
+    let ticket = &poll.ticket;
+    if let Some(lease) = ticket.granted.lock().clone() {
+        return Ok(granted(&app, &lease));
+    }
+    let (mut shutdown, mut draining) = (app.shutdown.clone(), app.draining.clone());
+    if *draining.borrow() {
+        return Err(ApiError::draining());
+    }
+    let deadline = Instant::now() + wait.min(Duration::from_secs(86_400 * 365));
+    let answer = async {
+        // Another poll of the same ticket may hold it: wait for that one
+        // within this wait, and share its lease.
+        let Ok(mut borrow) = tokio::time::timeout_at(deadline, ticket.borrow.lock()).await else {
+            return Ok(None);
+        };
+        if let Some(lease) = ticket.granted.lock().clone() {
+            return Ok(Some(lease));
+        }
+        let Some(queued) = borrow.as_mut() else {
+            return Err(unknown_ticket());
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match queued.wait(left).await {
+            Ok(Some(guard)) => {
+                let lease = guard.forget();
+                *ticket.granted.lock() = Some(lease.clone());
+                *borrow = None;
+                Ok(Some(lease))
+            }
+            Ok(None) => {
+                let place = queued.place().unwrap_or(1);
+                ticket
+                    .place
+                    .store(place, std::sync::atomic::Ordering::Relaxed);
+                Ok(None)
+            }
+            Err(e) => {
+                *borrow = None;
+                drop(app.tickets.remove(id, ticket_id));
+                app.track(Err(e))
+            }
+        }
+    };
+    // A client that disconnects drops this future; the ticket keeps its
+    // place, and a lease granted meanwhile waits for the next poll.
+    let answer = tokio::select! {
+        answer = answer => answer?,
+        _ = shutdown.wait_for(|down| *down) => return Err(ApiError::shutting_down()),
+        _ = draining.wait_for(|on| *on) => return Err(ApiError::draining()),
+    };
+    Ok(match answer {
+        Some(lease) => granted(&app, &lease),
+        None => queued(
+            &app,
+            ticket_id,
+            ticket.place.load(std::sync::atomic::Ordering::Relaxed),
+        ),
+    })
+}
+
+#[utoipa::path(post, path = "/l/{id}/cancel", tag = "two-phase",
+    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    request_body = wire::Cancel,
+    responses(
+        (status = 200, description = "Whether a queued or uncollected ticket was given up", body = wire::Cancelled),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 413, description = "Body too large", body = crate::error::ErrorBody),
+        (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed to take back a lease granted to the ticket; it frees itself at its ttl", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn cancel(
+    State(app): State<App>,
+    PoolPath(id): PoolPath,
+    JsonObject(request): JsonObject<wire::Cancel>,
+) -> Result<Json<wire::Cancelled>, ApiError> {
+    let ticket_id = wire::uuid("ticket", &request.ticket)?;
+    let Some(ticket) = app.tickets.remove(id, ticket_id) else {
+        return Ok(Json(wire::Cancelled { cancelled: false }));
+    };
+    // A lease already collected stays the client's: return it with
+    // /return. A poll in flight keeps the borrow until it ends, and the
+    // borrow leaves the queue then.
+    let cancelled = ticket.granted.lock().is_none();
+    let borrow = ticket.borrow.try_lock().ok().and_then(|mut b| b.take());
+    if let Some(borrow) = borrow {
+        app.track(borrow.cancel().await)?;
+    }
+    Ok(Json(wire::Cancelled { cancelled }))
+}

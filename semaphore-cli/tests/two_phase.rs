@@ -1,0 +1,277 @@
+//! Two-phase borrows over HTTP (`/enqueue`, `/wait`, `/cancel`), against
+//! the binary on 127.0.0.1, on the memory, SQLite and PostgreSQL stores: a
+//! ticket keeps its place across reconnects, an abandoned one is dropped
+//! within the hold and its slot goes to the next client, a cancelled one is
+//! gone.
+
+mod common;
+
+use common::{Server, pool_id};
+use semaphore_postgres::testing::TestServer;
+use serde_json::{Value, json};
+
+/// A server on each store, with `extra` flags.
+fn servers(dir: &tempfile::TempDir, extra: &[&str]) -> Vec<Server> {
+    let (pg, schema) = (TestServer::shared(), TestServer::fresh_schema());
+    let db = dir.path().join("two-phase.db");
+    let stores: [Vec<&str>; 3] = [
+        vec!["--memory"],
+        vec!["--sqlite", db.to_str().unwrap()],
+        vec!["--postgres", pg.url(), "--postgres-schema", &schema],
+    ];
+    stores
+        .iter()
+        .map(|store| Server::start(&[store.as_slice(), extra].concat()))
+        .collect()
+}
+
+/// POSTs `body` to `path` on a new connection (a client that reconnects).
+async fn fresh(server: &Server, path: &str, body: Value) -> (u16, Value) {
+    let answer = reqwest::Client::new()
+        .post(server.url(path))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    (status, answer.json().await.unwrap())
+}
+
+/// A borrow on its own task: `(status, body)` when it ends.
+fn borrow_later(server: &Server, pool: &str, wait: u64) -> tokio::task::JoinHandle<(u16, Value)> {
+    let (http, url) = (server.http.clone(), server.url(&format!("{pool}/borrow")));
+    tokio::spawn(async move {
+        let answer = http
+            .post(url)
+            .json(&json!({"ttl": 60, "wait": wait}))
+            .send()
+            .await
+            .unwrap();
+        (answer.status().as_u16(), answer.json().await.unwrap())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_polled_every_two_seconds_for_twenty_keeps_its_place_ahead_of_later_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = servers(&dir, &["--ticket-hold", "3s"]);
+    let runs = servers.iter().map(|server| async move {
+        let id = pool_id();
+        let pool = format!("/l/{id}");
+        server.call("PUT", &pool, Some(json!({"count": 1}))).await;
+        let (_, held) = server
+            .call("POST", &format!("{pool}/borrow"), Some(json!({"ttl": 60})))
+            .await;
+        let (status, queued) = fresh(server, &format!("{pool}/enqueue"), json!({"ttl": 60})).await;
+        assert_eq!(status, 202, "{queued}");
+        assert_eq!(
+            (queued["place"].as_u64(), queued["poll_within"].as_f64()),
+            (Some(1), Some(3.0))
+        );
+        let ticket = queued["ticket"].clone();
+        // Later clients: a plain borrower, and a second ticket.
+        let later = borrow_later(server, &pool, 30);
+        server.until_waiting(&id, 2).await;
+        let (_, second) = fresh(server, &format!("{pool}/enqueue"), json!({"ttl": 60})).await;
+        assert_eq!(second["place"], 3, "{second}");
+        let wait = format!("{pool}/wait");
+        let poll = |ticket: &Value| fresh(server, &wait, json!({"ticket": ticket, "wait": 2}));
+        for _ in 0..10 {
+            let (first, other) = tokio::join!(poll(&ticket), poll(&second["ticket"]));
+            assert_eq!(
+                (first.0, first.1["place"].as_u64()),
+                (202, Some(1)),
+                "{first:?}"
+            );
+            assert_eq!(
+                (other.0, other.1["place"].as_u64()),
+                (202, Some(3)),
+                "{other:?}"
+            );
+        }
+        server
+            .call(
+                "POST",
+                &format!("{pool}/return"),
+                Some(json!({"lease": held["lease"]})),
+            )
+            .await;
+        let (status, lease) = fresh(
+            server,
+            &format!("{pool}/wait"),
+            json!({"ticket": ticket, "wait": 10}),
+        )
+        .await;
+        assert_eq!(
+            (status, lease["position"].as_u64()),
+            (200, Some(0)),
+            "{lease}"
+        );
+        assert!(!later.is_finished(), "the later borrower still waits");
+        // A repeated poll (its answer lost) gets the same lease.
+        let (status, again) = fresh(
+            server,
+            &format!("{pool}/wait"),
+            json!({"ticket": ticket, "wait": 0}),
+        )
+        .await;
+        assert_eq!((status, &again["lease"]), (200, &lease["lease"]));
+        server
+            .call(
+                "POST",
+                &format!("{pool}/return"),
+                Some(json!({"lease": lease["lease"]})),
+            )
+            .await;
+        let (status, body) = later.await.unwrap();
+        assert_eq!(status, 200, "the later borrower comes next: {body}");
+        let (status, body) = fresh(
+            server,
+            &format!("{pool}/wait"),
+            json!({"ticket": second["ticket"], "wait": 0}),
+        )
+        .await;
+        assert_eq!((status, body["place"].as_u64()), (202, Some(1)), "{body}");
+    });
+    futures_join_all(runs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_ticket_is_dropped_within_its_hold_and_its_slot_goes_to_the_next_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = servers(&dir, &["--ticket-hold", "1s"]);
+    let runs = servers.iter().map(|server| async move {
+        let id = pool_id();
+        let pool = format!("/l/{id}");
+        server.call("PUT", &pool, Some(json!({"count": 1}))).await;
+        let (_, held) = server
+            .call("POST", &format!("{pool}/borrow"), Some(json!({"ttl": 60})))
+            .await;
+        let (_, abandoned) = server
+            .call("POST", &format!("{pool}/enqueue"), Some(json!({"ttl": 60})))
+            .await;
+        let next = borrow_later(server, &pool, 30);
+        server.until_waiting(&id, 2).await;
+        // Returned while the abandoned ticket heads the queue: its task is
+        // granted the slot, which goes back when the ticket is dropped.
+        server
+            .call(
+                "POST",
+                &format!("{pool}/return"),
+                Some(json!({"lease": held["lease"]})),
+            )
+            .await;
+        let (status, body) = next.await.unwrap();
+        assert_eq!(
+            (status, body["position"].as_u64()),
+            (200, Some(0)),
+            "{body}"
+        );
+        let (status, body) = server
+            .call(
+                "POST",
+                &format!("{pool}/wait"),
+                Some(json!({"ticket": abandoned["ticket"], "wait": 0})),
+            )
+            .await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (404, Some("ticket_not_found"))
+        );
+        let (_, state) = server.call("GET", &pool, None).await;
+        assert_eq!(state["in_use"], 1, "only the next client's lease: {state}");
+    });
+    futures_join_all(runs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_ticket_leaves_the_queue_and_bad_tickets_are_refused() {
+    let server = Server::start(&["--memory"]);
+    let id = pool_id();
+    let pool = format!("/l/{id}");
+    server.call("PUT", &pool, Some(json!({"count": 1}))).await;
+    let (status, granted) = server
+        .call(
+            "POST",
+            &format!("{pool}/enqueue"),
+            Some(json!({"ttl": 60, "owner": "a"})),
+        )
+        .await;
+    assert_eq!(
+        (status, granted["position"].as_u64()),
+        (200, Some(0)),
+        "a free slot at once"
+    );
+    let (_, ticket) = server
+        .call("POST", &format!("{pool}/enqueue"), Some(json!({"ttl": 60})))
+        .await;
+    let cancel = json!({"ticket": ticket["ticket"]});
+    let (status, body) = server
+        .call("POST", &format!("{pool}/cancel"), Some(cancel.clone()))
+        .await;
+    assert_eq!((status, body["cancelled"].as_bool()), (200, Some(true)));
+    assert_eq!(server.waiting(&id).await, 0);
+    let (status, body) = server
+        .call("POST", &format!("{pool}/cancel"), Some(cancel))
+        .await;
+    assert_eq!((status, body["cancelled"].as_bool()), (200, Some(false)));
+    for (body, status, code) in [
+        (json!({"ticket": "nope"}), 400, "bad_request"),
+        (json!({"ticket": uuid_v4()}), 404, "ticket_not_found"),
+        (
+            json!({"ticket": ticket["ticket"], "wait": -1}),
+            400,
+            "bad_request",
+        ),
+        (
+            json!({"ticket": ticket["ticket"], "extra": 1}),
+            400,
+            "bad_request",
+        ),
+    ] {
+        let (got, answer) = server
+            .call("POST", &format!("{pool}/wait"), Some(body))
+            .await;
+        assert_eq!(
+            (got, answer["code"].as_str()),
+            (status, Some(code)),
+            "{answer}"
+        );
+    }
+    // A ticket is its pool's: another pool's id does not find it.
+    let (_, other) = server
+        .call("POST", &format!("{pool}/enqueue"), Some(json!({"ttl": 60})))
+        .await;
+    let elsewhere = format!("/l/{}", pool_id());
+    let (status, _) = server
+        .call(
+            "POST",
+            &format!("{elsewhere}/wait"),
+            Some(json!({"ticket": other["ticket"]})),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, body) = server
+        .call(
+            "POST",
+            &format!("{}/enqueue", elsewhere),
+            Some(json!({"ttl": 60})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("not_found")),
+        "{body}"
+    );
+}
+
+fn uuid_v4() -> String {
+    pool_id()
+}
+
+/// Runs the three stores' runs at once.
+async fn futures_join_all<F: std::future::Future<Output = ()>>(runs: impl IntoIterator<Item = F>) {
+    let mut runs = runs.into_iter();
+    let mut next = || runs.next().expect("one run per store");
+    tokio::join!(next(), next(), next());
+}
