@@ -83,6 +83,10 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         broken: Default::default(),
         tickets: crate::tickets::Tickets::new(args.ticket_hold),
     };
+    tokio::spawn(drop_tickets_on_drain(
+        app.tickets.clone(),
+        app.draining.clone(),
+    ));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(ServeError::Io)?;
@@ -110,6 +114,20 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let _ = down.send(true);
     let _ = tokio::time::timeout(Duration::from_millis(800), &mut accepting).await;
     Ok(())
+}
+
+/// Drops every ticket each time the server starts draining: a draining
+/// server grants nothing new, and a ticket's borrow would.
+async fn drop_tickets_on_drain(
+    tickets: crate::tickets::Tickets,
+    mut draining: watch::Receiver<bool>,
+) {
+    while draining.wait_for(|on| *on).await.is_ok() {
+        tickets.clear();
+        if draining.wait_for(|on| !*on).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// SIGUSR1 starts draining (no new grants; returns and renewals go on;

@@ -130,6 +130,15 @@ impl Tickets {
     }
 }
 
+impl Tickets {
+    /// Drops every ticket: the server drains, and grants nothing new, to
+    /// tickets either (their polls answer 503 `draining`, then 404).
+    pub(crate) fn clear(&self) {
+        let gone: Vec<_> = self.inner.entries.lock().drain().collect();
+        drop(gone);
+    }
+}
+
 impl Inner {
     /// Drops the tickets with no poll in flight whose last poll ended more
     /// than the hold ago.

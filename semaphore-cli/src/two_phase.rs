@@ -103,7 +103,7 @@ pub(crate) async fn enqueue(
         (status = 413, description = "Body too large", body = crate::error::ErrorBody),
         (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
-        (status = 503, description = "The server shuts down or drains (the ticket is kept), or the pool drains (the ticket ended)", body = crate::error::ErrorBody),
+        (status = 503, description = "The server shuts down or drains (which drops its tickets), or the pool drains (the ticket ended)", body = crate::error::ErrorBody),
     ))]
 pub(crate) async fn wait(
     State(app): State<App>,
@@ -115,14 +115,14 @@ pub(crate) async fn wait(
         Some(wait) => app.limits.clamp_wait(wire::seconds("wait", wait, false)?),
         None => Duration::ZERO,
     };
+    let (mut shutdown, mut draining) = (app.shutdown.clone(), app.draining.clone());
+    if *draining.borrow() {
+        return Err(ApiError::draining());
+    }
     let poll = app.tickets.poll(id, ticket_id).ok_or_else(unknown_ticket)?;
     let ticket = &poll.ticket;
     if let Some(lease) = ticket.granted.lock().clone() {
         return Ok(granted(&app, &lease));
-    }
-    let (mut shutdown, mut draining) = (app.shutdown.clone(), app.draining.clone());
-    if *draining.borrow() {
-        return Err(ApiError::draining());
     }
     let deadline = Instant::now() + wait.min(Duration::from_secs(86_400 * 365));
     let answer = async {

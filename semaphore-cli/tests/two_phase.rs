@@ -275,3 +275,58 @@ async fn futures_join_all<F: std::future::Future<Output = ()>>(runs: impl IntoIt
     let mut next = || runs.next().expect("one run per store");
     tokio::join!(next(), next(), next());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_server_drops_its_tickets_and_grants_them_nothing() {
+    let server = Server::start(&["--memory"]);
+    let id = pool_id();
+    let pool = format!("/l/{id}");
+    server.call("PUT", &pool, Some(json!({"count": 1}))).await;
+    let (_, held) = server
+        .call("POST", &format!("{pool}/borrow"), Some(json!({"ttl": 60})))
+        .await;
+    let (_, ticket) = server
+        .call("POST", &format!("{pool}/enqueue"), Some(json!({"ttl": 60})))
+        .await;
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &server.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    signal("USR1");
+    while server.waiting(&id).await != 0 {
+        tokio::task::yield_now().await;
+    }
+    let poll = json!({"ticket": ticket["ticket"], "wait": 0});
+    let (status, body) = server
+        .call("POST", &format!("{pool}/wait"), Some(poll.clone()))
+        .await;
+    assert_eq!((status, body["code"].as_str()), (503, Some("draining")));
+    let (status, _) = server
+        .call("POST", &format!("{pool}/enqueue"), Some(json!({"ttl": 60})))
+        .await;
+    assert_eq!(status, 503);
+    // The holder returns; the dropped ticket is granted nothing.
+    server
+        .call(
+            "POST",
+            &format!("{pool}/return"),
+            Some(json!({"lease": held["lease"]})),
+        )
+        .await;
+    let (_, state) = server.call("GET", &pool, None).await;
+    assert_eq!(state["in_use"], 0, "{state}");
+    signal("USR2");
+    while server.call("GET", "/readyz", None).await.0 != 200 {
+        tokio::task::yield_now().await;
+    }
+    let (status, body) = server
+        .call("POST", &format!("{pool}/wait"), Some(poll))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("ticket_not_found"))
+    );
+}

@@ -66,7 +66,7 @@ pub async fn two_phase_borrow_dropped_queued_or_granted_holds_nothing(f: Fixture
     pool.register(1).await.unwrap();
     let held = pool.try_borrow(TTL).await.unwrap().forget();
     let gone = queued(pool.enqueue(TTL, BorrowOptions::new()).await.unwrap());
-    let mut next = queued(pool.enqueue(TTL, BorrowOptions::new()).await.unwrap());
+    let next = queued(pool.enqueue(TTL, BorrowOptions::new()).await.unwrap());
     gone.cancel().await.unwrap();
     assert_eq!(pool.waiting(), 1, "a cancel has left when it returns");
     assert_eq!(next.place(), Some(1));
