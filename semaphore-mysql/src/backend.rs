@@ -1,0 +1,328 @@
+//! [`MysqlStore`]: one MySQL or MariaDB database shared by processes on
+//! many machines.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Opts, OptsBuilder, Pool as ConnectionPool, PoolConstraints, PoolOpts, TxOpts};
+use semaphore_core::store::DecidingClock as Time;
+use semaphore_core::store::{
+    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
+};
+use semaphore_core::{
+    Clock, Error, Holder as LeaseHolder, Lease, LeaseId, PoolId, PoolState, Result,
+};
+
+use crate::MysqlOptions;
+use crate::error::storage;
+use crate::holder::{self, Background, Holder};
+use crate::primitives::Step;
+use crate::schema::{self, Tables};
+
+/// How long `connect` waits for the holder connection (R16).
+const HOLDER_WAIT: Duration = Duration::from_secs(2);
+
+/// What every connection runs first: times in UTC (so that
+/// `UNIX_TIMESTAMP` of a time is exact), `READ COMMITTED` (each statement
+/// sees what committed before it, so that a step that waited for a pool's
+/// row sees the step it waited for), and a 5 s lock wait (a retryable
+/// error rather than a 50 s stall behind a stuck transaction).
+const INIT: [&str; 3] = [
+    "SET time_zone = '+00:00'",
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "SET SESSION innodb_lock_wait_timeout = 5",
+];
+
+/// A [`Store`] in one MySQL (8.0 or later) or MariaDB (10.6 or later)
+/// database, shared by any number of processes on any number of machines
+/// (issue: the MySQL store; `mysql-counting-semaphore.txt`'s design).
+///
+/// - **One transaction per primitive**, InnoDB, `READ COMMITTED`: the
+///   pool's row is locked first (`SELECT ... FOR UPDATE`), so that steps
+///   on one pool serialize while steps on different pools run in parallel;
+///   a multi-pool borrow locks its pools' rows in id order, so two never
+///   deadlock. A step is several statements (a round trip each) in that
+///   transaction; a dropped future rolls it back.
+/// - **The server's clock decides** (SPEC "Time"): `SYSDATE(3)`, read
+///   after the lock, judges expiry and sets expiries. Clients whose clocks
+///   disagree can neither over-issue nor take a live lease;
+///   [`Store::clock`] is this process's view of the server's clock.
+/// - **Wake-ups:** MySQL has no LISTEN/NOTIFY. A return in this process
+///   wakes its waiters at once; another process's return is seen at the
+///   next [`poll_interval`](MysqlOptions::poll_interval) (100 ms by
+///   default), when every waiting head looks again. For faster wake-ups
+///   across machines, put `semaphore serve` in front of the database.
+/// - **Fair across machines (R11):** each process's head waiter is queued
+///   in the waiters table, first come first served, each owed its weight;
+///   a head not seen for 4.5 s (its process died) stops blocking others.
+/// - **Owner liveness (R16):** bound leases name the store's holder
+///   connection; they free as soon as another step finds it gone (needs
+///   the `PROCESS` privilege; without it leases are not bound).
+/// - **Tokens** come from one counter row that outlives every pool (R9).
+/// - **Errors:** I/O, lost connections, deadlocks (1213), lock wait
+///   timeouts (1205) and the server shutting down are retryable
+///   [`Error::Storage`]; a lost connection is never [`Error::Exhausted`].
+///
+/// Needs a tokio runtime. The user needs `CREATE` on the database the
+/// first time (the tables are made if missing), then `SELECT`, `INSERT`,
+/// `UPDATE`, `DELETE`, and `PROCESS` for owner liveness.
+///
+/// ```no_run
+/// use std::{sync::Arc, time::Duration};
+/// use semaphore_mysql::{MysqlStore, Pool, PoolId};
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), semaphore_mysql::Error> {
+/// let store = Arc::new(MysqlStore::connect("mysql://app:secret@db:3306/app").await?);
+/// let pool = Pool::new(store, PoolId::from_name("exports"));
+/// pool.register(3).await?; // idempotent: every machine may call it
+/// let lease = pool.borrow(Duration::from_secs(600), Duration::from_secs(30)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct MysqlStore {
+    pool: ConnectionPool,
+    tables: Tables,
+    changes: Arc<Changes>,
+    time: Time,
+    holder: Arc<Holder>,
+    _background: Background,
+}
+
+fn invalid_url(e: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument {
+        field: "url",
+        allowed: "a MySQL URL: mysql://user:password@host:port/database".into(),
+        got: format!("one that does not parse: {e}"),
+    }
+}
+
+impl MysqlStore {
+    /// Connects to the database at `url` with [`MysqlOptions::default`].
+    ///
+    /// # Errors
+    /// See [`connect_with`](MysqlStore::connect_with).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, MysqlOptions::default()).await
+    }
+
+    /// Connects to the database at `url`
+    /// (`mysql://user:password@host:port/database`, or `?socket=PATH` for a
+    /// unix socket; no TLS), through a pool of
+    /// [`MysqlOptions::pool_size`] connections, creates the store's tables
+    /// if missing, and starts the holder connection and the waiters' poll.
+    /// It waits up to 2 s for the holder connection, so that the first
+    /// borrow is bound (R16).
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] naming `url`, `table_prefix`,
+    ///   `pool_size` or `poll_interval`.
+    /// - [`Error::NoRuntime`] outside a tokio runtime.
+    /// - [`Error::SchemaMismatch`] if the tables hold another version.
+    /// - [`Error::Storage`] if the server cannot be reached (retryable) or
+    ///   refuses (not retryable).
+    pub async fn connect_with(url: &str, options: MysqlOptions) -> Result<Self> {
+        options.check()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime {
+                operation: "connect",
+            });
+        }
+        let opts = Opts::from_url(url).map_err(invalid_url)?;
+        let constraints =
+            PoolConstraints::new(0, options.pool_size).ok_or_else(|| Error::InvalidArgument {
+                field: "pool_size",
+                allowed: "1 or more".into(),
+                got: options.pool_size.to_string(),
+            })?;
+        let opts: Opts = OptsBuilder::from_opts(opts)
+            .init(INIT.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .stmt_cache_size(64)
+            .pool_opts(PoolOpts::default().with_constraints(constraints))
+            .into();
+        let pool = ConnectionPool::new(opts.clone());
+        let tables = Tables::new(&options.table_prefix);
+        let mut conn = pool.get_conn().await.map_err(storage("open"))?;
+        schema::prepare(&mut conn, &tables).await?;
+        holder::measure_once(&mut conn, &options.time).await;
+        let changes = Arc::new(Changes::new());
+        let holder = Arc::new(Holder::default());
+        let background = holder::spawn(
+            opts,
+            holder.clone(),
+            changes.clone(),
+            options.time.clone(),
+            options.poll_interval,
+        );
+        let _ = tokio::time::timeout(HOLDER_WAIT, async {
+            while holder.id.lock().is_none() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await;
+        // Owner liveness needs to see other connections (PROCESS).
+        let held = *holder.id.lock();
+        if let Some((id, _)) = held {
+            let seen: Option<i64> = conn
+                .exec_first(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+                    (id,),
+                )
+                .await
+                .map_err(storage("open"))?;
+            holder.enabled.store(seen == Some(1), Ordering::Relaxed);
+        }
+        drop(conn);
+        Ok(Self {
+            pool,
+            tables,
+            changes,
+            time: options.time,
+            holder,
+            _background: background,
+        })
+    }
+
+    /// This process's view of the server's clock, which times its waits;
+    /// `None` in test mode (a manual clock).
+    pub fn server_clock(&self) -> Option<&crate::ServerClock> {
+        self.time.server().map(|view| &**view)
+    }
+
+    /// The connection pool the store's steps run on.
+    pub fn connection_pool(&self) -> &ConnectionPool {
+        &self.pool
+    }
+
+    /// The holder of this store's bound leases (R16), `(connection id,
+    /// server boot time in unix s)`, while its connection is up and the
+    /// user may see other connections; `None` otherwise (a lease borrowed
+    /// then is left to its ttl).
+    pub fn holder_id(&self) -> Option<(i64, i64)> {
+        self.holder.current()
+    }
+
+    fn step(&self) -> Step<'_> {
+        let holder = self.holder.current();
+        Step {
+            t: &self.tables,
+            time: &self.time,
+            holder,
+            liveness: self.holder.enabled.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Runs `$body` (a future over `$step` and `$tx`) in a transaction on a
+/// pooled connection, committed if it succeeds; rolled back otherwise, or
+/// if the future is dropped.
+macro_rules! in_tx {
+    ($store:expr, $op:literal, |$step:ident, $tx:ident| $body:expr) => {{
+        let op = $op;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime { operation: op });
+        }
+        let mut conn = $store.pool.get_conn().await.map_err(storage(op))?;
+        let mut $tx = conn
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(storage(op))?;
+        let $step = $store.step();
+        let out = $body.await.map_err(storage(op))?;
+        $tx.commit().await.map_err(storage(op))?;
+        out
+    }};
+}
+
+#[async_trait]
+impl Store for MysqlStore {
+    fn clock(&self) -> &dyn Clock {
+        self.time.clock()
+    }
+
+    fn changes(&self) -> &Changes {
+        &self.changes
+    }
+
+    async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
+        let state = in_tx!(self, "register", |step, tx| step
+            .register(&mut tx, pool, count));
+        self.changes.notify(pool);
+        Ok(state)
+    }
+
+    async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
+        in_tx!(self, "inspect", |step, tx| step.inspect(&mut tx, pool))
+            .ok_or(Error::PoolNotFound { pool })
+    }
+
+    async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
+        let state = in_tx!(self, "set_draining", |step, tx| step
+            .set_draining(&mut tx, pool, draining))
+        .ok_or(Error::PoolNotFound { pool })?;
+        self.changes.notify(pool);
+        Ok(state)
+    }
+
+    async fn delete(&self, pool: PoolId) -> Result<bool> {
+        let deleted = in_tx!(self, "delete", |step, tx| step.delete(&mut tx, pool));
+        self.changes.notify(pool);
+        Ok(deleted)
+    }
+
+    async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        in_tx!(self, "borrow", |step, tx| step.try_borrow(&mut tx, request))
+    }
+
+    async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
+        in_tx!(self, "borrow_all", |step, tx| step
+            .try_borrow_all(&mut tx, requests))
+    }
+
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        let returned = in_tx!(self, "return", |step, tx| step
+            .return_lease(&mut tx, pool, lease));
+        if returned {
+            self.changes.notify(pool);
+        }
+        Ok(returned)
+    }
+
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id).await
+    }
+
+    async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
+        let renewed = in_tx!(self, "renew", |step, tx| step
+            .renew(&mut tx, pool, lease, ttl))
+        .ok_or(Error::PoolNotFound { pool })?;
+        if renewed.is_some() {
+            self.changes.notify(pool);
+        }
+        Ok(renewed)
+    }
+
+    async fn holders(&self, pool: PoolId) -> Result<Vec<LeaseHolder>> {
+        in_tx!(self, "holders", |step, tx| step.holders(&mut tx, pool))
+            .ok_or(Error::PoolNotFound { pool })
+    }
+
+    async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<LeaseHolder>> {
+        let ended = in_tx!(self, "force_return", |step, tx| step
+            .force_return(&mut tx, pool, position))
+        .ok_or(Error::PoolNotFound { pool })?;
+        if ended.is_some() {
+            self.changes.notify(pool);
+        }
+        Ok(ended)
+    }
+
+    async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
+        let waiter = waiter.as_uuid().as_bytes().to_vec();
+        in_tx!(self, "leave_queue", |step, tx| step
+            .leave_queue(&mut tx, pool, &waiter));
+        Ok(())
+    }
+}

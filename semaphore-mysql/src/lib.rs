@@ -1,0 +1,31 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod backend;
+mod error;
+mod holder;
+mod leases;
+mod options;
+mod primitives;
+mod schema;
+
+#[cfg(feature = "test-util")]
+pub mod testing;
+
+pub use backend::MysqlStore;
+pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, MysqlOptions};
+// The user API, and the store authors' kit in `store`.
+#[cfg(feature = "metrics")]
+pub use semaphore_core::describe_metrics;
+pub use semaphore_core::store::ServerClock;
+pub use semaphore_core::{
+    BorrowOptions, BoxError, Clock, Enqueued, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet,
+    Limits, ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState,
+    QueuedBorrow, Result, Sleep, SystemClock, store,
+};
+#[cfg(feature = "tower")]
+pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
+
+/// The client this store is built on, re-exported so that one dependency
+/// is enough and the versions always match.
+pub use mysql_async;

@@ -1,0 +1,720 @@
+//! The store's primitives as statements in one InnoDB transaction each
+//! (`READ COMMITTED`), the pool's row locked first (`FOR UPDATE`): steps on
+//! one pool serialize on that row, steps on different pools do not (a
+//! multi-pool borrow locks its pools' rows in id order).
+//!
+//! Times are integer unix milliseconds; `now` is read inside the step,
+//! after the lock, from the server's clock (`SYSDATE(3)`, the time the
+//! statement runs), or given by a test's manual clock.
+
+use std::time::Duration;
+
+use mysql_async::Transaction;
+use mysql_async::prelude::Queryable;
+use semaphore_core::store::{
+    BorrowRequest, DecidingClock, TryBorrow, TryBorrowAll, from_unix_ms, saturating_add,
+    truncate_ms, unix_ms,
+};
+use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, PoolState, Positions};
+
+use crate::holder::{self, HolderId};
+use crate::leases::{LeaseRow, holders_of};
+use crate::options::WAITER_TTL_MS;
+use crate::schema::Tables;
+
+pub(crate) type Sql<T> = mysql_async::Result<T>;
+
+/// One step's context: its tables, its clock, and this store's holder.
+pub(crate) struct Step<'a> {
+    pub(crate) t: &'a Tables,
+    pub(crate) time: &'a DecidingClock,
+    pub(crate) holder: Option<HolderId>,
+    /// Whether leases may be judged by their holder's liveness (R16).
+    pub(crate) liveness: bool,
+}
+
+fn key(pool: &PoolId) -> Vec<u8> {
+    pool.as_uuid().as_bytes().to_vec()
+}
+
+fn instant(ms: i64) -> std::time::SystemTime {
+    from_unix_ms(ms.max(0).unsigned_abs())
+}
+
+fn plus(now: i64, ttl: Duration) -> i64 {
+    let at = saturating_add(instant(now), ttl);
+    i64::try_from(unix_ms(truncate_ms(at))).unwrap_or(i64::MAX)
+}
+
+impl Step<'_> {
+    /// The deciding instant, read after the step's locks.
+    pub(crate) async fn now(&self, tx: &mut Transaction<'_>) -> Sql<i64> {
+        if let Some(ms) = self.time.now_param() {
+            return Ok(i64::try_from(ms).unwrap_or(i64::MAX));
+        }
+        let now: Option<i64> = tx
+            .query_first("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)")
+            .await?;
+        Ok(now.unwrap_or_default())
+    }
+
+    /// Locks the pool's row; its count and drain flag, `None` if it does
+    /// not exist.
+    pub(crate) async fn lock_pool(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: &PoolId,
+    ) -> Sql<Option<(u32, bool)>> {
+        tx.exec_first(
+            format!(
+                "SELECT count, draining FROM {} WHERE pool = ? FOR UPDATE",
+                self.t.pools
+            ),
+            (key(pool),),
+        )
+        .await
+    }
+
+    /// Which of `bound` holders are gone (R16): an empty list when
+    /// liveness cannot be told.
+    async fn gone(&self, tx: &mut Transaction<'_>, bound: &[HolderId]) -> Sql<Vec<HolderId>> {
+        if !self.liveness || bound.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now: Option<i64> = tx.query_first("SELECT UNIX_TIMESTAMP()").await?;
+        let Some(boot_now) = holder::boot(tx, now.unwrap_or_default()).await? else {
+            return Ok(Vec::new());
+        };
+        let ids: Vec<String> = bound.iter().map(|h| h.0.to_string()).collect();
+        let live: Vec<i64> = tx
+            .query(format!(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN ({})",
+                ids.join(",")
+            ))
+            .await?;
+        Ok(bound
+            .iter()
+            .copied()
+            .filter(|h| holder::is_gone(*h, boot_now, &live))
+            .collect())
+    }
+
+    /// The distinct holders of `pool`'s active bound leases.
+    async fn bound(&self, tx: &mut Transaction<'_>, pool: &PoolId, now: i64) -> Sql<Vec<HolderId>> {
+        if !self.liveness {
+            return Ok(Vec::new());
+        }
+        tx.exec(
+            format!(
+                "SELECT DISTINCT holder_id, holder_boot FROM {} \
+                 WHERE pool = ? AND holder_id IS NOT NULL AND expires_at > ?",
+                self.t.leases
+            ),
+            (key(pool), now),
+        )
+        .await
+    }
+
+    /// R16: deletes the leases of `pool` whose holder is gone; the slots
+    /// that freed.
+    async fn reap_gone(&self, tx: &mut Transaction<'_>, pool: &PoolId, now: i64) -> Sql<i64> {
+        let bound = self.bound(tx, pool, now).await?;
+        let mut freed = 0;
+        for (id, boot) in self.gone(tx, &bound).await? {
+            tx.exec_drop(
+                format!(
+                    "DELETE FROM {} WHERE pool = ? AND holder_id = ? AND holder_boot = ?",
+                    self.t.leases
+                ),
+                (key(pool), id, boot),
+            )
+            .await?;
+            freed += i64::try_from(tx.affected_rows()).unwrap_or(i64::MAX);
+        }
+        Ok(freed)
+    }
+
+    /// Slots held at `now` by active leases (R7), those of gone holders
+    /// left out (R16).
+    async fn in_use(&self, tx: &mut Transaction<'_>, pool: &PoolId, now: i64) -> Sql<u32> {
+        let rows: Vec<(Option<i64>, Option<i64>, i64)> = tx
+            .exec(
+                format!(
+                    "SELECT holder_id, holder_boot, COUNT(*) FROM {} \
+                     WHERE pool = ? AND expires_at > ? GROUP BY holder_id, holder_boot",
+                    self.t.leases
+                ),
+                (key(pool), now),
+            )
+            .await?;
+        let bound: Vec<HolderId> = rows
+            .iter()
+            .filter_map(|(id, boot, _)| Some(((*id)?, (*boot)?)))
+            .collect();
+        let gone = self.gone(tx, &bound).await?;
+        Ok(rows
+            .iter()
+            .filter(|(id, boot, _)| !matches!((id, boot), (Some(i), Some(b)) if gone.contains(&(*i, *b))))
+            .map(|(_, _, n)| u32::try_from(*n).unwrap_or(u32::MAX))
+            .fold(0u32, u32::saturating_add))
+    }
+
+    /// R2: creates the pool or sets its count.
+    pub(crate) async fn register(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+        count: u32,
+    ) -> Sql<PoolState> {
+        tx.exec_drop(
+            format!(
+                "INSERT INTO {} (pool, count) VALUES (?, ?) \
+                 ON DUPLICATE KEY UPDATE count = VALUES(count)",
+                self.t.pools
+            ),
+            (key(&pool), count),
+        )
+        .await?;
+        Ok(self
+            .inspect(tx, pool)
+            .await?
+            .unwrap_or_else(|| PoolState::new(pool, count, 0)))
+    }
+
+    /// R3: the pool's state, or `None` if it does not exist.
+    pub(crate) async fn inspect(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+    ) -> Sql<Option<PoolState>> {
+        let Some((count, draining)) = self.lock_pool(tx, &pool).await? else {
+            return Ok(None);
+        };
+        let now = self.now(tx).await?;
+        let in_use = self.in_use(tx, &pool, now).await?;
+        Ok(Some(
+            PoolState::new(pool, count, in_use).with_draining(draining),
+        ))
+    }
+
+    /// Starts or ends the drain; the state, or `None` if the pool does not
+    /// exist.
+    pub(crate) async fn set_draining(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+        draining: bool,
+    ) -> Sql<Option<PoolState>> {
+        tx.exec_drop(
+            format!("UPDATE {} SET draining = ? WHERE pool = ?", self.t.pools),
+            (draining, key(&pool)),
+        )
+        .await?;
+        self.inspect(tx, pool).await
+    }
+
+    /// R4: removes the pool, its leases and its queued heads.
+    pub(crate) async fn delete(&self, tx: &mut Transaction<'_>, pool: PoolId) -> Sql<bool> {
+        if self.lock_pool(tx, &pool).await?.is_none() {
+            return Ok(false);
+        }
+        for table in [&self.t.leases, &self.t.waiters, &self.t.pools] {
+            tx.exec_drop(format!("DELETE FROM {table} WHERE pool = ?"), (key(&pool),))
+                .await?;
+        }
+        Ok(true)
+    }
+
+    /// R8: ends an active lease; `false` for anything else.
+    pub(crate) async fn return_lease(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+        lease: LeaseId,
+    ) -> Sql<bool> {
+        if self.lock_pool(tx, &pool).await?.is_none() {
+            return Ok(false);
+        }
+        let now = self.now(tx).await?;
+        tx.exec_drop(
+            format!(
+                "DELETE FROM {} WHERE pool = ? AND lease = ? AND expires_at > ?",
+                self.t.leases
+            ),
+            (key(&pool), lease.as_uuid().as_bytes().to_vec(), now),
+        )
+        .await?;
+        Ok(tx.affected_rows() > 0)
+    }
+
+    /// The rows of lease `id` of `pool` active at `now`, by position.
+    async fn rows_of(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: &PoolId,
+        id: &[u8],
+        now: i64,
+    ) -> Sql<Vec<LeaseRow>> {
+        tx.exec(
+            format!(
+                "SELECT lease, position, token, expires_at, owner, borrow_key FROM {} \
+                 WHERE pool = ? AND lease = ? AND expires_at > ? ORDER BY position",
+                self.t.leases
+            ),
+            (key(pool), id.to_vec(), now),
+        )
+        .await
+    }
+
+    /// Moves an active lease's expiry to `now + ttl`; `None` if the pool
+    /// does not exist, `Some(None)` if the lease is not active.
+    pub(crate) async fn renew(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+        lease: LeaseId,
+        ttl: Duration,
+    ) -> Sql<Option<Option<Lease>>> {
+        if self.lock_pool(tx, &pool).await?.is_none() {
+            return Ok(None);
+        }
+        let now = self.now(tx).await?;
+        let id = lease.as_uuid().as_bytes().to_vec();
+        tx.exec_drop(
+            format!(
+                "UPDATE {} SET expires_at = ? WHERE pool = ? AND lease = ? AND expires_at > ?",
+                self.t.leases
+            ),
+            (plus(now, ttl), key(&pool), id.clone(), now),
+        )
+        .await?;
+        let rows = self.rows_of(tx, &pool, &id, now).await?;
+        Ok(Some(holders_of(rows, pool).pop().map(|h| h.lease)))
+    }
+
+    /// Ends the active lease holding `position` (all its slots, R15);
+    /// `None` if the pool does not exist, `Some(None)` if no active lease
+    /// holds it.
+    pub(crate) async fn force_return(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+        position: u32,
+    ) -> Sql<Option<Option<Holder>>> {
+        if self.lock_pool(tx, &pool).await?.is_none() {
+            return Ok(None);
+        }
+        let now = self.now(tx).await?;
+        let id: Option<Vec<u8>> = tx
+            .exec_first(
+                format!(
+                    "SELECT lease FROM {} WHERE pool = ? AND position = ? AND expires_at > ?",
+                    self.t.leases
+                ),
+                (key(&pool), position, now),
+            )
+            .await?;
+        let Some(id) = id else {
+            return Ok(Some(None));
+        };
+        let rows = self.rows_of(tx, &pool, &id, now).await?;
+        tx.exec_drop(
+            format!("DELETE FROM {} WHERE pool = ? AND lease = ?", self.t.leases),
+            (key(&pool), id),
+        )
+        .await?;
+        Ok(Some(holders_of(rows, pool).pop()))
+    }
+
+    /// The active leases by position, those of gone holders left out
+    /// (R16); `None` if the pool does not exist.
+    pub(crate) async fn holders(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+    ) -> Sql<Option<Vec<Holder>>> {
+        if self.lock_pool(tx, &pool).await?.is_none() {
+            return Ok(None);
+        }
+        let now = self.now(tx).await?;
+        let rows: Vec<(LeaseRow, Option<i64>, Option<i64>)> = tx
+            .exec::<mysql_async::Row, _, _>(
+                format!(
+                    "SELECT lease, position, token, expires_at, owner, borrow_key, \
+                     holder_id, holder_boot FROM {} \
+                     WHERE pool = ? AND expires_at > ? ORDER BY position",
+                    self.t.leases
+                ),
+                (key(&pool), now),
+            )
+            .await?
+            .into_iter()
+            .map(split_row)
+            .collect::<Sql<_>>()?;
+        let mut bound: Vec<HolderId> = rows
+            .iter()
+            .filter_map(|(_, id, boot)| Some(((*id)?, (*boot)?)))
+            .collect();
+        bound.sort_unstable();
+        bound.dedup();
+        let gone = self.gone(tx, &bound).await?;
+        let live = rows
+            .into_iter()
+            .filter(|(_, id, boot)| !matches!((id, boot), (Some(i), Some(b)) if gone.contains(&(*i, *b))))
+            .map(|(row, _, _)| row)
+            .collect();
+        Ok(Some(holders_of(live, pool)))
+    }
+
+    /// R12: forgets a queued head's place.
+    pub(crate) async fn leave_queue(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+        waiter: &[u8],
+    ) -> Sql<()> {
+        tx.exec_drop(
+            format!(
+                "DELETE FROM {} WHERE pool = ? AND waiter = ?",
+                self.t.waiters
+            ),
+            (key(&pool), waiter.to_vec()),
+        )
+        .await
+    }
+
+    /// R5, R6, R10, R11, R15, R16: grants the request's slots, the lowest
+    /// free, if they are free for this borrower beyond those owed to the
+    /// heads queued ahead of it (each owed its own weight); else keeps the
+    /// borrower's place and says when the earliest lease expires. The
+    /// inner error is `PoolNotFound` or `Draining`. A keyed request whose
+    /// lease is active gets it as is.
+    pub(crate) async fn try_borrow(
+        &self,
+        tx: &mut Transaction<'_>,
+        request: &BorrowRequest,
+    ) -> Sql<Result<TryBorrow, Error>> {
+        let pool = request.pool;
+        let Some((count, draining)) = self.lock_pool(tx, &pool).await? else {
+            return Ok(Err(Error::PoolNotFound { pool }));
+        };
+        if draining {
+            return Ok(Err(Error::Draining { pool }));
+        }
+        let now = self.now(tx).await?;
+        let t = self.t;
+        tx.exec_drop(
+            format!(
+                "DELETE FROM {} WHERE pool = ? AND expires_at <= ?",
+                t.leases
+            ),
+            (key(&pool), now),
+        )
+        .await?;
+        tx.exec_drop(
+            format!(
+                "DELETE FROM {} WHERE pool = ? AND alive_until <= ?",
+                t.waiters
+            ),
+            (key(&pool), now),
+        )
+        .await?;
+        let waiter = request.waiter.map(|w| w.as_uuid().as_bytes().to_vec());
+        if let Some(lease) = self.keyed(tx, &pool, request.key.as_deref(), now).await? {
+            if let Some(w) = &waiter {
+                self.leave_queue(tx, pool, w).await?;
+            }
+            return Ok(Ok(TryBorrow::Granted { lease }));
+        }
+        let held: i64 = tx
+            .exec_first(
+                format!("SELECT COUNT(*) FROM {} WHERE pool = ?", t.leases),
+                (key(&pool),),
+            )
+            .await?
+            .unwrap_or_default();
+        let mine: Option<(i64, i64)> = match &waiter {
+            Some(w) => {
+                tx.exec_first(
+                    format!(
+                        "SELECT ticket, alive_until FROM {} WHERE pool = ? AND waiter = ?",
+                        t.waiters
+                    ),
+                    (key(&pool), w.clone()),
+                )
+                .await?
+            }
+            None => None,
+        };
+        let my_ticket = mine.map_or(i64::MAX, |m| m.0);
+        let ahead: i64 = tx
+            .exec_first::<Option<i64>, _, _>(
+                format!(
+                    "SELECT CAST(SUM(slots) AS SIGNED) FROM {} WHERE pool = ? AND ticket < ?",
+                    t.waiters
+                ),
+                (key(&pool), my_ticket),
+            )
+            .await?
+            .flatten()
+            .unwrap_or_default();
+        let n = i64::from(request.slots.max(1));
+        let mut held = held;
+        if i64::from(count) - held - ahead < n {
+            held -= self.reap_gone(tx, &pool, now).await?;
+        }
+        let free = i64::from(count).saturating_sub(held);
+        if free - ahead < n {
+            if let Some(w) = &waiter {
+                self.keep_place(tx, &pool, w, request.slots, now, mine.map(|m| m.1))
+                    .await?;
+            }
+            let next: Option<i64> = tx
+                .exec_first::<Option<i64>, _, _>(
+                    format!(
+                        "SELECT MIN(expires_at) FROM {} WHERE pool = ? AND expires_at > ?",
+                        t.leases
+                    ),
+                    (key(&pool), now),
+                )
+                .await?
+                .flatten();
+            return Ok(Ok(TryBorrow::Exhausted {
+                next_expiry: next.map(instant),
+            }));
+        }
+        let positions = self
+            .lowest_free(tx, &pool, held, request.slots.max(1))
+            .await?;
+        tx.exec_drop(
+            format!(
+                "UPDATE {} SET last_token = LAST_INSERT_ID(last_token + 1) WHERE id = 1",
+                t.store
+            ),
+            (),
+        )
+        .await?;
+        let token = tx.last_insert_id().unwrap_or_default();
+        let expires_at = plus(now, request.ttl);
+        let holder = self.holder.filter(|_| request.bound);
+        let id = request.lease.as_uuid().as_bytes().to_vec();
+        for (i, position) in positions.iter().enumerate() {
+            // The labels go on the lowest position's row only.
+            let (owner, borrow_key) = match i {
+                0 => (
+                    request.owner.as_deref().map(|o| o.as_bytes().to_vec()),
+                    request.key.as_deref().map(|k| k.as_bytes().to_vec()),
+                ),
+                _ => (None, None),
+            };
+            tx.exec_drop(
+                format!(
+                    "INSERT INTO {} (pool, position, lease, token, expires_at, owner, \
+                     borrow_key, holder_id, holder_boot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    t.leases
+                ),
+                (
+                    key(&pool),
+                    position,
+                    id.clone(),
+                    token,
+                    expires_at,
+                    owner,
+                    borrow_key,
+                    holder.map(|h| h.0),
+                    holder.map(|h| h.1),
+                ),
+            )
+            .await?;
+        }
+        if let Some(w) = &waiter {
+            self.leave_queue(tx, pool, w).await?;
+        }
+        Ok(Ok(TryBorrow::Granted {
+            lease: Lease::holding(request.lease, pool, positions, token, instant(expires_at)),
+        }))
+    }
+
+    /// A refused head of `slots` joins the queue of `pool`, or refreshes
+    /// its place when less than half of its life is left.
+    async fn keep_place(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: &PoolId,
+        waiter: &[u8],
+        slots: u32,
+        now: i64,
+        alive_until: Option<i64>,
+    ) -> Sql<()> {
+        let renewed = now.saturating_add(WAITER_TTL_MS);
+        match alive_until {
+            None => {
+                tx.exec_drop(
+                    format!(
+                        "INSERT INTO {} (pool, waiter, alive_until, slots) VALUES (?, ?, ?, ?)",
+                        self.t.waiters
+                    ),
+                    (key(pool), waiter.to_vec(), renewed, slots),
+                )
+                .await
+            }
+            Some(alive) if alive - now < WAITER_TTL_MS / 2 => {
+                tx.exec_drop(
+                    format!(
+                        "UPDATE {} SET alive_until = ? WHERE pool = ? AND waiter = ?",
+                        self.t.waiters
+                    ),
+                    (renewed, key(pool), waiter.to_vec()),
+                )
+                .await
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The active lease of `pool` borrowed with `borrow_key`, if any; one
+    /// whose holder is gone is reaped first, so that the key borrows anew.
+    async fn keyed(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: &PoolId,
+        borrow_key: Option<&str>,
+        now: i64,
+    ) -> Sql<Option<Lease>> {
+        let Some(borrow_key) = borrow_key else {
+            return Ok(None);
+        };
+        let found: Option<(Vec<u8>, Option<i64>, Option<i64>)> = tx
+            .exec_first(
+                format!(
+                    "SELECT lease, holder_id, holder_boot FROM {} \
+                     WHERE pool = ? AND borrow_key = ? AND expires_at > ?",
+                    self.t.leases
+                ),
+                (key(pool), borrow_key.as_bytes().to_vec(), now),
+            )
+            .await?;
+        let Some((id, holder_id, boot)) = found else {
+            return Ok(None);
+        };
+        if let (Some(h), Some(b)) = (holder_id, boot)
+            && !self.gone(tx, &[(h, b)]).await?.is_empty()
+        {
+            self.reap_gone(tx, pool, now).await?;
+            return Ok(None);
+        }
+        let rows = self.rows_of(tx, pool, &id, now).await?;
+        Ok(holders_of(rows, *pool).pop().map(|h| h.lease))
+    }
+
+    /// R6, R15: the `n` lowest positions no lease holds, given that `held`
+    /// slots are held (expired rows were reaped) and `n` are free.
+    async fn lowest_free(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: &PoolId,
+        held: i64,
+        n: u32,
+    ) -> Sql<Positions> {
+        let highest: Option<i64> = tx
+            .exec_first::<Option<i64>, _, _>(
+                format!("SELECT MAX(position) FROM {} WHERE pool = ?", self.t.leases),
+                (key(pool),),
+            )
+            .await?
+            .flatten();
+        let mut free = Vec::with_capacity(n as usize);
+        let mut next = 0u32;
+        if highest.is_none_or(|h| h + 1 == held) {
+            next = u32::try_from(held).unwrap_or(u32::MAX);
+        } else {
+            let taken: Vec<u32> = tx
+                .exec(
+                    format!(
+                        "SELECT position FROM {} WHERE pool = ? ORDER BY position",
+                        self.t.leases
+                    ),
+                    (key(pool),),
+                )
+                .await?;
+            for taken in taken {
+                if free.len() >= n as usize {
+                    break;
+                }
+                free.extend((next..taken).take(n as usize - free.len()));
+                next = taken.saturating_add(1);
+            }
+        }
+        free.extend((next..).take(n as usize - free.len()));
+        Ok(Positions::new(free).unwrap_or_else(|| Positions::one(next)))
+    }
+
+    /// All or nothing over several pools, their rows locked in id order:
+    /// grants every request as [`try_borrow`](Self::try_borrow) would, or
+    /// none (a savepoint undoes the grants made); refused heads keep their
+    /// place in the pools that refused them.
+    pub(crate) async fn try_borrow_all(
+        &self,
+        tx: &mut Transaction<'_>,
+        requests: &[BorrowRequest],
+    ) -> Sql<Result<TryBorrowAll, Error>> {
+        let mut ids: Vec<Vec<u8>> = requests.iter().map(|r| key(&r.pool)).collect();
+        ids.sort();
+        ids.dedup();
+        for id in &ids {
+            tx.exec_drop(
+                format!(
+                    "SELECT pool FROM {} WHERE pool = ? FOR UPDATE",
+                    self.t.pools
+                ),
+                (id.clone(),),
+            )
+            .await?;
+        }
+        tx.query_drop("SAVEPOINT semaphore_all").await?;
+        let mut leases = Vec::with_capacity(requests.len());
+        let mut blocked = Vec::new();
+        for request in requests {
+            match self.try_borrow(tx, request).await? {
+                Ok(TryBorrow::Granted { lease }) => leases.push(lease),
+                Ok(TryBorrow::Exhausted { next_expiry }) => blocked.push((request, next_expiry)),
+                Err(e) => {
+                    tx.query_drop("ROLLBACK TO SAVEPOINT semaphore_all").await?;
+                    return Ok(Err(e));
+                }
+            }
+        }
+        if blocked.is_empty() {
+            return Ok(Ok(TryBorrowAll::Granted { leases }));
+        }
+        tx.query_drop("ROLLBACK TO SAVEPOINT semaphore_all").await?;
+        let now = self.now(tx).await?;
+        for (request, _) in &blocked {
+            if let Some(w) = request.waiter.map(|w| w.as_uuid().as_bytes().to_vec()) {
+                let alive: Option<i64> = tx
+                    .exec_first(
+                        format!(
+                            "SELECT alive_until FROM {} WHERE pool = ? AND waiter = ?",
+                            self.t.waiters
+                        ),
+                        (key(&request.pool), w.clone()),
+                    )
+                    .await?;
+                self.keep_place(tx, &request.pool, &w, request.slots, now, alive)
+                    .await?;
+            }
+        }
+        Ok(Ok(TryBorrowAll::refused(
+            blocked.into_iter().map(|(_, at)| at),
+        )))
+    }
+}
+
+/// A holders row: the lease columns, then the holder's two.
+fn split_row(row: mysql_async::Row) -> Sql<(LeaseRow, Option<i64>, Option<i64>)> {
+    type Columns = (LeaseRow, Option<i64>, Option<i64>);
+    let (a, b, c, d, e, f, g, h) = mysql_async::from_row_opt(row).map_err(|e| {
+        mysql_async::Error::Other(format!("a holders row of another shape: {e}").into())
+    })?;
+    Ok::<Columns, _>(((a, b, c, d, e, f), g, h))
+}

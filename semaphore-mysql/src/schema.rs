@@ -1,0 +1,130 @@
+//! The store's tables: created if missing, their version checked.
+//!
+//! - `P_store`: one row, the schema version and the token counter (R9:
+//!   it outlives every pool).
+//! - `P_pools`: a row per pool, its count and drain flag; every step on a
+//!   pool locks this row first (`FOR UPDATE`), so that steps on one pool
+//!   serialize and steps on different pools do not.
+//! - `P_leases`: a row per slot held (R15: a lease of `n` slots has `n`
+//!   rows under one id); the labels on its lowest row; the holder (R16) as
+//!   the holding connection's id and the server's boot time.
+//! - `P_waiters`: the queued heads of each pool (R11 across processes),
+//!   first come first served by an `AUTO_INCREMENT` ticket.
+//!
+//! Labels are `VARBINARY`/`BLOB`, compared byte for byte: a key never
+//! matches another that differs only in case, whatever the collation.
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+use semaphore_core::{Error, Result};
+
+use crate::error::storage;
+
+/// The version this library writes and reads.
+pub(crate) const VERSION: i64 = 1;
+
+/// The table names under one prefix, and the statements that name them.
+#[derive(Debug, Clone)]
+pub(crate) struct Tables {
+    pub(crate) store: String,
+    pub(crate) pools: String,
+    pub(crate) leases: String,
+    pub(crate) waiters: String,
+}
+
+impl Tables {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            store: format!("{prefix}_store"),
+            pools: format!("{prefix}_pools"),
+            leases: format!("{prefix}_leases"),
+            waiters: format!("{prefix}_waiters"),
+        }
+    }
+
+    fn create(&self) -> [String; 4] {
+        let Tables {
+            store,
+            pools,
+            leases,
+            waiters,
+        } = self;
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {store} (
+                    id TINYINT NOT NULL PRIMARY KEY,
+                    version BIGINT NOT NULL,
+                    last_token BIGINT NOT NULL
+                ) ENGINE = InnoDB"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {pools} (
+                    pool BINARY(16) NOT NULL PRIMARY KEY,
+                    count INT UNSIGNED NOT NULL,
+                    draining BOOLEAN NOT NULL DEFAULT FALSE
+                ) ENGINE = InnoDB"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {leases} (
+                    pool BINARY(16) NOT NULL,
+                    position INT UNSIGNED NOT NULL,
+                    lease BINARY(16) NOT NULL,
+                    token BIGINT NOT NULL,
+                    expires_at BIGINT NOT NULL,
+                    owner VARBINARY(1024) NULL,
+                    borrow_key BLOB NULL,
+                    holder_id BIGINT NULL,
+                    holder_boot BIGINT NULL,
+                    PRIMARY KEY (pool, position),
+                    KEY (lease)
+                ) ENGINE = InnoDB"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {waiters} (
+                    pool BINARY(16) NOT NULL,
+                    waiter BINARY(16) NOT NULL,
+                    ticket BIGINT NOT NULL AUTO_INCREMENT,
+                    alive_until BIGINT NOT NULL,
+                    slots INT UNSIGNED NOT NULL,
+                    PRIMARY KEY (pool, waiter),
+                    UNIQUE KEY (ticket)
+                ) ENGINE = InnoDB"
+            ),
+        ]
+    }
+}
+
+/// Creates the tables if missing and checks their version.
+///
+/// # Errors
+/// [`Error::SchemaMismatch`] if the store row holds another version;
+/// [`Error::Storage`] if the server refused (a missing privilege: the
+/// user needs `CREATE` on the database the first time).
+pub(crate) async fn prepare(conn: &mut Conn, tables: &Tables) -> Result<()> {
+    for statement in tables.create() {
+        conn.query_drop(statement).await.map_err(storage("open"))?;
+    }
+    conn.exec_drop(
+        format!(
+            "INSERT IGNORE INTO {} (id, version, last_token) VALUES (1, ?, 0)",
+            tables.store
+        ),
+        (VERSION,),
+    )
+    .await
+    .map_err(storage("open"))?;
+    let found: Option<i64> = conn
+        .query_first(format!("SELECT version FROM {} WHERE id = 1", tables.store))
+        .await
+        .map_err(storage("open"))?;
+    match found {
+        Some(VERSION) => Ok(()),
+        other => Err(Error::SchemaMismatch {
+            expected: format!("{} version {VERSION}", tables.store),
+            found: match other {
+                Some(v) => format!("{} version {v}", tables.store),
+                None => format!("{} without its row", tables.store),
+            },
+        }),
+    }
+}
