@@ -116,15 +116,15 @@ pub(crate) struct RenewArgs {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
     /// A SQLite file shared by the processes of this machine. Without
-    /// --sqlite, --postgres or --redis: $SEMAPHORE_PG_URL,
-    /// $SEMAPHORE_REDIS_URL or $SEMAPHORE_DB, else semaphore.db in the
-    /// user's data directory ($XDG_DATA_HOME, else ~/.local/share). A flag
-    /// always wins over the environment.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis"])]
+    /// --sqlite, --postgres, --redis or --mysql: $SEMAPHORE_PG_URL,
+    /// $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL or $SEMAPHORE_DB, else
+    /// semaphore.db in the user's data directory ($XDG_DATA_HOME, else
+    /// ~/.local/share). A flag always wins over the environment.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "mysql"])]
     pub(crate) sqlite: Option<PathBuf>,
 
     /// A PostgreSQL connection string, for jobs on many machines.
-    #[arg(long, value_name = "URL", conflicts_with = "redis")]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "mysql"])]
     pub(crate) postgres: Option<String>,
 
     /// The PostgreSQL schema of the store's tables.
@@ -132,8 +132,17 @@ pub(crate) struct StoreArgs {
     pub(crate) postgres_schema: String,
 
     /// A Redis URL (redis://host:port/db), for jobs on many machines.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "mysql")]
     pub(crate) redis: Option<String>,
+
+    /// A MySQL or MariaDB URL (mysql://user:password@host:port/database),
+    /// for jobs on many machines.
+    #[arg(long, value_name = "URL")]
+    pub(crate) mysql: Option<String>,
+
+    /// The prefix of the MySQL store's tables.
+    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
+    pub(crate) mysql_prefix: String,
 
     /// The prefix of the Redis store's keys.
     #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
@@ -274,16 +283,17 @@ pub(crate) struct ServeArgs {
     pub(crate) auth_token_file: Option<PathBuf>,
 
     /// A SQLite file shared with every process on this machine. Without
-    /// --sqlite, --postgres, --redis or --memory: $SEMAPHORE_PG_URL,
-    /// $SEMAPHORE_REDIS_URL or $SEMAPHORE_DB, else semaphore.db in the
-    /// user's data directory, the same default as every other subcommand. A
-    /// flag always wins over the environment.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "memory"])]
+    /// --sqlite, --postgres, --redis, --mysql or --memory:
+    /// $SEMAPHORE_PG_URL, $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL or
+    /// $SEMAPHORE_DB, else semaphore.db in the user's data directory, the
+    /// same default as every other subcommand. A flag always wins over the
+    /// environment.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "mysql", "memory"])]
     pub(crate) sqlite: Option<PathBuf>,
 
     /// A PostgreSQL connection string: every server on the database serves
     /// the same pools.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "memory"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "mysql", "memory"])]
     pub(crate) postgres: Option<String>,
 
     /// The PostgreSQL schema for the store's tables.
@@ -292,8 +302,18 @@ pub(crate) struct ServeArgs {
 
     /// A Redis URL (redis://host:port/db): every server on it serves the
     /// same pools.
-    #[arg(long, value_name = "URL", conflicts_with = "memory")]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["mysql", "memory"])]
     pub(crate) redis: Option<String>,
+
+    /// A MySQL or MariaDB URL (mysql://user:password@host:port/database):
+    /// every server on it serves the same pools. MySQL has no
+    /// notifications: a server learns of another's returns within 100 ms.
+    #[arg(long, value_name = "URL", conflicts_with = "memory")]
+    pub(crate) mysql: Option<String>,
+
+    /// The prefix of the MySQL store's tables.
+    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
+    pub(crate) mysql_prefix: String,
 
     /// The prefix of the Redis store's keys.
     #[arg(long, value_name = "PREFIX", default_value = "semaphore")]

@@ -165,6 +165,8 @@ async fn pool(store: &StoreArgs, name: &PoolName) -> Result<(Pool, String), Exit
         redis: store.redis.clone(),
         prefix: store.redis_prefix.clone(),
         grace: store.redis_restart_grace,
+        mysql: store.mysql.clone(),
+        mysql_prefix: store.mysql_prefix.clone(),
         ..Default::default()
     };
     let store = crate::store::Choice::from(flags)?

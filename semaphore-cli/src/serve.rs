@@ -51,6 +51,8 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         redis: args.redis.clone(),
         prefix: args.redis_prefix.clone(),
         grace: args.redis_restart_grace,
+        mysql: args.mysql.clone(),
+        mysql_prefix: args.mysql_prefix.clone(),
     })
     .map_err(ServeError::Usage)?;
     let shown = choice.shown();

@@ -2,9 +2,10 @@
 //! and every other subcommand (issue 21, item 5).
 //!
 //! A flag on the command line wins: `--memory` (serve only), `--sqlite
-//! FILE`, `--postgres URL`, `--redis URL`. Without one, `SEMAPHORE_PG_URL`,
-//! `SEMAPHORE_REDIS_URL` or `SEMAPHORE_DB` choose (more than one set is a
-//! usage error that asks for a flag).
+//! FILE`, `--postgres URL`, `--redis URL`, `--mysql URL`. Without one,
+//! `SEMAPHORE_PG_URL`, `SEMAPHORE_REDIS_URL`, `SEMAPHORE_MYSQL_URL` or
+//! `SEMAPHORE_DB` choose (more than one set is a usage error that asks for
+//! a flag).
 //! Without either, the SQLite file `semaphore.db` in the user's data
 //! directory, the same for every subcommand.
 
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use semaphore_core::store::Store;
 use semaphore_memory::MemoryStore;
+use semaphore_mysql::{MysqlOptions, MysqlStore};
 use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_redis::{RedisOptions, RedisStore};
 use semaphore_sqlite::SqliteStore;
@@ -33,6 +35,10 @@ pub(crate) enum Choice {
         prefix: String,
         grace: std::time::Duration,
     },
+    Mysql {
+        url: String,
+        prefix: String,
+    },
 }
 
 /// The flags that name a store.
@@ -45,6 +51,8 @@ pub(crate) struct Flags {
     pub(crate) redis: Option<String>,
     pub(crate) prefix: String,
     pub(crate) grace: std::time::Duration,
+    pub(crate) mysql: Option<String>,
+    pub(crate) mysql_prefix: String,
 }
 
 impl Choice {
@@ -72,17 +80,26 @@ impl Choice {
         if let Some(url) = flags.redis {
             return Ok(redis(url));
         }
+        let mysql = |url| Choice::Mysql {
+            url,
+            prefix: flags.mysql_prefix.clone(),
+        };
+        if let Some(url) = flags.mysql.clone() {
+            return Ok(mysql(url));
+        }
         let set = [
             env("SEMAPHORE_PG_URL").map(postgres),
             env("SEMAPHORE_REDIS_URL").map(redis),
+            env("SEMAPHORE_MYSQL_URL").map(mysql),
             env("SEMAPHORE_DB").map(|path| Choice::Sqlite(path.into())),
         ];
         let mut set = set.into_iter().flatten();
         match (set.next(), set.next()) {
             (Some(_), Some(_)) => Err(Exit::new(
                 code::USAGE,
-                "more than one of SEMAPHORE_PG_URL, SEMAPHORE_REDIS_URL and SEMAPHORE_DB is \
-                 set: choose with --postgres URL, --redis URL or --sqlite FILE",
+                "more than one of SEMAPHORE_PG_URL, SEMAPHORE_REDIS_URL, SEMAPHORE_MYSQL_URL \
+                 and SEMAPHORE_DB is set: choose with --postgres URL, --redis URL, --mysql URL \
+                 or --sqlite FILE",
             )),
             (Some(choice), None) => Ok(choice),
             (None, _) => Ok(Choice::Sqlite(default_db()?)),
@@ -119,6 +136,13 @@ impl Choice {
                 let options = RedisOptions::default().prefix(prefix).restart_grace(*grace);
                 Arc::new(RedisStore::connect_with(url, options).await?)
             }
+            Choice::Mysql { url, prefix } => {
+                let mut options = MysqlOptions::default().table_prefix(prefix);
+                if let Some(size) = pool_size {
+                    options = options.pool_size(size);
+                }
+                Arc::new(MysqlStore::connect_with(url, options).await?)
+            }
         })
     }
 
@@ -130,6 +154,7 @@ impl Choice {
             Choice::Sqlite(path) => format!("sqlite {}", path.display()),
             Choice::Postgres { schema, .. } => format!("postgres schema {schema}"),
             Choice::Redis { prefix, .. } => format!("redis prefix {prefix}"),
+            Choice::Mysql { prefix, .. } => format!("mysql tables {prefix}_*"),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Two `semaphore serve` processes on one PostgreSQL database, or on one
-//! Redis server, serve the same pools and never over-issue (R10 across
+//! Two `semaphore serve` processes on one PostgreSQL database, one Redis
+//! server or one MySQL database, serve the same pools and never over-issue (R10 across
 //! servers).
 
 mod common;
@@ -29,6 +29,15 @@ async fn two_servers_on_one_redis_never_over_issue() {
     let (redis, prefix) = (RedisServer::shared(), RedisServer::fresh_prefix());
     let args = ["--redis", redis.url(), "--redis-prefix", &prefix];
     two_servers_never_over_issue(&[&args[..], &["--redis-restart-grace", "0s"]].concat()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_mysql_database_never_over_issue() {
+    let (mysql, prefix) = (
+        semaphore_mysql::testing::TestServer::shared(),
+        semaphore_mysql::testing::TestServer::fresh_prefix(),
+    );
+    two_servers_never_over_issue(&["--mysql", mysql.url(), "--mysql-prefix", &prefix]).await;
 }
 
 /// 16 clients, alternating between two servers started with `args`.
