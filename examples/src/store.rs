@@ -1,8 +1,9 @@
 //! Opening the store an example names: a PostgreSQL database, a Redis
-//! server or a SQLite file.
+//! server, a MySQL database or a SQLite file.
 
 use std::sync::Arc;
 
+use semaphore_mysql::{MysqlOptions, MysqlStore};
 use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_redis::{RedisOptions, RedisStore};
 use semaphore_sqlite::store::Store;
@@ -15,6 +16,15 @@ pub const SCHEMA_VAR: &str = "SEMAPHORE_PG_SCHEMA";
 /// The variable naming the Redis key prefix examples use (default
 /// `semaphore`).
 pub const PREFIX_VAR: &str = "SEMAPHORE_REDIS_PREFIX";
+
+/// The variable naming the MySQL table prefix examples use (default
+/// `semaphore`).
+pub const TABLES_VAR: &str = "SEMAPHORE_MYSQL_PREFIX";
+
+/// Whether `spec` is a MySQL URL (`mysql://...`).
+pub fn is_mysql(spec: &str) -> bool {
+    spec.starts_with("mysql://")
+}
 
 /// Whether `spec` is a Redis URL (`redis://...`, `redis+unix://...`).
 pub fn is_redis(spec: &str) -> bool {
@@ -29,12 +39,21 @@ pub fn is_postgres(spec: &str) -> bool {
 
 /// The store `spec` names: a PostgreSQL database, in the schema
 /// `SEMAPHORE_PG_SCHEMA` names; a Redis server, under the key prefix
-/// `SEMAPHORE_REDIS_PREFIX` names; or else the SQLite file at that path.
+/// `SEMAPHORE_REDIS_PREFIX` names; a MySQL database, under the table
+/// prefix `SEMAPHORE_MYSQL_PREFIX` names; or else the SQLite file at that
+/// path.
 ///
 /// # Errors
-/// Those of [`PostgresStore::connect_with`], [`RedisStore::connect_with`]
-/// or [`SqliteStore::open`].
+/// Those of [`PostgresStore::connect_with`], [`RedisStore::connect_with`],
+/// [`MysqlStore::connect_with`] or [`SqliteStore::open`].
 pub async fn open(spec: &str) -> Result<Arc<dyn Store>, Error> {
+    if is_mysql(spec) {
+        let mut options = MysqlOptions::default().pool_size(2);
+        if let Ok(prefix) = std::env::var(TABLES_VAR) {
+            options = options.table_prefix(prefix);
+        }
+        return Ok(Arc::new(MysqlStore::connect_with(spec, options).await?));
+    }
     if is_redis(spec) {
         let mut options = RedisOptions::default();
         if let Ok(prefix) = std::env::var(PREFIX_VAR) {

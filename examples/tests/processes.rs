@@ -11,6 +11,8 @@ use semaphore_examples::holds::{
     Hold, duplicate_tokens, max_concurrency, shared_positions, unix_us,
 };
 use semaphore_examples::store;
+use semaphore_mysql::testing::TestServer as MysqlServer;
+use semaphore_mysql::{MysqlOptions, MysqlStore};
 use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_redis::testing::TestServer as RedisServer;
@@ -30,6 +32,7 @@ fn holder_in(args: &[&str], schema: Option<&str>) -> Child {
     if let Some(schema) = schema {
         command.env(store::SCHEMA_VAR, schema);
         command.env(store::PREFIX_VAR, schema);
+        command.env(store::TABLES_VAR, schema);
     }
     command
         .args(args)
@@ -95,6 +98,19 @@ async fn eight_processes_on_redis_never_over_issue_and_a_killed_holders_slot_ret
         .prefix(&prefix)
         .restart_grace(Duration::ZERO);
     let store = Arc::new(RedisStore::connect_with(url, options).await.unwrap());
+    let pool = Pool::new(store, PoolId::from_name("three"));
+    pool.register(3).await.unwrap();
+    eight_processes(dir.path(), url, Some(&prefix), &pool).await;
+}
+
+/// The same on one MySQL database: each process learns of the others'
+/// returns by its store's poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_on_mysql_never_over_issue_and_a_killed_holders_slot_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, prefix) = (MysqlServer::shared().url(), MysqlServer::fresh_prefix());
+    let options = MysqlOptions::default().table_prefix(&prefix);
+    let store = Arc::new(MysqlStore::connect_with(url, options).await.unwrap());
     let pool = Pool::new(store, PoolId::from_name("three"));
     pool.register(3).await.unwrap();
     eight_processes(dir.path(), url, Some(&prefix), &pool).await;

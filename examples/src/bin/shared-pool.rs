@@ -1,6 +1,6 @@
 //! The flagship: 8 OS processes share 3 slots through one SQLite file, or
-//! through one PostgreSQL database with `--postgres URL`, or one Redis
-//! server with `--redis URL`.
+//! through one PostgreSQL database with `--postgres URL`, one Redis
+//! server with `--redis URL`, or one MySQL database with `--mysql URL`.
 //!
 //! The parent creates a database file (or uses the database), registers a
 //! pool of 3 slots and starts 8 worker processes of this same program. Each worker borrows a
@@ -14,7 +14,8 @@
 //! (add `-- --postgres postgresql://user@host/db` for PostgreSQL, the
 //! schema `SEMAPHORE_PG_SCHEMA`, default `public`; or `-- --redis
 //! redis://host:6379/`, the key prefix `SEMAPHORE_REDIS_PREFIX`, default
-//! `semaphore`).
+//! `semaphore`; or `-- --mysql mysql://user@host/db`, the table prefix
+//! `SEMAPHORE_MYSQL_PREFIX`, default `semaphore`).
 
 use std::hash::{DefaultHasher, Hasher};
 use std::io::{Read, Seek, SeekFrom};
@@ -46,13 +47,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let index: usize = args.get(3).ok_or("worker needs <index>")?.parse()?;
             Ok(worker(db, index).await?)
         }
-        Some(flag @ ("--postgres" | "--redis")) => {
+        Some(flag @ ("--postgres" | "--redis" | "--mysql")) => {
             let url = args.get(2).ok_or(format!("{flag} needs a URL"))?;
             parent(Some(url)).await
         }
         None => parent(None).await,
         Some(other) => Err(format!(
-            "unknown argument {other:?}; run without arguments, or with --postgres URL or --redis URL"
+            "unknown argument {other:?}; run without arguments, or with --postgres URL, --redis URL or --mysql URL"
         )
         .into()),
     }
@@ -136,6 +137,7 @@ async fn parent(server: Option<&String>) -> Result<(), Box<dyn std::error::Error
     pool.register(SLOTS).await?;
     let place = match server {
         Some(url) if store::is_redis(url) => "one Redis server".to_string(),
+        Some(url) if store::is_mysql(url) => "one MySQL database".to_string(),
         Some(_) => "one PostgreSQL database".to_string(),
         None => db.clone(),
     };
