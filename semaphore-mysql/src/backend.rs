@@ -2,10 +2,8 @@
 //! many machines.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool as ConnectionPool, PoolConstraints, PoolOpts, TxOpts};
 use semaphore_core::store::DecidingClock as Time;
 use semaphore_core::store::{
@@ -67,7 +65,7 @@ const INIT: [&str; 3] = [
 ///
 /// Needs a tokio runtime. The user needs `CREATE` on the database the
 /// first time (the tables are made if missing), then `SELECT`, `INSERT`,
-/// `UPDATE`, `DELETE`, and `PROCESS` for owner liveness.
+/// `UPDATE` and `DELETE`.
 ///
 /// ```no_run
 /// use std::{sync::Arc, time::Duration};
@@ -88,6 +86,9 @@ pub struct MysqlStore {
     changes: Arc<Changes>,
     time: Time,
     holder: Arc<Holder>,
+    /// The most connections the pool opens: how many stale ones a step
+    /// may meet in a row.
+    pool_size: usize,
     _background: Background,
 }
 
@@ -146,7 +147,7 @@ impl MysqlStore {
         let tables = Tables::new(&options.table_prefix);
         let mut conn = pool.get_conn().await.map_err(storage("open"))?;
         schema::prepare(&mut conn, &tables).await?;
-        holder::measure_once(&mut conn, &options.time).await;
+        holder::measure(&mut conn, &options.time).await;
         let changes = Arc::new(Changes::new());
         let holder = Arc::new(Holder::default());
         let background = holder::spawn(
@@ -162,18 +163,6 @@ impl MysqlStore {
             }
         })
         .await;
-        // Owner liveness needs to see other connections (PROCESS).
-        let held = *holder.id.lock();
-        if let Some((id, _)) = held {
-            let seen: Option<i64> = conn
-                .exec_first(
-                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
-                    (id,),
-                )
-                .await
-                .map_err(storage("open"))?;
-            holder.enabled.store(seen == Some(1), Ordering::Relaxed);
-        }
         drop(conn);
         Ok(Self {
             pool,
@@ -181,6 +170,7 @@ impl MysqlStore {
             changes,
             time: options.time,
             holder,
+            pool_size: options.pool_size,
             _background: background,
         })
     }
@@ -196,11 +186,11 @@ impl MysqlStore {
         &self.pool
     }
 
-    /// The holder of this store's bound leases (R16), `(connection id,
-    /// server boot time in unix s)`, while its connection is up and the
-    /// user may see other connections; `None` otherwise (a lease borrowed
-    /// then is left to its ttl).
-    pub fn holder_id(&self) -> Option<(i64, i64)> {
+    /// The holder of this store's bound leases (R16): the uuid of the
+    /// named lock its holder connection keeps, `semaphore_holder_<uuid>`,
+    /// while that connection is up; `None` otherwise (a lease borrowed then
+    /// is left to its ttl). A new uuid after each reconnect.
+    pub fn holder_id(&self) -> Option<uuid::Uuid> {
         self.holder.current()
     }
 
@@ -210,29 +200,38 @@ impl MysqlStore {
             t: &self.tables,
             time: &self.time,
             holder,
-            liveness: self.holder.enabled.load(Ordering::Relaxed),
         }
     }
 }
 
 /// Runs `$body` (a future over `$step` and `$tx`) in a transaction on a
 /// pooled connection, committed if it succeeds; rolled back otherwise, or
-/// if the future is dropped.
+/// if the future is dropped. A pooled connection that the server closed
+/// while it idled (a restart, a `KILL`, `wait_timeout`) fails the
+/// transaction's first statement, before anything was done: it is
+/// dropped and another taken, up to the pool's size and once more.
 macro_rules! in_tx {
     ($store:expr, $op:literal, |$step:ident, $tx:ident| $body:expr) => {{
         let op = $op;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime { operation: op });
         }
-        let mut conn = $store.pool.get_conn().await.map_err(storage(op))?;
-        let mut $tx = conn
-            .start_transaction(TxOpts::default())
-            .await
-            .map_err(storage(op))?;
-        let $step = $store.step();
-        let out = $body.await.map_err(storage(op))?;
-        $tx.commit().await.map_err(storage(op))?;
-        out
+        let mut stale = 0;
+        loop {
+            let mut conn = $store.pool.get_conn().await.map_err(storage(op))?;
+            let mut $tx = match conn.start_transaction(TxOpts::default()).await {
+                Ok(tx) => tx,
+                Err(e) if stale <= $store.pool_size && crate::error::closed(&e) => {
+                    stale += 1;
+                    continue;
+                }
+                Err(e) => return Err(storage(op)(e)),
+            };
+            let $step = $store.step();
+            let out = $body.await.map_err(storage(op))?;
+            $tx.commit().await.map_err(storage(op))?;
+            break out;
+        }
     }};
 }
 

@@ -36,3 +36,13 @@ pub(crate) fn storage(operation: &'static str) -> impl Fn(mysql_async::Error) ->
         }
     }
 }
+
+/// Whether `e` says the connection is closed (by the server, or on the
+/// way): I/O, or the driver's closed connection.
+pub(crate) fn closed(e: &mysql_async::Error) -> bool {
+    matches!(
+        e,
+        mysql_async::Error::Io(_)
+            | mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed)
+    )
+}

@@ -17,20 +17,24 @@ use semaphore_core::store::{
 };
 use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, PoolState, Positions};
 
-use crate::holder::{self, HolderId};
+use crate::holder::HolderId;
 use crate::leases::{LeaseRow, holders_of};
 use crate::options::WAITER_TTL_MS;
 use crate::schema::Tables;
 
 pub(crate) type Sql<T> = mysql_async::Result<T>;
 
+/// Whether a lease row's holder is gone (R16): it names one, and the
+/// holder's named lock (`GET_LOCK`, held by the holder's connection for as
+/// long as it lives) is free. `<=> 1`: an error (`NULL`) is never "gone".
+const GONE: &str =
+    "(holder IS NOT NULL AND IS_FREE_LOCK(CONCAT('semaphore_holder_', LOWER(HEX(holder)))) <=> 1)";
+
 /// One step's context: its tables, its clock, and this store's holder.
 pub(crate) struct Step<'a> {
     pub(crate) t: &'a Tables,
     pub(crate) time: &'a DecidingClock,
     pub(crate) holder: Option<HolderId>,
-    /// Whether leases may be judged by their holder's liveness (R16).
-    pub(crate) liveness: bool,
 }
 
 fn key(pool: &PoolId) -> Vec<u8> {
@@ -75,88 +79,33 @@ impl Step<'_> {
         .await
     }
 
-    /// Which of `bound` holders are gone (R16): an empty list when
-    /// liveness cannot be told.
-    async fn gone(&self, tx: &mut Transaction<'_>, bound: &[HolderId]) -> Sql<Vec<HolderId>> {
-        if !self.liveness || bound.is_empty() {
-            return Ok(Vec::new());
-        }
-        let now: Option<i64> = tx.query_first("SELECT UNIX_TIMESTAMP()").await?;
-        let Some(boot_now) = holder::boot(tx, now.unwrap_or_default()).await? else {
-            return Ok(Vec::new());
-        };
-        let ids: Vec<String> = bound.iter().map(|h| h.0.to_string()).collect();
-        let live: Vec<i64> = tx
-            .query(format!(
-                "SELECT ID FROM information_schema.PROCESSLIST WHERE ID IN ({})",
-                ids.join(",")
-            ))
-            .await?;
-        Ok(bound
-            .iter()
-            .copied()
-            .filter(|h| holder::is_gone(*h, boot_now, &live))
-            .collect())
-    }
-
-    /// The distinct holders of `pool`'s active bound leases.
-    async fn bound(&self, tx: &mut Transaction<'_>, pool: &PoolId, now: i64) -> Sql<Vec<HolderId>> {
-        if !self.liveness {
-            return Ok(Vec::new());
-        }
-        tx.exec(
-            format!(
-                "SELECT DISTINCT holder_id, holder_boot FROM {} \
-                 WHERE pool = ? AND holder_id IS NOT NULL AND expires_at > ?",
-                self.t.leases
-            ),
-            (key(pool), now),
-        )
-        .await
-    }
-
     /// R16: deletes the leases of `pool` whose holder is gone; the slots
     /// that freed.
-    async fn reap_gone(&self, tx: &mut Transaction<'_>, pool: &PoolId, now: i64) -> Sql<i64> {
-        let bound = self.bound(tx, pool, now).await?;
-        let mut freed = 0;
-        for (id, boot) in self.gone(tx, &bound).await? {
-            tx.exec_drop(
-                format!(
-                    "DELETE FROM {} WHERE pool = ? AND holder_id = ? AND holder_boot = ?",
-                    self.t.leases
-                ),
-                (key(pool), id, boot),
-            )
-            .await?;
-            freed += i64::try_from(tx.affected_rows()).unwrap_or(i64::MAX);
-        }
-        Ok(freed)
+    async fn reap_gone(&self, tx: &mut Transaction<'_>, pool: &PoolId) -> Sql<i64> {
+        tx.exec_drop(
+            format!(
+                "DELETE FROM {} WHERE pool = ? AND holder IS NOT NULL AND {GONE}",
+                self.t.leases
+            ),
+            (key(pool),),
+        )
+        .await?;
+        Ok(i64::try_from(tx.affected_rows()).unwrap_or(i64::MAX))
     }
 
     /// Slots held at `now` by active leases (R7), those of gone holders
     /// left out (R16).
     async fn in_use(&self, tx: &mut Transaction<'_>, pool: &PoolId, now: i64) -> Sql<u32> {
-        let rows: Vec<(Option<i64>, Option<i64>, i64)> = tx
-            .exec(
+        let n: Option<i64> = tx
+            .exec_first(
                 format!(
-                    "SELECT holder_id, holder_boot, COUNT(*) FROM {} \
-                     WHERE pool = ? AND expires_at > ? GROUP BY holder_id, holder_boot",
+                    "SELECT COUNT(*) FROM {} WHERE pool = ? AND expires_at > ? AND NOT {GONE}",
                     self.t.leases
                 ),
                 (key(pool), now),
             )
             .await?;
-        let bound: Vec<HolderId> = rows
-            .iter()
-            .filter_map(|(id, boot, _)| Some(((*id)?, (*boot)?)))
-            .collect();
-        let gone = self.gone(tx, &bound).await?;
-        Ok(rows
-            .iter()
-            .filter(|(id, boot, _)| !matches!((id, boot), (Some(i), Some(b)) if gone.contains(&(*i, *b))))
-            .map(|(_, _, n)| u32::try_from(*n).unwrap_or(u32::MAX))
-            .fold(0u32, u32::saturating_add))
+        Ok(u32::try_from(n.unwrap_or_default()).unwrap_or(u32::MAX))
     }
 
     /// R2: creates the pool or sets its count.
@@ -236,6 +185,8 @@ impl Step<'_> {
             return Ok(false);
         }
         let now = self.now(tx).await?;
+        // A lease whose holder is gone is not active: it is not returned.
+        self.reap_gone(tx, &pool).await?;
         tx.exec_drop(
             format!(
                 "DELETE FROM {} WHERE pool = ? AND lease = ? AND expires_at > ?",
@@ -279,6 +230,8 @@ impl Step<'_> {
             return Ok(None);
         }
         let now = self.now(tx).await?;
+        // A lease whose holder is gone is not active: it is not renewed.
+        self.reap_gone(tx, &pool).await?;
         let id = lease.as_uuid().as_bytes().to_vec();
         tx.exec_drop(
             format!(
@@ -337,33 +290,17 @@ impl Step<'_> {
             return Ok(None);
         }
         let now = self.now(tx).await?;
-        let rows: Vec<(LeaseRow, Option<i64>, Option<i64>)> = tx
-            .exec::<mysql_async::Row, _, _>(
+        let rows: Vec<LeaseRow> = tx
+            .exec(
                 format!(
-                    "SELECT lease, position, token, expires_at, owner, borrow_key, \
-                     holder_id, holder_boot FROM {} \
-                     WHERE pool = ? AND expires_at > ? ORDER BY position",
+                    "SELECT lease, position, token, expires_at, owner, borrow_key FROM {} \
+                     WHERE pool = ? AND expires_at > ? AND NOT {GONE} ORDER BY position",
                     self.t.leases
                 ),
                 (key(&pool), now),
             )
-            .await?
-            .into_iter()
-            .map(split_row)
-            .collect::<Sql<_>>()?;
-        let mut bound: Vec<HolderId> = rows
-            .iter()
-            .filter_map(|(_, id, boot)| Some(((*id)?, (*boot)?)))
-            .collect();
-        bound.sort_unstable();
-        bound.dedup();
-        let gone = self.gone(tx, &bound).await?;
-        let live = rows
-            .into_iter()
-            .filter(|(_, id, boot)| !matches!((id, boot), (Some(i), Some(b)) if gone.contains(&(*i, *b))))
-            .map(|(row, _, _)| row)
-            .collect();
-        Ok(Some(holders_of(live, pool)))
+            .await?;
+        Ok(Some(holders_of(rows, pool)))
     }
 
     /// R12: forgets a queued head's place.
@@ -461,7 +398,7 @@ impl Step<'_> {
         let n = i64::from(request.slots.max(1));
         let mut held = held;
         if i64::from(count) - held - ahead < n {
-            held -= self.reap_gone(tx, &pool, now).await?;
+            held -= self.reap_gone(tx, &pool).await?;
         }
         let free = i64::from(count).saturating_sub(held);
         if free - ahead < n {
@@ -496,7 +433,18 @@ impl Step<'_> {
         .await?;
         let token = tx.last_insert_id().unwrap_or_default();
         let expires_at = plus(now, request.ttl);
-        let holder = self.holder.filter(|_| request.bound);
+        // The holder's lock must be held now: a holder connection lost a
+        // moment ago (a restart its ping has not seen yet) would make the
+        // new lease a dead holder's. Then it is left to its ttl.
+        let holder = match self.holder.filter(|_| request.bound) {
+            Some(h) => {
+                let used: Option<Option<i64>> = tx
+                    .exec_first("SELECT IS_USED_LOCK(?)", (crate::holder::lock_name(&h),))
+                    .await?;
+                used.flatten().map(|_| h)
+            }
+            None => None,
+        };
         let id = request.lease.as_uuid().as_bytes().to_vec();
         for (i, position) in positions.iter().enumerate() {
             // The labels go on the lowest position's row only.
@@ -510,7 +458,7 @@ impl Step<'_> {
             tx.exec_drop(
                 format!(
                     "INSERT INTO {} (pool, position, lease, token, expires_at, owner, \
-                     borrow_key, holder_id, holder_boot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     borrow_key, holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     t.leases
                 ),
                 (
@@ -521,8 +469,7 @@ impl Step<'_> {
                     expires_at,
                     owner,
                     borrow_key,
-                    holder.map(|h| h.0),
-                    holder.map(|h| h.1),
+                    holder.map(|h| h.as_bytes().to_vec()),
                 ),
             )
             .await?;
@@ -584,23 +531,21 @@ impl Step<'_> {
         let Some(borrow_key) = borrow_key else {
             return Ok(None);
         };
-        let found: Option<(Vec<u8>, Option<i64>, Option<i64>)> = tx
+        let found: Option<(Vec<u8>, bool)> = tx
             .exec_first(
                 format!(
-                    "SELECT lease, holder_id, holder_boot FROM {} \
+                    "SELECT lease, {GONE} FROM {} \
                      WHERE pool = ? AND borrow_key = ? AND expires_at > ?",
                     self.t.leases
                 ),
                 (key(pool), borrow_key.as_bytes().to_vec(), now),
             )
             .await?;
-        let Some((id, holder_id, boot)) = found else {
+        let Some((id, gone)) = found else {
             return Ok(None);
         };
-        if let (Some(h), Some(b)) = (holder_id, boot)
-            && !self.gone(tx, &[(h, b)]).await?.is_empty()
-        {
-            self.reap_gone(tx, pool, now).await?;
+        if gone {
+            self.reap_gone(tx, pool).await?;
             return Ok(None);
         }
         let rows = self.rows_of(tx, pool, &id, now).await?;
@@ -708,13 +653,4 @@ impl Step<'_> {
             blocked.into_iter().map(|(_, at)| at),
         )))
     }
-}
-
-/// A holders row: the lease columns, then the holder's two.
-fn split_row(row: mysql_async::Row) -> Sql<(LeaseRow, Option<i64>, Option<i64>)> {
-    type Columns = (LeaseRow, Option<i64>, Option<i64>);
-    let (a, b, c, d, e, f, g, h) = mysql_async::from_row_opt(row).map_err(|e| {
-        mysql_async::Error::Other(format!("a holders row of another shape: {e}").into())
-    })?;
-    Ok::<Columns, _>(((a, b, c, d, e, f), g, h))
 }

@@ -6,8 +6,8 @@
 //!   pool locks this row first (`FOR UPDATE`), so that steps on one pool
 //!   serialize and steps on different pools do not.
 //! - `P_leases`: a row per slot held (R15: a lease of `n` slots has `n`
-//!   rows under one id); the labels on its lowest row; the holder (R16) as
-//!   the holding connection's id and the server's boot time.
+//!   rows under one id); the labels on its lowest row; the holder (R16):
+//!   the id whose named lock the holding store's connection holds.
 //! - `P_waiters`: the queued heads of each pool (R11 across processes),
 //!   first come first served by an `AUTO_INCREMENT` ticket.
 //!
@@ -73,8 +73,7 @@ impl Tables {
                     expires_at BIGINT NOT NULL,
                     owner VARBINARY(1024) NULL,
                     borrow_key BLOB NULL,
-                    holder_id BIGINT NULL,
-                    holder_boot BIGINT NULL,
+                    holder BINARY(16) NULL,
                     PRIMARY KEY (pool, position),
                     KEY (lease)
                 ) ENGINE = InnoDB"

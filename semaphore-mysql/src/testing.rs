@@ -137,6 +137,33 @@ impl TestServer {
     }
 }
 
+impl TestServer {
+    /// Runs `statement` as root on a throwaway server with the `mariadb`
+    /// client, and returns what it printed (tab-separated, no headers):
+    /// for a test's `KILL` or a look at `PROCESSLIST`.
+    ///
+    /// # Panics
+    /// On a server named by `SEMAPHORE_MYSQL_URL`, or if the statement
+    /// fails.
+    pub fn sql(&self, statement: &str) -> String {
+        let owned = self
+            .owned
+            .as_ref()
+            .expect("only a throwaway server takes raw statements");
+        let out = Command::new("mariadb")
+            .arg(format!("--socket={}", socket(owned.dir.path()).display()))
+            .args(["-uroot", "-N", "-B", "-e", statement])
+            .output()
+            .expect("running the mariadb client");
+        assert!(
+            out.status.success(),
+            "{statement}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
         if let Some(owned) = &self.owned {

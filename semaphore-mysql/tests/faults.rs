@@ -1,0 +1,125 @@
+//! Faults on a real server, each on a throwaway server of its own (SPEC
+//! R14, R16): every connection killed, and a restart.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use semaphore_mysql::testing::TestServer;
+use semaphore_mysql::{BorrowOptions, Error, MysqlOptions, MysqlStore, Pool, PoolId};
+
+const TTL: Duration = Duration::from_secs(60);
+
+async fn store(server: &TestServer) -> Arc<MysqlStore> {
+    Arc::new(
+        MysqlStore::connect_with(server.url(), MysqlOptions::default())
+            .await
+            .expect("a store on the throwaway server"),
+    )
+}
+
+fn retryable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Storage {
+            retryable: true,
+            ..
+        }
+    )
+}
+
+/// Retries `call` while it fails retryably (the server is coming back).
+async fn retry<T, F: std::future::Future<Output = Result<T, Error>>>(
+    mut call: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match call().await {
+            Ok(value) => return value,
+            Err(e) if retryable(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Every connection of the store killed (`KILL`), its holder's included:
+/// calls fail retryably or go through on a new connection, never with
+/// `Exhausted`; the bound lease died with its holder (R16), the unbound
+/// one stays; the holder comes back and binds again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_fail_retryably_and_a_bound_lease_dies_with_its_holder() {
+    let server = TestServer::start().unwrap();
+    let store = store(&server).await;
+    let pool = Pool::new(store.clone(), PoolId::from_name("p"));
+    pool.register(3).await.unwrap();
+    let unbound_options = BorrowOptions::new().bound(false);
+    let unbound = pool
+        .borrow_with(TTL, Duration::ZERO, unbound_options)
+        .await
+        .unwrap()
+        .forget();
+    let bound = pool.try_borrow(TTL).await.unwrap().forget();
+    let before = store.holder_id().expect("a holder");
+    let ids = server.sql(
+        "SELECT ID FROM information_schema.PROCESSLIST \
+         WHERE ID <> CONNECTION_ID() AND USER = 'root'",
+    );
+    for id in ids.lines() {
+        server.sql(&format!("KILL {id}"));
+    }
+    let state = retry(|| pool.inspect()).await;
+    assert_eq!(state.in_use, 1, "only the unbound lease: {state:?}");
+    let holders = retry(|| pool.holders()).await;
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].lease.id, unbound.id);
+    assert!(!retry(|| pool.return_lease(bound.id)).await, "it died");
+    // The holder reconnects, under another connection id.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.holder_id().is_none_or(|now| now == before) {
+        assert!(Instant::now() < deadline, "the holder did not come back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = retry(|| pool.try_borrow(TTL)).await;
+    assert_eq!(again.position, bound.position, "the dead holder's slot");
+}
+
+/// A restart (SIGKILL, then start on the same data): calls fail retryably
+/// while the server is down; afterwards the unbound lease is still held
+/// (InnoDB kept it), the bound one is not (its holder's connection ended
+/// with the old server), tokens keep growing, and a borrower that waited
+/// through the restart is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_unbound_leases_and_tokens_and_waiters_are_served_after_it() {
+    let server = TestServer::start().unwrap();
+    let store = store(&server).await;
+    let pool = Pool::new(store.clone(), PoolId::from_name("p"));
+    pool.register(2).await.unwrap();
+    let unbound = pool
+        .borrow_with(TTL, Duration::ZERO, BorrowOptions::new().bound(false))
+        .await
+        .unwrap()
+        .forget();
+    let bound = pool.try_borrow(TTL).await.unwrap().forget();
+    server.restart();
+    let state = retry(|| pool.inspect()).await;
+    assert_eq!(state.in_use, 1, "the unbound lease survives: {state:?}");
+    let next = retry(|| pool.try_borrow(TTL)).await;
+    assert_eq!(next.position, bound.position, "the bound slot came back");
+    assert!(next.token > bound.token && bound.token > unbound.token);
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.borrow(TTL, Duration::from_secs(60))
+                .await
+                .map(|g| g.forget())
+        })
+    };
+    while pool.waiting() == 0 {
+        assert!(!waiter.is_finished(), "{:?}", waiter.await);
+        tokio::task::yield_now().await;
+    }
+    assert!(retry(|| pool.return_lease(unbound.id)).await);
+    let served = waiter.await.unwrap().expect("served after the restart");
+    assert_eq!(served.position, unbound.position);
+}
