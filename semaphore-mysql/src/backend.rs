@@ -235,6 +235,19 @@ macro_rules! in_tx {
     }};
 }
 
+impl MysqlStore {
+    /// The number of queued heads of `pool`: store handles (normally one
+    /// per process) whose borrowers wait on it, on every machine, as the
+    /// waiters table records them.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the database failed.
+    pub async fn queue_heads(&self, pool: PoolId) -> Result<u32> {
+        Ok(in_tx!(self, "queue_heads", |step, tx| step
+            .queue_heads(&mut tx, pool)))
+    }
+}
+
 #[async_trait]
 impl Store for MysqlStore {
     fn clock(&self) -> &dyn Clock {

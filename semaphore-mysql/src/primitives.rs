@@ -303,6 +303,21 @@ impl Step<'_> {
         Ok(Some(holders_of(rows, pool)))
     }
 
+    /// The heads queued on `pool` whose place is alive.
+    pub(crate) async fn queue_heads(&self, tx: &mut Transaction<'_>, pool: PoolId) -> Sql<u32> {
+        let now = self.now(tx).await?;
+        let n: Option<i64> = tx
+            .exec_first(
+                format!(
+                    "SELECT COUNT(*) FROM {} WHERE pool = ? AND alive_until > ?",
+                    self.t.waiters
+                ),
+                (key(&pool), now),
+            )
+            .await?;
+        Ok(u32::try_from(n.unwrap_or_default()).unwrap_or(u32::MAX))
+    }
+
     /// R12: forgets a queued head's place.
     pub(crate) async fn leave_queue(
         &self,

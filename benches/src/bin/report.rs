@@ -102,6 +102,13 @@ const LINES: &[Line] = &[
         ours: "redis_pool_pair",
         goal: Goal::ThroughputAtLeast(0.5),
     },
+    Line {
+        name: "17. MySQL pair vs two one-row UPDATEs (MariaDB, durable commits)",
+        group: "mysql_pairs",
+        anchor: "anchor_two_updates",
+        ours: "mysql_pool_pair",
+        goal: Goal::ThroughputAtLeast(0.5),
+    },
 ];
 
 fn target_dir() -> PathBuf {
@@ -171,6 +178,19 @@ fn print_processes() {
         }
         None => println!("| 15. Redis hot pool | not run | | | | |"),
     }
+    match processes(18) {
+        Some(v) => {
+            let ours = v["pairs_per_s"].as_f64().unwrap_or(f64::NAN);
+            let anchor = v["anchor_pairs_per_s"].as_f64().unwrap_or(f64::NAN);
+            let ratio = ours / anchor;
+            println!(
+                "| 18. MySQL hot pool (count 8, 16 tasks in 4 processes) vs UPDATEs of random rows (pairs) | {ours:.0}/s | {anchor:.0}/s | {ratio:.2}x | >= 0.4x | {} |",
+                judged(ratio >= 0.4)
+            );
+        }
+        None => println!("| 18. MySQL hot pool | not run | | | | |"),
+    }
+    print_wake(19, "MySQL (100 ms poll) ", (100_000.0, 200_000.0));
     match processes(11) {
         Some(v) => {
             for (store, goal) in [("memory", Some(0.5)), ("sqlite", None)] {

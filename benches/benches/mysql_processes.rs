@@ -1,0 +1,190 @@
+//! Lines 18 and 19 of BENCHMARKS.md, on a throwaway MariaDB server (default
+//! durability: `innodb_flush_log_at_trx_commit = 1`), with a harness of
+//! their own (real processes; rates and percentiles): it re-invokes itself
+//! as the worker processes, and writes its figures to
+//! `target/semaphore-bench/line18.json` and `line19.json` for `report`.
+//!
+//! - Line 18: a hot pool (count 8), 16 tasks in 4 processes looping
+//!   borrow + return for 3 s: pairs/s against the same 16 tasks in 4
+//!   processes each running one-row `UPDATE`s of random rows among 1,000
+//!   (autocommit), counted in pairs of two.
+//! - Line 19: cross-process wake, by the store's poll (100 ms; MySQL has
+//!   no notifications; see `wake/mod.rs`).
+
+mod wake;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use semaphore_benches::{out_dir, unix_us};
+use semaphore_mysql::mysql_async::prelude::Queryable;
+use semaphore_mysql::testing::TestServer;
+use semaphore_mysql::{MysqlOptions, MysqlStore, Pool, PoolId};
+
+const PROCESSES: usize = 4;
+const TASKS: usize = 4;
+const SECONDS: u64 = 3;
+const TTL: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn store(url: &str, prefix: &str) -> Arc<MysqlStore> {
+    let options = MysqlOptions::default()
+        .table_prefix(prefix)
+        .pool_size(TASKS);
+    Arc::new(
+        MysqlStore::connect_with(url, options)
+            .await
+            .expect("connecting"),
+    )
+}
+
+/// A worker process: `TASKS` tasks run `step` from `start_us` for
+/// `SECONDS`; prints how many steps they finished.
+async fn worker<F, Fut>(start_us: u64, step: F)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let end_us = start_us + SECONDS * 1_000_000;
+    let done = Arc::new(AtomicU64::new(0));
+    tokio::time::sleep(Duration::from_micros(start_us.saturating_sub(unix_us()))).await;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (step, done) = (step.clone(), done.clone());
+            tokio::spawn(async move {
+                while unix_us() < end_us {
+                    step().await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a task");
+    }
+    println!("{}", done.load(Ordering::Relaxed));
+}
+
+/// Runs `PROCESSES` worker processes of `role` with `args`; their steps
+/// per second, together.
+fn rate(role: &str, args: &[&str]) -> f64 {
+    let start_us = unix_us() + 1_500_000;
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            Command::new(std::env::current_exe().expect("this bench's path"))
+                .env(wake::ROLE, role)
+                .args(args)
+                .arg(start_us.to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("a worker process")
+        })
+        .collect();
+    let total: u64 = children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().expect("a worker's output");
+            assert!(out.status.success(), "a worker failed");
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<u64>()
+                .expect("a count")
+        })
+        .sum();
+    total as f64 / SECONDS as f64
+}
+
+async fn line19(url: &str) -> serde_json::Value {
+    let prefix = TestServer::fresh_prefix();
+    let store = store(url, &prefix).await;
+    let id = PoolId::from_name("line19");
+    let pool = Pool::new(store.clone(), id);
+    pool.register(1).await.expect("register");
+    let a = wake::spawn_holder(&[url, &prefix]);
+    wake::hand_offs(&pool, a, async || {
+        store.queue_heads(id).await.expect("queue heads")
+    })
+    .await
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match std::env::var(wake::ROLE).as_deref() {
+        Ok("hold") => {
+            let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name("line19"));
+            return wake::holder(pool).await;
+        }
+        Ok("ours") => {
+            let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name("line18"));
+            let start_us = args[3].parse().expect("a start time");
+            return worker(start_us, move || {
+                let pool = pool.clone();
+                async move {
+                    let lease = pool.borrow(TTL, WAIT).await.expect("borrow");
+                    lease.release().await.expect("return");
+                }
+            })
+            .await;
+        }
+        Ok("anchor") => {
+            let store = store(&args[1], &args[2]).await;
+            let start_us = args[3].parse().expect("a start time");
+            let next = Arc::new(AtomicU64::new(unix_us()));
+            return worker(start_us, move || {
+                let (connections, next) = (store.connection_pool().clone(), next.clone());
+                async move {
+                    let mut conn = connections.get_conn().await.expect("a connection");
+                    for _ in 0..2 {
+                        // A cheap spread over the 1,000 rows.
+                        let row = next.fetch_add(7919, Ordering::Relaxed) % 1000;
+                        conn.exec_drop("UPDATE anchor SET n = n + 1 WHERE id = ?", (row,))
+                            .await
+                            .expect("the update");
+                    }
+                }
+            })
+            .await;
+        }
+        _ => {}
+    }
+    if !semaphore_benches::selected("mysql_processes", &args) {
+        return;
+    }
+    let server = TestServer::start().expect("a MariaDB server for the bench");
+    let prefix = TestServer::fresh_prefix();
+    let pool = Pool::new(
+        store(server.url(), &prefix).await,
+        PoolId::from_name("line18"),
+    );
+    pool.register(8).await.expect("register");
+    let mut conn =
+        MysqlStore::connect_with(server.url(), MysqlOptions::default().table_prefix(&prefix))
+            .await
+            .expect("connecting")
+            .connection_pool()
+            .get_conn()
+            .await
+            .expect("a connection");
+    conn.query_drop("CREATE TABLE anchor (id INT PRIMARY KEY, n BIGINT NOT NULL) ENGINE = InnoDB")
+        .await
+        .expect("the anchor's table");
+    conn.query_drop("INSERT INTO anchor SELECT seq, 0 FROM seq_0_to_999")
+        .await
+        .expect("the anchor's rows");
+    drop(conn);
+    let anchor = rate("anchor", &[server.url(), &prefix]);
+    let ours = rate("ours", &[server.url(), &prefix]);
+    let fifteen = serde_json::json!({
+        "pairs_per_s": ours,
+        "anchor_pairs_per_s": anchor,
+    });
+    println!("line 18: {fifteen}");
+    let sixteen = line19(server.url()).await;
+    println!("line 19: {sixteen}");
+    let dir = out_dir(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(dir.join("line18.json"), fifteen.to_string()).expect("writing line 18");
+    std::fs::write(dir.join("line19.json"), sixteen.to_string()).expect("writing line 19");
+}
