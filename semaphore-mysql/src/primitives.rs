@@ -30,6 +30,10 @@ pub(crate) type Sql<T> = mysql_async::Result<T>;
 const GONE: &str =
     "(holder IS NOT NULL AND IS_FREE_LOCK(CONCAT('semaphore_holder_', LOWER(HEX(holder)))) <=> 1)";
 
+/// The deciding instant, unix ms, as a statement computes it: the test's
+/// (the first parameter), or the server's clock as the statement runs.
+const NOW: &str = "COALESCE(?, CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED))";
+
 /// One step's context: its tables, its clock, and this store's holder.
 pub(crate) struct Step<'a> {
     pub(crate) t: &'a Tables,
@@ -51,32 +55,37 @@ fn plus(now: i64, ttl: Duration) -> i64 {
 }
 
 impl Step<'_> {
-    /// The deciding instant, read after the step's locks.
+    /// The deciding instant, for a step that locked nothing.
     pub(crate) async fn now(&self, tx: &mut Transaction<'_>) -> Sql<i64> {
-        if let Some(ms) = self.time.now_param() {
-            return Ok(i64::try_from(ms).unwrap_or(i64::MAX));
-        }
         let now: Option<i64> = tx
-            .query_first("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)")
+            .exec_first(format!("SELECT {NOW}"), (self.now_param(),))
             .await?;
         Ok(now.unwrap_or_default())
     }
 
-    /// Locks the pool's row; its count and drain flag, `None` if it does
-    /// not exist.
+    /// Locks the pool's row; its count, its drain flag and the deciding
+    /// instant, read after the lock (`SYSDATE` runs as the row is read);
+    /// `None` if the pool does not exist.
     pub(crate) async fn lock_pool(
         &self,
         tx: &mut Transaction<'_>,
         pool: &PoolId,
-    ) -> Sql<Option<(u32, bool)>> {
+    ) -> Sql<Option<(u32, bool, i64)>> {
         tx.exec_first(
             format!(
-                "SELECT count, draining FROM {} WHERE pool = ? FOR UPDATE",
+                "SELECT count, draining, {NOW} FROM {} WHERE pool = ? FOR UPDATE",
                 self.t.pools
             ),
-            (key(pool),),
+            (self.now_param(), key(pool)),
         )
         .await
+    }
+
+    /// The test's now, or `NULL` for the server's (see [`NOW`]).
+    fn now_param(&self) -> Option<i64> {
+        self.time
+            .now_param()
+            .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
     }
 
     /// R16: deletes the leases of `pool` whose holder is gone; the slots
@@ -136,10 +145,9 @@ impl Step<'_> {
         tx: &mut Transaction<'_>,
         pool: PoolId,
     ) -> Sql<Option<PoolState>> {
-        let Some((count, draining)) = self.lock_pool(tx, &pool).await? else {
+        let Some((count, draining, now)) = self.lock_pool(tx, &pool).await? else {
             return Ok(None);
         };
-        let now = self.now(tx).await?;
         let in_use = self.in_use(tx, &pool, now).await?;
         Ok(Some(
             PoolState::new(pool, count, in_use).with_draining(draining),
@@ -174,28 +182,29 @@ impl Step<'_> {
         Ok(true)
     }
 
-    /// R8: ends an active lease; `false` for anything else.
+    /// R8: ends an active lease; `false` for anything else: one statement
+    /// (in autocommit, one round trip). A lease whose holder is gone is not
+    /// active, and is not returned. It takes no lock on the pool: a borrow
+    /// that runs beside it sees the slot taken or free, never both.
     pub(crate) async fn return_lease(
         &self,
-        tx: &mut Transaction<'_>,
+        q: &mut mysql_async::Conn,
         pool: PoolId,
         lease: LeaseId,
     ) -> Sql<bool> {
-        if self.lock_pool(tx, &pool).await?.is_none() {
-            return Ok(false);
-        }
-        let now = self.now(tx).await?;
-        // A lease whose holder is gone is not active: it is not returned.
-        self.reap_gone(tx, &pool).await?;
-        tx.exec_drop(
+        q.exec_drop(
             format!(
-                "DELETE FROM {} WHERE pool = ? AND lease = ? AND expires_at > ?",
+                "DELETE FROM {} WHERE pool = ? AND lease = ? AND expires_at > {NOW} AND NOT {GONE}",
                 self.t.leases
             ),
-            (key(&pool), lease.as_uuid().as_bytes().to_vec(), now),
+            (
+                key(&pool),
+                lease.as_uuid().as_bytes().to_vec(),
+                self.now_param(),
+            ),
         )
         .await?;
-        Ok(tx.affected_rows() > 0)
+        Ok(q.affected_rows() > 0)
     }
 
     /// The rows of lease `id` of `pool` active at `now`, by position.
@@ -226,16 +235,15 @@ impl Step<'_> {
         lease: LeaseId,
         ttl: Duration,
     ) -> Sql<Option<Option<Lease>>> {
-        if self.lock_pool(tx, &pool).await?.is_none() {
+        let Some((_, _, now)) = self.lock_pool(tx, &pool).await? else {
             return Ok(None);
-        }
-        let now = self.now(tx).await?;
-        // A lease whose holder is gone is not active: it is not renewed.
-        self.reap_gone(tx, &pool).await?;
+        };
         let id = lease.as_uuid().as_bytes().to_vec();
+        // A lease whose holder is gone is not active: it is not renewed.
         tx.exec_drop(
             format!(
-                "UPDATE {} SET expires_at = ? WHERE pool = ? AND lease = ? AND expires_at > ?",
+                "UPDATE {} SET expires_at = ? \
+                 WHERE pool = ? AND lease = ? AND expires_at > ? AND NOT {GONE}",
                 self.t.leases
             ),
             (plus(now, ttl), key(&pool), id.clone(), now),
@@ -254,10 +262,9 @@ impl Step<'_> {
         pool: PoolId,
         position: u32,
     ) -> Sql<Option<Option<Holder>>> {
-        if self.lock_pool(tx, &pool).await?.is_none() {
+        let Some((_, _, now)) = self.lock_pool(tx, &pool).await? else {
             return Ok(None);
-        }
-        let now = self.now(tx).await?;
+        };
         let id: Option<Vec<u8>> = tx
             .exec_first(
                 format!(
@@ -286,10 +293,9 @@ impl Step<'_> {
         tx: &mut Transaction<'_>,
         pool: PoolId,
     ) -> Sql<Option<Vec<Holder>>> {
-        if self.lock_pool(tx, &pool).await?.is_none() {
+        let Some((_, _, now)) = self.lock_pool(tx, &pool).await? else {
             return Ok(None);
-        }
-        let now = self.now(tx).await?;
+        };
         let rows: Vec<LeaseRow> = tx
             .exec(
                 format!(
@@ -347,30 +353,38 @@ impl Step<'_> {
         request: &BorrowRequest,
     ) -> Sql<Result<TryBorrow, Error>> {
         let pool = request.pool;
-        let Some((count, draining)) = self.lock_pool(tx, &pool).await? else {
+        let Some((count, draining, now)) = self.lock_pool(tx, &pool).await? else {
             return Ok(Err(Error::PoolNotFound { pool }));
         };
         if draining {
             return Ok(Err(Error::Draining { pool }));
         }
-        let now = self.now(tx).await?;
         let t = self.t;
-        tx.exec_drop(
-            format!(
-                "DELETE FROM {} WHERE pool = ? AND expires_at <= ?",
-                t.leases
-            ),
-            (key(&pool), now),
-        )
-        .await?;
-        tx.exec_drop(
-            format!(
-                "DELETE FROM {} WHERE pool = ? AND alive_until <= ?",
-                t.waiters
-            ),
-            (key(&pool), now),
-        )
-        .await?;
+        // One look at the pool's rows: how many, how many expired, and the
+        // highest position (for the lowest free ones); the expired are
+        // deleted only if there are any.
+        let (rows, expired, mut highest): (i64, i64, Option<i64>) = tx
+            .exec_first(
+                format!(
+                    "SELECT COUNT(*), CAST(COALESCE(SUM(expires_at <= ?), 0) AS SIGNED), \
+                     MAX(position) FROM {} WHERE pool = ?",
+                    t.leases
+                ),
+                (now, key(&pool)),
+            )
+            .await?
+            .unwrap_or_default();
+        if expired > 0 {
+            tx.exec_drop(
+                format!(
+                    "DELETE FROM {} WHERE pool = ? AND expires_at <= ?",
+                    t.leases
+                ),
+                (key(&pool), now),
+            )
+            .await?;
+            highest = self.highest(tx, &pool).await?;
+        }
         let waiter = request.waiter.map(|w| w.as_uuid().as_bytes().to_vec());
         if let Some(lease) = self.keyed(tx, &pool, request.key.as_deref(), now).await? {
             if let Some(w) = &waiter {
@@ -378,42 +392,45 @@ impl Step<'_> {
             }
             return Ok(Ok(TryBorrow::Granted { lease }));
         }
-        let held: i64 = tx
-            .exec_first(
-                format!("SELECT COUNT(*) FROM {} WHERE pool = ?", t.leases),
-                (key(&pool),),
-            )
-            .await?
-            .unwrap_or_default();
-        let mine: Option<(i64, i64)> = match &waiter {
-            Some(w) => {
-                tx.exec_first(
-                    format!(
-                        "SELECT ticket, alive_until FROM {} WHERE pool = ? AND waiter = ?",
-                        t.waiters
-                    ),
-                    (key(&pool), w.clone()),
-                )
-                .await?
-            }
-            None => None,
-        };
-        let my_ticket = mine.map_or(i64::MAX, |m| m.0);
-        let ahead: i64 = tx
-            .exec_first::<Option<i64>, _, _>(
+        let held = rows - expired;
+        // The queued heads, in one look: those not seen for too long are
+        // dropped; the borrower's own place; the slots owed ahead of it.
+        let queued: Vec<(Vec<u8>, i64, i64, u32)> = tx
+            .exec(
                 format!(
-                    "SELECT CAST(SUM(slots) AS SIGNED) FROM {} WHERE pool = ? AND ticket < ?",
+                    "SELECT waiter, ticket, alive_until, slots FROM {} WHERE pool = ?",
                     t.waiters
                 ),
-                (key(&pool), my_ticket),
+                (key(&pool),),
             )
-            .await?
-            .flatten()
-            .unwrap_or_default();
+            .await?;
+        if queued.iter().any(|q| q.2 <= now) {
+            tx.exec_drop(
+                format!(
+                    "DELETE FROM {} WHERE pool = ? AND alive_until <= ?",
+                    t.waiters
+                ),
+                (key(&pool), now),
+            )
+            .await?;
+        }
+        let alive = || queued.iter().filter(|q| q.2 > now);
+        let mine: Option<(i64, i64)> = waiter
+            .as_ref()
+            .and_then(|w| alive().find(|q| &q.0 == w).map(|q| (q.1, q.2)));
+        let my_ticket = mine.map_or(i64::MAX, |m| m.0);
+        let ahead: i64 = alive()
+            .filter(|q| q.1 < my_ticket)
+            .map(|q| i64::from(q.3))
+            .sum();
         let n = i64::from(request.slots.max(1));
         let mut held = held;
         if i64::from(count) - held - ahead < n {
-            held -= self.reap_gone(tx, &pool).await?;
+            let freed = self.reap_gone(tx, &pool).await?;
+            if freed > 0 {
+                held -= freed;
+                highest = self.highest(tx, &pool).await?;
+            }
         }
         let free = i64::from(count).saturating_sub(held);
         if free - ahead < n {
@@ -436,7 +453,7 @@ impl Step<'_> {
             }));
         }
         let positions = self
-            .lowest_free(tx, &pool, held, request.slots.max(1))
+            .lowest_free(tx, &pool, held, highest, request.slots.max(1))
             .await?;
         tx.exec_drop(
             format!(
@@ -448,18 +465,14 @@ impl Step<'_> {
         .await?;
         let token = tx.last_insert_id().unwrap_or_default();
         let expires_at = plus(now, request.ttl);
-        // The holder's lock must be held now: a holder connection lost a
-        // moment ago (a restart its ping has not seen yet) would make the
-        // new lease a dead holder's. Then it is left to its ttl.
-        let holder = match self.holder.filter(|_| request.bound) {
-            Some(h) => {
-                let used: Option<Option<i64>> = tx
-                    .exec_first("SELECT IS_USED_LOCK(?)", (crate::holder::lock_name(&h),))
-                    .await?;
-                used.flatten().map(|_| h)
-            }
-            None => None,
-        };
+        // The holder is written only if its lock is held as the row is
+        // written: a holder connection lost a moment ago (a restart its ping
+        // has not seen yet) would make the new lease a dead holder's. The
+        // lease is then left to its ttl.
+        let holder = self
+            .holder
+            .filter(|_| request.bound)
+            .map(|h| h.as_bytes().to_vec());
         let id = request.lease.as_uuid().as_bytes().to_vec();
         for (i, position) in positions.iter().enumerate() {
             // The labels go on the lowest position's row only.
@@ -473,7 +486,8 @@ impl Step<'_> {
             tx.exec_drop(
                 format!(
                     "INSERT INTO {} (pool, position, lease, token, expires_at, owner, \
-                     borrow_key, holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     borrow_key, holder) VALUES (?, ?, ?, ?, ?, ?, ?, IF(IS_USED_LOCK(\
+                     CONCAT('semaphore_holder_', LOWER(HEX(?)))) IS NULL, NULL, ?))",
                     t.leases
                 ),
                 (
@@ -484,7 +498,8 @@ impl Step<'_> {
                     expires_at,
                     owner,
                     borrow_key,
-                    holder.map(|h| h.as_bytes().to_vec()),
+                    holder.clone(),
+                    holder.clone(),
                 ),
             )
             .await?;
@@ -567,22 +582,32 @@ impl Step<'_> {
         Ok(holders_of(rows, *pool).pop().map(|h| h.lease))
     }
 
-    /// R6, R15: the `n` lowest positions no lease holds, given that `held`
-    /// slots are held (expired rows were reaped) and `n` are free.
-    async fn lowest_free(
-        &self,
-        tx: &mut Transaction<'_>,
-        pool: &PoolId,
-        held: i64,
-        n: u32,
-    ) -> Sql<Positions> {
-        let highest: Option<i64> = tx
+    /// The highest position held in `pool`, `None` if none is.
+    async fn highest(&self, tx: &mut Transaction<'_>, pool: &PoolId) -> Sql<Option<i64>> {
+        Ok(tx
             .exec_first::<Option<i64>, _, _>(
                 format!("SELECT MAX(position) FROM {} WHERE pool = ?", self.t.leases),
                 (key(pool),),
             )
             .await?
-            .flatten();
+            .flatten())
+    }
+
+    /// R6, R15: the `n` lowest positions no lease holds, given that `held`
+    /// slots are held (expired rows were reaped), the highest of them at
+    /// `highest`, and `n` are free.
+    ///
+    /// Positions fill from the bottom, so they are most often dense,
+    /// `0..held`, and the answer is `held..held + n`; otherwise the gaps in
+    /// position order come first.
+    async fn lowest_free(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: &PoolId,
+        held: i64,
+        highest: Option<i64>,
+        n: u32,
+    ) -> Sql<Positions> {
         let mut free = Vec::with_capacity(n as usize);
         let mut next = 0u32;
         if highest.is_none_or(|h| h + 1 == held) {
