@@ -42,9 +42,11 @@ const INIT: [&str; 3] = [
 ///   on one pool serialize while steps on different pools run in parallel;
 ///   a multi-pool borrow locks its pools' rows in id order, so two never
 ///   deadlock. A step is several statements (a round trip each) in that
-///   transaction: an uncontended borrow is seven round trips with its
-///   `START TRANSACTION` and `COMMIT`; a return is one statement in
-///   autocommit. A dropped future rolls its transaction back.
+///   transaction. A borrow without a key is one round trip: a call of the
+///   store's borrow procedure (`PREFIX_borrow`, created with the tables),
+///   which runs the same steps in a transaction of its own; a return is
+///   one statement in autocommit. A dropped future rolls its transaction
+///   back.
 /// - **The server's clock decides** (SPEC "Time"): `SYSDATE(3)`, read
 ///   after the lock, judges expiry and sets expiries. Clients whose clocks
 ///   disagree can neither over-issue nor take a live lease;
@@ -65,9 +67,9 @@ const INIT: [&str; 3] = [
 ///   timeouts (1205) and the server shutting down are retryable
 ///   [`Error::Storage`]; a lost connection is never [`Error::Exhausted`].
 ///
-/// Needs a tokio runtime. The user needs `CREATE` on the database the
-/// first time (the tables are made if missing), then `SELECT`, `INSERT`,
-/// `UPDATE` and `DELETE`.
+/// Needs a tokio runtime. The user needs `CREATE` and `CREATE ROUTINE` on
+/// the database the first time (the tables and the procedure are made if
+/// missing), then `SELECT`, `INSERT`, `UPDATE`, `DELETE` and `EXECUTE`.
 ///
 /// ```no_run
 /// use std::{sync::Arc, time::Duration};
@@ -312,6 +314,10 @@ impl Store for MysqlStore {
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        if request.key.is_none() {
+            return autocommit!(self, "borrow", |step, conn| step
+                .call_borrow(&mut conn, request));
+        }
         in_tx!(self, "borrow", |step, tx| step.try_borrow(&mut tx, request))
     }
 

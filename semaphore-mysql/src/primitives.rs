@@ -512,6 +512,73 @@ impl Step<'_> {
         }))
     }
 
+    /// [`try_borrow`](Self::try_borrow) for a request without a key, as one
+    /// call of the borrow procedure in autocommit: one round trip. Safe to
+    /// repeat: a call whose answer was lost, repeated with the same lease
+    /// id, gets the lease it granted.
+    pub(crate) async fn call_borrow(
+        &self,
+        conn: &mut mysql_async::Conn,
+        request: &BorrowRequest,
+    ) -> Sql<Result<TryBorrow, Error>> {
+        let pool = request.pool;
+        let ttl = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
+        let max = i64::try_from(semaphore_core::store::MAX_UNIX_MS).unwrap_or(i64::MAX);
+        type Answer = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+        let answer: Option<Answer> = conn
+            .exec_first(
+                format!("CALL {}(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.t.borrow),
+                (
+                    key(&pool),
+                    request.lease.as_uuid().as_bytes().to_vec(),
+                    ttl,
+                    max,
+                    request.slots.max(1),
+                    self.holder
+                        .filter(|_| request.bound)
+                        .map(|h| h.as_bytes().to_vec()),
+                    request.waiter.map(|w| w.as_uuid().as_bytes().to_vec()),
+                    request.owner.as_deref().map(|o| o.as_bytes().to_vec()),
+                    self.now_param(),
+                    WAITER_TTL_MS,
+                ),
+            )
+            .await?;
+        let Some((status, token, expires_at, positions, next)) = answer else {
+            return Err(mysql_async::Error::Other(
+                "the borrow procedure answered no row".into(),
+            ));
+        };
+        Ok(match status {
+            0 => {
+                let positions: Vec<u32> = positions
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter_map(|p| p.parse().ok())
+                    .collect();
+                let Some(positions) = Positions::new(positions) else {
+                    return Err(mysql_async::Error::Other(
+                        "the borrow procedure granted no position".into(),
+                    ));
+                };
+                Ok(TryBorrow::Granted {
+                    lease: Lease::holding(
+                        request.lease,
+                        pool,
+                        positions,
+                        token.unwrap_or_default().unsigned_abs(),
+                        instant(expires_at.unwrap_or_default()),
+                    ),
+                })
+            }
+            1 => Ok(TryBorrow::Exhausted {
+                next_expiry: next.map(instant),
+            }),
+            3 => Err(Error::Draining { pool }),
+            _ => Err(Error::PoolNotFound { pool }),
+        })
+    }
+
     /// A refused head of `slots` joins the queue of `pool`, or refreshes
     /// its place when less than half of its life is left.
     async fn keep_place(

@@ -11,6 +11,9 @@
 //! - `P_waiters`: the queued heads of each pool (R11 across processes),
 //!   first come first served by an `AUTO_INCREMENT` ticket.
 //!
+//! - `P_borrow`: the uncontended borrow as one stored procedure (one round
+//!   trip), `borrow.sql`.
+//!
 //! Labels are `VARBINARY`/`BLOB`, compared byte for byte: a key never
 //! matches another that differs only in case, whatever the collation.
 
@@ -30,6 +33,9 @@ pub(crate) struct Tables {
     pub(crate) pools: String,
     pub(crate) leases: String,
     pub(crate) waiters: String,
+    /// The borrow procedure's name.
+    pub(crate) borrow: String,
+    prefix: String,
 }
 
 impl Tables {
@@ -39,6 +45,8 @@ impl Tables {
             pools: format!("{prefix}_pools"),
             leases: format!("{prefix}_leases"),
             waiters: format!("{prefix}_waiters"),
+            borrow: format!("{prefix}_borrow"),
+            prefix: prefix.to_string(),
         }
     }
 
@@ -48,6 +56,7 @@ impl Tables {
             pools,
             leases,
             waiters,
+            ..
         } = self;
         [
             format!(
@@ -117,7 +126,7 @@ pub(crate) async fn prepare(conn: &mut Conn, tables: &Tables) -> Result<()> {
         .await
         .map_err(storage("open"))?;
     match found {
-        Some(VERSION) => Ok(()),
+        Some(VERSION) => create_procedure(conn, tables).await,
         other => Err(Error::SchemaMismatch {
             expected: format!("{} version {VERSION}", tables.store),
             found: match other {
@@ -125,5 +134,31 @@ pub(crate) async fn prepare(conn: &mut Conn, tables: &Tables) -> Result<()> {
                 None => format!("{} without its row", tables.store),
             },
         }),
+    }
+}
+
+/// Creates the borrow procedure if it is missing. Two processes may both
+/// find it missing: the one that loses the race is told it exists (1304).
+///
+/// # Errors
+/// [`Error::Storage`] if the server refused (the user needs `CREATE
+/// ROUTINE` the first time, and `EXECUTE`).
+async fn create_procedure(conn: &mut Conn, tables: &Tables) -> Result<()> {
+    let found: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.ROUTINES \
+             WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ?",
+            (&tables.borrow,),
+        )
+        .await
+        .map_err(storage("open"))?;
+    if found.unwrap_or_default() > 0 {
+        return Ok(());
+    }
+    let body = include_str!("borrow.sql").replace("{p}", &tables.prefix);
+    match conn.query_drop(body).await {
+        Ok(()) => Ok(()),
+        Err(mysql_async::Error::Server(e)) if e.code == 1304 => Ok(()),
+        Err(e) => Err(storage("open")(e)),
     }
 }

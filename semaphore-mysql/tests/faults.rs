@@ -1,5 +1,6 @@
-//! Faults on a real server, each on a throwaway server of its own (SPEC
-//! R14, R16): every connection killed, and a restart.
+//! Faults on a real server (SPEC R14, R16): every connection killed and a
+//! restart, each on a throwaway server of its own; a borrow whose answer
+//! was lost, sent again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,8 +11,9 @@ use semaphore_mysql::{BorrowOptions, Error, MysqlOptions, MysqlStore, Pool, Pool
 const TTL: Duration = Duration::from_secs(60);
 
 async fn store(server: &TestServer) -> Arc<MysqlStore> {
+    let options = MysqlOptions::default().table_prefix(TestServer::fresh_prefix());
     Arc::new(
-        MysqlStore::connect_with(server.url(), MysqlOptions::default())
+        MysqlStore::connect_with(server.url(), options)
             .await
             .expect("a store on the throwaway server"),
     )
@@ -126,4 +128,26 @@ async fn a_restart_keeps_unbound_leases_and_tokens_and_waiters_are_served_after_
     assert!(retry(|| pool.return_lease(unbound.id)).await);
     let served = waiter.await.unwrap().expect("served after the restart");
     assert_eq!(served.position, unbound.position);
+}
+
+/// A borrow whose answer was lost (its connection broke after the server
+/// ran it) is sent again with the same lease id: it gets the lease it was
+/// granted, not a second one, so that retrying on a closed connection is
+/// safe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrow_sent_twice_with_one_lease_id_grants_once() {
+    use semaphore_mysql::store::{BorrowRequest, Store, TryBorrow};
+    let store = store(TestServer::shared()).await;
+    let pool = PoolId::from_name("p");
+    store.register(pool, 4).await.unwrap();
+    let mut request = BorrowRequest::new(pool, semaphore_mysql::LeaseId::new(), TTL);
+    request.slots = 2;
+    let TryBorrow::Granted { lease: first } = store.try_borrow(&request).await.unwrap() else {
+        panic!("a free pool refused");
+    };
+    let TryBorrow::Granted { lease: again } = store.try_borrow(&request).await.unwrap() else {
+        panic!("the repeat was refused");
+    };
+    assert_eq!(first, again);
+    assert_eq!(store.inspect(pool).await.unwrap().in_use, 2);
 }

@@ -1,0 +1,128 @@
+-- The uncontended borrow as one call (one round trip): the same steps as
+-- `primitives::Step::try_borrow` without a key, in a transaction of its
+-- own. `{p}` is the table prefix. A call repeated with the same lease id
+-- (its answer was lost) gets the lease it granted.
+CREATE PROCEDURE {p}_borrow(
+    IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_ttl BIGINT, IN p_max BIGINT,
+    IN p_slots INT UNSIGNED, IN p_holder BINARY(16), IN p_waiter BINARY(16),
+    IN p_owner VARBINARY(1024), IN p_now BIGINT, IN p_waiter_ttl BIGINT)
+proc: BEGIN
+    DECLARE v_count BIGINT;
+    DECLARE v_draining BOOLEAN;
+    DECLARE v_now, v_rows, v_expired, v_highest, v_ticket, v_alive, v_ahead, v_held,
+        v_token, v_expires, v_freed BIGINT;
+    DECLARE v_holder BINARY(16);
+    DECLARE v_positions TEXT DEFAULT '';
+    DECLARE v_next, v_taken INT UNSIGNED DEFAULT 0;
+    DECLARE v_found INT DEFAULT 0;
+    DECLARE v_done INT DEFAULT 0;
+    DECLARE v_mine BIGINT DEFAULT 0;
+    DECLARE taken CURSOR FOR SELECT position FROM {p}_leases WHERE pool = p_pool ORDER BY position;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+
+    START TRANSACTION;
+    SELECT count, draining, COALESCE(p_now, CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED))
+        INTO v_count, v_draining, v_now FROM {p}_pools WHERE pool = p_pool FOR UPDATE;
+    IF v_count IS NULL THEN
+        ROLLBACK;
+        SELECT 2, NULL, NULL, NULL, NULL;
+        LEAVE proc;
+    END IF;
+    IF v_draining THEN
+        ROLLBACK;
+        SELECT 3, NULL, NULL, NULL, NULL;
+        LEAVE proc;
+    END IF;
+    -- A retry of a call whose answer was lost gets the lease it granted.
+    SELECT COUNT(*) INTO v_mine FROM {p}_leases
+        WHERE pool = p_pool AND lease = p_lease AND expires_at > v_now;
+    IF v_mine > 0 THEN
+        COMMIT;
+        SELECT 0, MIN(token), MIN(expires_at), GROUP_CONCAT(position ORDER BY position), NULL
+            FROM {p}_leases WHERE pool = p_pool AND lease = p_lease;
+        LEAVE proc;
+    END IF;
+    SELECT COUNT(*), COALESCE(SUM(expires_at <= v_now), 0), MAX(position)
+        INTO v_rows, v_expired, v_highest FROM {p}_leases WHERE pool = p_pool;
+    IF v_expired > 0 THEN
+        DELETE FROM {p}_leases WHERE pool = p_pool AND expires_at <= v_now;
+        SELECT MAX(position) INTO v_highest FROM {p}_leases WHERE pool = p_pool;
+    END IF;
+    SET v_held = v_rows - v_expired;
+    DELETE FROM {p}_waiters WHERE pool = p_pool AND alive_until <= v_now;
+    IF p_waiter IS NOT NULL THEN
+        SELECT ticket, alive_until INTO v_ticket, v_alive
+            FROM {p}_waiters WHERE pool = p_pool AND waiter = p_waiter;
+    END IF;
+    SELECT COALESCE(SUM(slots), 0) INTO v_ahead FROM {p}_waiters
+        WHERE pool = p_pool AND ticket < COALESCE(v_ticket, 9223372036854775807);
+    IF v_count - v_held - v_ahead < p_slots THEN
+        DELETE FROM {p}_leases WHERE pool = p_pool AND holder IS NOT NULL
+            AND IS_FREE_LOCK(CONCAT('semaphore_holder_', LOWER(HEX(holder)))) <=> 1;
+        SET v_freed = ROW_COUNT();
+        IF v_freed > 0 THEN
+            SET v_held = v_held - v_freed;
+            SELECT MAX(position) INTO v_highest FROM {p}_leases WHERE pool = p_pool;
+        END IF;
+    END IF;
+    IF v_count - v_held - v_ahead < p_slots THEN
+        IF p_waiter IS NOT NULL THEN
+            IF v_ticket IS NULL THEN
+                INSERT INTO {p}_waiters (pool, waiter, alive_until, slots)
+                    VALUES (p_pool, p_waiter, v_now + p_waiter_ttl, p_slots);
+            ELSEIF v_alive - v_now < p_waiter_ttl DIV 2 THEN
+                UPDATE {p}_waiters SET alive_until = v_now + p_waiter_ttl
+                    WHERE pool = p_pool AND waiter = p_waiter;
+            END IF;
+        END IF;
+        COMMIT;
+        SELECT 1, NULL, NULL, NULL,
+            (SELECT MIN(expires_at) FROM {p}_leases WHERE pool = p_pool AND expires_at > v_now);
+        LEAVE proc;
+    END IF;
+
+    UPDATE {p}_store SET last_token = LAST_INSERT_ID(last_token + 1) WHERE id = 1;
+    SET v_token = LAST_INSERT_ID();
+    SET v_expires = LEAST(v_now + p_ttl, p_max);
+    IF p_holder IS NOT NULL
+        AND IS_USED_LOCK(CONCAT('semaphore_holder_', LOWER(HEX(p_holder)))) IS NOT NULL THEN
+        SET v_holder = p_holder;
+    END IF;
+    IF v_highest IS NOT NULL AND v_highest + 1 <> v_held THEN
+        -- Gaps first, in position order.
+        SET v_done = 0;
+        OPEN taken;
+        gaps: LOOP
+            FETCH taken INTO v_taken;
+            IF v_done = 1 OR v_found >= p_slots THEN
+                LEAVE gaps;
+            END IF;
+            WHILE v_next < v_taken AND v_found < p_slots DO
+                INSERT INTO {p}_leases (pool, position, lease, token, expires_at, owner, holder)
+                    VALUES (p_pool, v_next, p_lease, v_token, v_expires,
+                            IF(v_found = 0, p_owner, NULL), v_holder);
+                SET v_positions = CONCAT(v_positions, IF(v_found = 0, '', ','), v_next);
+                SET v_found = v_found + 1;
+                SET v_next = v_next + 1;
+            END WHILE;
+            SET v_next = v_taken + 1;
+        END LOOP;
+        CLOSE taken;
+    ELSE
+        SET v_next = v_held;
+    END IF;
+    WHILE v_found < p_slots DO
+        INSERT INTO {p}_leases (pool, position, lease, token, expires_at, owner, holder)
+            VALUES (p_pool, v_next, p_lease, v_token, v_expires,
+                    IF(v_found = 0, p_owner, NULL), v_holder);
+        SET v_positions = CONCAT(v_positions, IF(v_found = 0, '', ','), v_next);
+        SET v_found = v_found + 1;
+        SET v_next = v_next + 1;
+    END WHILE;
+    IF p_waiter IS NOT NULL THEN
+        DELETE FROM {p}_waiters WHERE pool = p_pool AND waiter = p_waiter;
+    END IF;
+    COMMIT;
+    SELECT 0, v_token, v_expires, v_positions, NULL;
+END
