@@ -6,6 +6,7 @@
 
 mod accept;
 mod api;
+mod app;
 mod auth;
 mod cli;
 mod commands;

@@ -6,7 +6,8 @@ use std::time::Duration;
 use semaphore_core::Limits;
 use tokio::sync::watch;
 
-use crate::api::{self, App};
+use crate::api;
+use crate::app::App;
 use crate::cli::ServeArgs;
 
 /// Why `serve` stopped, with the exit code it maps to (sysexits).

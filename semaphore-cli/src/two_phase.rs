@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use semaphore_core::{BorrowOptions, Enqueued, Lease};
 use tokio::time::Instant;
 
-use crate::api::App;
+use crate::app::App;
 use crate::error::ApiError;
 use crate::extract::{JsonObject, PoolPath};
 use crate::wire;
