@@ -76,9 +76,16 @@ impl TestServer {
             .tempdir()
             .map_err(|e| format!("a temporary directory for MariaDB: {e}"))?;
         let as_root = is_root();
+        // Each server its own temporary directory: two bootstraps sharing
+        // /tmp at once were seen to trip over each other's temporary tables.
+        std::fs::create_dir(tmp(dir.path()))
+            .map_err(|e| format!("a temporary directory for MariaDB: {e}"))?;
         if as_root {
-            run(Command::new("chown").arg("mysql:").arg(dir.path()))?;
+            run(Command::new("chown").args(["-R", "mysql:"]).arg(dir.path()))?;
         }
+        // One bootstrap at a time in this process, for the same reason.
+        static BOOTSTRAP: Mutex<()> = Mutex::new(());
+        let _one = BOOTSTRAP.lock().unwrap_or_else(|e| e.into_inner());
         let mut install = user_command("mariadb-install-db", as_root);
         install
             .args([
@@ -86,7 +93,8 @@ impl TestServer {
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
             ])
-            .arg(format!("--datadir={}", data(dir.path()).display()));
+            .arg(format!("--datadir={}", data(dir.path()).display()))
+            .arg(format!("--tmpdir={}", tmp(dir.path()).display()));
         run(&mut install)?;
         let child = spawn(dir.path(), as_root)?;
         watchdog(dir.path(), child.id())?;
@@ -223,6 +231,10 @@ fn data(dir: &Path) -> PathBuf {
     dir.join("data")
 }
 
+fn tmp(dir: &Path) -> PathBuf {
+    dir.join("tmp")
+}
+
 fn socket(dir: &Path) -> PathBuf {
     dir.join("mysqld.sock")
 }
@@ -236,6 +248,7 @@ fn spawn(dir: &Path, as_root: bool) -> Result<Child, String> {
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data(dir).display()))
         .arg(format!("--socket={}", socket.display()))
+        .arg(format!("--tmpdir={}", tmp(dir).display()))
         .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
         .arg(format!("--log-error={}", dir.join("mysqld.log").display()))
         .args([
