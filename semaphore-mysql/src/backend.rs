@@ -159,7 +159,13 @@ impl MysqlStore {
             holder.clone(),
             changes.clone(),
             options.time.clone(),
-            options.poll_interval,
+            holder::Poll {
+                connections: pool.clone(),
+                pools: tables.pools.clone(),
+                leases: tables.leases.clone(),
+                waiters: tables.waiters.clone(),
+                interval: options.poll_interval,
+            },
         );
         let _ = tokio::time::timeout(HOLDER_WAIT, async {
             while holder.id.lock().is_none() {
