@@ -156,16 +156,6 @@ impl Changes {
         }
     }
 
-    /// The pools that borrowers of this process wait on: for a store that
-    /// polls for other processes' changes to ask about these only. Empty
-    /// (one atomic load) when nobody waits.
-    pub fn waiting_pools(&self) -> Vec<PoolId> {
-        if !self.has_waiters() {
-            return Vec::new();
-        }
-        self.queues.lock().keys().copied().collect()
-    }
-
     /// Hands slots of `pool` just freed to this process's queued borrowers
     /// of it, in queue order (R11), while the caller still holds the
     /// pool's atomic step (its lock or transaction) and before anyone else

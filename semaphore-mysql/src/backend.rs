@@ -159,13 +159,7 @@ impl MysqlStore {
             holder.clone(),
             changes.clone(),
             options.time.clone(),
-            holder::Poll {
-                connections: pool.clone(),
-                pools: tables.pools.clone(),
-                leases: tables.leases.clone(),
-                waiters: tables.waiters.clone(),
-                interval: options.poll_interval,
-            },
+            options.poll_interval,
         );
         let _ = tokio::time::timeout(HOLDER_WAIT, async {
             while holder.id.lock().is_none() {

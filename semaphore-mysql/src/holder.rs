@@ -65,102 +65,21 @@ pub(crate) fn spawn(
     holder: Arc<Holder>,
     changes: Arc<Changes>,
     time: DecidingClock,
-    poll: Poll,
+    poll: Duration,
 ) -> Background {
     let hold = tokio::spawn(hold(opts, holder, time));
-    let wake = tokio::spawn(wake(changes, poll));
-    Background(vec![hold.abort_handle(), wake.abort_handle()])
-}
-
-/// What the waiters' poll looks at.
-pub(crate) struct Poll {
-    pub(crate) connections: mysql_async::Pool,
-    pub(crate) pools: String,
-    pub(crate) leases: String,
-    pub(crate) waiters: String,
-    pub(crate) interval: Duration,
-}
-
-/// How often every waiting head asks the store whatever the probe saw: it
-/// refreshes the head's place in the store's queue (dropped after 4.5 s
-/// without one) and covers what the probe does not see.
-const HEARTBEAT: Duration = Duration::from_secs(1);
-
-/// A pool as the probe sees it: its count, its drain, its lease rows and
-/// its queued heads. Another process's return, count change, drain or
-/// head leaving the queue changes it.
-type Seen = (u32, bool, i64, i64);
-
-/// The waiters' poll: each interval, one query tells which waited-on pools
-/// changed, and only their heads ask the store again; every second, every
-/// head asks. MySQL has no LISTEN/NOTIFY, so this is how a process learns
-/// of another's return (its own wake its waiters at once).
-async fn wake(changes: Arc<Changes>, poll: Poll) {
-    let mut tick = tokio::time::interval(poll.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut seen: std::collections::HashMap<semaphore_core::PoolId, Seen> = Default::default();
-    let mut beat = tokio::time::Instant::now();
-    loop {
-        tick.tick().await;
-        let waited = changes.waiting_pools();
-        if waited.is_empty() {
-            seen.clear();
-            continue;
-        }
-        if beat.elapsed() >= HEARTBEAT {
-            beat = tokio::time::Instant::now();
-            changes.notify_all();
-            continue;
-        }
-        let Ok(now) = probe(&poll, &waited).await else {
-            changes.notify_all();
-            continue;
-        };
-        for pool in waited {
-            let state = now.get(&pool).copied();
-            if state.is_none() || seen.get(&pool).copied() != state {
-                changes.notify(pool);
+    let wake = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            // Another process's return tells nobody here: every head looks.
+            if changes.has_waiters() {
+                changes.notify_all();
             }
-            match state {
-                Some(state) => seen.insert(pool, state),
-                None => seen.remove(&pool),
-            };
         }
-    }
-}
-
-/// One query over the waited-on pools: how each looks now (a pool that is
-/// gone is missing).
-async fn probe(
-    poll: &Poll,
-    pools: &[semaphore_core::PoolId],
-) -> mysql_async::Result<std::collections::HashMap<semaphore_core::PoolId, Seen>> {
-    let marks = vec!["?"; pools.len()].join(", ");
-    let statement = format!(
-        "SELECT p.pool, p.count, p.draining, \
-         (SELECT COUNT(*) FROM {leases} l WHERE l.pool = p.pool), \
-         (SELECT COUNT(*) FROM {waiters} w WHERE w.pool = p.pool) \
-         FROM {pools} p WHERE p.pool IN ({marks})",
-        leases = poll.leases,
-        waiters = poll.waiters,
-        pools = poll.pools,
-    );
-    let keys: Vec<mysql_async::Value> = pools
-        .iter()
-        .map(|p| p.as_uuid().as_bytes().to_vec().into())
-        .collect();
-    let mut conn = poll.connections.get_conn().await?;
-    let rows: Vec<(Vec<u8>, u32, bool, i64, i64)> = conn.exec(statement, keys).await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|(id, count, draining, leases, waiters)| {
-            let id = uuid::Uuid::from_slice(&id).ok()?;
-            Some((
-                semaphore_core::PoolId::from_uuid(id),
-                (count, draining, leases, waiters),
-            ))
-        })
-        .collect())
+    });
+    Background(vec![hold.abort_handle(), wake.abort_handle()])
 }
 
 /// Keeps a holder connection up with its lock, and measures the server's
