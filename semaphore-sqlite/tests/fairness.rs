@@ -44,9 +44,14 @@ async fn b_queued_behind_a(db: &Path) -> (Pool, Lease, JoinHandle<Result<Lease, 
     a.register(1).await.unwrap();
     let held = a.try_borrow(TTL).await.unwrap().forget();
     let waiter = tokio::spawn(async move {
-        b.borrow(TTL, Duration::from_secs(30))
+        let lease = b
+            .borrow(TTL, Duration::from_secs(30))
             .await
-            .map(|l| l.forget())
+            .map(|l| l.forget());
+        // B's store holds B's lease (R16): dropping it here would free the
+        // lease at once, and A could then take the slot fairly.
+        std::mem::forget(b);
+        lease
     });
     until_queued_in_file(db, 1).await;
     (a, held, waiter)
