@@ -35,7 +35,8 @@ const INIT: [&str; 3] = [
 
 /// A [`Store`] in one MySQL (8.0 or later) or MariaDB (10.6 or later)
 /// database, shared by any number of processes on any number of machines
-/// (issue: the MySQL store; `mysql-counting-semaphore.txt`'s design).
+/// (SPEC "Architecture" and R1-R16; the design of
+/// `mysql-counting-semaphore.txt`).
 ///
 /// - **One transaction per primitive**, InnoDB, `READ COMMITTED`: the
 ///   pool's row is locked first (`SELECT ... FOR UPDATE`), so that steps

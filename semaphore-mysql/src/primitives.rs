@@ -88,10 +88,7 @@ impl Step<'_> {
     /// that freed.
     pub(crate) async fn reap_gone(&self, tx: &mut Transaction<'_>, pool: &PoolId) -> Sql<i64> {
         tx.exec_drop(
-            format!(
-                "DELETE FROM {} WHERE pool = ? AND holder IS NOT NULL AND {GONE}",
-                self.t.leases
-            ),
+            format!("DELETE FROM {} WHERE pool = ? AND {GONE}", self.t.leases),
             (key(pool),),
         )
         .await?;

@@ -63,7 +63,7 @@ impl Step<'_> {
             }
             return Ok(Ok(TryBorrow::Granted { lease }));
         }
-        let held = rows - expired;
+        let mut held = rows - expired;
         // The queued heads, in one look: those not seen for too long are
         // dropped; the borrower's own place; the slots owed ahead of it.
         let queued: Vec<(Vec<u8>, i64, i64, u32)> = tx
@@ -95,7 +95,6 @@ impl Step<'_> {
             .map(|q| i64::from(q.3))
             .sum();
         let n = i64::from(request.slots.max(1));
-        let mut held = held;
         if i64::from(count) - held - ahead < n {
             let freed = self.reap_gone(tx, &pool).await?;
             if freed > 0 {
