@@ -25,12 +25,17 @@ const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// processes on any number of machines (SPEC "PostgreSQL store").
 ///
 /// - **One round trip per primitive.** Each is one statement in autocommit
-///   calling a server-side function that locks the pool row, ignores
-///   expired leases, picks the lowest free position and writes. No
-///   transaction is ever held open across an `.await`, so a dropped future
-///   never strands one on a pooled connection (R12, R14).
+///   calling a server-side function. No transaction is ever held open
+///   across an `.await`, so a dropped future never strands one on a pooled
+///   connection (R12, R14).
+/// - **A row per slot** (schema version 4, issue 22): an unkeyed one-slot
+///   borrow with nobody queued ahead takes the lowest free slot row with
+///   `FOR UPDATE SKIP LOCKED`, and a return frees only its rows; neither
+///   locks the pool row, so grants on different slots commit in parallel.
+///   Keyed and weighted borrows, queue places and the leases of gone
+///   holders take the pool row's lock.
 /// - **The server's clock decides** (SPEC "Time"): `clock_timestamp()`,
-///   read after the lock, judges expiry and sets `expires_at`. Clients whose
+///   read in the deciding call, judges expiry and sets `expires_at`. Clients whose
 ///   clocks disagree by any amount can neither over-issue nor take a live
 ///   lease. [`Store::clock`](semaphore_core::store::Store::clock) is this process's view of the server's clock,
 ///   its own plus an offset measured at connect and refreshed.
@@ -42,7 +47,10 @@ const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   listener's backend gone from `pg_stat_activity`, or no heartbeat for
 ///   4.5 s) stops blocking others.
 /// - **Tokens** come from a sequence that survives delete, and never
-///   repeat, even for a grant rolled back (R9).
+///   repeat, even for a grant rolled back (R9). A grant takes its token
+///   under its slot row's lock, so each position's tokens rise with its
+///   grants; two grants in flight at once on different positions may
+///   commit in either order.
 /// - **Errors:** SQLSTATE 40001, 40P01, 55P03, 57014, class 08, a closed
 ///   connection and a pool timeout are retryable [`Error::Storage`]; a lost
 ///   connection is never [`Error::Exhausted`].
@@ -254,6 +262,38 @@ impl PostgresStore {
             .query_typed(statement, params)
             .await
             .map_err(storage(operation))
+    }
+
+    /// `statement`, then the pool's wake-up (`semaphore_returned`: a
+    /// notification if a head is queued) as a transaction of its own on the
+    /// same connection, once the first has committed. Kept out of the first
+    /// transaction because PostgreSQL serializes the commits of notifying
+    /// transactions. A wake-up that fails is left to the waiters' fallback
+    /// poll.
+    ///
+    /// The two are sent one after the other, not pipelined: PgBouncer in
+    /// transaction mode (1.18 at least) may hand the server connection to
+    /// another client between two pipelined transactions, and the second
+    /// one's answer then reached that other client (seen in CI as a borrow
+    /// reading the wake-up's `void` row).
+    pub(crate) async fn query_then_wake(
+        &self,
+        operation: &'static str,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        pool: &uuid::Uuid,
+    ) -> Result<Vec<Row>> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime { operation });
+        }
+        let client = self.pool.get().await.map_err(pool_error(operation))?;
+        let rows = client
+            .query_typed(statement, params)
+            .await
+            .map_err(storage(operation))?;
+        let wake: [(&(dyn ToSql + Sync), Type); 1] = [(pool, Type::UUID)];
+        let _woken = client.query_typed(&self.sql.wake, &wake).await;
+        Ok(rows)
     }
 
     pub(crate) fn statements(&self) -> &Sql {

@@ -198,7 +198,7 @@ impl Store for PostgresStore {
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         let now = self.now_param();
         let rows = self
-            .query(
+            .query_then_wake(
                 "return",
                 &self.sql.return_lease,
                 &[
@@ -206,6 +206,7 @@ impl Store for PostgresStore {
                     (&lease.as_uuid(), Type::UUID),
                     (&now, Type::INT8),
                 ],
+                pool.as_uuid(),
             )
             .await?;
         let returned: bool = first(&rows, "return")?

@@ -17,9 +17,12 @@ use crate::error::storage;
 /// leases (R15): a lease's id is no longer unique per row, and a queued
 /// head records its weight (`semaphore_waiters.slots`); and leases bound to
 /// their holder's session (R16: `holder`, `holder_start`), and pools that
-/// drain (`semaphore_pools.draining`). Versions 1 and 2
-/// are migrated in place ([`migrate`]).
-pub(crate) const VERSION: i32 = 3;
+/// drain (`semaphore_pools.draining`). Version 4 keeps one row per slot,
+/// free or held (`semaphore_slots`), in place of a row per held slot
+/// (`semaphore_leases`), so that grants and returns on different slots of
+/// one pool commit in parallel (issue 22). Versions 1 to 3 are migrated in
+/// place ([`migrate`]).
+pub(crate) const VERSION: i32 = 4;
 
 /// How long a queued head's row stays without being refreshed before other
 /// processes treat its process as gone (R11), in ms: three of the longest
@@ -46,8 +49,29 @@ type Column<S> = (S, S, bool);
 type Shape = Vec<(String, Vec<Column<String>>)>;
 
 /// The shape of every table of ours: (table, [(column, type, not null)]),
-/// as `information_schema.columns` reports it.
+/// as `information_schema.columns` reports it, in the order of their names.
 const SHAPE: &[(&str, &[Column<&str>])] = &[
+    POOLS,
+    (
+        "semaphore_slots",
+        &[
+            ("pool", "uuid", true),
+            ("position", "bigint", true),
+            ("lease", "uuid", false),
+            ("token", "bigint", false),
+            ("expires_at", "bigint", true),
+            ("owner", "text", false),
+            ("borrow_key", "text", false),
+            ("holder", "integer", false),
+            ("holder_start", "bigint", false),
+        ],
+    ),
+    STORE,
+    WAITERS,
+];
+
+/// The shape of version 3: a row per held slot in `semaphore_leases`.
+const SHAPE_3: &[(&str, &[Column<&str>])] = &[
     (
         "semaphore_leases",
         &[
@@ -62,30 +86,36 @@ const SHAPE: &[(&str, &[Column<&str>])] = &[
             ("holder_start", "bigint", false),
         ],
     ),
-    (
-        "semaphore_pools",
-        &[
-            ("pool", "uuid", true),
-            ("count", "bigint", true),
-            ("draining", "boolean", true),
-        ],
-    ),
-    (
-        "semaphore_store",
-        &[("id", "integer", true), ("schema_version", "integer", true)],
-    ),
-    (
-        "semaphore_waiters",
-        &[
-            ("pool", "uuid", true),
-            ("waiter", "uuid", true),
-            ("ticket", "bigint", true),
-            ("alive_until", "bigint", true),
-            ("backend", "integer", false),
-            ("slots", "bigint", true),
-        ],
-    ),
+    POOLS,
+    STORE,
+    WAITERS,
 ];
+
+const POOLS: (&str, &[Column<&str>]) = (
+    "semaphore_pools",
+    &[
+        ("pool", "uuid", true),
+        ("count", "bigint", true),
+        ("draining", "boolean", true),
+    ],
+);
+
+const STORE: (&str, &[Column<&str>]) = (
+    "semaphore_store",
+    &[("id", "integer", true), ("schema_version", "integer", true)],
+);
+
+const WAITERS: (&str, &[Column<&str>]) = (
+    "semaphore_waiters",
+    &[
+        ("pool", "uuid", true),
+        ("waiter", "uuid", true),
+        ("ticket", "bigint", true),
+        ("alive_until", "bigint", true),
+        ("backend", "integer", false),
+        ("slots", "bigint", true),
+    ],
+);
 
 /// The statements that take a version 1 or 2 schema to version 3, before
 /// the script replaces the functions: the functions whose arguments or
@@ -105,6 +135,23 @@ const MIGRATE_TO_3: &str = "
     ALTER TABLE {s}.semaphore_leases ADD COLUMN IF NOT EXISTS holder integer,
         ADD COLUMN IF NOT EXISTS holder_start bigint;
     ALTER TABLE {s}.semaphore_pools ADD COLUMN IF NOT EXISTS draining boolean NOT NULL DEFAULT false;
+";
+
+/// The statements that take a version 3 schema to version 4, after the
+/// script has made the (empty) slot table: every held row moves over as it
+/// is, every position below a pool's highest held one gets a free row (a
+/// pool's rows are always 0 to n-1), and the old table goes.
+const MIGRATE_TO_4: &str = "
+    INSERT INTO {s}.semaphore_slots
+            (pool, position, lease, token, expires_at, owner, borrow_key, holder, holder_start)
+        SELECT pool, position, lease, token, expires_at, owner, borrow_key, holder, holder_start
+        FROM {s}.semaphore_leases;
+    INSERT INTO {s}.semaphore_slots (pool, position)
+        SELECT l.pool, g FROM (
+            SELECT pool, max(position) AS top FROM {s}.semaphore_leases GROUP BY pool) l,
+            generate_series(0::bigint, l.top) g
+        ON CONFLICT (pool, position) DO NOTHING;
+    DROP TABLE {s}.semaphore_leases;
 ";
 
 /// A schema name the store accepts: 1 to 40 of `a-z`, `0-9`, `_`, not
@@ -160,7 +207,11 @@ fn describe(shape: &Shape) -> String {
 }
 
 fn expected() -> Shape {
-    SHAPE
+    shape_of(SHAPE)
+}
+
+fn shape_of(tables: &[(&str, &[Column<&str>])]) -> Shape {
+    tables
         .iter()
         .map(|(t, cols)| {
             let cols = cols
@@ -227,6 +278,7 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
         let version = version(client, schema).await;
         let wanted = match version {
             Ok(Some(1 | 2)) => before_3(),
+            Ok(Some(3)) => shape_of(SHAPE_3),
             _ => expected.clone(),
         };
         if shape != wanted {
@@ -237,7 +289,7 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
         }
         return match version? {
             Some(VERSION) => Ok(()),
-            Some(1 | 2) => migrate(client, schema, &expected).await,
+            Some(old @ 1..=3) => migrate(client, schema, old, &expected).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),
@@ -262,7 +314,7 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
 /// The shape of versions 1 and 2: that of 3 without a queued head's weight
 /// or a lease's holder.
 fn before_3() -> Shape {
-    let mut shape = expected();
+    let mut shape = shape_of(SHAPE_3);
     for (_, columns) in &mut shape {
         columns
             .retain(|c| !["slots", "holder", "holder_start", "draining"].contains(&c.0.as_str()));
@@ -270,15 +322,21 @@ fn before_3() -> Shape {
     shape
 }
 
-/// Versions 1 and 2 to 3, in one transaction serialized with other
-/// processes doing the same ([`MIGRATE_TO_3`], then the script, then the
-/// version): all of it or none. Every lease of an older schema is one row,
-/// so the leases need no change. The shape is checked again after.
-async fn migrate(client: &Client, schema: &str, expected: &Shape) -> Result<()> {
-    let before = fill(MIGRATE_TO_3, schema);
+/// Versions 1 to 3 to 4, in one transaction serialized with other
+/// processes doing the same: from 1 or 2, [`MIGRATE_TO_3`] first (every
+/// lease of those is one row, so the leases need no change); then the
+/// script, then [`MIGRATE_TO_4`] and the version: all of it or none. The
+/// shape is checked again after.
+async fn migrate(client: &Client, schema: &str, old: i32, expected: &Shape) -> Result<()> {
+    let before = if old < 3 {
+        fill(MIGRATE_TO_3, schema)
+    } else {
+        String::new()
+    };
     let after = fill(
         &format!(
-            "UPDATE {{s}}.semaphore_store SET schema_version = {VERSION} WHERE id = 1 AND schema_version < {VERSION};"
+            "{MIGRATE_TO_4}
+             UPDATE {{s}}.semaphore_store SET schema_version = {VERSION} WHERE id = 1 AND schema_version < {VERSION};"
         ),
         schema,
     );

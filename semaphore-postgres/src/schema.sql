@@ -1,11 +1,11 @@
--- The PostgreSQL store's tables and functions, schema version 3 (version 1
+-- The PostgreSQL store's tables and functions, schema version 4 (version 1
 -- had the same tables; 2 replaced functions only: `semaphore_delete` locks
 -- the pool row first, heads refresh their place at every look; 3 holds
--- weighted leases, R15: a lease of n slots is n rows under one lease id,
--- token and expiry, its labels on its lowest row, and a queued head records
--- the slots it waits for; a lease bound to its holder, R16, names the
--- holder's session: its backend pid and start, as pg_stat_activity shows
--- them).
+-- weighted leases, R15, and a queued head records the slots it waits for;
+-- a lease bound to its holder, R16, names the holder's session: its
+-- backend pid and start, as pg_stat_activity shows them; 4 keeps a row per
+-- slot, `semaphore_slots`, in place of a row per held slot, so that grants
+-- on one pool need not serialize on its pool row: issue 22).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
 -- Times are unix milliseconds on the server's clock (SPEC "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
@@ -22,21 +22,30 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_pools (
     count bigint NOT NULL,
     draining boolean NOT NULL DEFAULT false
 );
-CREATE TABLE IF NOT EXISTS {s}.semaphore_leases (
+-- One row per slot, free or held (version 4): a grant takes the row of a
+-- free slot and a return frees it, so grants and returns on different
+-- slots of one pool lock different rows and commit in parallel. A free row
+-- has no lease and `expires_at` 0; a row is active while `expires_at` is in
+-- the future and its holder lives (R7, R16). A lease of n slots (R15) is n
+-- rows under one lease id, token and expiry, its labels on its lowest row.
+-- A pool's rows are positions 0 to n-1, n the most slots it has held at
+-- once: a grant that finds every row held adds the next (R2). No column
+-- but the key's is indexed, so updates stay on the page (HOT) with room
+-- left by the fill factor. A key is unique among a pool's active leases
+-- because keyed grants take the pool row's lock (an expired lease keeps
+-- its key on its row until the row is taken again).
+CREATE TABLE IF NOT EXISTS {s}.semaphore_slots (
     pool uuid NOT NULL,
     position bigint NOT NULL,
-    lease uuid NOT NULL,
-    token bigint NOT NULL,
-    expires_at bigint NOT NULL,
+    lease uuid,
+    token bigint,
+    expires_at bigint NOT NULL DEFAULT 0,
     owner text,
     borrow_key text,
     holder integer,
     holder_start bigint,
     PRIMARY KEY (pool, position)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS semaphore_leases_key ON {s}.semaphore_leases (pool, borrow_key)
-    WHERE borrow_key IS NOT NULL;
-CREATE INDEX IF NOT EXISTS semaphore_leases_lease ON {s}.semaphore_leases (lease);
+) WITH (fillfactor = 50);
 CREATE TABLE IF NOT EXISTS {s}.semaphore_waiters (
     pool uuid NOT NULL,
     waiter uuid NOT NULL,
@@ -63,23 +72,40 @@ $$;
 -- backend pid with the same start (a reused pid is another session). Where
 -- the start is hidden (another role's session without pg_read_all_stats),
 -- the pid alone: liveness may only ever shorten a lease, never take one
--- from a live holder. True for an unbound lease (no holder).
+-- from a live holder. True for an unbound lease (no holder). The function
+-- behind pg_stat_activity, asked for one pid, costs a twentieth of the
+-- view (which joins the catalogs for every session).
 CREATE OR REPLACE FUNCTION {s}.semaphore_alive(p_pid integer, p_start bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT p_pid IS NULL OR EXISTS (
-        SELECT 1 FROM pg_stat_activity a WHERE a.pid = p_pid AND (a.backend_start IS NULL
-            OR floor(extract(epoch FROM a.backend_start) * 1000000)::bigint = p_start))
+        SELECT 1 FROM pg_stat_get_activity(p_pid) a WHERE a.pid = p_pid
+            AND (a.backend_start IS NULL
+                OR floor(extract(epoch FROM a.backend_start) * 1000000)::bigint = p_start))
 $$;
 
 -- R3, R7, R15, R16: slots held at p_now by the pool's active leases (not
--- expired, holder not gone).
+-- expired, holder not gone), at any position.
 CREATE OR REPLACE FUNCTION {s}.semaphore_in_use(p_pool uuid, p_now bigint) RETURNS bigint
 LANGUAGE sql STABLE AS $$
-    SELECT count(*) FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at > p_now
+    SELECT count(*) FROM {s}.semaphore_slots l WHERE l.pool = p_pool AND l.expires_at > p_now
         AND {s}.semaphore_alive(l.holder, l.holder_start)
 $$;
 
+-- The key of the pool's advisory lock, the gate: a borrow about to take a
+-- new place in the queue holds it exclusive, from before it looks until it
+-- commits; the wake-up after a return tries it shared, never waiting. So
+-- either the borrow took it after the return committed, and sees the slot
+-- free; or it committed its place before the wake-up looked, which then
+-- sees the place; or it holds the gate as the wake-up looks, which then
+-- wakes every process unasked (the borrow's process looks again). Another
+-- pool's key may collide: it only ever costs a wait or a wake-up.
+CREATE OR REPLACE FUNCTION {s}.semaphore_gate(p_pool uuid) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT hashtextextended('{channel}' || p_pool::text, 0)
+$$;
+
 -- Wakes waiters of every process if any head is queued on the pool.
+-- (Within the transaction of a change made under the pool row's lock.)
 CREATE OR REPLACE FUNCTION {s}.semaphore_wake(p_pool uuid) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -88,7 +114,23 @@ BEGIN
     END IF;
 END $$;
 
--- R2: creates the pool or sets its count; its count and in_use.
+-- R8, after a return has committed: wakes every process if a head is
+-- queued, or if a borrow holds the pool's gate (it may be taking a place
+-- without having seen the slot free; its process then looks again). Runs
+-- in a transaction that writes nothing, so it waits for no flush.
+CREATE OR REPLACE FUNCTION {s}.semaphore_returned(p_pool uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT pg_try_advisory_xact_lock_shared({s}.semaphore_gate(p_pool))
+        OR EXISTS (SELECT 1 FROM {s}.semaphore_waiters WHERE pool = p_pool) THEN
+        PERFORM pg_notify('{channel}', p_pool::text);
+    END IF;
+END $$;
+
+-- R2: creates the pool or sets its count; its count and in_use. Slot rows
+-- are made by the grants that first need them, so a pool costs the most
+-- slots it has held at once, never its count; rows at or above a lowered
+-- count stay, and are not granted (R6).
 CREATE OR REPLACE FUNCTION {s}.semaphore_register(p_pool uuid, p_count bigint, p_now bigint)
 RETURNS TABLE (o_count bigint, o_in_use bigint, o_draining boolean)
 LANGUAGE plpgsql AS $$
@@ -119,16 +161,17 @@ BEGIN
     RETURN QUERY SELECT v_count, {s}.semaphore_in_use(p_pool, v_now), p_draining;
 END $$;
 
--- R4: removes the pool, its leases and its queued heads. The pool row is
+-- R4: removes the pool, its slots and its queued heads. The pool row is
 -- locked first: a borrow queued on that lock then finds no pool, and every
 -- lease committed before the lock was taken is seen by the deletes below
--- (each statement of a volatile function reads a fresh snapshot).
+-- (each statement of a volatile function reads a fresh snapshot); a grant
+-- or return in flight on a slot row commits first, or finds the row gone.
 CREATE OR REPLACE FUNCTION {s}.semaphore_delete(p_pool uuid) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM 1 FROM {s}.semaphore_pools WHERE pool = p_pool FOR UPDATE;
     PERFORM {s}.semaphore_wake(p_pool);
-    DELETE FROM {s}.semaphore_leases WHERE pool = p_pool;
+    DELETE FROM {s}.semaphore_slots WHERE pool = p_pool;
     DELETE FROM {s}.semaphore_waiters WHERE pool = p_pool;
     DELETE FROM {s}.semaphore_pools WHERE pool = p_pool;
     RETURN FOUND;
@@ -138,9 +181,20 @@ END $$;
 -- pool. status 0: granted (the new lease, or the keyed one, with its
 -- positions); 1: exhausted (expires_at is the earliest expiry); 2: no such
 -- pool; 3: the pool drains. A borrower of n is granted only if n slots are
--- free beyond the
--- weights of the heads queued ahead of it. A refused head keeps its place
--- if p_keep_place.
+-- free beyond the weights of the heads queued ahead of it. A refused head
+-- keeps its place if p_keep_place; with no p_lease, an attempt only keeps
+-- the place, and grants nothing.
+--
+-- The fast path takes one slot, unkeyed, while no head is queued ahead of
+-- the caller: the lowest free slot row that no other transaction holds
+-- locked (SKIP LOCKED), without the pool row's lock, so grants on
+-- different slots commit in parallel. A row locked by a grant or a return
+-- in flight is held until that commits (R6 at the instant of this grant).
+-- A refusal that writes nothing (no new place, no place to refresh, no
+-- lease of a gone holder to end) is decided from one snapshot, without a
+-- lock either: exact at that instant (R5), and a return in flight then
+-- comes after it. Everything else takes the slow path, under the pool
+-- row's lock (it adds rows as the pool grows).
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow(
     p_pool uuid, p_lease uuid, p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
     p_now bigint, p_backend integer, p_keep_place boolean, p_slots bigint,
@@ -150,8 +204,73 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_count bigint; v_now bigint; v_held bigint; v_ticket bigint; v_alive bigint;
     v_ahead bigint; v_dropped bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
-    v_positions bigint[]; v_draining boolean;
+    v_positions bigint[]; v_draining boolean; v_dead boolean;
 BEGIN
+    v_now := {s}.semaphore_now(p_now);
+    IF p_waiter IS NOT NULL THEN
+        SELECT w.ticket, w.alive_until INTO v_ticket, v_alive
+            FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+        IF v_alive <= v_now THEN
+            v_ticket := NULL;
+        END IF;
+    END IF;
+    IF p_slots = 1 AND p_key IS NULL AND p_lease IS NOT NULL THEN
+        v_exp := least(v_now + p_ttl, {max_ms});
+        SELECT p.count INTO v_count FROM {s}.semaphore_pools p
+            WHERE p.pool = p_pool AND NOT p.draining
+            AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_waiters w
+                            WHERE w.pool = p_pool AND w.alive_until > v_now
+                            AND w.ticket < coalesce(v_ticket, 9223372036854775807))
+            AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots l
+                            WHERE l.pool = p_pool AND l.position >= p.count
+                            AND l.expires_at > v_now);
+        IF FOUND THEN
+            -- In a subtransaction: a row locked here that then failed its
+            -- recheck (taken since this statement's snapshot) stays locked
+            -- until the end of the (sub)transaction, and the slow path must
+            -- not hold it while it waits for the pool row.
+            BEGIN
+                UPDATE {s}.semaphore_slots l SET lease = p_lease,
+                        token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
+                        owner = p_owner, borrow_key = NULL, holder = p_holder,
+                        holder_start = p_holder_start
+                    WHERE l.pool = p_pool AND l.position = (
+                        SELECT f.position FROM {s}.semaphore_slots f
+                        WHERE f.pool = p_pool AND f.position < v_count AND f.expires_at <= v_now
+                        ORDER BY f.position LIMIT 1
+                        FOR UPDATE SKIP LOCKED)
+                    RETURNING l.position, l.token INTO v_pos, v_tok;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION USING ERRCODE = 'SMNOF';
+                END IF;
+            EXCEPTION WHEN SQLSTATE 'SMNOF' THEN
+                v_tok := NULL;
+            END;
+            IF v_tok IS NOT NULL THEN
+                IF v_ticket IS NOT NULL THEN
+                    DELETE FROM {s}.semaphore_waiters w
+                        WHERE w.pool = p_pool AND w.waiter = p_waiter;
+                END IF;
+                RETURN QUERY SELECT 0::smallint, p_lease, ARRAY[v_pos], v_tok, v_exp;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+    IF p_key IS NULL AND (p_waiter IS NULL OR NOT p_keep_place
+            OR v_alive - v_now >= {waiter_ttl} - {waiter_refresh}) THEN
+        SELECT p.count, p.draining INTO v_count, v_draining
+            FROM {s}.semaphore_pools p WHERE p.pool = p_pool;
+        IF FOUND AND NOT v_draining THEN
+            SELECT count(*), min(l.expires_at),
+                    bool_or(NOT {s}.semaphore_alive(l.holder, l.holder_start))
+                INTO v_held, v_exp, v_dead
+                FROM {s}.semaphore_slots l WHERE l.pool = p_pool AND l.expires_at > v_now;
+            IF v_count - v_held < p_slots AND NOT coalesce(v_dead, false) THEN
+                RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, v_exp;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
     SELECT p.count, p.draining INTO v_count, v_draining
         FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
     IF NOT FOUND THEN
@@ -162,31 +281,37 @@ BEGIN
         RETURN QUERY SELECT 3::smallint, p_pool, NULL::bigint[], NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
+    IF p_waiter IS NOT NULL THEN
+        SELECT w.ticket, w.alive_until INTO v_ticket, v_alive
+            FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+        IF p_keep_place AND (v_ticket IS NULL OR v_alive <= v_now) THEN
+            -- This attempt may take a new place: returns in flight commit
+            -- first, and those after see the place (semaphore_gate).
+            PERFORM pg_advisory_xact_lock({s}.semaphore_gate(p_pool));
+        END IF;
+    END IF;
     v_now := {s}.semaphore_now(p_now);
-    DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.expires_at <= v_now;
     DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.alive_until <= v_now;
+    IF v_alive <= v_now THEN
+        v_ticket := NULL;
+    END IF;
     IF p_key IS NOT NULL THEN
         -- R16: a key whose lease died with its holder borrows anew.
-        DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.lease = (
-            SELECT k.lease FROM {s}.semaphore_leases k
-            WHERE k.pool = p_pool AND k.borrow_key = p_key AND k.holder IS NOT NULL
-                AND NOT {s}.semaphore_alive(k.holder, k.holder_start));
         SELECT l.lease, l.token, l.expires_at INTO v_id, v_tok, v_exp
-            FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.borrow_key = p_key;
+            FROM {s}.semaphore_slots l
+            WHERE l.pool = p_pool AND l.borrow_key = p_key AND l.expires_at > v_now
+                AND {s}.semaphore_alive(l.holder, l.holder_start);
         IF FOUND THEN
             DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
             RETURN QUERY SELECT 0::smallint, v_id,
-                ARRAY(SELECT l.position FROM {s}.semaphore_leases l
+                ARRAY(SELECT l.position FROM {s}.semaphore_slots l
                       WHERE l.pool = p_pool AND l.lease = v_id ORDER BY l.position),
                 v_tok, v_exp;
             RETURN;
         END IF;
     END IF;
-    SELECT count(*) INTO v_held FROM {s}.semaphore_leases l WHERE l.pool = p_pool;
-    IF p_waiter IS NOT NULL THEN
-        SELECT w.ticket, w.alive_until INTO v_ticket, v_alive
-            FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
-    END IF;
+    SELECT count(*) INTO v_held FROM {s}.semaphore_slots l
+        WHERE l.pool = p_pool AND l.expires_at > v_now;
     SELECT coalesce(sum(w.slots), 0) INTO v_ahead FROM {s}.semaphore_waiters w
         WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807);
     IF v_ahead > 0 AND v_count - v_held >= p_slots THEN
@@ -195,63 +320,67 @@ BEGIN
             DELETE FROM {s}.semaphore_waiters w
                 WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807)
                 AND w.backend IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.backend)
+                AND NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(w.backend) a
+                                WHERE a.pid = w.backend)
                 RETURNING w.slots)
         SELECT coalesce(sum(gone.slots), 0) INTO v_dropped FROM gone;
         v_ahead := v_ahead - v_dropped;
     END IF;
     IF v_count - v_held - v_ahead < p_slots THEN
         -- R16: leases whose holder's session is gone are expired.
-        DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.holder IS NOT NULL
-            AND NOT {s}.semaphore_alive(l.holder, l.holder_start);
+        -- (The slow path never waits for a slot row: a row a borrow in
+        -- flight holds locked is left to a later look.)
+        UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
+                owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL
+            WHERE l.pool = p_pool AND l.position IN (
+                SELECT d.position FROM {s}.semaphore_slots d
+                WHERE d.pool = p_pool AND d.holder IS NOT NULL AND d.expires_at > v_now
+                    AND NOT {s}.semaphore_alive(d.holder, d.holder_start)
+                FOR UPDATE SKIP LOCKED);
         GET DIAGNOSTICS v_dropped = ROW_COUNT;
         v_held := v_held - v_dropped;
     END IF;
-    IF v_count - v_held - v_ahead >= p_slots THEN
-        SELECT max(l.position) INTO v_pos FROM {s}.semaphore_leases l WHERE l.pool = p_pool;
-        IF v_pos IS NULL OR v_pos + 1 = v_held THEN
-            v_positions := ARRAY(SELECT generate_series(v_held, v_held + p_slots - 1));
-        ELSIF p_slots = 1 THEN
-            SELECT ARRAY[min(c.p)] INTO v_positions FROM (
-                SELECT 0::bigint AS p
-                UNION ALL SELECT l.position + 1 FROM {s}.semaphore_leases l WHERE l.pool = p_pool
-            ) c
-            WHERE NOT EXISTS (
-                SELECT 1 FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.position = c.p);
-        ELSE
-            -- The p_slots lowest gaps: all of them lie at or below the
-            -- highest position held plus p_slots.
-            v_positions := ARRAY(
-                SELECT g FROM generate_series(0::bigint, v_pos + p_slots) g
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.position = g)
-                ORDER BY g LIMIT p_slots);
+    IF v_count - v_held - v_ahead >= p_slots AND p_lease IS NOT NULL THEN
+        -- Rows for the positions never used yet that this grant may need,
+        -- then the lowest free rows not locked by a grant or return in
+        -- flight.
+        SELECT coalesce(max(l.position) + 1, 0) INTO v_pos
+            FROM {s}.semaphore_slots l WHERE l.pool = p_pool;
+        INSERT INTO {s}.semaphore_slots (pool, position)
+            SELECT p_pool, g FROM generate_series(v_pos, least(v_pos + p_slots, v_count) - 1) g
+            ON CONFLICT (pool, position) DO NOTHING;
+        SELECT array_agg(f.position ORDER BY f.position) INTO v_positions FROM (
+            SELECT l.position FROM {s}.semaphore_slots l
+            WHERE l.pool = p_pool AND l.position < v_count AND l.expires_at <= v_now
+            ORDER BY l.position LIMIT p_slots
+            FOR UPDATE SKIP LOCKED) f;
+        IF cardinality(v_positions) = p_slots THEN
+            v_tok := nextval('{s}.semaphore_tokens');
+            v_exp := least(v_now + p_ttl, {max_ms});
+            UPDATE {s}.semaphore_slots l SET lease = p_lease, token = v_tok, expires_at = v_exp,
+                    owner = CASE WHEN l.position = v_positions[1] THEN p_owner END,
+                    borrow_key = CASE WHEN l.position = v_positions[1] THEN p_key END,
+                    holder = p_holder, holder_start = p_holder_start
+                WHERE l.pool = p_pool AND l.position = ANY(v_positions);
+            DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+            RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp;
+            RETURN;
         END IF;
-        v_tok := nextval('{s}.semaphore_tokens');
-        v_exp := least(v_now + p_ttl, {max_ms});
-        INSERT INTO {s}.semaphore_leases
-                (pool, position, lease, token, expires_at, owner, borrow_key, holder, holder_start)
-            SELECT p_pool, p.p, p_lease, v_tok, v_exp,
-                CASE WHEN p.p = v_positions[1] THEN p_owner END,
-                CASE WHEN p.p = v_positions[1] THEN p_key END,
-                p_holder, p_holder_start
-            FROM unnest(v_positions) AS p(p);
-        DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
-        RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp;
-        RETURN;
     END IF;
     IF p_waiter IS NOT NULL AND p_keep_place THEN
         IF v_ticket IS NULL THEN
             INSERT INTO {s}.semaphore_waiters (pool, waiter, ticket, alive_until, backend, slots)
                 VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + {waiter_ttl},
-                    p_backend, p_slots);
+                    p_backend, p_slots)
+                ON CONFLICT (pool, waiter) DO UPDATE SET alive_until = excluded.alive_until;
         ELSIF v_alive - v_now < {waiter_ttl} - {waiter_refresh} THEN
             UPDATE {s}.semaphore_waiters w SET alive_until = v_now + {waiter_ttl}
                 WHERE w.pool = p_pool AND w.waiter = p_waiter;
         END IF;
     END IF;
     RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-        (SELECT min(l.expires_at) FROM {s}.semaphore_leases l WHERE l.pool = p_pool);
+        (SELECT min(l.expires_at) FROM {s}.semaphore_slots l
+         WHERE l.pool = p_pool AND l.expires_at > v_now);
 END $$;
 
 -- All or nothing over several pools: rows as semaphore_try_borrow's, one per
@@ -278,6 +407,12 @@ BEGIN
         RETURN QUERY SELECT 2::smallint, v_missing, NULL::bigint[], NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
+    IF p_waiter IS NOT NULL THEN
+        -- Every pool's gate before any look (semaphore_gate): a return
+        -- after the looks below sees the places this call keeps.
+        PERFORM pg_advisory_xact_lock({s}.semaphore_gate(x))
+            FROM unnest(p_pools) AS x ORDER BY x;
+    END IF;
     BEGIN
         FOR i IN 1 .. cardinality(p_pools) LOOP
             SELECT * INTO v_row FROM {s}.semaphore_try_borrow(
@@ -302,21 +437,25 @@ BEGIN
     RETURN QUERY SELECT * FROM unnest(v_rows);
 END $$;
 
--- R8: ends an active lease; whether it was active.
+-- R8: ends an active lease; whether it was active. Only its slot rows are
+-- locked, not the pool row: returns on different slots commit in
+-- parallel. The caller wakes the queued heads with semaphore_returned, in
+-- a transaction of its own after this one commits: PostgreSQL serializes
+-- the commits of notifying transactions, flush included, so a
+-- notification sent here would make returns on a busy pool take turns.
 CREATE OR REPLACE FUNCTION {s}.semaphore_return(p_pool uuid, p_lease uuid, p_now bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE v_now bigint;
 BEGIN
-    PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
     v_now := {s}.semaphore_now(p_now);
-    DELETE FROM {s}.semaphore_leases l
-        WHERE l.lease = p_lease AND l.pool = p_pool AND l.expires_at > v_now
+    UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
+            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL
+        WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
         AND {s}.semaphore_alive(l.holder, l.holder_start);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM {s}.semaphore_wake(p_pool);
     RETURN true;
 END $$;
 
@@ -327,15 +466,15 @@ RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bi
 LANGUAGE plpgsql AS $$
 DECLARE v_now bigint; v_positions bigint[]; v_tok bigint; v_exp bigint;
 BEGIN
-    PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
+    PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint;
         RETURN;
     END IF;
     v_now := {s}.semaphore_now(p_now);
     WITH renewed AS (
-        UPDATE {s}.semaphore_leases l SET expires_at = least(v_now + p_ttl, {max_ms})
-            WHERE l.lease = p_lease AND l.pool = p_pool AND l.expires_at > v_now
+        UPDATE {s}.semaphore_slots l SET expires_at = least(v_now + p_ttl, {max_ms})
+            WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
             RETURNING l.position, l.token, l.expires_at)
     SELECT array_agg(r.position ORDER BY r.position), min(r.token), min(r.expires_at)
         INTO v_positions, v_tok, v_exp FROM renewed r;
@@ -356,26 +495,33 @@ LANGUAGE plpgsql AS $$
 DECLARE v_now bigint; v_id uuid; v_positions bigint[]; v_tok bigint; v_exp bigint;
     v_owner text; v_key text;
 BEGIN
-    PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
+    PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
             NULL::text, NULL::text;
         RETURN;
     END IF;
     v_now := {s}.semaphore_now(p_now);
-    SELECT l.lease INTO v_id FROM {s}.semaphore_leases l
+    SELECT l.lease INTO v_id FROM {s}.semaphore_slots l
         WHERE l.pool = p_pool AND l.position = p_position AND l.expires_at > v_now;
-    IF NOT FOUND THEN
+    IF v_id IS NOT NULL THEN
+        -- Its rows locked first (and no other lock held while waiting for
+        -- them), so a return or renewal in flight ends before they are read.
+        PERFORM 1 FROM {s}.semaphore_slots l
+            WHERE l.pool = p_pool AND l.lease = v_id AND l.expires_at > v_now FOR UPDATE;
+        SELECT array_agg(l.position ORDER BY l.position), min(l.token), min(l.expires_at),
+                max(l.owner), max(l.borrow_key)
+            INTO v_positions, v_tok, v_exp, v_owner, v_key FROM {s}.semaphore_slots l
+            WHERE l.pool = p_pool AND l.lease = v_id AND l.expires_at > v_now;
+    END IF;
+    IF v_positions IS NULL THEN
         RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
             NULL::text, NULL::text;
         RETURN;
     END IF;
-    WITH ended AS (
-        DELETE FROM {s}.semaphore_leases l WHERE l.pool = p_pool AND l.lease = v_id
-            RETURNING l.position, l.token, l.expires_at, l.owner, l.borrow_key)
-    SELECT array_agg(e.position ORDER BY e.position), min(e.token), min(e.expires_at),
-        max(e.owner), max(e.borrow_key)
-        INTO v_positions, v_tok, v_exp, v_owner, v_key FROM ended e;
+    UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
+            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL
+        WHERE l.pool = p_pool AND l.position = ANY(v_positions);
     PERFORM {s}.semaphore_wake(p_pool);
     RETURN QUERY SELECT 0::smallint, v_id, v_positions, v_tok, v_exp, v_owner, v_key;
 END $$;

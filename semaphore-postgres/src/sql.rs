@@ -32,6 +32,8 @@ pub(crate) struct Sql {
     pub(crate) set_draining: String,
     pub(crate) leave_queue: String,
     pub(crate) queue_heads: String,
+    /// The wake-up after a return, in a transaction of its own.
+    pub(crate) wake: String,
 }
 
 /// The arguments of `semaphore_try_borrow`, in its order.
@@ -128,7 +130,7 @@ impl Sql {
                     SELECT lease, array_agg(position ORDER BY position) AS positions,
                         min(token) AS token, min(expires_at) AS expires_at,
                         max(owner) AS owner, max(borrow_key) AS borrow_key
-                    FROM {s}.semaphore_leases
+                    FROM {s}.semaphore_slots
                     WHERE pool = $1 AND expires_at > (SELECT {s}.semaphore_now($2))
                         AND {s}.semaphore_alive(holder, holder_start)
                     GROUP BY lease
@@ -138,6 +140,7 @@ impl Sql {
             force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
             set_draining: f("SELECT * FROM {s}.semaphore_set_draining($1, $2, $3)"),
             leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
+            wake: f("SELECT {s}.semaphore_returned($1)"),
             queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters
                 WHERE pool = $1 AND alive_until > (SELECT {s}.semaphore_now($2))"),
         }

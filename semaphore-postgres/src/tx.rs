@@ -7,7 +7,7 @@ use std::time::Duration;
 use semaphore_core::store::Store;
 use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result};
 use tokio_postgres::Transaction;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::PostgresStore;
 use crate::error::storage;
@@ -21,8 +21,11 @@ use crate::sql::{self, Attempt};
 /// lease and the application's own writes commit or roll back together.
 /// They never commit or roll back; each is one round trip.
 ///
-/// - The transaction holds the pool's row lock from the call to its end:
-///   keep it short, and expect other borrowers of the pool to wait for it.
+/// - The transaction holds what the call locked until it ends: the slot
+///   rows it took or freed and, for a keyed or weighted borrow (or one
+///   behind heads queued by other processes), the pool's row. Keep it
+///   short: other borrowers of the pool skip those rows, or wait for the
+///   pool's row.
 /// - No waiting: a borrow either gets a free slot at once or fails with
 ///   [`Error::Exhausted`]. It does not jump borrowers queued in this process
 ///   or heads queued by other processes (R11).
@@ -118,17 +121,20 @@ impl PostgresStore {
     ) -> Result<bool> {
         self.check_pool(pool)?;
         let (now, id) = (self.now_param(), pool.id());
-        let rows = tx
-            .query_typed(
-                &self.statements().return_lease,
-                &[
-                    (id.as_uuid(), Type::UUID),
-                    (lease.as_uuid(), Type::UUID),
-                    (&now, Type::INT8),
-                ],
-            )
-            .await
-            .map_err(storage("return"))?;
+        // The wake-up (a notification if a head is queued) is sent at
+        // `tx`'s commit.
+        let params: [(&(dyn ToSql + Sync), Type); 3] = [
+            (id.as_uuid(), Type::UUID),
+            (lease.as_uuid(), Type::UUID),
+            (&now, Type::INT8),
+        ];
+        let wake: [(&(dyn ToSql + Sync), Type); 1] = [(id.as_uuid(), Type::UUID)];
+        let (rows, woken) = tokio::join!(
+            tx.query_typed(&self.statements().return_lease, &params),
+            tx.query_typed(&self.statements().wake, &wake),
+        );
+        let rows = rows.map_err(storage("return"))?;
+        woken.map_err(storage("return"))?;
         first(&rows, "return")?
             .try_get(0)
             .map_err(storage("return"))

@@ -165,14 +165,13 @@ async fn a_statement_timeout_is_a_retryable_error_and_changes_nothing() {
     let pool = Pool::new(store.clone(), PoolId::from_name("p"));
     pool.register(1).await.unwrap();
 
-    // Another session holds the pool's row, so the borrow waits on its lock
-    // until the statement times out.
+    // Another session locks the pool and slot tables, so the borrow waits
+    // on the lock until the statement times out.
     let (mut locker, connection) = tokio_postgres_connect(server.url()).await;
     let tx = locker.transaction().await.unwrap();
-    tx.execute(
-        &format!("SELECT 1 FROM \"{schema}\".semaphore_pools FOR UPDATE"),
-        &[],
-    )
+    tx.batch_execute(&format!(
+        "LOCK TABLE \"{schema}\".semaphore_pools, \"{schema}\".semaphore_slots IN EXCLUSIVE MODE"
+    ))
     .await
     .unwrap();
     let err = pool.try_borrow(TTL).await.unwrap_err();

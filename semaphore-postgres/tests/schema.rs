@@ -1,5 +1,5 @@
-//! The store's schema: names it refuses, and the migration from version 1
-//! (issue 21, items 11 and 15).
+//! The store's schema: names it refuses, and the migrations from versions
+//! 1, 2 and 3 (issue 21, items 11 and 15; issue 22).
 
 use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::tokio_postgres::{self, NoTls};
@@ -48,13 +48,14 @@ async fn a_missing_database_is_named_in_the_error() {
     assert!(shown.contains("3D000"), "{shown}");
 }
 
-/// A schema written at version 1 or 2 (the tables of version 2: a lease id
-/// unique, queued heads without a weight; older functions, one lease held)
-/// is migrated in place to version 3 when a store of this version
-/// connects, keeping its lease, and then grants weighted leases.
+/// A schema written at version 1, 2 or 3 (a row per held slot in
+/// `semaphore_leases`; at 1 and 2 a lease id unique, queued heads without
+/// a weight, older functions; one lease held) is migrated in place to
+/// version 4 when a store of this version connects, keeping its lease, and
+/// then grants weighted leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_or_2_schema_is_migrated() {
-    for old in [1, 2] {
+async fn a_version_1_2_or_3_schema_is_migrated() {
+    for old in [1, 2, 3] {
         let schema = TestServer::fresh_schema();
         drop(open(&schema).await.unwrap());
         let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
@@ -66,22 +67,13 @@ async fn a_version_1_or_2_schema_is_migrated() {
         client
             .batch_execute(&format!(
                 "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
-                 ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN slots;
-                 ALTER TABLE \"{schema}\".semaphore_leases DROP COLUMN holder,
-                     DROP COLUMN holder_start;
-                 ALTER TABLE \"{schema}\".semaphore_pools DROP COLUMN draining;
-                 DROP INDEX \"{schema}\".semaphore_leases_lease;
-                 ALTER TABLE \"{schema}\".semaphore_leases
-                     ADD CONSTRAINT semaphore_leases_lease_key UNIQUE (lease);
-                 CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
-                 RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;
-                 DROP FUNCTION \"{schema}\".semaphore_renew;
-                 CREATE FUNCTION \"{schema}\".semaphore_renew(
-                     p_pool uuid, p_lease uuid, p_ttl bigint, p_now bigint)
-                 RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint,
-                     o_token bigint, o_expires_at bigint)
-                 LANGUAGE sql AS $$ SELECT 1::smallint, NULL::uuid, NULL::bigint,
-                     NULL::bigint, NULL::bigint $$;
+                 DROP TABLE \"{schema}\".semaphore_slots;
+                 CREATE TABLE \"{schema}\".semaphore_leases (
+                     pool uuid NOT NULL, position bigint NOT NULL, lease uuid NOT NULL,
+                     token bigint NOT NULL, expires_at bigint NOT NULL, owner text,
+                     borrow_key text, holder integer, holder_start bigint,
+                     PRIMARY KEY (pool, position));
+                 CREATE INDEX semaphore_leases_lease ON \"{schema}\".semaphore_leases (lease);
                  INSERT INTO \"{schema}\".semaphore_pools VALUES ('{}', 3);
                  INSERT INTO \"{schema}\".semaphore_leases VALUES
                      ('{}', 0, gen_random_uuid(), 1, 9000000000000, NULL, NULL);",
@@ -90,11 +82,34 @@ async fn a_version_1_or_2_schema_is_migrated() {
             ))
             .await
             .unwrap();
+        if old < 3 {
+            client
+                .batch_execute(&format!(
+                    "ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN slots;
+                     ALTER TABLE \"{schema}\".semaphore_leases DROP COLUMN holder,
+                         DROP COLUMN holder_start;
+                     ALTER TABLE \"{schema}\".semaphore_pools DROP COLUMN draining;
+                     DROP INDEX \"{schema}\".semaphore_leases_lease;
+                     ALTER TABLE \"{schema}\".semaphore_leases
+                         ADD CONSTRAINT semaphore_leases_lease_key UNIQUE (lease);
+                     CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
+                     RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;
+                     DROP FUNCTION \"{schema}\".semaphore_renew;
+                     CREATE FUNCTION \"{schema}\".semaphore_renew(
+                         p_pool uuid, p_lease uuid, p_ttl bigint, p_now bigint)
+                     RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint,
+                         o_token bigint, o_expires_at bigint)
+                     LANGUAGE sql AS $$ SELECT 1::smallint, NULL::uuid, NULL::bigint,
+                         NULL::bigint, NULL::bigint $$;"
+                ))
+                .await
+                .unwrap();
+        }
         let store = open(&schema)
             .await
             .unwrap_or_else(|e| panic!("the version {old} schema was refused: {e}"));
         let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-        assert_eq!(found, 3, "from version {old}");
+        assert_eq!(found, 4, "from version {old}");
         let pool = semaphore_postgres::Pool::new(std::sync::Arc::new(store), pool_id);
         assert_eq!(
             pool.inspect().await.unwrap().in_use,

@@ -47,6 +47,9 @@ struct Owned {
     dir: tempfile::TempDir,
     bin: PathBuf,
     as_postgres: bool,
+    /// The default durability (`fsync`, `synchronous_commit`), as a real
+    /// deployment runs; else both off, for fast tests.
+    durable: bool,
 }
 
 impl TestServer {
@@ -71,6 +74,20 @@ impl TestServer {
     /// # Errors
     /// What to install, or what failed, in words.
     pub fn start() -> Result<TestServer, String> {
+        Self::start_with(false)
+    }
+
+    /// As [`start`](Self::start), with PostgreSQL's default durability
+    /// (`fsync`, `synchronous_commit` and `full_page_writes` on), as a
+    /// deployment runs it: for benchmarks whose anchor is a commit.
+    ///
+    /// # Errors
+    /// What to install, or what failed, in words.
+    pub fn start_durable() -> Result<TestServer, String> {
+        Self::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Result<TestServer, String> {
         let bin = binaries().ok_or_else(|| INSTALL.to_string())?;
         let as_postgres = is_root();
         let dir = tempfile::Builder::new()
@@ -81,6 +98,7 @@ impl TestServer {
             dir,
             bin,
             as_postgres,
+            durable,
         };
         if as_postgres {
             run(Command::new("chown").arg("postgres:").arg(owned.dir.path()))?;
@@ -172,9 +190,13 @@ impl Owned {
     }
 
     fn pg_ctl_mode(&self, action: &str, mode: &str) -> Result<(), String> {
+        let durability = if self.durable {
+            ""
+        } else {
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        };
         let options = format!(
-            "-k {} -c listen_addresses= -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=400",
+            "-k {} -c listen_addresses= {durability} -c max_connections=400",
             self.dir.path().display()
         );
         let log = self.dir.path().join("server.log");
