@@ -16,16 +16,12 @@ mod wake;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-use hot::{TASKS, rate, worker};
+use hot::{TASKS, borrow_and_return, rate, worker};
 use semaphore_benches::{out_dir, unix_us};
 use semaphore_mysql::mysql_async::prelude::Queryable;
 use semaphore_mysql::testing::TestServer;
 use semaphore_mysql::{MysqlOptions, MysqlStore, Pool, PoolId};
-
-const TTL: Duration = Duration::from_secs(30);
-const WAIT: Duration = Duration::from_secs(10);
 
 async fn store(url: &str, prefix: &str) -> Arc<MysqlStore> {
     let options = MysqlOptions::default()
@@ -62,14 +58,7 @@ async fn main() {
         Ok("ours") => {
             let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name("line18"));
             let start_us = args[3].parse().expect("a start time");
-            return worker(start_us, move || {
-                let pool = pool.clone();
-                async move {
-                    let lease = pool.borrow(TTL, WAIT).await.expect("borrow");
-                    lease.release().await.expect("return");
-                }
-            })
-            .await;
+            return borrow_and_return(start_us, pool).await;
         }
         Ok("anchor") => {
             let store = store(&args[1], &args[2]).await;

@@ -1,4 +1,5 @@
-//! PostgreSQL store against its anchors on the same throwaway server, over
+//! PostgreSQL store against its anchors on the same throwaway server (the
+//! default durability: `fsync` and `synchronous_commit` on), over
 //! the same kind of connection, in the same run (BENCHMARKS.md lines 8, 9).
 //!
 //! - Line 8: a borrow + return pair against the raw ceiling, two single-row
@@ -58,7 +59,7 @@ fn pool(rt: &Runtime, url: &str, count: u32) -> Pool {
 }
 
 fn postgres(c: &mut Criterion) {
-    let server = TestServer::start().expect("a PostgreSQL server for the benches");
+    let server = TestServer::start_durable().expect("a PostgreSQL server for the benches");
     let rt = runtime();
     let raw = client(&rt, server.url());
 

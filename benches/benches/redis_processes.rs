@@ -15,14 +15,11 @@ mod wake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hot::{rate, worker};
+use hot::{borrow_and_return, rate, worker};
 use semaphore_benches::out_dir;
 use semaphore_redis::redis::Script;
 use semaphore_redis::testing::TestServer;
 use semaphore_redis::{Pool, PoolId, RedisOptions, RedisStore};
-
-const TTL: Duration = Duration::from_secs(30);
-const WAIT: Duration = Duration::from_secs(10);
 
 async fn store(url: &str, prefix: &str) -> Arc<RedisStore> {
     let options = RedisOptions::default()
@@ -59,14 +56,7 @@ async fn main() {
         Ok("ours") => {
             let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name("line15"));
             let start_us = args[3].parse().expect("a start time");
-            return worker(start_us, move || {
-                let pool = pool.clone();
-                async move {
-                    let lease = pool.borrow(TTL, WAIT).await.expect("borrow");
-                    lease.release().await.expect("return");
-                }
-            })
-            .await;
+            return borrow_and_return(start_us, pool).await;
         }
         Ok("anchor") => {
             let store = store(&args[1], &args[2]).await;

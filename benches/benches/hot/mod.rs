@@ -1,6 +1,7 @@
-//! The hot-pool rate that lines 15 and 18 share: `PROCESSES` worker
-//! processes of the bench's own binary, `TASKS` tasks each, run one step
-//! in a loop for `SECONDS` from a common start; steps per second, together.
+//! The hot-pool rate that lines 13, 15 and 18 share: `PROCESSES` worker
+//! processes of the bench's own binary, `TASKS` tasks each (or as many as
+//! [`rate_of`] asks), run one step in a loop for `SECONDS` from a common
+//! start; steps per second, together.
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -8,12 +9,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use semaphore_benches::unix_us;
+// Every store's `Pool` is the core's, re-exported.
+use semaphore_memory::Pool;
 
 pub(crate) const PROCESSES: usize = 4;
 pub(crate) const TASKS: usize = 4;
 pub(crate) const SECONDS: u64 = 3;
+/// The variable that tells a worker process how many tasks to run.
+const TASKS_VAR: &str = "SEMAPHORE_BENCH_TASKS";
 
-/// A worker process: `TASKS` tasks run `step` from `start_us` for
+/// The number of tasks this worker process runs.
+pub(crate) fn tasks() -> usize {
+    std::env::var(TASKS_VAR)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(TASKS)
+}
+
+/// A worker process: [`tasks`] tasks run `step` from `start_us` for
 /// `SECONDS`; prints how many steps they finished.
 pub(crate) async fn worker<F, Fut>(start_us: u64, step: F)
 where
@@ -23,7 +36,7 @@ where
     let end_us = start_us + SECONDS * 1_000_000;
     let done = Arc::new(AtomicU64::new(0));
     tokio::time::sleep(Duration::from_micros(start_us.saturating_sub(unix_us()))).await;
-    let tasks: Vec<_> = (0..TASKS)
+    let tasks: Vec<_> = (0..tasks())
         .map(|_| {
             let (step, done) = (step.clone(), done.clone());
             tokio::spawn(async move {
@@ -43,11 +56,17 @@ where
 /// Runs `PROCESSES` worker processes of `role` with `args`; their steps
 /// per second, together.
 pub(crate) fn rate(role: &str, args: &[&str]) -> f64 {
+    rate_of(role, args, PROCESSES, TASKS)
+}
+
+/// As [`rate`], with `processes` worker processes of `tasks` tasks each.
+pub(crate) fn rate_of(role: &str, args: &[&str], processes: usize, tasks: usize) -> f64 {
     let start_us = unix_us() + 1_500_000;
-    let children: Vec<_> = (0..PROCESSES)
+    let children: Vec<_> = (0..processes)
         .map(|_| {
             Command::new(std::env::current_exe().expect("this bench's path"))
                 .env(crate::wake::ROLE, role)
+                .env(TASKS_VAR, tasks.to_string())
                 .args(args)
                 .arg(start_us.to_string())
                 .stdout(Stdio::piped())
@@ -67,4 +86,19 @@ pub(crate) fn rate(role: &str, args: &[&str]) -> f64 {
         })
         .sum();
     total as f64 / SECONDS as f64
+}
+
+/// The hot loop of "ours": [`worker`]'s tasks each borrow a slot of `pool`
+/// (ttl 30 s, waiting up to 10 s) and return it at once.
+pub(crate) async fn borrow_and_return(start_us: u64, pool: Pool) {
+    const TTL: Duration = Duration::from_secs(30);
+    const WAIT: Duration = Duration::from_secs(10);
+    worker(start_us, move || {
+        let pool = pool.clone();
+        async move {
+            let lease = pool.borrow(TTL, WAIT).await.expect("borrow");
+            lease.release().await.expect("return");
+        }
+    })
+    .await;
 }
