@@ -111,7 +111,7 @@ pub(crate) async fn acquire<A: Answer>(
         if !ticket.is_head() {
             continue;
         }
-        let answer = attempt(truncate_ms(clock.now()), Some(place.waiter))
+        let answer = attempt(truncate_ms(clock.now()), Some(place.waiter()))
             .made_from(&place)
             .await;
         match answer {

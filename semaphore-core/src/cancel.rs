@@ -159,7 +159,7 @@ impl<A: Answer> InFlight<A> {
     /// the first leave (R12).
     pub(crate) fn made_from(mut self, place: &QueuePlace<'_>) -> Self {
         if self.call.is_some() {
-            self.place = Some((place.pools.to_vec(), place.waiter));
+            self.place = Some((place.pools.to_vec(), place.waiter()));
         }
         self
     }
@@ -220,7 +220,9 @@ impl<A: Answer> Drop for InFlight<A> {
 pub(crate) struct QueuePlace<'a> {
     store: &'a Arc<dyn Store>,
     pools: &'a [PoolId],
-    pub(crate) waiter: WaiterId,
+    /// Made when an attempt first carries it (a borrow served by a
+    /// hand-off never asks the store from its queue, and needs none).
+    waiter: std::cell::OnceCell<WaiterId>,
     armed: bool,
 }
 
@@ -229,9 +231,14 @@ impl<'a> QueuePlace<'a> {
         Self {
             store,
             pools,
-            waiter: WaiterId::new(),
+            waiter: std::cell::OnceCell::new(),
             armed: true,
         }
+    }
+
+    /// The waiter's id, made on first use.
+    pub(crate) fn waiter(&self) -> WaiterId {
+        *self.waiter.get_or_init(WaiterId::new)
     }
 
     /// The store granted to this waiter and forgot its places itself.
@@ -242,8 +249,9 @@ impl<'a> QueuePlace<'a> {
 
 impl Drop for QueuePlace<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            let (store, pools, waiter) = (self.store.clone(), self.pools.to_vec(), self.waiter);
+        // No id made: no attempt carried it, and the store knows no place.
+        if let (true, Some(&waiter)) = (self.armed, self.waiter.get()) {
+            let (store, pools) = (self.store.clone(), self.pools.to_vec());
             run_detached(Box::pin(async move {
                 for pool in pools {
                     let _ = store.leave_queue(pool, waiter).await;

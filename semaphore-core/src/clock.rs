@@ -137,7 +137,10 @@ pub const MAX_UNIX_MS: u64 = 253_402_300_799_999;
 
 /// The instant [`MAX_UNIX_MS`] names.
 pub fn max_time() -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(MAX_UNIX_MS)
+    // Computed once: every expiry is clamped to it.
+    static MAX: std::sync::LazyLock<SystemTime> =
+        std::sync::LazyLock::new(|| UNIX_EPOCH + Duration::from_millis(MAX_UNIX_MS));
+    *MAX
 }
 
 /// `t + d`, saturating at [`max_time`]: how the library computes every
@@ -165,15 +168,28 @@ pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
 /// assert_eq!(truncate_ms(t), UNIX_EPOCH + Duration::from_millis(1_500));
 /// ```
 pub fn truncate_ms(t: SystemTime) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(unix_ms(t))
+    match t.duration_since(UNIX_EPOCH) {
+        // The common case: subtract the part below a millisecond, with no
+        // conversion to milliseconds and back.
+        Ok(d) if d.as_secs() < MAX_UNIX_MS / 1000 => {
+            t - Duration::from_nanos(u64::from(d.subsec_nanos() % 1_000_000))
+        }
+        _ => from_unix_ms(unix_ms(t)),
+    }
 }
 
 /// `t` as whole milliseconds since the Unix epoch, between 0 (for times
 /// before the epoch) and [`MAX_UNIX_MS`] (for times after it): a value
 /// that fits an `i64` and every store's time column.
 pub fn unix_ms(t: SystemTime) -> u64 {
-    let ms = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-    u64::try_from(ms).map_or(MAX_UNIX_MS, |ms| ms.min(MAX_UNIX_MS))
+    let Ok(d) = t.duration_since(UNIX_EPOCH) else {
+        return 0;
+    };
+    // Seconds and milliseconds apart: `Duration::as_millis` divides a u128.
+    d.as_secs()
+        .checked_mul(1000)
+        .and_then(|ms| ms.checked_add(u64::from(d.subsec_millis())))
+        .map_or(MAX_UNIX_MS, |ms| ms.min(MAX_UNIX_MS))
 }
 
 /// The inverse of [`unix_ms`]; `ms` above [`MAX_UNIX_MS`] is
@@ -205,6 +221,22 @@ mod tests {
         assert_eq!(unix_ms(t), 1500);
         assert_eq!(truncate_ms(t), from_unix_ms(1500));
         assert_eq!(unix_ms(UNIX_EPOCH - Duration::from_secs(1)), 0);
+    }
+
+    #[test]
+    fn truncation_agrees_with_the_ms_round_trip_at_every_range() {
+        let times = [
+            UNIX_EPOCH - Duration::from_nanos(1),
+            UNIX_EPOCH,
+            UNIX_EPOCH + Duration::from_nanos(999_999),
+            UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789),
+            max_time() - Duration::from_nanos(1),
+            max_time(),
+            max_time() + Duration::from_secs(1),
+        ];
+        for t in times {
+            assert_eq!(truncate_ms(t), from_unix_ms(unix_ms(t)), "{t:?}");
+        }
     }
 
     /// Issue 11, items 2 and 4: no ttl or wait overflows, panics or wraps.

@@ -186,13 +186,32 @@ fn is_unprintable(c: char) -> bool {
 }
 
 fn ceil_ms(d: Duration) -> Duration {
-    let ms = d.as_nanos().div_ceil(1_000_000);
-    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    // In whole seconds and milliseconds, with no u128 division: a
+    // sub-millisecond rest rounds up within the second (1,000 ms carry
+    // into it), saturating at `Duration::MAX`.
+    let ms = d.subsec_nanos().div_ceil(1_000_000);
+    Duration::from_secs(d.as_secs())
+        .checked_add(Duration::from_millis(u64::from(ms)))
+        .unwrap_or(Duration::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ttls_round_up_to_whole_milliseconds_and_saturate() {
+        let cases = [
+            (Duration::from_nanos(1), Duration::from_millis(1)),
+            (Duration::from_micros(1_500), Duration::from_millis(2)),
+            (Duration::from_millis(7), Duration::from_millis(7)),
+            (Duration::new(3, 999_000_001), Duration::from_secs(4)),
+            (Duration::MAX, Duration::MAX),
+        ];
+        for (ttl, rounded) in cases {
+            assert_eq!(ceil_ms(ttl), rounded, "{ttl:?}");
+        }
+    }
 
     #[test]
     fn count_above_max_is_rejected_naming_range() {

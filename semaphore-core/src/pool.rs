@@ -427,7 +427,8 @@ impl Pool {
         labels: Labels,
         seat: Option<Arc<Seat>>,
     ) -> Result<Lease> {
-        let start = self.now();
+        // Only the deadline counts from it: no need for whole milliseconds.
+        let start = self.store.clock().now();
         if let Some(key) = &labels.key {
             // A keyed retry must not queue behind others for a lease it
             // holds; with nobody queued, the first attempt finds it anyway.
@@ -441,12 +442,14 @@ impl Pool {
             pool: self.id,
             waited: wait,
         };
+        let first = LeaseId::new();
         acquire(
             &self.store,
             std::slice::from_ref(&self.id),
             start,
             wait,
             Some(HandOff {
+                lease: first,
                 slots: labels.slots,
                 bound: labels.bound,
                 ttl,
@@ -457,7 +460,15 @@ impl Pool {
             labels.wait_while_draining,
             exhausted,
             |_now, waiter| {
-                let mut request = BorrowRequest::new(self.id, LeaseId::new(), ttl);
+                // Only the first attempt, made before queueing, is made
+                // without a waiter: a hand-off reuses its id, so it must be
+                // the one attempt that can never have been granted then.
+                let lease = if waiter.is_none() {
+                    first
+                } else {
+                    LeaseId::new()
+                };
+                let mut request = BorrowRequest::new(self.id, lease, ttl);
                 request.slots = labels.slots;
                 request.bound = labels.bound;
                 request.waiter = waiter;

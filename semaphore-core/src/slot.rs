@@ -2,10 +2,11 @@
 //! [`lowest_free`] and [`SlotTable`], the in-process bookkeeping that
 //! in-process stores call.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use expiries::Expiries;
 use free::FreeSet;
 
 use crate::clock::saturating_add;
@@ -101,7 +102,9 @@ enum Slot {
 
 /// The slots of one pool, kept in memory: who holds which positions until
 /// when, with the free positions and the expiries indexed so that a grant,
-/// a return and a reap each cost O(log count) per slot.
+/// a return and a reap each cost O(log count) per slot (amortized: the
+/// expiries are a heap from which returned and renewed leases' entries are
+/// dropped lazily, and compacted once they outnumber the active leases).
 ///
 /// Memory follows the slots held, never `count`: a table of count
 /// `u32::MAX` with one lease costs what a table of count 1 does. Only
@@ -132,8 +135,8 @@ pub struct SlotTable {
     by_id: foldhash::HashMap<LeaseId, u32>,
     /// Idempotency keys of active leases, to their lowest position.
     by_key: HashMap<Arc<str>, u32>,
-    /// `(expires_at, lowest position)` of every active lease.
-    expiries: BTreeSet<(SystemTime, u32)>,
+    /// Every active lease's expiry, earliest first, among stale entries.
+    expiries: Expiries,
     /// Free positions below the high mark (`slots.len()`).
     free: FreeSet,
 }
@@ -179,7 +182,7 @@ impl SlotTable {
 
     /// The earliest expiry among active leases, if any.
     pub fn next_expiry(&self) -> Option<SystemTime> {
-        self.expiries.first().map(|&(t, _)| t)
+        self.expiries.first().map(|(at, _, _)| at)
     }
 
     /// Grants the request's number of slots, the lowest free (R6, R15), if
@@ -235,8 +238,11 @@ impl SlotTable {
         if let Some(key) = &held.key {
             self.by_key.insert(key.clone(), lowest);
         }
-        self.expiries.insert((held.expires_at, lowest));
+        self.expiries.push((held.expires_at, lowest, held.token));
         self.slots[lowest as usize] = Some(Slot::Lease(held));
+        let slots = &self.slots;
+        self.expiries
+            .compact(self.by_id.len(), |entry| live(slots, entry));
         TryBorrow::Granted { lease }
     }
 
@@ -274,9 +280,12 @@ impl SlotTable {
         let lowest = *self.by_id.get(&id)?;
         let held = self.held_at(lowest)?;
         let before = std::mem::replace(&mut held.expires_at, expires_at);
-        let lease = held.lease(pool);
-        self.expiries.remove(&(before, lowest));
-        self.expiries.insert((expires_at, lowest));
+        let (lease, token) = (held.lease(pool), held.token);
+        if before != expires_at {
+            // The entry of `before` goes stale.
+            self.expiries.push((expires_at, lowest, token));
+            self.settle();
+        }
         Some(lease)
     }
 
@@ -342,13 +351,21 @@ impl SlotTable {
     }
 
     fn reap(&mut self, now: SystemTime) {
-        while let Some(&(at, lowest)) = self.expiries.first() {
+        while let Some((at, lowest, _)) = self.expiries.first() {
             if at > now {
                 break;
             }
-            self.expiries.pop_first();
+            // Live: the front is kept live.
+            self.expiries.pop();
             self.vacate(lowest);
         }
+    }
+
+    /// Drops stale expiries from the front, after a lease ended or moved
+    /// its expiry.
+    fn settle(&mut self) {
+        let slots = &self.slots;
+        self.expiries.settle(|entry| live(slots, entry));
     }
 
     /// Ends the lease whose lowest position is `lowest`: forgets it, its
@@ -360,7 +377,6 @@ impl SlotTable {
         else {
             return;
         };
-        self.expiries.remove(&(held.expires_at, lowest));
         self.by_id.remove(&held.id);
         if let Some(key) = &held.key {
             self.by_key.remove(key);
@@ -375,9 +391,19 @@ impl SlotTable {
             self.free.remove(self.slots.len() as u32);
         }
         self.free.truncate(self.slots.len() as u32);
+        self.settle();
     }
 }
 
+/// Whether the expiry `entry` is still that of the lease at its position.
+fn live(slots: &[Option<Slot>], &(at, lowest, token): &expiries::Entry) -> bool {
+    matches!(
+        slots.get(lowest as usize),
+        Some(Some(Slot::Lease(held))) if held.token == token && held.expires_at == at
+    )
+}
+
+mod expiries;
 mod free;
 
 #[cfg(test)]

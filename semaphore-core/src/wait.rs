@@ -87,6 +87,10 @@ struct Handed {
 /// in a hand-off.
 #[derive(Debug)]
 pub(crate) struct HandOff {
+    /// The id of the lease a hand-off grants: that of the borrow's first
+    /// attempt, which was refused if the borrower queued (one random id per
+    /// borrow, not two).
+    pub(crate) lease: LeaseId,
     pub(crate) slots: u32,
     pub(crate) bound: bool,
     pub(crate) ttl: Duration,
@@ -196,7 +200,7 @@ impl Changes {
                 head.wake_to_ask();
                 break;
             };
-            let mut request = BorrowRequest::new(pool, LeaseId::new(), asked.ttl);
+            let mut request = BorrowRequest::new(pool, asked.lease, asked.ttl);
             request.slots = asked.slots;
             request.bound = asked.bound;
             request.key.clone_from(&asked.key);

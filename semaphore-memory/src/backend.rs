@@ -38,7 +38,9 @@ use semaphore_core::{
 /// ```
 #[derive(Debug)]
 pub struct MemoryStore {
-    /// The pools; the map's lock is held only to find or add a pool's entry.
+    /// The pools. The map's lock is written only to add or remove a pool's
+    /// entry, and read (shared) through each call on one pool; a call that
+    /// holds both takes the map's first.
     /// Every call on any pool touches the lock's word and every grant the
     /// token counter: each has a cache line of its own, so that threads on
     /// different pools do not also fight over the fields beside them.
@@ -110,7 +112,10 @@ impl MemoryStore {
     /// Runs `f` on the pool's slots under its lock; `PoolNotFound` if it
     /// is not registered.
     fn with_table<T>(&self, pool: PoolId, f: impl FnOnce(&mut SlotTable) -> T) -> Result<T> {
-        let shard = self.shard(pool).ok_or_else(|| not_found(pool))?;
+        // Under the map's read lock, with no `Arc` taken: lock order is
+        // always the map, then a pool.
+        let pools = self.pools.read();
+        let shard = pools.get(&pool).ok_or_else(|| not_found(pool))?;
         let mut table = shard.lock();
         table.as_mut().map(f).ok_or_else(|| not_found(pool))
     }
@@ -119,10 +124,14 @@ impl MemoryStore {
     /// The freed slot goes straight to this process's head waiter, in the
     /// same step under the pool's lock ([`Changes::hand_off`]).
     fn return_in_place(&self, pool: PoolId, lease: LeaseId) -> bool {
-        let now = self.now();
+        // Not truncated for the release: expiries are whole milliseconds,
+        // so one has passed at `now` exactly when it has at `now`'s whole
+        // millisecond. A hand-off grants from the whole millisecond.
+        let now = self.clock.now();
         self.with_table(pool, |table| {
             let returned = table.release(lease, now);
-            if returned {
+            if returned && self.changes.has_waiters() {
+                let now = truncate_ms(now);
                 self.changes.hand_off(pool, |request| {
                     table.grant(request, now, || self.next_token())
                 });

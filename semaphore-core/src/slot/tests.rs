@@ -228,3 +228,54 @@ fn agrees_with_reference_on_a_long_mixed_run() {
         }
     }
 }
+
+/// The expiry heap drops what returns and renewals leave behind: the
+/// earliest expiry is always an active lease's, and entries stay within a
+/// bound of the leases held however long the churn (issue 27).
+#[test]
+fn expiries_left_by_returns_and_renewals_are_dropped() {
+    let pool = PoolId::from_name("t");
+    let mut t = SlotTable::new(4);
+    let mut tok = 0;
+    let mut next = || {
+        tok += 1;
+        tok
+    };
+    // Held throughout, and the earliest expiry: what churn leaves behind
+    // it is never at the front, so only compaction can drop it.
+    let front = req(20);
+    position(t.grant(&front, UNIX_EPOCH, &mut next));
+    let front_expiry = Some(UNIX_EPOCH + Duration::from_secs(20));
+    for round in 0..10_000u64 {
+        let now = UNIX_EPOCH + Duration::from_millis(round);
+        let churn = req(100);
+        position(t.grant(&churn, now, &mut next));
+        // Renewed to the same instant it adds nothing, to a later one it
+        // leaves a stale entry.
+        assert!(
+            t.renew(pool, churn.lease, now, Duration::from_secs(100))
+                .is_some()
+        );
+        assert!(
+            t.renew(pool, churn.lease, now, Duration::from_secs(200))
+                .is_some()
+        );
+        assert!(t.release(churn.lease, now));
+        assert_eq!(t.next_expiry(), front_expiry);
+        assert!(
+            t.expiries.len() <= 2 * 2 + 16 + 1,
+            "{} entries",
+            t.expiries.len()
+        );
+    }
+    // A front entry that goes stale is dropped at once: the next expiry is
+    // the later lease's.
+    let later = req(30);
+    position(t.grant(&later, UNIX_EPOCH, &mut next));
+    assert!(t.release(front.lease, UNIX_EPOCH));
+    assert_eq!(t.next_expiry(), Some(UNIX_EPOCH + Duration::from_secs(30)));
+    // Expiry reaps the last lease, and nothing is left.
+    assert_eq!(t.in_use(UNIX_EPOCH + Duration::from_secs(30)), 0);
+    assert_eq!(t.next_expiry(), None);
+    assert_eq!(t.expiries.len(), 0);
+}
