@@ -30,7 +30,7 @@ use crate::{Error, Lease, PoolId, Result, Store, WaiterId};
 /// full, until the drain ends (the store notifies) or the wait runs out,
 /// which then reports the drain.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn acquire<A: Answer>(
+pub(crate) fn acquire<A: Answer>(
     store: &Arc<dyn Store>,
     pools: &[PoolId],
     start: SystemTime,
@@ -39,113 +39,118 @@ pub(crate) async fn acquire<A: Answer>(
     draining_waits: bool,
     exhausted: impl Fn() -> Error,
     mut attempt: impl FnMut(SystemTime, Option<WaiterId>) -> InFlight<A>,
-) -> Result<A::Granted> {
-    let changes = store.changes();
-    // The drain a waiting borrower last found, reported if its wait runs
-    // out while the pool still drains.
-    let mut drained = None;
-    if pools.iter().all(|pool| changes.waiting(*pool) == 0) {
-        match attempt(start, None).await {
-            Ok(answer) => {
-                if let Step::Granted(granted) = answer.step() {
-                    return Ok(granted);
-                }
-            }
-            Err(e @ Error::Draining { .. }) if draining_waits => drained = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    if wait.is_zero() {
-        return Err(drained.unwrap_or_else(exhausted));
-    }
-    if tokio::runtime::Handle::try_current().is_err() {
-        return Err(Error::NoRuntime {
-            operation: "borrow",
-        });
-    }
-
-    let clock = store.clock();
-    let ticket = changes.enqueue(store, pools, handoff);
-    let place = QueuePlace::new(store, pools);
-    let mut timeout = clock.sleep_until(saturating_add(start, wait));
-    let mut next_expiry = None;
-    // A retryable storage failure while waiting (a connection lost, a lock
-    // held too long) is retried with backoff until the wait runs out, and
-    // then reported as itself, never as exhausted.
-    let mut failed: Option<(Error, Duration)> = None;
-    let mut retry = None;
-    let mut timed_out = false;
-    loop {
-        tokio::select! {
-            biased;
-            () = ticket.turn() => {}
-            () = async {
-                match next_expiry.as_mut() {
-                    Some(expiry) => expiry.await,
-                    None => std::future::pending().await,
-                }
-            } => next_expiry = None,
-            () = async {
-                match retry.as_mut() {
-                    Some(retry) => retry.await,
-                    None => std::future::pending().await,
-                }
-            } => retry = None,
-            () = &mut timeout => timed_out = true,
-        }
-        if let Some(lease) = ticket.take_lease() {
-            // A return in this process granted to us in its own step; one
-            // that came before the deadline still counts.
-            place.granted();
-            return Ok(A::handed(lease));
-        }
-        if timed_out {
-            return Err(failed.map(|(e, _)| e).or(drained).unwrap_or_else(exhausted));
-        }
-        if let Some(at) = ticket.take_next_expiry() {
-            // A hand-off left the pool full and made us head: it told us
-            // the earliest expiry, so there is nothing to ask.
-            next_expiry = at.map(|at| clock.sleep_until(at));
-            continue;
-        }
-        if !ticket.is_head() {
-            continue;
-        }
-        let answer = attempt(truncate_ms(clock.now()), Some(place.waiter()))
-            .made_from(&place)
-            .await;
-        match answer {
-            Ok(answer) => {
-                failed = None;
-                drained = None;
-                match answer.step() {
-                    Step::Granted(granted) => {
-                        place.granted();
-                        // Dropping the ticket wakes the next head of each queue.
+) -> impl Future<Output = Result<A::Granted>> {
+    // An async block, not an async fn: an async fn's future keeps each
+    // argument twice (as given, and moved into the body), and this one is
+    // inside every borrow's future (issue 27).
+    async move {
+        let changes = store.changes();
+        // The drain a waiting borrower last found, reported if its wait runs
+        // out while the pool still drains.
+        let mut drained = None;
+        if pools.iter().all(|pool| changes.waiting(*pool) == 0) {
+            match attempt(start, None).await {
+                Ok(answer) => {
+                    if let Step::Granted(granted) = answer.step() {
                         return Ok(granted);
                     }
-                    Step::Exhausted(at) => next_expiry = at.map(|at| clock.sleep_until(at)),
                 }
+                Err(e @ Error::Draining { .. }) if draining_waits => drained = Some(e),
+                Err(e) => return Err(e),
             }
-            Err(
-                e @ Error::Storage {
-                    retryable: true, ..
-                },
-            ) => {
-                let backoff = failed
-                    .as_ref()
-                    .map_or(RETRY_FIRST, |(_, last)| (*last * 2).min(RETRY_MAX));
-                retry = Some(Box::pin(tokio::time::sleep(backoff)));
-                failed = Some((e, backoff));
+        }
+        if wait.is_zero() {
+            return Err(drained.unwrap_or_else(exhausted));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime {
+                operation: "borrow",
+            });
+        }
+
+        let clock = store.clock();
+        let ticket = changes.enqueue(store, pools, handoff);
+        let place = QueuePlace::new(store, pools);
+        let mut timeout = clock.sleep_until(saturating_add(start, wait));
+        let mut next_expiry = None;
+        // A retryable storage failure while waiting (a connection lost, a lock
+        // held too long) is retried with backoff until the wait runs out, and
+        // then reported as itself, never as exhausted.
+        let mut failed: Option<(Error, Duration)> = None;
+        let mut retry = None;
+        let mut timed_out = false;
+        loop {
+            tokio::select! {
+                biased;
+                () = ticket.turn() => {}
+                () = async {
+                    match next_expiry.as_mut() {
+                        Some(expiry) => expiry.await,
+                        None => std::future::pending().await,
+                    }
+                } => next_expiry = None,
+                () = async {
+                    match retry.as_mut() {
+                        Some(retry) => retry.await,
+                        None => std::future::pending().await,
+                    }
+                } => retry = None,
+                () = &mut timeout => timed_out = true,
             }
-            Err(e @ Error::Draining { .. }) if draining_waits => {
-                // Asleep until the store tells of a change: the drain's
-                // end notifies the pool's waiters.
-                failed = None;
-                next_expiry = None;
-                drained = Some(e);
+            if let Some(lease) = ticket.take_lease() {
+                // A return in this process granted to us in its own step; one
+                // that came before the deadline still counts.
+                place.granted();
+                return Ok(A::handed(lease));
             }
-            Err(e) => return Err(e),
+            if timed_out {
+                return Err(failed.map(|(e, _)| e).or(drained).unwrap_or_else(exhausted));
+            }
+            if let Some(at) = ticket.take_next_expiry() {
+                // A hand-off left the pool full and made us head: it told us
+                // the earliest expiry, so there is nothing to ask.
+                next_expiry = at.map(|at| clock.sleep_until(at));
+                continue;
+            }
+            if !ticket.is_head() {
+                continue;
+            }
+            let answer = attempt(truncate_ms(clock.now()), Some(place.waiter()))
+                .made_from(&place)
+                .await;
+            match answer {
+                Ok(answer) => {
+                    failed = None;
+                    drained = None;
+                    match answer.step() {
+                        Step::Granted(granted) => {
+                            place.granted();
+                            // Dropping the ticket wakes the next head of each queue.
+                            return Ok(granted);
+                        }
+                        Step::Exhausted(at) => next_expiry = at.map(|at| clock.sleep_until(at)),
+                    }
+                }
+                Err(
+                    e @ Error::Storage {
+                        retryable: true, ..
+                    },
+                ) => {
+                    let backoff = failed
+                        .as_ref()
+                        .map_or(RETRY_FIRST, |(_, last)| (*last * 2).min(RETRY_MAX));
+                    retry = Some(Box::pin(tokio::time::sleep(backoff)));
+                    failed = Some((e, backoff));
+                }
+                Err(e @ Error::Draining { .. }) if draining_waits => {
+                    // Asleep until the store tells of a change: the drain's
+                    // end notifies the pool's waiters.
+                    failed = None;
+                    next_expiry = None;
+                    drained = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 }

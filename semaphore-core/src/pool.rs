@@ -402,81 +402,89 @@ impl Pool {
     }
 
     /// The lease, and its ttl as clamped; traced and counted.
-    async fn acquire(
+    ///
+    /// This and [`acquire_clamped`](Pool::acquire_clamped) return async
+    /// blocks, not async fns: an async fn's future keeps each argument
+    /// twice, and these are inside every borrow's future (issue 27).
+    fn acquire(
         &self,
         ttl: Duration,
         wait: Duration,
         labels: Labels,
-    ) -> Result<(Lease, Duration)> {
-        let ttl = self.limits.clamp_ttl(ttl)?;
-        let wait = self.limits.clamp_wait(wait);
-        let borrow = telemetry::Borrow::start(&self.name, ttl, wait);
-        let result = borrow
-            .run(self.acquire_clamped(ttl, wait, labels, None))
-            .await;
-        borrow.finish(&result);
-        result.map(|lease| (lease, ttl))
+    ) -> impl Future<Output = Result<(Lease, Duration)>> {
+        async move {
+            let ttl = self.limits.clamp_ttl(ttl)?;
+            let wait = self.limits.clamp_wait(wait);
+            let borrow = telemetry::Borrow::start(&self.name, ttl, wait);
+            let result = borrow
+                .run(self.acquire_clamped(ttl, wait, labels, None))
+                .await;
+            borrow.finish(&result);
+            result.map(|lease| (lease, ttl))
+        }
     }
 
     /// The lease, for a `ttl` and `wait` already clamped.
     /// `seat`, if given, is told when the borrow joins the pool's queue.
-    async fn acquire_clamped(
+    fn acquire_clamped(
         &self,
         ttl: Duration,
         wait: Duration,
         labels: Labels,
         seat: Option<Arc<Seat>>,
-    ) -> Result<Lease> {
-        // Only the deadline counts from it: no need for whole milliseconds.
-        let start = self.store.clock().now();
-        if let Some(key) = &labels.key {
-            // A keyed retry must not queue behind others for a lease it
-            // holds; with nobody queued, the first attempt finds it anyway.
-            if self.store.changes().waiting(self.id) > 0
-                && let Some(lease) = keyed_lease(&self.store, self.id, key).await?
-            {
-                return Ok(lease);
+    ) -> impl Future<Output = Result<Lease>> {
+        async move {
+            // Only the deadline counts from it: no need for whole milliseconds.
+            let start = self.store.clock().now();
+            if let Some(key) = &labels.key {
+                // A keyed retry must not queue behind others for a lease it
+                // holds; with nobody queued, the first attempt finds it anyway.
+                if self.store.changes().waiting(self.id) > 0
+                    && let Some(lease) = keyed_lease(&self.store, self.id, key).await?
+                {
+                    return Ok(lease);
+                }
             }
+            let exhausted = || Error::Exhausted {
+                pool: self.id,
+                waited: wait,
+            };
+            let first = LeaseId::new();
+            acquire(
+                &self.store,
+                std::slice::from_ref(&self.id),
+                start,
+                wait,
+                Some(HandOff {
+                    lease: first,
+                    slots: labels.slots,
+                    bound: labels.bound,
+                    ttl,
+                    key: labels.key.clone(),
+                    owner: labels.owner.clone(),
+                    seat,
+                }),
+                labels.wait_while_draining,
+                exhausted,
+                |_now, waiter| {
+                    // Only the first attempt, made before queueing, is made
+                    // without a waiter: a hand-off reuses its id, so it must be
+                    // the one attempt that can never have been granted then.
+                    let lease = if waiter.is_none() {
+                        first
+                    } else {
+                        LeaseId::new()
+                    };
+                    let mut request = BorrowRequest::new(self.id, lease, ttl);
+                    request.slots = labels.slots;
+                    request.bound = labels.bound;
+                    request.waiter = waiter;
+                    request.key.clone_from(&labels.key);
+                    request.owner.clone_from(&labels.owner);
+                    InFlight::one(&self.store, request)
+                },
+            )
+            .await
         }
-        let exhausted = || Error::Exhausted {
-            pool: self.id,
-            waited: wait,
-        };
-        let first = LeaseId::new();
-        acquire(
-            &self.store,
-            std::slice::from_ref(&self.id),
-            start,
-            wait,
-            Some(HandOff {
-                lease: first,
-                slots: labels.slots,
-                bound: labels.bound,
-                ttl,
-                key: labels.key.clone(),
-                owner: labels.owner.clone(),
-                seat,
-            }),
-            labels.wait_while_draining,
-            exhausted,
-            |_now, waiter| {
-                // Only the first attempt, made before queueing, is made
-                // without a waiter: a hand-off reuses its id, so it must be
-                // the one attempt that can never have been granted then.
-                let lease = if waiter.is_none() {
-                    first
-                } else {
-                    LeaseId::new()
-                };
-                let mut request = BorrowRequest::new(self.id, lease, ttl);
-                request.slots = labels.slots;
-                request.bound = labels.bound;
-                request.waiter = waiter;
-                request.key.clone_from(&labels.key);
-                request.owner.clone_from(&labels.owner);
-                InFlight::one(&self.store, request)
-            },
-        )
-        .await
     }
 }
