@@ -30,6 +30,7 @@ use crate::{Error, Lease, PoolId, Result, Store, WaiterId};
 /// full, until the drain ends (the store notifies) or the wait runs out,
 /// which then reports the drain.
 #[allow(clippy::too_many_arguments)]
+#[allow(clippy::manual_async_fn)] // on purpose: see the body
 pub(crate) fn acquire<A: Answer>(
     store: &Arc<dyn Store>,
     pools: &[PoolId],

@@ -406,6 +406,7 @@ impl Pool {
     /// This and [`acquire_clamped`](Pool::acquire_clamped) return async
     /// blocks, not async fns: an async fn's future keeps each argument
     /// twice, and these are inside every borrow's future (issue 27).
+    #[allow(clippy::manual_async_fn)] // on purpose: see `acquire`
     fn acquire(
         &self,
         ttl: Duration,
@@ -426,6 +427,7 @@ impl Pool {
 
     /// The lease, for a `ttl` and `wait` already clamped.
     /// `seat`, if given, is told when the borrow joins the pool's queue.
+    #[allow(clippy::manual_async_fn)] // on purpose: see `acquire`
     fn acquire_clamped(
         &self,
         ttl: Duration,
