@@ -264,36 +264,48 @@ impl PostgresStore {
             .map_err(storage(operation))
     }
 
-    /// `statement`, then the pool's wake-up (`semaphore_returned`: a
-    /// notification if a head is queued) as a transaction of its own on the
-    /// same connection, once the first has committed. Kept out of the first
-    /// transaction because PostgreSQL serializes the commits of notifying
-    /// transactions. A wake-up that fails is left to the waiters' fallback
-    /// poll.
+    /// Returns `lease` of `pool` (`semaphore_return_lease`, which may hand
+    /// its slot to the queue's head), then runs the pool's wake-up
+    /// (`semaphore_returned`: a notification if it handed the slot or a
+    /// head is queued) as a transaction of its own on the same connection,
+    /// once the first has committed; whether the lease was active. The
+    /// wake-up is kept out of the return's transaction because PostgreSQL
+    /// serializes the commits of notifying transactions; one that fails is
+    /// left to the waiters' fallback poll.
     ///
     /// The two are sent one after the other, not pipelined: PgBouncer in
     /// transaction mode (1.18 at least) may hand the server connection to
     /// another client between two pipelined transactions, and the second
     /// one's answer then reached that other client (seen in CI as a borrow
     /// reading the wake-up's `void` row).
-    pub(crate) async fn query_then_wake(
+    pub(crate) async fn return_then_wake(
         &self,
-        operation: &'static str,
-        statement: &str,
-        params: &[(&(dyn ToSql + Sync), Type)],
         pool: &uuid::Uuid,
-    ) -> Result<Vec<Row>> {
+        lease: &uuid::Uuid,
+    ) -> Result<bool> {
+        const OPERATION: &str = "return";
         if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::NoRuntime { operation });
+            return Err(Error::NoRuntime {
+                operation: OPERATION,
+            });
         }
-        let client = self.pool.get().await.map_err(pool_error(operation))?;
+        let now = self.now_param();
+        let client = self.pool.get().await.map_err(pool_error(OPERATION))?;
+        let hand_off = self.changes.hand_offs_allowed();
+        let params: [(&(dyn ToSql + Sync), Type); 4] = [
+            (pool, Type::UUID),
+            (lease, Type::UUID),
+            (&now, Type::INT8),
+            (&hand_off, Type::BOOL),
+        ];
         let rows = client
-            .query_typed(statement, params)
+            .query_typed(&self.sql.return_lease, &params)
             .await
-            .map_err(storage(operation))?;
-        let wake: [(&(dyn ToSql + Sync), Type); 1] = [(pool, Type::UUID)];
+            .map_err(storage(OPERATION))?;
+        let (returned, handed) = returned(&rows)?;
+        let wake: [(&(dyn ToSql + Sync), Type); 2] = [(pool, Type::UUID), (&handed, Type::BOOL)];
         let _woken = client.query_typed(&self.sql.wake, &wake).await;
-        Ok(rows)
+        Ok(returned)
     }
 
     pub(crate) fn statements(&self) -> &Sql {
@@ -323,4 +335,13 @@ impl PostgresStore {
             pid => Some(pid),
         }
     }
+}
+
+/// `semaphore_return_lease`'s answer: whether the lease was active, and
+/// whether its slot went to the queue's head.
+pub(crate) fn returned(rows: &[Row]) -> Result<(bool, bool)> {
+    let row = first(rows, "return")?;
+    let returned = row.try_get(0).map_err(storage("return"))?;
+    let handed = row.try_get(1).map_err(storage("return"))?;
+    Ok((returned, handed))
 }

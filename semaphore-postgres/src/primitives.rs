@@ -196,22 +196,9 @@ impl Store for PostgresStore {
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
-        let now = self.now_param();
-        let rows = self
-            .query_then_wake(
-                "return",
-                &self.sql.return_lease,
-                &[
-                    (&pool.as_uuid(), Type::UUID),
-                    (&lease.as_uuid(), Type::UUID),
-                    (&now, Type::INT8),
-                ],
-                pool.as_uuid(),
-            )
+        let returned = self
+            .return_then_wake(pool.as_uuid(), lease.as_uuid())
             .await?;
-        let returned: bool = first(&rows, "return")?
-            .try_get(0)
-            .map_err(storage("return"))?;
         if returned {
             self.changes.notify(pool);
         }

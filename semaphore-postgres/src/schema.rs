@@ -64,6 +64,7 @@ const SHAPE: &[(&str, &[Column<&str>])] = &[
             ("borrow_key", "text", false),
             ("holder", "integer", false),
             ("holder_start", "bigint", false),
+            ("granted_to", "uuid", false),
         ],
     ),
     STORE,
@@ -88,7 +89,7 @@ const SHAPE_3: &[(&str, &[Column<&str>])] = &[
     ),
     POOLS,
     STORE,
-    WAITERS,
+    WAITERS_3,
 ];
 
 const POOLS: (&str, &[Column<&str>]) = (
@@ -105,7 +106,26 @@ const STORE: (&str, &[Column<&str>]) = (
     &[("id", "integer", true), ("schema_version", "integer", true)],
 );
 
+/// A queued head's place; from version 4 with what a return needs to hand
+/// it a slot (its ttl, owner and holder).
 const WAITERS: (&str, &[Column<&str>]) = (
+    "semaphore_waiters",
+    &[
+        ("pool", "uuid", true),
+        ("waiter", "uuid", true),
+        ("ticket", "bigint", true),
+        ("alive_until", "bigint", true),
+        ("backend", "integer", false),
+        ("slots", "bigint", true),
+        ("ttl", "bigint", false),
+        ("owner", "text", false),
+        ("holder", "integer", false),
+        ("holder_start", "bigint", false),
+    ],
+);
+
+/// A queued head's place up to version 3.
+const WAITERS_3: (&str, &[Column<&str>]) = (
     "semaphore_waiters",
     &[
         ("pool", "uuid", true),
@@ -140,8 +160,13 @@ const MIGRATE_TO_3: &str = "
 /// The statements that take a version 3 schema to version 4, after the
 /// script has made the (empty) slot table: every held row moves over as it
 /// is, every position below a pool's highest held one gets a free row (a
-/// pool's rows are always 0 to n-1), and the old table goes.
+/// pool's rows are always 0 to n-1), and the old table goes; places get
+/// the columns of a hand-off (none for the places already taken: those
+/// heads look for themselves), and the return of version 3 goes.
 const MIGRATE_TO_4: &str = "
+    ALTER TABLE {s}.semaphore_waiters ADD COLUMN ttl bigint, ADD COLUMN owner text,
+        ADD COLUMN holder integer, ADD COLUMN holder_start bigint;
+    DROP FUNCTION IF EXISTS {s}.semaphore_return(uuid, uuid, bigint);
     INSERT INTO {s}.semaphore_slots
             (pool, position, lease, token, expires_at, owner, borrow_key, holder, holder_start)
         SELECT pool, position, lease, token, expires_at, owner, borrow_key, holder, holder_start

@@ -33,7 +33,9 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_pools (
 -- but the key's is indexed, so updates stay on the page (HOT) with room
 -- left by the fill factor. A key is unique among a pool's active leases
 -- because keyed grants take the pool row's lock (an expired lease keeps
--- its key on its row until the row is taken again).
+-- its key on its row until the row is taken again). `granted_to` names the
+-- queued head a return handed the row to (semaphore_return_lease), for the
+-- head to find its lease at its next look.
 CREATE TABLE IF NOT EXISTS {s}.semaphore_slots (
     pool uuid NOT NULL,
     position bigint NOT NULL,
@@ -44,6 +46,7 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_slots (
     borrow_key text,
     holder integer,
     holder_start bigint,
+    granted_to uuid,
     PRIMARY KEY (pool, position)
 ) WITH (fillfactor = 50);
 CREATE TABLE IF NOT EXISTS {s}.semaphore_waiters (
@@ -53,6 +56,10 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_waiters (
     alive_until bigint NOT NULL,
     backend integer,
     slots bigint NOT NULL DEFAULT 1,
+    ttl bigint,
+    owner text,
+    holder integer,
+    holder_start bigint,
     PRIMARY KEY (pool, waiter)
 );
 
@@ -104,6 +111,15 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT hashtextextended('{channel}' || p_pool::text, 0)
 $$;
 
+-- The key of a queued head's advisory lock: its look holds it shared, and a
+-- return hands it a slot only if it takes it at once, so a head never looks
+-- while a slot is being handed to it (it would not see the hand-off, and
+-- might take a second slot).
+CREATE OR REPLACE FUNCTION {s}.semaphore_waiter_key(p_waiter uuid) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT hashtextextended('{channel}/' || p_waiter::text, 0)
+$$;
+
 -- Wakes waiters of every process if any head is queued on the pool.
 -- (Within the transaction of a change made under the pool row's lock.)
 CREATE OR REPLACE FUNCTION {s}.semaphore_wake(p_pool uuid) RETURNS void
@@ -114,14 +130,16 @@ BEGIN
     END IF;
 END $$;
 
--- R8, after a return has committed: wakes every process if a head is
--- queued, or if a borrow holds the pool's gate (it may be taking a place
--- without having seen the slot free; its process then looks again). Runs
--- in a transaction that writes nothing, so it waits for no flush.
-CREATE OR REPLACE FUNCTION {s}.semaphore_returned(p_pool uuid) RETURNS void
+-- R8, after a return has committed: wakes every process if the return
+-- handed its slot to a head (p_handed: the head's process then finds its
+-- lease), if a head is queued, or if a borrow holds the pool's gate (it may
+-- be taking a place without having seen the slot free; its process then
+-- looks again). Runs in a transaction that writes nothing, so it waits for
+-- no flush.
+CREATE OR REPLACE FUNCTION {s}.semaphore_returned(p_pool uuid, p_handed boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT pg_try_advisory_xact_lock_shared({s}.semaphore_gate(p_pool))
+    IF p_handed OR NOT pg_try_advisory_xact_lock_shared({s}.semaphore_gate(p_pool))
         OR EXISTS (SELECT 1 FROM {s}.semaphore_waiters WHERE pool = p_pool) THEN
         PERFORM pg_notify('{channel}', p_pool::text);
     END IF;
@@ -204,10 +222,22 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_count bigint; v_now bigint; v_held bigint; v_ticket bigint; v_alive bigint;
     v_ahead bigint; v_dropped bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
-    v_positions bigint[]; v_draining boolean; v_dead boolean;
+    v_positions bigint[]; v_draining boolean; v_dead boolean; v_handable boolean;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
     IF p_waiter IS NOT NULL THEN
+        -- A slot a return handed to this head (its place then went with
+        -- it): its lease, found without writing. The lock waits out a
+        -- hand-off in flight, so the statement after sees it.
+        PERFORM pg_advisory_xact_lock_shared({s}.semaphore_waiter_key(p_waiter));
+        SELECT l.lease, l.token, l.expires_at, l.position INTO v_id, v_tok, v_exp, v_pos
+            FROM {s}.semaphore_slots l
+            WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.expires_at > v_now
+                AND {s}.semaphore_alive(l.holder, l.holder_start);
+        IF FOUND THEN
+            RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp;
+            RETURN;
+        END IF;
         SELECT w.ticket, w.alive_until INTO v_ticket, v_alive
             FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
         IF v_alive <= v_now THEN
@@ -233,7 +263,7 @@ BEGIN
                 UPDATE {s}.semaphore_slots l SET lease = p_lease,
                         token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
                         owner = p_owner, borrow_key = NULL, holder = p_holder,
-                        holder_start = p_holder_start
+                        holder_start = p_holder_start, granted_to = NULL
                     WHERE l.pool = p_pool AND l.position = (
                         SELECT f.position FROM {s}.semaphore_slots f
                         WHERE f.pool = p_pool AND f.position < v_count AND f.expires_at <= v_now
@@ -331,7 +361,8 @@ BEGIN
         -- (The slow path never waits for a slot row: a row a borrow in
         -- flight holds locked is left to a later look.)
         UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
-                owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL
+                owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL,
+                granted_to = NULL
             WHERE l.pool = p_pool AND l.position IN (
                 SELECT d.position FROM {s}.semaphore_slots d
                 WHERE d.pool = p_pool AND d.holder IS NOT NULL AND d.expires_at > v_now
@@ -360,7 +391,7 @@ BEGIN
             UPDATE {s}.semaphore_slots l SET lease = p_lease, token = v_tok, expires_at = v_exp,
                     owner = CASE WHEN l.position = v_positions[1] THEN p_owner END,
                     borrow_key = CASE WHEN l.position = v_positions[1] THEN p_key END,
-                    holder = p_holder, holder_start = p_holder_start
+                    holder = p_holder, holder_start = p_holder_start, granted_to = NULL
                 WHERE l.pool = p_pool AND l.position = ANY(v_positions);
             DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
             RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp;
@@ -369,9 +400,16 @@ BEGIN
     END IF;
     IF p_waiter IS NOT NULL AND p_keep_place THEN
         IF v_ticket IS NULL THEN
-            INSERT INTO {s}.semaphore_waiters (pool, waiter, ticket, alive_until, backend, slots)
+            -- A one-slot borrow without a key keeps what a return needs
+            -- to hand it a slot (semaphore_return_lease); others get none.
+            v_handable := p_lease IS NOT NULL AND p_key IS NULL AND p_slots = 1;
+            INSERT INTO {s}.semaphore_waiters
+                    (pool, waiter, ticket, alive_until, backend, slots, ttl, owner, holder,
+                     holder_start)
                 VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + {waiter_ttl},
-                    p_backend, p_slots)
+                    p_backend, p_slots, CASE WHEN v_handable THEN p_ttl END,
+                    CASE WHEN v_handable THEN p_owner END, CASE WHEN v_handable THEN p_holder END,
+                    CASE WHEN v_handable THEN p_holder_start END)
                 ON CONFLICT (pool, waiter) DO UPDATE SET alive_until = excluded.alive_until;
         ELSIF v_alive - v_now < {waiter_ttl} - {waiter_refresh} THEN
             UPDATE {s}.semaphore_waiters w SET alive_until = v_now + {waiter_ttl}
@@ -437,26 +475,81 @@ BEGIN
     RETURN QUERY SELECT * FROM unnest(v_rows);
 END $$;
 
--- R8: ends an active lease; whether it was active. Only its slot rows are
--- locked, not the pool row: returns on different slots commit in
+-- R8: ends an active lease: whether it was active, and whether its slot
+-- went straight to the queue's head (issue 22: one commit then serves the
+-- return and the next grant, and the head finds its lease by `granted_to`
+-- at its next look, read-only). Only the lease's slot rows and the head's
+-- place are locked, not the pool row: returns on different slots commit in
 -- parallel. The caller wakes the queued heads with semaphore_returned, in
 -- a transaction of its own after this one commits: PostgreSQL serializes
 -- the commits of notifying transactions, flush included, so a
 -- notification sent here would make returns on a busy pool take turns.
-CREATE OR REPLACE FUNCTION {s}.semaphore_return(p_pool uuid, p_lease uuid, p_now bigint)
-RETURNS boolean
+--
+-- The head is served only if p_hand_off (the conformance suite's gate
+-- turns hand-offs off while it holds heads' own calls), if it is a
+-- one-slot borrow without a key (its
+-- place keeps its ttl, owner and holder), its process lives, it is not
+-- looking right now (its advisory lock, semaphore_waiter_key), the pool
+-- grants and has room (no active slot at or above the count, R10), and a
+-- free slot below the count is not locked by a grant in flight; it gets
+-- the lowest such slot (R6), a new token (R9) and a new lease id.
+-- Otherwise the wake-up tells it to look, as before.
+CREATE OR REPLACE FUNCTION {s}.semaphore_return_lease(
+    p_pool uuid, p_lease uuid, p_now bigint, p_hand_off boolean)
+RETURNS TABLE (o_returned boolean, o_handed boolean)
 LANGUAGE plpgsql AS $$
-DECLARE v_now bigint;
+DECLARE v_now bigint; v_count bigint; v_pos bigint; v_head {s}.semaphore_waiters%ROWTYPE;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
-            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL
+            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL,
+            granted_to = NULL
         WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
         AND {s}.semaphore_alive(l.holder, l.holder_start);
     IF NOT FOUND THEN
-        RETURN false;
+        RETURN QUERY SELECT false, false;
+        RETURN;
     END IF;
-    RETURN true;
+    SELECT * INTO v_head FROM {s}.semaphore_waiters w
+        WHERE w.pool = p_pool AND w.alive_until > v_now ORDER BY w.ticket LIMIT 1;
+    IF NOT FOUND OR NOT p_hand_off OR v_head.ttl IS NULL
+        OR (v_head.backend IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM pg_stat_get_activity(v_head.backend) a WHERE a.pid = v_head.backend))
+        OR NOT pg_try_advisory_xact_lock({s}.semaphore_waiter_key(v_head.waiter)) THEN
+        RETURN QUERY SELECT true, false;
+        RETURN;
+    END IF;
+    SELECT p.count INTO v_count FROM {s}.semaphore_pools p
+        WHERE p.pool = p_pool AND NOT p.draining
+        AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots l
+                        WHERE l.pool = p_pool AND l.position >= p.count
+                        AND l.expires_at > v_now);
+    -- The place locked before the slot is taken: a head leaving meanwhile
+    -- (semaphore_leave_queue) then finds the slot handed, and frees it.
+    PERFORM 1 FROM {s}.semaphore_waiters w
+        WHERE w.pool = p_pool AND w.waiter = v_head.waiter AND w.alive_until > v_now
+        FOR UPDATE;
+    IF v_count IS NULL OR NOT FOUND THEN
+        RETURN QUERY SELECT true, false;
+        RETURN;
+    END IF;
+    UPDATE {s}.semaphore_slots l SET lease = gen_random_uuid(),
+            token = nextval('{s}.semaphore_tokens'),
+            expires_at = least(v_now + v_head.ttl, {max_ms}), owner = v_head.owner,
+            borrow_key = NULL, holder = v_head.holder, holder_start = v_head.holder_start,
+            granted_to = v_head.waiter
+        WHERE l.pool = p_pool AND l.position = (
+            SELECT f.position FROM {s}.semaphore_slots f
+            WHERE f.pool = p_pool AND f.position < v_count AND f.expires_at <= v_now
+            ORDER BY f.position LIMIT 1
+            FOR UPDATE SKIP LOCKED)
+        RETURNING l.position INTO v_pos;
+    IF v_pos IS NULL THEN
+        RETURN QUERY SELECT true, false;
+        RETURN;
+    END IF;
+    DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = v_head.waiter;
+    RETURN QUERY SELECT true, true;
 END $$;
 
 -- Moves an active lease's expiry to now + ttl. status 0: renewed; 1: not
@@ -520,18 +613,28 @@ BEGIN
         RETURN;
     END IF;
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
-            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL
+            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL,
+            granted_to = NULL
         WHERE l.pool = p_pool AND l.position = ANY(v_positions);
     PERFORM {s}.semaphore_wake(p_pool);
     RETURN QUERY SELECT 0::smallint, v_id, v_positions, v_tok, v_exp, v_owner, v_key;
 END $$;
 
--- R12: forgets a queued head's place, and wakes the next if it left.
+-- R12: forgets a queued head's place, and frees a slot a return handed it
+-- that it never took (its borrow was dropped); wakes the next head if
+-- either was there.
 CREATE OR REPLACE FUNCTION {s}.semaphore_leave_queue(p_pool uuid, p_waiter uuid) RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE v_left boolean;
 BEGIN
     DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
-    IF NOT FOUND THEN
+    v_left := FOUND;
+    UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
+            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL,
+            granted_to = NULL
+        WHERE l.pool = p_pool AND l.granted_to = p_waiter;
+    v_left := v_left OR FOUND;
+    IF NOT v_left THEN
         RETURN false;
     END IF;
     PERFORM {s}.semaphore_wake(p_pool);

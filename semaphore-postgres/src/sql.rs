@@ -118,7 +118,7 @@ impl Sql {
             try_borrow_all: f(
                 "SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             ),
-            return_lease: f("SELECT {s}.semaphore_return($1, $2, $3)"),
+            return_lease: f("SELECT * FROM {s}.semaphore_return_lease($1, $2, $3, $4)"),
             renew: f("SELECT * FROM {s}.semaphore_renew($1, $2, $3, $4)"),
             // One row per lease, its rows' positions gathered (R15); the
             // labels are on its lowest row only.
@@ -140,7 +140,7 @@ impl Sql {
             force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
             set_draining: f("SELECT * FROM {s}.semaphore_set_draining($1, $2, $3)"),
             leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
-            wake: f("SELECT {s}.semaphore_returned($1)"),
+            wake: f("SELECT {s}.semaphore_returned($1, $2)"),
             queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters
                 WHERE pool = $1 AND alive_until > (SELECT {s}.semaphore_now($2))"),
         }

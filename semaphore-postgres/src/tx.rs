@@ -121,23 +121,26 @@ impl PostgresStore {
     ) -> Result<bool> {
         self.check_pool(pool)?;
         let (now, id) = (self.now_param(), pool.id());
-        // The wake-up (a notification if a head is queued) is sent at
-        // `tx`'s commit.
-        let params: [(&(dyn ToSql + Sync), Type); 3] = [
+        let hand_off = self.changes().hand_offs_allowed();
+        let params: [(&(dyn ToSql + Sync), Type); 4] = [
             (id.as_uuid(), Type::UUID),
             (lease.as_uuid(), Type::UUID),
             (&now, Type::INT8),
+            (&hand_off, Type::BOOL),
         ];
-        let wake: [(&(dyn ToSql + Sync), Type); 1] = [(id.as_uuid(), Type::UUID)];
-        let (rows, woken) = tokio::join!(
-            tx.query_typed(&self.statements().return_lease, &params),
-            tx.query_typed(&self.statements().wake, &wake),
-        );
-        let rows = rows.map_err(storage("return"))?;
-        woken.map_err(storage("return"))?;
-        first(&rows, "return")?
-            .try_get(0)
-            .map_err(storage("return"))
+        let rows = tx
+            .query_typed(&self.statements().return_lease, &params)
+            .await
+            .map_err(storage("return"))?;
+        let (returned, handed) = crate::backend::returned(&rows)?;
+        // The wake-up (a notification if a head is queued or was handed
+        // the slot) is sent at `tx`'s commit.
+        let wake: [(&(dyn ToSql + Sync), Type); 2] =
+            [(id.as_uuid(), Type::UUID), (&handed, Type::BOOL)];
+        tx.query_typed(&self.statements().wake, &wake)
+            .await
+            .map_err(storage("return"))?;
+        Ok(returned)
     }
 
     /// `pool` is a handle on this store.

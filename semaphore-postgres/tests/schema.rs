@@ -68,6 +68,8 @@ async fn a_version_1_2_or_3_schema_is_migrated() {
             .batch_execute(&format!(
                 "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
                  DROP TABLE \"{schema}\".semaphore_slots;
+                 ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN ttl, DROP COLUMN owner,
+                     DROP COLUMN holder, DROP COLUMN holder_start;
                  CREATE TABLE \"{schema}\".semaphore_leases (
                      pool uuid NOT NULL, position bigint NOT NULL, lease uuid NOT NULL,
                      token bigint NOT NULL, expires_at bigint NOT NULL, owner text,

@@ -1,0 +1,180 @@
+//! A return hands its slot to the head of the shared queue in its own
+//! commit (issue 22): the head finds its lease at its next look, and a head
+//! that leaves first frees it. The head here is a place written as another
+//! process's borrower writes it, so that nobody looks before the test does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_postgres::testing::TestServer;
+use semaphore_postgres::{Pool, PoolId, PostgresOptions, PostgresStore};
+use tokio_postgres::{Client, NoTls};
+use uuid::Uuid;
+
+const TTL: Duration = Duration::from_secs(60);
+
+struct Fixture {
+    schema: String,
+    pool: Pool,
+    sql: Client,
+}
+
+async fn fixture() -> Fixture {
+    let server = TestServer::shared();
+    let schema = TestServer::fresh_schema();
+    let options = PostgresOptions::default().schema(schema.clone());
+    let store = PostgresStore::connect_with(server.url(), options)
+        .await
+        .unwrap();
+    let pool = Pool::new(Arc::new(store), PoolId::from_name("handed"));
+    pool.register(1).await.unwrap();
+    let (sql, connection) = tokio_postgres::connect(server.url(), NoTls).await.unwrap();
+    tokio::spawn(connection);
+    Fixture { schema, pool, sql }
+}
+
+impl Fixture {
+    /// Queues a head as a one-slot borrower of another process would be
+    /// queued (no live backend to check), with ttl 60 s.
+    async fn queue_head(&self, waiter: Uuid) {
+        self.sql
+            .execute(
+                &format!(
+                    "INSERT INTO \"{}\".semaphore_waiters
+                         (pool, waiter, ticket, alive_until, backend, slots, ttl)
+                     VALUES ($1, $2, nextval('\"{0}\".semaphore_tickets'),
+                         floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 600000,
+                         NULL, 1, 60000)",
+                    self.schema
+                ),
+                &[self.pool.id().as_uuid(), &waiter],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// The slot row at position 0: its lease and whom it was handed to.
+    async fn slot(&self) -> (Option<Uuid>, Option<Uuid>) {
+        let row = self
+            .sql
+            .query_one(
+                &format!(
+                    "SELECT lease, granted_to FROM \"{}\".semaphore_slots
+                     WHERE pool = $1 AND position = 0",
+                    self.schema
+                ),
+                &[self.pool.id().as_uuid()],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    }
+
+    /// The places queued on the pool.
+    async fn places(&self) -> i64 {
+        self.sql
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM \"{}\".semaphore_waiters WHERE pool = $1",
+                    self.schema
+                ),
+                &[self.pool.id().as_uuid()],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// The head's look: `semaphore_try_borrow` as its store calls it.
+    async fn look(&self, waiter: Uuid) -> (i16, Option<Uuid>) {
+        let row = self
+            .sql
+            .query_one(
+                &format!(
+                    "SELECT o_status, o_lease FROM \"{}\".semaphore_try_borrow(
+                         $1, gen_random_uuid(), 60000, $2, NULL, NULL, NULL, NULL, true, 1,
+                         NULL, NULL)",
+                    self.schema
+                ),
+                &[self.pool.id().as_uuid(), &waiter],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    }
+}
+
+/// The return's commit grants the slot to the head, which then finds that
+/// very lease read-only, with its place gone; the pool counts it in use.
+#[tokio::test]
+async fn a_return_hands_its_slot_to_the_queued_head() {
+    let f = fixture().await;
+    let held = f.pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    let head = Uuid::new_v4();
+    f.queue_head(head).await;
+    assert_eq!(f.places().await, 1);
+
+    assert!(held.release().await.unwrap());
+    let (lease, granted_to) = f.slot().await;
+    assert_eq!(granted_to, Some(head), "the slot went to the head");
+    assert!(lease.is_some());
+    assert_eq!(f.pool.inspect().await.unwrap().in_use, 1);
+    assert_eq!(f.places().await, 0);
+
+    // The head's look answers with the lease it was handed, twice alike.
+    assert_eq!(f.look(head).await, (0, lease));
+    assert_eq!(f.look(head).await, (0, lease));
+    // A borrower of this process finds the pool full.
+    assert!(f.pool.try_borrow(TTL).await.is_err());
+}
+
+/// A head that leaves without looking (its borrow was dropped or timed out)
+/// frees the slot it was handed: nothing is held for nobody (R12).
+#[tokio::test]
+async fn a_head_that_leaves_frees_the_slot_it_was_handed() {
+    let f = fixture().await;
+    let held = f.pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    let head = Uuid::new_v4();
+    f.queue_head(head).await;
+    assert!(held.release().await.unwrap());
+    assert_eq!(f.slot().await.1, Some(head));
+
+    let left: bool = f
+        .sql
+        .query_one(
+            &format!("SELECT \"{}\".semaphore_leave_queue($1, $2)", f.schema),
+            &[f.pool.id().as_uuid(), &head],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(left);
+    assert_eq!(f.slot().await, (None, None));
+    assert_eq!(f.pool.inspect().await.unwrap().in_use, 0);
+    let lease = f.pool.try_borrow(TTL).await.unwrap();
+    assert_eq!(lease.position, 0);
+}
+
+/// A head that cannot be handed a slot (a borrow of two slots) is only
+/// woken: the slot stays free for its own look.
+#[tokio::test]
+async fn a_weighted_head_is_not_handed_a_slot() {
+    let f = fixture().await;
+    f.pool.register(2).await.unwrap();
+    let held = f.pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    let head = Uuid::new_v4();
+    f.queue_head(head).await;
+    f.sql
+        .execute(
+            &format!(
+                "UPDATE \"{}\".semaphore_waiters SET slots = 2, ttl = NULL WHERE waiter = $1",
+                f.schema
+            ),
+            &[&head],
+        )
+        .await
+        .unwrap();
+    assert!(held.release().await.unwrap());
+    assert_eq!(f.slot().await, (None, None));
+    assert_eq!(f.pool.inspect().await.unwrap().in_use, 0);
+}
