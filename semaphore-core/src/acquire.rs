@@ -71,7 +71,7 @@ pub(crate) fn acquire<A: Answer>(
 
         let clock = store.clock();
         let ticket = changes.enqueue(store, pools, handoff);
-        let place = QueuePlace::new(store, pools);
+        let place = QueuePlace::new(store, pools, ticket.id());
         let mut timeout = clock.sleep_until(saturating_add(start, wait));
         let mut next_expiry = None;
         // A retryable storage failure while waiting (a connection lost, a lock
@@ -113,12 +113,15 @@ pub(crate) fn acquire<A: Answer>(
                 next_expiry = at.map(|at| clock.sleep_until(at));
                 continue;
             }
-            if !ticket.is_head() {
+            if !ticket.is_head() || !ticket.start_asking() {
+                // Not its turn, or a return in this process claimed it to
+                // hand it a slot (the claim wakes it either way).
                 continue;
             }
             let answer = attempt(truncate_ms(clock.now()), Some(place.waiter()))
                 .made_from(&place)
                 .await;
+            ticket.done_asking();
             match answer {
                 Ok(answer) => {
                     failed = None;

@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use crate::detach::{BoxFuture, run_detached};
+use crate::wait::WaiterIdCell;
 use crate::{
     BorrowRequest, Lease, LeaseId, PoolId, Result, Store, TryBorrow, TryBorrowAll, WaiterId,
 };
@@ -220,25 +221,30 @@ impl<A: Answer> Drop for InFlight<A> {
 pub(crate) struct QueuePlace<'a> {
     store: &'a Arc<dyn Store>,
     pools: &'a [PoolId],
-    /// Made when an attempt first carries it (a borrow served by a
-    /// hand-off never asks the store from its queue, and needs none).
-    waiter: std::cell::OnceCell<WaiterId>,
+    /// Made when an attempt or a claiming return first needs it (a borrow
+    /// served by a hand-off in this process never asks the store from its
+    /// queue, and needs none).
+    waiter: WaiterIdCell,
     armed: bool,
 }
 
 impl<'a> QueuePlace<'a> {
-    pub(crate) fn new(store: &'a Arc<dyn Store>, pools: &'a [PoolId]) -> Self {
+    pub(crate) fn new(
+        store: &'a Arc<dyn Store>,
+        pools: &'a [PoolId],
+        waiter: WaiterIdCell,
+    ) -> Self {
         Self {
             store,
             pools,
-            waiter: std::cell::OnceCell::new(),
+            waiter,
             armed: true,
         }
     }
 
     /// The waiter's id, made on first use.
     pub(crate) fn waiter(&self) -> WaiterId {
-        *self.waiter.get_or_init(WaiterId::new)
+        self.waiter.get_or_make()
     }
 
     /// The store granted to this waiter and forgot its places itself.
@@ -250,7 +256,7 @@ impl<'a> QueuePlace<'a> {
 impl Drop for QueuePlace<'_> {
     fn drop(&mut self) {
         // No id made: no attempt carried it, and the store knows no place.
-        if let (true, Some(&waiter)) = (self.armed, self.waiter.get()) {
+        if let (true, Some(waiter)) = (self.armed, self.waiter.made()) {
             let (store, pools) = (self.store.clone(), self.pools.to_vec());
             run_detached(Box::pin(async move {
                 for pool in pools {

@@ -11,7 +11,7 @@ pub use crate::follow::follow;
 pub use crate::id::WaiterId;
 pub use crate::server_clock::{DecidingClock, ServerClock};
 pub use crate::slot::{SlotTable, lowest_free, lowest_free_n};
-pub use crate::wait::Changes;
+pub use crate::wait::{Changes, Claim};
 /// Re-exported so that stores name the same `async_trait` as the trait.
 pub use ::async_trait::async_trait;
 

@@ -23,7 +23,10 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::cancel::return_detached;
-use crate::{BorrowRequest, Lease, LeaseId, PoolId, Store, TryBorrow};
+use crate::{BorrowRequest, Lease, LeaseId, PoolId, Store, TryBorrow, WaiterId};
+
+mod claim;
+pub use claim::Claim;
 
 /// A store's change notification and the in-process wait queues of its pools.
 ///
@@ -69,6 +72,9 @@ struct Waiter {
     since: SystemTime,
     /// Its sequence number among every waiter that joined, from 1.
     seq: u64,
+    /// Its id as the store's queue knows it (R11), made when first needed:
+    /// by its first attempt from the queue, or by a [`Claim`].
+    id: std::sync::OnceLock<WaiterId>,
 }
 
 /// What a hand-off left a waiter.
@@ -81,6 +87,11 @@ struct Handed {
     /// it can set its timer without asking the store. A plain change clears
     /// it: the head must then ask.
     next_expiry: Option<Option<SystemTime>>,
+    /// A store call of its own is in flight: no return may claim it.
+    asking: bool,
+    /// A return claimed it ([`Changes::claim_head`]): it does not ask the
+    /// store until the claim delivers a lease or lets go.
+    claimed: bool,
 }
 
 /// What a queued single-pool borrower asks for, for a store to grant it
@@ -317,6 +328,7 @@ impl Changes {
             queued: AtomicBool::new(true),
             since: store.clock().now(),
             seq,
+            id: std::sync::OnceLock::new(),
         });
         let mut queues = self.queues.lock();
         let mut head_of_all = true;
@@ -362,6 +374,20 @@ impl Queue {
     }
 }
 
+/// A queued borrower's id in the store's queue, made on first use by its
+/// attempts or by a return that claims it.
+pub(crate) struct WaiterIdCell(Arc<Waiter>);
+
+impl WaiterIdCell {
+    pub(crate) fn get_or_make(&self) -> WaiterId {
+        *self.0.id.get_or_init(WaiterId::new)
+    }
+
+    pub(crate) fn made(&self) -> Option<WaiterId> {
+        self.0.id.get().copied()
+    }
+}
+
 /// A place in the queue of one or more pools. Dropping it leaves them all
 /// (R12) and hands the turn on in each queue it headed.
 pub(crate) struct Ticket<'a> {
@@ -383,6 +409,27 @@ impl Ticket<'_> {
     /// then out of its queue.
     pub(crate) fn take_lease(&self) -> Option<Lease> {
         self.waiter.state.lock().lease.take()
+    }
+
+    /// The ticket's id in the store's queue, shared with its queue place.
+    pub(crate) fn id(&self) -> WaiterIdCell {
+        WaiterIdCell(self.waiter.clone())
+    }
+
+    /// Marks a store call of the ticket's own as in flight, unless a return
+    /// claimed it (then `false`: it must not ask, the claim will wake it).
+    pub(crate) fn start_asking(&self) -> bool {
+        let mut state = self.waiter.state.lock();
+        if state.claimed {
+            return false;
+        }
+        state.asking = true;
+        true
+    }
+
+    /// The store call of [`start_asking`](Ticket::start_asking) ended.
+    pub(crate) fn done_asking(&self) {
+        self.waiter.state.lock().asking = false;
     }
 
     /// The earliest expiry a hand-off that left the pool full told this

@@ -6,13 +6,14 @@ use std::sync::atomic::Ordering;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool as ConnectionPool, RecyclingMethod};
 use semaphore_core::store::Changes;
-use semaphore_core::{Error, PoolId, Result};
+use semaphore_core::{Error, LeaseId, PoolId, Result};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Config, NoTls, Row};
 
 use crate::error::{pool as pool_error, storage};
 use crate::listen::{self, Listener};
 use crate::primitives::first;
+use crate::returning::Returning;
 use crate::sql::Sql;
 use crate::{PostgresOptions, schema};
 use semaphore_core::store::DecidingClock as Time;
@@ -75,7 +76,7 @@ const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct PostgresStore {
     pub(crate) pool: ConnectionPool,
     pub(crate) schema: String,
-    pub(crate) sql: Sql,
+    pub(crate) sql: Arc<Sql>,
     pub(crate) changes: Arc<Changes>,
     pub(crate) time: Time,
     pub(crate) listener: Listener,
@@ -185,7 +186,7 @@ impl PostgresStore {
         });
         let store = Self {
             pool,
-            sql: Sql::new(&options.schema),
+            sql: Arc::new(Sql::new(&options.schema)),
             schema: options.schema,
             changes,
             time: options.time,
@@ -264,48 +265,29 @@ impl PostgresStore {
             .map_err(storage(operation))
     }
 
-    /// Returns `lease` of `pool` (`semaphore_return_lease`, which may hand
-    /// its slot to the queue's head), then runs the pool's wake-up
-    /// (`semaphore_returned`: a notification if it handed the slot or a
-    /// head is queued) as a transaction of its own on the same connection,
-    /// once the first has committed; whether the lease was active. The
-    /// wake-up is kept out of the return's transaction because PostgreSQL
-    /// serializes the commits of notifying transactions; one that fails is
-    /// left to the waiters' fallback poll.
-    ///
-    /// The two are sent one after the other, not pipelined: PgBouncer in
-    /// transaction mode (1.18 at least) may hand the server connection to
-    /// another client between two pipelined transactions, and the second
-    /// one's answer then reached that other client (seen in CI as a borrow
-    /// reading the wake-up's `void` row).
-    pub(crate) async fn return_then_wake(
-        &self,
-        pool: &uuid::Uuid,
-        lease: &uuid::Uuid,
-    ) -> Result<bool> {
-        const OPERATION: &str = "return";
+    /// Returns `lease` of `pool`, handing its slot on where it can
+    /// ([`Returning::run`]). A return that claims this process's queued
+    /// head runs in a task of its own, so that a grant it commits reaches
+    /// the head (or is returned) even if this call is dropped.
+    pub(crate) async fn return_then_wake(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime {
-                operation: OPERATION,
+                operation: "return",
             });
         }
-        let now = self.now_param();
-        let client = self.pool.get().await.map_err(pool_error(OPERATION))?;
-        let hand_off = self.changes.hand_offs_allowed();
-        let params: [(&(dyn ToSql + Sync), Type); 4] = [
-            (pool, Type::UUID),
-            (lease, Type::UUID),
-            (&now, Type::INT8),
-            (&hand_off, Type::BOOL),
-        ];
-        let rows = client
-            .query_typed(&self.sql.return_lease, &params)
-            .await
-            .map_err(storage(OPERATION))?;
-        let (returned, handed) = returned(&rows)?;
-        let wake: [(&(dyn ToSql + Sync), Type); 2] = [(pool, Type::UUID), (&handed, Type::BOOL)];
-        let _woken = client.query_typed(&self.sql.wake, &wake).await;
-        Ok(returned)
+        let returning = Returning {
+            connections: self.pool.clone(),
+            sql: self.sql.clone(),
+            changes: self.changes.clone(),
+            now: self.now_param(),
+            holder: self.holder(),
+        };
+        match self.changes.claim_head(pool) {
+            None => returning.run(pool, lease, None).await,
+            Some(claim) => tokio::spawn(returning.run(pool, lease, Some(claim)))
+                .await
+                .map_err(crate::returning::lost)?,
+        }
     }
 
     pub(crate) fn statements(&self) -> &Sql {
@@ -335,13 +317,4 @@ impl PostgresStore {
             pid => Some(pid),
         }
     }
-}
-
-/// `semaphore_return_lease`'s answer: whether the lease was active, and
-/// whether its slot went to the queue's head.
-pub(crate) fn returned(rows: &[Row]) -> Result<(bool, bool)> {
-    let row = first(rows, "return")?;
-    let returned = row.try_get(0).map_err(storage("return"))?;
-    let handed = row.try_get(1).map_err(storage("return"))?;
-    Ok((returned, handed))
 }

@@ -6,6 +6,7 @@ mod error;
 mod listen;
 mod options;
 mod primitives;
+mod returning;
 mod schema;
 mod sql;
 mod tx;

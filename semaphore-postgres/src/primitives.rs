@@ -196,9 +196,7 @@ impl Store for PostgresStore {
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
-        let returned = self
-            .return_then_wake(pool.as_uuid(), lease.as_uuid())
-            .await?;
+        let returned = self.return_then_wake(pool, lease).await?;
         if returned {
             self.changes.notify(pool);
         }

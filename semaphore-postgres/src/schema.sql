@@ -475,30 +475,37 @@ BEGIN
     RETURN QUERY SELECT * FROM unnest(v_rows);
 END $$;
 
--- R8: ends an active lease: whether it was active, and whether its slot
--- went straight to the queue's head (issue 22: one commit then serves the
--- return and the next grant, and the head finds its lease by `granted_to`
--- at its next look, read-only). Only the lease's slot rows and the head's
--- place are locked, not the pool row: returns on different slots commit in
--- parallel. The caller wakes the queued heads with semaphore_returned, in
--- a transaction of its own after this one commits: PostgreSQL serializes
--- the commits of notifying transactions, flush included, so a
--- notification sent here would make returns on a busy pool take turns.
+-- R8: ends an active lease, and hands its slot on at once where it can
+-- (issue 22: one commit then serves the return and the next grant). Only
+-- the lease's slot rows and a head's place are locked, not the pool row:
+-- returns on different slots commit in parallel. One row: a grant as
+-- semaphore_try_borrow's (status 0, for the claimed head of the caller's
+-- process; else 1), whether the lease was active, and whether its slot
+-- went to another process's head. The caller wakes the queued heads with
+-- semaphore_returned, in a transaction of its own after this one commits:
+-- PostgreSQL serializes the commits of notifying transactions, flush
+-- included, so a notification sent here would make returns take turns.
 --
--- The head is served only if p_hand_off (the conformance suite's gate
--- turns hand-offs off while it holds heads' own calls), if it is a
--- one-slot borrow without a key (its
--- place keeps its ttl, owner and holder), its process lives, it is not
--- looking right now (its advisory lock, semaphore_waiter_key), the pool
--- grants and has room (no active slot at or above the count, R10), and a
--- free slot below the count is not locked by a grant in flight; it gets
--- the lowest such slot (R6), a new token (R9) and a new lease id.
--- Otherwise the wake-up tells it to look, as before.
+-- Who gets the slot (only if p_hand_off: the conformance suite's gate
+-- turns hand-offs off while it holds heads' own calls), first come first
+-- served (R11): the head of the shared queue, if another process's head
+-- is first, is one-slot without a key (its place keeps its ttl, owner and
+-- holder), lives, and is not looking right now (its advisory lock): it
+-- finds its lease by `granted_to` at its next look, read-only. Else, if
+-- nobody else is queued ahead, the caller's claimed head (p_grant, the
+-- lease id, with p_waiter, p_ttl, p_owner, p_holder, p_holder_start), whose
+-- place if any goes. Either only if the pool grants and has room (no
+-- active slot at or above the count, R10); the grant takes the lowest free
+-- slot below the count not locked by a grant in flight (R6), a new token
+-- (R9). Otherwise the wake-up tells the heads to look, as before.
 CREATE OR REPLACE FUNCTION {s}.semaphore_return_lease(
-    p_pool uuid, p_lease uuid, p_now bigint, p_hand_off boolean)
-RETURNS TABLE (o_returned boolean, o_handed boolean)
+    p_pool uuid, p_lease uuid, p_now bigint, p_hand_off boolean, p_grant uuid, p_waiter uuid,
+    p_ttl bigint, p_owner text, p_holder integer, p_holder_start bigint)
+RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint,
+    o_expires_at bigint, o_returned boolean, o_handed boolean)
 LANGUAGE plpgsql AS $$
-DECLARE v_now bigint; v_count bigint; v_pos bigint; v_head {s}.semaphore_waiters%ROWTYPE;
+DECLARE v_now bigint; v_count bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
+    v_head {s}.semaphore_waiters%ROWTYPE;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
@@ -507,49 +514,98 @@ BEGIN
         WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
         AND {s}.semaphore_alive(l.holder, l.holder_start);
     IF NOT FOUND THEN
-        RETURN QUERY SELECT false, false;
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+            NULL::bigint, false, false;
+        RETURN;
+    END IF;
+    IF NOT p_hand_off THEN
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+            NULL::bigint, true, false;
         RETURN;
     END IF;
     SELECT * INTO v_head FROM {s}.semaphore_waiters w
         WHERE w.pool = p_pool AND w.alive_until > v_now ORDER BY w.ticket LIMIT 1;
-    IF NOT FOUND OR NOT p_hand_off OR v_head.ttl IS NULL
-        OR (v_head.backend IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM pg_stat_get_activity(v_head.backend) a WHERE a.pid = v_head.backend))
-        OR NOT pg_try_advisory_xact_lock({s}.semaphore_waiter_key(v_head.waiter)) THEN
-        RETURN QUERY SELECT true, false;
+    IF FOUND AND v_head.waiter IS DISTINCT FROM p_waiter THEN
+        p_grant := NULL;
+        IF v_head.ttl IS NULL
+            OR (v_head.backend IS NOT NULL AND NOT EXISTS (
+                SELECT 1 FROM pg_stat_get_activity(v_head.backend) a
+                WHERE a.pid = v_head.backend))
+            OR NOT pg_try_advisory_xact_lock({s}.semaphore_waiter_key(v_head.waiter)) THEN
+            RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+                NULL::bigint, true, false;
+            RETURN;
+        END IF;
+        -- The place locked before the slot is taken: a head leaving
+        -- meanwhile (semaphore_leave_queue) then finds the slot handed,
+        -- and frees it.
+        PERFORM 1 FROM {s}.semaphore_waiters w
+            WHERE w.pool = p_pool AND w.waiter = v_head.waiter AND w.alive_until > v_now
+            FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+                NULL::bigint, true, false;
+            RETURN;
+        END IF;
+    ELSIF p_grant IS NULL THEN
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+            NULL::bigint, true, false;
         RETURN;
+    ELSE
+        -- The claimed head may have been handed a slot through the shared
+        -- queue by a return in flight (its place was first then): that
+        -- slot is its lease, and the one freed here stays free. The lock
+        -- waits such a return out (it holds it), and keeps a later one
+        -- from handing it another.
+        PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(p_waiter));
+        SELECT l.lease, l.token, l.expires_at, l.position INTO v_id, v_tok, v_exp, v_pos
+            FROM {s}.semaphore_slots l
+            WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.expires_at > v_now
+                AND {s}.semaphore_alive(l.holder, l.holder_start);
+        IF FOUND THEN
+            RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, true, false;
+            RETURN;
+        END IF;
+        v_pos := NULL;
+        v_head.waiter := p_waiter;
+        v_head.ttl := p_ttl;
+        v_head.owner := p_owner;
+        v_head.holder := p_holder;
+        v_head.holder_start := p_holder_start;
     END IF;
     SELECT p.count INTO v_count FROM {s}.semaphore_pools p
         WHERE p.pool = p_pool AND NOT p.draining
         AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots l
                         WHERE l.pool = p_pool AND l.position >= p.count
                         AND l.expires_at > v_now);
-    -- The place locked before the slot is taken: a head leaving meanwhile
-    -- (semaphore_leave_queue) then finds the slot handed, and frees it.
-    PERFORM 1 FROM {s}.semaphore_waiters w
-        WHERE w.pool = p_pool AND w.waiter = v_head.waiter AND w.alive_until > v_now
-        FOR UPDATE;
-    IF v_count IS NULL OR NOT FOUND THEN
-        RETURN QUERY SELECT true, false;
-        RETURN;
+    IF v_count IS NOT NULL THEN
+        v_exp := least(v_now + v_head.ttl, {max_ms});
+        UPDATE {s}.semaphore_slots l SET lease = coalesce(p_grant, gen_random_uuid()),
+                token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
+                owner = v_head.owner, borrow_key = NULL, holder = v_head.holder,
+                holder_start = v_head.holder_start,
+                granted_to = CASE WHEN p_grant IS NULL THEN v_head.waiter END
+            WHERE l.pool = p_pool AND l.position = (
+                SELECT f.position FROM {s}.semaphore_slots f
+                WHERE f.pool = p_pool AND f.position < v_count AND f.expires_at <= v_now
+                ORDER BY f.position LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+            RETURNING l.position, l.token INTO v_pos, v_tok;
     END IF;
-    UPDATE {s}.semaphore_slots l SET lease = gen_random_uuid(),
-            token = nextval('{s}.semaphore_tokens'),
-            expires_at = least(v_now + v_head.ttl, {max_ms}), owner = v_head.owner,
-            borrow_key = NULL, holder = v_head.holder, holder_start = v_head.holder_start,
-            granted_to = v_head.waiter
-        WHERE l.pool = p_pool AND l.position = (
-            SELECT f.position FROM {s}.semaphore_slots f
-            WHERE f.pool = p_pool AND f.position < v_count AND f.expires_at <= v_now
-            ORDER BY f.position LIMIT 1
-            FOR UPDATE SKIP LOCKED)
-        RETURNING l.position INTO v_pos;
     IF v_pos IS NULL THEN
-        RETURN QUERY SELECT true, false;
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+            NULL::bigint, true, false;
         RETURN;
     END IF;
-    DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = v_head.waiter;
-    RETURN QUERY SELECT true, true;
+    IF v_head.waiter IS NOT NULL THEN
+        DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = v_head.waiter;
+    END IF;
+    IF p_grant IS NULL THEN
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+            NULL::bigint, true, true;
+    ELSE
+        RETURN QUERY SELECT 0::smallint, p_grant, ARRAY[v_pos], v_tok, v_exp, true, false;
+    END IF;
 END $$;
 
 -- Moves an active lease's expiry to now + ttl. status 0: renewed; 1: not

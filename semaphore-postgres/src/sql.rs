@@ -118,7 +118,9 @@ impl Sql {
             try_borrow_all: f(
                 "SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             ),
-            return_lease: f("SELECT * FROM {s}.semaphore_return_lease($1, $2, $3, $4)"),
+            return_lease: f(
+                "SELECT * FROM {s}.semaphore_return_lease($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            ),
             renew: f("SELECT * FROM {s}.semaphore_renew($1, $2, $3, $4)"),
             // One row per lease, its rows' positions gathered (R15); the
             // labels are on its lowest row only.

@@ -121,18 +121,29 @@ impl PostgresStore {
     ) -> Result<bool> {
         self.check_pool(pool)?;
         let (now, id) = (self.now_param(), pool.id());
+        // Only another process's queued head may be handed the slot here:
+        // this process's would learn of its lease before `tx` commits.
         let hand_off = self.changes().hand_offs_allowed();
-        let params: [(&(dyn ToSql + Sync), Type); 4] = [
+        let none: Option<uuid::Uuid> = None;
+        let (ttl, owner, holder, start): (Option<i64>, Option<&str>, Option<i32>, Option<i64>) =
+            (None, None, None, None);
+        let params: [(&(dyn ToSql + Sync), Type); 10] = [
             (id.as_uuid(), Type::UUID),
             (lease.as_uuid(), Type::UUID),
             (&now, Type::INT8),
             (&hand_off, Type::BOOL),
+            (&none, Type::UUID),
+            (&none, Type::UUID),
+            (&ttl, Type::INT8),
+            (&owner, Type::TEXT),
+            (&holder, Type::INT4),
+            (&start, Type::INT8),
         ];
         let rows = tx
             .query_typed(&self.statements().return_lease, &params)
             .await
             .map_err(storage("return"))?;
-        let (returned, handed) = crate::backend::returned(&rows)?;
+        let (returned, handed) = crate::returning::returned(&rows)?;
         // The wake-up (a notification if a head is queued or was handed
         // the slot) is sent at `tx`'s commit.
         let wake: [(&(dyn ToSql + Sync), Type); 2] =

@@ -1,0 +1,126 @@
+//! A return, with the hand-off of its slot (issue 22): to another process's
+//! queued head in the database, or to this process's head claimed in the
+//! core ([`Claim`]), then the wake-up in a transaction of its own.
+
+use std::sync::Arc;
+
+use deadpool_postgres::Pool as ConnectionPool;
+use semaphore_core::store::{Changes, Claim};
+use semaphore_core::{Error, LeaseId, PoolId, Result};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Row};
+
+use crate::error::{pool as pool_error, storage};
+use crate::primitives::{first, ms};
+use crate::sql::{self, Attempt, Sql};
+
+const OPERATION: &str = "return";
+
+/// What a return needs, owned, so that one that claimed a head can finish
+/// in a task of its own whatever becomes of its caller.
+pub(crate) struct Returning {
+    pub(crate) connections: ConnectionPool,
+    pub(crate) sql: Arc<Sql>,
+    pub(crate) changes: Arc<Changes>,
+    /// The test's now, unix ms, or `None` for the server's clock.
+    pub(crate) now: Option<i64>,
+    /// The session bound leases name (R16), for a claimed head's lease.
+    pub(crate) holder: Option<(i32, i64)>,
+}
+
+impl Returning {
+    /// Returns `lease` of `pool`, handing its slot to the queued head of
+    /// another process or to `claim`'s head where it can; delivers the
+    /// lease to the claimed head (or returns it if that head left), then
+    /// runs the pool's wake-up: a notification if another process's head
+    /// was handed the slot or a head is queued. Whether `lease` was active.
+    ///
+    /// The wake-up is sent after the return, not pipelined with it:
+    /// PgBouncer in transaction mode (1.18 at least) may hand the server
+    /// connection to another client between two pipelined transactions,
+    /// and the second one's answer then reached that other client (seen in
+    /// CI as a borrow reading the wake-up's `void` row). It is kept out of
+    /// the return's transaction because PostgreSQL serializes the commits
+    /// of notifying transactions; one that fails is left to the waiters'
+    /// fallback poll.
+    pub(crate) async fn run(
+        self,
+        pool: PoolId,
+        lease: LeaseId,
+        claim: Option<Claim>,
+    ) -> Result<bool> {
+        let client = self
+            .connections
+            .get()
+            .await
+            .map_err(pool_error(OPERATION))?;
+        let rows = self.call(&client, pool, lease, claim.as_ref()).await?;
+        let (returned, mut handed) = returned(&rows)?;
+        let row = first(&rows, OPERATION)?;
+        let attempt = sql::attempt(row, pool).map_err(storage(OPERATION))?;
+        if let (Some(claim), Attempt::Granted(granted)) = (claim, attempt)
+            && let Err(unwanted) = claim.deliver(&self.changes, granted)
+        {
+            // Its head gave up meanwhile: nobody holds it (R12).
+            let rows = self.call(&client, pool, unwanted.id, None).await?;
+            handed |= self::returned(&rows)?.1;
+        }
+        let wake: [(&(dyn ToSql + Sync), Type); 2] =
+            [(pool.as_uuid(), Type::UUID), (&handed, Type::BOOL)];
+        let _woken = client.query_typed(&self.sql.wake, &wake).await;
+        Ok(returned)
+    }
+
+    /// `semaphore_return_lease`, with `claim`'s head as the one to grant
+    /// the slot to if nobody is queued ahead of it.
+    async fn call(
+        &self,
+        client: &Client,
+        pool: PoolId,
+        lease: LeaseId,
+        claim: Option<&Claim>,
+    ) -> Result<Vec<Row>> {
+        let hand_off = self.changes.hand_offs_allowed();
+        let request = claim.map(Claim::request);
+        let grant = request.map(|r| *r.lease.as_uuid());
+        let waiter = request.and_then(|r| r.waiter).map(|w| *w.as_uuid());
+        let ttl = request.map(|r| ms(r.ttl));
+        let owner = request.and_then(|r| r.owner.as_deref());
+        let holder = request.filter(|r| r.bound).and(self.holder);
+        let (holder, holder_start) = (holder.map(|h| h.0), holder.map(|h| h.1));
+        let params: [(&(dyn ToSql + Sync), Type); 10] = [
+            (pool.as_uuid(), Type::UUID),
+            (lease.as_uuid(), Type::UUID),
+            (&self.now, Type::INT8),
+            (&hand_off, Type::BOOL),
+            (&grant, Type::UUID),
+            (&waiter, Type::UUID),
+            (&ttl, Type::INT8),
+            (&owner, Type::TEXT),
+            (&holder, Type::INT4),
+            (&holder_start, Type::INT8),
+        ];
+        client
+            .query_typed(&self.sql.return_lease, &params)
+            .await
+            .map_err(storage(OPERATION))
+    }
+}
+
+/// `semaphore_return_lease`'s answer: whether the lease was active, and
+/// whether its slot went to another process's queued head.
+pub(crate) fn returned(rows: &[Row]) -> Result<(bool, bool)> {
+    let row = first(rows, OPERATION)?;
+    let returned = row.try_get(5).map_err(storage(OPERATION))?;
+    let handed = row.try_get(6).map_err(storage(OPERATION))?;
+    Ok((returned, handed))
+}
+
+/// The error of a return whose task failed to finish (it panicked).
+pub(crate) fn lost(e: tokio::task::JoinError) -> Error {
+    Error::Storage {
+        operation: OPERATION,
+        retryable: false,
+        source: Box::new(e),
+    }
+}
