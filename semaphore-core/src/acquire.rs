@@ -113,15 +113,32 @@ pub(crate) fn acquire<A: Answer>(
                 next_expiry = at.map(|at| clock.sleep_until(at));
                 continue;
             }
-            if !ticket.is_head() || !ticket.start_asking() {
-                // Not its turn, or a return in this process claimed it to
-                // hand it a slot (the claim wakes it either way).
+            if !ticket.is_head() {
+                continue;
+            }
+            if !ticket.start_asking() {
+                // A return in this process claimed it to hand it a slot
+                // (the claim wakes it either way), or has just handed it
+                // one: asking now could find that very lease again (one
+                // handed through the store's queue) and hold it twice.
+                if let Some(lease) = ticket.take_lease() {
+                    place.granted();
+                    return Ok(A::handed(lease));
+                }
                 continue;
             }
             let answer = attempt(truncate_ms(clock.now()), Some(place.waiter()))
                 .made_from(&place)
                 .await;
-            ticket.done_asking();
+            let granted = matches!(&answer, Ok(a) if !a.leases().is_empty());
+            if !granted {
+                // Claimable again. A granted head stays unclaimable until
+                // its ticket is gone: a claim could otherwise deliver it
+                // the very lease its look just found (one a return handed
+                // it through the store's queue), and the ticket would then
+                // return that lease as unwanted while the borrower holds it.
+                ticket.done_asking();
+            }
             match answer {
                 Ok(answer) => {
                     failed = None;

@@ -11,7 +11,11 @@
 //! head: [`Changes::hand_off`] grants the freed slot to the head inside the
 //! return's own atomic step and wakes it with the lease in hand, as tokio's
 //! semaphore assigns permits to the waiter it wakes. Nobody can barge in
-//! between (R11), and the head need not ask the store again.
+//! between (R11), and the head need not ask the store again. A store whose
+//! return is asynchronous (a database transaction) claims the head first
+//! ([`Changes::claim_head`]), so that it does not ask meanwhile, and
+//! delivers the lease once its transaction has committed
+//! ([`Claim::deliver`]).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -417,10 +421,11 @@ impl Ticket<'_> {
     }
 
     /// Marks a store call of the ticket's own as in flight, unless a return
-    /// claimed it (then `false`: it must not ask, the claim will wake it).
+    /// claimed it or handed it a lease (then `false`: it must not ask; a
+    /// claim wakes it, a handed lease is for [`take_lease`](Ticket::take_lease)).
     pub(crate) fn start_asking(&self) -> bool {
         let mut state = self.waiter.state.lock();
-        if state.claimed {
+        if state.claimed || state.lease.is_some() {
             return false;
         }
         state.asking = true;

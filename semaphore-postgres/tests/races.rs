@@ -200,7 +200,10 @@ async fn a_hot_pool_under_many_tasks_never_deadlocks_or_over_issues() {
     let server = TestServer::shared();
     let schema = TestServer::fresh_schema();
     let id = PoolId::from_name("hot");
-    let held = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    // Holders of each position, across all four stores: a position held
+    // twice at once, or a lease returned under its holder (its return then
+    // finds it gone), is an over-issue.
+    let by_position: Arc<[std::sync::atomic::AtomicU32; 8]> = Arc::new(Default::default());
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let options = PostgresOptions::default().schema(&schema).pool_size(16);
@@ -210,17 +213,22 @@ async fn a_hot_pool_under_many_tasks_never_deadlocks_or_over_issues() {
         let pool = Pool::new(Arc::new(store), id);
         pool.register(8).await.unwrap();
         for _ in 0..16 {
-            let (pool, held) = (pool.clone(), held.clone());
+            let (pool, by_position) = (pool.clone(), by_position.clone());
             tasks.push(tokio::spawn(async move {
                 for _ in 0..40 {
                     let lease = pool
                         .borrow(TTL, Duration::from_secs(30))
                         .await
                         .expect("a borrow of the hot pool");
-                    let now = held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    assert!(now < 8, "over-issued: {} held", now + 1);
-                    held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                    assert!(lease.release().await.expect("a return"));
+                    let holders = &by_position[lease.position as usize];
+                    let before = holders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    assert_eq!(before, 0, "position {} held twice", lease.position);
+                    tokio::task::yield_now().await;
+                    holders.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    assert!(
+                        lease.release().await.expect("a return"),
+                        "a lease was returned under its holder"
+                    );
                 }
                 pool
             }));
