@@ -11,8 +11,8 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
 use crate::error::{pool as pool_error, storage};
-use crate::primitives::{first, ms};
-use crate::sql::{self, Attempt, Sql};
+use crate::primitives::first;
+use crate::sql::{self, Attempt, ReturnArgs, Sql};
 
 const OPERATION: &str = "return";
 
@@ -80,26 +80,15 @@ impl Returning {
         lease: LeaseId,
         claim: Option<&Claim>,
     ) -> Result<Vec<Row>> {
-        let hand_off = self.changes.hand_offs_allowed();
-        let request = claim.map(Claim::request);
-        let grant = request.map(|r| *r.lease.as_uuid());
-        let waiter = request.and_then(|r| r.waiter).map(|w| *w.as_uuid());
-        let ttl = request.map(|r| ms(r.ttl));
-        let owner = request.and_then(|r| r.owner.as_deref());
-        let holder = request.filter(|r| r.bound).and(self.holder);
-        let (holder, holder_start) = (holder.map(|h| h.0), holder.map(|h| h.1));
-        let params: [(&(dyn ToSql + Sync), Type); 10] = [
-            (pool.as_uuid(), Type::UUID),
-            (lease.as_uuid(), Type::UUID),
-            (&self.now, Type::INT8),
-            (&hand_off, Type::BOOL),
-            (&grant, Type::UUID),
-            (&waiter, Type::UUID),
-            (&ttl, Type::INT8),
-            (&owner, Type::TEXT),
-            (&holder, Type::INT4),
-            (&holder_start, Type::INT8),
-        ];
+        let args = ReturnArgs::new(
+            pool,
+            lease,
+            self.now,
+            self.changes.hand_offs_allowed(),
+            claim.map(Claim::request),
+            self.holder,
+        );
+        let params = args.typed();
         client
             .query_typed(&self.sql.return_lease, &params)
             .await

@@ -71,7 +71,8 @@ const SHAPE: &[(&str, &[Column<&str>])] = &[
     WAITERS,
 ];
 
-/// The shape of version 3: a row per held slot in `semaphore_leases`.
+/// Version 3's tables (a row per held slot in `semaphore_leases`), with
+/// version 4's places: [`shape_3`] takes their new columns away.
 const SHAPE_3: &[(&str, &[Column<&str>])] = &[
     (
         "semaphore_leases",
@@ -89,7 +90,7 @@ const SHAPE_3: &[(&str, &[Column<&str>])] = &[
     ),
     POOLS,
     STORE,
-    WAITERS_3,
+    WAITERS,
 ];
 
 const POOLS: (&str, &[Column<&str>]) = (
@@ -108,6 +109,7 @@ const STORE: (&str, &[Column<&str>]) = (
 
 /// A queued head's place; from version 4 with what a return needs to hand
 /// it a slot (its ttl, owner and holder).
+/// (Up to version 3 without the last four: [`shape_3`].)
 const WAITERS: (&str, &[Column<&str>]) = (
     "semaphore_waiters",
     &[
@@ -121,19 +123,6 @@ const WAITERS: (&str, &[Column<&str>]) = (
         ("owner", "text", false),
         ("holder", "integer", false),
         ("holder_start", "bigint", false),
-    ],
-);
-
-/// A queued head's place up to version 3.
-const WAITERS_3: (&str, &[Column<&str>]) = (
-    "semaphore_waiters",
-    &[
-        ("pool", "uuid", true),
-        ("waiter", "uuid", true),
-        ("ticket", "bigint", true),
-        ("alive_until", "bigint", true),
-        ("backend", "integer", false),
-        ("slots", "bigint", true),
     ],
 );
 
@@ -303,7 +292,7 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
         let version = version(client, schema).await;
         let wanted = match version {
             Ok(Some(1 | 2)) => before_3(),
-            Ok(Some(3)) => shape_of(SHAPE_3),
+            Ok(Some(3)) => shape_3(),
             _ => expected.clone(),
         };
         if shape != wanted {
@@ -336,10 +325,22 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
     Ok(())
 }
 
+/// The shape of version 3: [`SHAPE_3`], whose places lack what a hand-off
+/// needs.
+fn shape_3() -> Shape {
+    let mut shape = shape_of(SHAPE_3);
+    for (table, columns) in &mut shape {
+        if table == "semaphore_waiters" {
+            columns.retain(|c| !["ttl", "owner", "holder", "holder_start"].contains(&c.0.as_str()));
+        }
+    }
+    shape
+}
+
 /// The shape of versions 1 and 2: that of 3 without a queued head's weight
 /// or a lease's holder.
 fn before_3() -> Shape {
-    let mut shape = shape_of(SHAPE_3);
+    let mut shape = shape_3();
     for (_, columns) in &mut shape {
         columns
             .retain(|c| !["slots", "holder", "holder_start", "draining"].contains(&c.0.as_str()));

@@ -120,6 +120,16 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT hashtextextended('{channel}/' || p_waiter::text, 0)
 $$;
 
+-- The lease a return handed to queued head p_waiter (by `granted_to`),
+-- if it is still active at p_now.
+CREATE OR REPLACE FUNCTION {s}.semaphore_handed(p_pool uuid, p_waiter uuid, p_now bigint)
+RETURNS TABLE (o_lease uuid, o_token bigint, o_expires_at bigint, o_position bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT l.lease, l.token, l.expires_at, l.position FROM {s}.semaphore_slots l
+    WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.expires_at > p_now
+        AND {s}.semaphore_alive(l.holder, l.holder_start)
+$$;
+
 -- Wakes waiters of every process if any head is queued on the pool.
 -- (Within the transaction of a change made under the pool row's lock.)
 CREATE OR REPLACE FUNCTION {s}.semaphore_wake(p_pool uuid) RETURNS void
@@ -230,10 +240,8 @@ BEGIN
         -- it): its lease, found without writing. The lock waits out a
         -- hand-off in flight, so the statement after sees it.
         PERFORM pg_advisory_xact_lock_shared({s}.semaphore_waiter_key(p_waiter));
-        SELECT l.lease, l.token, l.expires_at, l.position INTO v_id, v_tok, v_exp, v_pos
-            FROM {s}.semaphore_slots l
-            WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.expires_at > v_now
-                AND {s}.semaphore_alive(l.holder, l.holder_start);
+        SELECT * INTO v_id, v_tok, v_exp, v_pos
+            FROM {s}.semaphore_handed(p_pool, p_waiter, v_now);
         IF FOUND THEN
             RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp;
             RETURN;
@@ -558,10 +566,8 @@ BEGIN
         -- waits such a return out (it holds it), and keeps a later one
         -- from handing it another.
         PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(p_waiter));
-        SELECT l.lease, l.token, l.expires_at, l.position INTO v_id, v_tok, v_exp, v_pos
-            FROM {s}.semaphore_slots l
-            WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.expires_at > v_now
-                AND {s}.semaphore_alive(l.holder, l.holder_start);
+        SELECT * INTO v_id, v_tok, v_exp, v_pos
+            FROM {s}.semaphore_handed(p_pool, p_waiter, v_now);
         IF FOUND THEN
             RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, true, false;
             RETURN;

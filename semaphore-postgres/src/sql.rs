@@ -10,7 +10,7 @@
 //! `(SELECT semaphore_now($n))` is an uncorrelated subquery, evaluated once
 //! per statement, so every row is judged at one instant (R3).
 
-use semaphore_core::store::from_unix_ms;
+use semaphore_core::store::{BorrowRequest, from_unix_ms};
 use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
@@ -34,6 +34,70 @@ pub(crate) struct Sql {
     pub(crate) queue_heads: String,
     /// The wake-up after a return, in a transaction of its own.
     pub(crate) wake: String,
+}
+
+/// The arguments of `semaphore_return_lease`: the lease to return, and
+/// the claimed head of this process to hand its slot to, if any.
+pub(crate) struct ReturnArgs<'a> {
+    pub(crate) pool: uuid::Uuid,
+    pub(crate) lease: uuid::Uuid,
+    /// The test's now, in unix ms; `None`: the server's clock.
+    pub(crate) now: Option<i64>,
+    /// Whether the slot may be handed on at all (the conformance gate).
+    pub(crate) hand_off: bool,
+    /// The claimed head's lease id and queue id.
+    pub(crate) grant: Option<uuid::Uuid>,
+    pub(crate) waiter: Option<uuid::Uuid>,
+    /// Its ttl, in ms, and owner label.
+    pub(crate) ttl: Option<i64>,
+    pub(crate) owner: Option<&'a str>,
+    /// The holder session of its lease if bound (R16): pid and start (µs).
+    pub(crate) holder: Option<i32>,
+    pub(crate) holder_start: Option<i64>,
+}
+
+impl<'a> ReturnArgs<'a> {
+    /// A return of `lease` of `pool` that hands its slot to `head` (a
+    /// claimed head's request, bound to `holder` if it asks to be) where
+    /// nobody in another process is queued ahead.
+    pub(crate) fn new(
+        pool: PoolId,
+        lease: LeaseId,
+        now: Option<i64>,
+        hand_off: bool,
+        head: Option<&'a BorrowRequest>,
+        holder: Option<(i32, i64)>,
+    ) -> Self {
+        let holder = head.filter(|r| r.bound).and(holder);
+        Self {
+            pool: *pool.as_uuid(),
+            lease: *lease.as_uuid(),
+            now,
+            hand_off,
+            grant: head.map(|r| *r.lease.as_uuid()),
+            waiter: head.and_then(|r| r.waiter).map(|w| *w.as_uuid()),
+            ttl: head.map(|r| crate::primitives::ms(r.ttl)),
+            owner: head.and_then(|r| r.owner.as_deref()),
+            holder: holder.map(|h| h.0),
+            holder_start: holder.map(|h| h.1),
+        }
+    }
+
+    /// The arguments with their types, for `query_typed`.
+    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 10] {
+        [
+            (&self.pool, Type::UUID),
+            (&self.lease, Type::UUID),
+            (&self.now, Type::INT8),
+            (&self.hand_off, Type::BOOL),
+            (&self.grant, Type::UUID),
+            (&self.waiter, Type::UUID),
+            (&self.ttl, Type::INT8),
+            (&self.owner, Type::TEXT),
+            (&self.holder, Type::INT4),
+            (&self.holder_start, Type::INT8),
+        ]
+    }
 }
 
 /// The arguments of `semaphore_try_borrow`, in its order.

@@ -123,22 +123,15 @@ impl PostgresStore {
         let (now, id) = (self.now_param(), pool.id());
         // Only another process's queued head may be handed the slot here:
         // this process's would learn of its lease before `tx` commits.
-        let hand_off = self.changes().hand_offs_allowed();
-        let none: Option<uuid::Uuid> = None;
-        let (ttl, owner, holder, start): (Option<i64>, Option<&str>, Option<i32>, Option<i64>) =
-            (None, None, None, None);
-        let params: [(&(dyn ToSql + Sync), Type); 10] = [
-            (id.as_uuid(), Type::UUID),
-            (lease.as_uuid(), Type::UUID),
-            (&now, Type::INT8),
-            (&hand_off, Type::BOOL),
-            (&none, Type::UUID),
-            (&none, Type::UUID),
-            (&ttl, Type::INT8),
-            (&owner, Type::TEXT),
-            (&holder, Type::INT4),
-            (&start, Type::INT8),
-        ];
+        let args = crate::sql::ReturnArgs::new(
+            id,
+            lease,
+            now,
+            self.changes().hand_offs_allowed(),
+            None,
+            None,
+        );
+        let params = args.typed();
         let rows = tx
             .query_typed(&self.statements().return_lease, &params)
             .await
