@@ -526,65 +526,50 @@ BEGIN
             NULL::bigint, false, false;
         RETURN;
     END IF;
-    IF NOT p_hand_off THEN
-        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-            NULL::bigint, true, false;
-        RETURN;
-    END IF;
-    SELECT * INTO v_head FROM {s}.semaphore_waiters w
-        WHERE w.pool = p_pool AND w.alive_until > v_now ORDER BY w.ticket LIMIT 1;
-    IF FOUND AND v_head.waiter IS DISTINCT FROM p_waiter THEN
-        p_grant := NULL;
-        IF v_head.ttl IS NULL
-            OR (v_head.backend IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM pg_stat_get_activity(v_head.backend) a
-                WHERE a.pid = v_head.backend))
-            OR NOT pg_try_advisory_xact_lock({s}.semaphore_waiter_key(v_head.waiter)) THEN
-            RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-                NULL::bigint, true, false;
-            RETURN;
+    -- Leaves with v_id set if a lease goes to the claimed head (p_grant),
+    -- or v_pos alone if the slot went to another process's head.
+    <<hand_on>>
+    BEGIN
+        EXIT hand_on WHEN NOT p_hand_off;
+        SELECT * INTO v_head FROM {s}.semaphore_waiters w
+            WHERE w.pool = p_pool AND w.alive_until > v_now ORDER BY w.ticket LIMIT 1;
+        IF FOUND AND v_head.waiter IS DISTINCT FROM p_waiter THEN
+            p_grant := NULL;
+            EXIT hand_on WHEN v_head.ttl IS NULL
+                OR (v_head.backend IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM pg_stat_get_activity(v_head.backend) a
+                    WHERE a.pid = v_head.backend))
+                OR NOT pg_try_advisory_xact_lock({s}.semaphore_waiter_key(v_head.waiter));
+            -- The place locked before the slot is taken: a head leaving
+            -- meanwhile (semaphore_leave_queue) then finds the slot handed,
+            -- and frees it.
+            PERFORM 1 FROM {s}.semaphore_waiters w
+                WHERE w.pool = p_pool AND w.waiter = v_head.waiter AND w.alive_until > v_now
+                FOR UPDATE;
+            EXIT hand_on WHEN NOT FOUND;
+        ELSE
+            EXIT hand_on WHEN p_grant IS NULL;
+            -- The claimed head may have been handed a slot through the
+            -- shared queue by a return in flight (its place was first
+            -- then): that slot is its lease, and the one freed here stays
+            -- free. The lock waits such a return out (it holds it), and
+            -- keeps a later one from handing it another.
+            PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(p_waiter));
+            SELECT * INTO v_id, v_tok, v_exp, v_pos
+                FROM {s}.semaphore_handed(p_pool, p_waiter, v_now);
+            EXIT hand_on WHEN FOUND;
+            v_head.waiter := p_waiter;
+            v_head.ttl := p_ttl;
+            v_head.owner := p_owner;
+            v_head.holder := p_holder;
+            v_head.holder_start := p_holder_start;
         END IF;
-        -- The place locked before the slot is taken: a head leaving
-        -- meanwhile (semaphore_leave_queue) then finds the slot handed,
-        -- and frees it.
-        PERFORM 1 FROM {s}.semaphore_waiters w
-            WHERE w.pool = p_pool AND w.waiter = v_head.waiter AND w.alive_until > v_now
-            FOR UPDATE;
-        IF NOT FOUND THEN
-            RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-                NULL::bigint, true, false;
-            RETURN;
-        END IF;
-    ELSIF p_grant IS NULL THEN
-        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-            NULL::bigint, true, false;
-        RETURN;
-    ELSE
-        -- The claimed head may have been handed a slot through the shared
-        -- queue by a return in flight (its place was first then): that
-        -- slot is its lease, and the one freed here stays free. The lock
-        -- waits such a return out (it holds it), and keeps a later one
-        -- from handing it another.
-        PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(p_waiter));
-        SELECT * INTO v_id, v_tok, v_exp, v_pos
-            FROM {s}.semaphore_handed(p_pool, p_waiter, v_now);
-        IF FOUND THEN
-            RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, true, false;
-            RETURN;
-        END IF;
-        v_pos := NULL;
-        v_head.waiter := p_waiter;
-        v_head.ttl := p_ttl;
-        v_head.owner := p_owner;
-        v_head.holder := p_holder;
-        v_head.holder_start := p_holder_start;
-    END IF;
-    SELECT p.count INTO v_count FROM {s}.semaphore_pools p
-        WHERE p.pool = p_pool AND NOT p.draining
-        AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots l
-                        WHERE l.pool = p_pool AND l.position >= p.count
-                        AND l.expires_at > v_now);
-    IF v_count IS NOT NULL THEN
+        SELECT p.count INTO v_count FROM {s}.semaphore_pools p
+            WHERE p.pool = p_pool AND NOT p.draining
+            AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots l
+                            WHERE l.pool = p_pool AND l.position >= p.count
+                            AND l.expires_at > v_now);
+        EXIT hand_on WHEN v_count IS NULL;
         v_exp := least(v_now + v_head.ttl, {max_ms});
         UPDATE {s}.semaphore_slots l SET lease = coalesce(p_grant, gen_random_uuid()),
                 token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
@@ -596,21 +581,18 @@ BEGIN
                 WHERE f.pool = p_pool AND f.position < v_count AND f.expires_at <= v_now
                 ORDER BY f.position LIMIT 1
                 FOR UPDATE SKIP LOCKED)
-            RETURNING l.position, l.token INTO v_pos, v_tok;
-    END IF;
-    IF v_pos IS NULL THEN
-        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-            NULL::bigint, true, false;
-        RETURN;
-    END IF;
-    IF v_head.waiter IS NOT NULL THEN
+            RETURNING l.position, l.token, l.lease INTO v_pos, v_tok, v_id;
+        EXIT hand_on WHEN NOT FOUND;
         DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = v_head.waiter;
-    END IF;
-    IF p_grant IS NULL THEN
-        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-            NULL::bigint, true, true;
+        IF p_grant IS NULL THEN
+            v_id := NULL;
+        END IF;
+    END;
+    IF v_id IS NOT NULL THEN
+        RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, true, false;
     ELSE
-        RETURN QUERY SELECT 0::smallint, p_grant, ARRAY[v_pos], v_tok, v_exp, true, false;
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+            NULL::bigint, true, v_pos IS NOT NULL;
     END IF;
 END $$;
 
