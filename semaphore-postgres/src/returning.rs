@@ -55,20 +55,25 @@ impl Returning {
             .await
             .map_err(pool_error(OPERATION))?;
         let rows = self.call(&client, pool, lease, claim.as_ref()).await?;
-        let (returned, mut handed) = returned(&rows)?;
+        let answer = returned(&rows)?;
+        let (mut handed, mut free) = (answer.handed, answer.free);
         let row = first(&rows, OPERATION)?;
         let attempt = sql::attempt(row, pool).map_err(storage(OPERATION))?;
         if let (Some(claim), Attempt::Granted(granted)) = (claim, attempt)
             && let Err(unwanted) = claim.deliver(&self.changes, granted)
         {
             // Its head gave up meanwhile: nobody holds it (R12).
-            let rows = self.call(&client, pool, unwanted.id, None).await?;
-            handed |= self::returned(&rows)?.1;
+            let again = returned(&self.call(&client, pool, unwanted.id, None).await?)?;
+            handed |= again.handed;
+            free |= again.free;
         }
-        let wake: [(&(dyn ToSql + Sync), Type); 2] =
-            [(pool.as_uuid(), Type::UUID), (&handed, Type::BOOL)];
-        let _woken = client.query_typed(&self.sql.wake, &wake).await;
-        Ok(returned)
+        // Nobody to wake when the slot went on to this process's head.
+        if handed || free {
+            let wake: [(&(dyn ToSql + Sync), Type); 2] =
+                [(pool.as_uuid(), Type::UUID), (&handed, Type::BOOL)];
+            let _woken = client.query_typed(&self.sql.wake, &wake).await;
+        }
+        Ok(answer.returned)
     }
 
     /// `semaphore_return_lease`, with `claim`'s head as the one to grant
@@ -96,13 +101,24 @@ impl Returning {
     }
 }
 
-/// `semaphore_return_lease`'s answer: whether the lease was active, and
-/// whether its slot went to another process's queued head.
-pub(crate) fn returned(rows: &[Row]) -> Result<(bool, bool)> {
+/// `semaphore_return_lease`'s answer, but for a grant to a claimed head.
+pub(crate) struct Returned {
+    /// The lease was active.
+    pub(crate) returned: bool,
+    /// Its slot went to another process's queued head.
+    pub(crate) handed: bool,
+    /// Its slot was left free.
+    pub(crate) free: bool,
+}
+
+pub(crate) fn returned(rows: &[Row]) -> Result<Returned> {
     let row = first(rows, OPERATION)?;
-    let returned = row.try_get(5).map_err(storage(OPERATION))?;
-    let handed = row.try_get(6).map_err(storage(OPERATION))?;
-    Ok((returned, handed))
+    let get = |i| row.try_get(i).map_err(storage(OPERATION));
+    Ok(Returned {
+        returned: get(5)?,
+        handed: get(6)?,
+        free: get(7)?,
+    })
 }
 
 /// The error of a return whose task failed to finish (it panicked).

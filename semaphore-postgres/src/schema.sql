@@ -488,8 +488,10 @@ END $$;
 -- the lease's slot rows and a head's place are locked, not the pool row:
 -- returns on different slots commit in parallel. One row: a grant as
 -- semaphore_try_borrow's (status 0, for the claimed head of the caller's
--- process; else 1), whether the lease was active, and whether its slot
--- went to another process's head. The caller wakes the queued heads with
+-- process; else 1), whether the lease was active, whether its slot went to
+-- another process's head, and whether it was left free (then, or if
+-- handed to another process, the caller wakes the heads; a slot handed to
+-- its own claimed head needs nobody woken). The caller wakes the queued heads with
 -- semaphore_returned, in a transaction of its own after this one commits:
 -- PostgreSQL serializes the commits of notifying transactions, flush
 -- included, so a notification sent here would make returns take turns.
@@ -510,10 +512,10 @@ CREATE OR REPLACE FUNCTION {s}.semaphore_return_lease(
     p_pool uuid, p_lease uuid, p_now bigint, p_hand_off boolean, p_grant uuid, p_waiter uuid,
     p_ttl bigint, p_owner text, p_holder integer, p_holder_start bigint)
 RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint,
-    o_expires_at bigint, o_returned boolean, o_handed boolean)
+    o_expires_at bigint, o_returned boolean, o_handed boolean, o_free boolean)
 LANGUAGE plpgsql AS $$
 DECLARE v_now bigint; v_count bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
-    v_head {s}.semaphore_waiters%ROWTYPE;
+    v_head {s}.semaphore_waiters%ROWTYPE; v_free boolean := true;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
@@ -523,7 +525,7 @@ BEGIN
         AND {s}.semaphore_alive(l.holder, l.holder_start);
     IF NOT FOUND THEN
         RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-            NULL::bigint, false, false;
+            NULL::bigint, false, false, false;
         RETURN;
     END IF;
     -- Leaves with v_id set if a lease goes to the claimed head (p_grant),
@@ -584,15 +586,16 @@ BEGIN
             RETURNING l.position, l.token, l.lease INTO v_pos, v_tok, v_id;
         EXIT hand_on WHEN NOT FOUND;
         DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = v_head.waiter;
+        v_free := false;
         IF p_grant IS NULL THEN
             v_id := NULL;
         END IF;
     END;
     IF v_id IS NOT NULL THEN
-        RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, true, false;
+        RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, true, false, v_free;
     ELSE
         RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-            NULL::bigint, true, v_pos IS NOT NULL;
+            NULL::bigint, true, NOT v_free, v_free;
     END IF;
 END $$;
 

@@ -136,15 +136,15 @@ impl PostgresStore {
             .query_typed(&self.statements().return_lease, &params)
             .await
             .map_err(storage("return"))?;
-        let (returned, handed) = crate::returning::returned(&rows)?;
+        let answer = crate::returning::returned(&rows)?;
         // The wake-up (a notification if a head is queued or was handed
         // the slot) is sent at `tx`'s commit.
         let wake: [(&(dyn ToSql + Sync), Type); 2] =
-            [(id.as_uuid(), Type::UUID), (&handed, Type::BOOL)];
+            [(id.as_uuid(), Type::UUID), (&answer.handed, Type::BOOL)];
         tx.query_typed(&self.statements().wake, &wake)
             .await
             .map_err(storage("return"))?;
-        Ok(returned)
+        Ok(answer.returned)
     }
 
     /// `pool` is a handle on this store.
