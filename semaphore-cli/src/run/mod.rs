@@ -63,7 +63,7 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
     // Listening before the command starts: a stop or a signal that came
     // before would be missed.
     let signals = Signals::listen()?;
-    let guard = Guard::start().map_err(|e| {
+    let mut guard = Guard::start().map_err(|e| {
         Exit::new(
             code::SOFTWARE,
             format!(
@@ -72,6 +72,10 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
             ),
         )
     })?;
+    // The guardian knows the deadline before the command exists: a wrapper
+    // stopped right after starting it (Ctrl-Z) would otherwise leave the
+    // command unguarded past the lease (seen in CI under load).
+    guard.deadline(lease.time_left(), args.ttl);
     let child = match cmd.spawn(&lease, &name, args.devices.as_deref(), guard.group()) {
         Ok(child) => child,
         Err(e) => {
@@ -81,7 +85,6 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
         }
     };
     let mut job = Job::new(child, guard, args.ttl);
-    job.guard.deadline(lease.time_left(), args.ttl);
     let status = job.supervise(&lease, signals).await;
     job.close().await;
     let _ = lease.release().await;
