@@ -26,11 +26,12 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::cancel::return_detached;
 use crate::{BorrowRequest, Lease, LeaseId, PoolId, Store, TryBorrow, WaiterId};
 
 mod claim;
+mod ticket;
 pub use claim::Claim;
+pub(crate) use ticket::{Ticket, WaiterIdCell};
 
 /// A store's change notification and the in-process wait queues of its pools.
 ///
@@ -374,130 +375,6 @@ impl Queue {
     fn notify_head(&self) {
         if let Some(head) = self.waiters.front() {
             head.wake_to_ask();
-        }
-    }
-}
-
-/// A queued borrower's id in the store's queue, made on first use by its
-/// attempts or by a return that claims it.
-pub(crate) struct WaiterIdCell(Arc<Waiter>);
-
-impl WaiterIdCell {
-    pub(crate) fn get_or_make(&self) -> WaiterId {
-        *self.0.id.get_or_init(WaiterId::new)
-    }
-
-    pub(crate) fn made(&self) -> Option<WaiterId> {
-        self.0.id.get().copied()
-    }
-}
-
-/// A place in the queue of one or more pools. Dropping it leaves them all
-/// (R12) and hands the turn on in each queue it headed.
-pub(crate) struct Ticket<'a> {
-    changes: &'a Changes,
-    store: &'a Arc<dyn Store>,
-    pools: Vec<PoolId>,
-    waiter: Arc<Waiter>,
-}
-
-impl Ticket<'_> {
-    /// Completes when this ticket may have its turn: it became the head of
-    /// one of its queues, or heads one and that pool changed. May complete
-    /// spuriously; the caller checks [`Ticket::is_head`] and the store.
-    pub(crate) async fn turn(&self) {
-        self.waiter.notify.notified().await;
-    }
-
-    /// The lease a hand-off granted this ticket, if one did; the ticket is
-    /// then out of its queue.
-    pub(crate) fn take_lease(&self) -> Option<Lease> {
-        self.waiter.state.lock().lease.take()
-    }
-
-    /// The ticket's id in the store's queue, shared with its queue place.
-    pub(crate) fn id(&self) -> WaiterIdCell {
-        WaiterIdCell(self.waiter.clone())
-    }
-
-    /// Marks a store call of the ticket's own as in flight, unless a return
-    /// claimed it or handed it a lease (then `false`: it must not ask; a
-    /// claim wakes it, a handed lease is for [`take_lease`](Ticket::take_lease)).
-    pub(crate) fn start_asking(&self) -> bool {
-        let mut state = self.waiter.state.lock();
-        if state.claimed || state.lease.is_some() {
-            return false;
-        }
-        state.asking = true;
-        true
-    }
-
-    /// The store call of [`start_asking`](Ticket::start_asking) ended.
-    pub(crate) fn done_asking(&self) {
-        self.waiter.state.lock().asking = false;
-    }
-
-    /// The earliest expiry a hand-off that left the pool full told this
-    /// ticket of, as its new head, if no change came since.
-    pub(crate) fn take_next_expiry(&self) -> Option<Option<SystemTime>> {
-        self.waiter.state.lock().next_expiry.take()
-    }
-
-    /// Leaves every queue the ticket is still in, waking the next head of
-    /// each it headed.
-    fn leave_queues(&mut self) {
-        if !self.waiter.queued.load(Ordering::Acquire) {
-            return;
-        }
-        let mut queues = self.changes.queues.lock();
-        for pool in &self.pools {
-            let Some(queue) = queues.get_mut(pool) else {
-                continue;
-            };
-            let Some(index) = queue
-                .waiters
-                .iter()
-                .position(|w| Arc::ptr_eq(w, &self.waiter))
-            else {
-                continue;
-            };
-            queue.waiters.remove(index);
-            self.changes.total.fetch_sub(1, Ordering::AcqRel);
-            if queue.waiters.is_empty() {
-                queues.remove(pool);
-            } else if index == 0 {
-                queue.notify_head();
-            }
-        }
-    }
-
-    /// Whether the ticket heads every queue it is in, and so may ask the
-    /// store. Always true for a ticket on one pool when its turn came.
-    pub(crate) fn is_head(&self) -> bool {
-        if self.pools.len() == 1 {
-            return true;
-        }
-        let queues = self.changes.queues.lock();
-        self.pools.iter().all(|pool| {
-            queues
-                .get(pool)
-                .and_then(|q| q.waiters.front())
-                .is_some_and(|w| Arc::ptr_eq(w, &self.waiter))
-        })
-    }
-}
-
-impl Drop for Ticket<'_> {
-    /// Leaves every queue. The next head of each queue this ticket headed is
-    /// always woken, even after a grant that left no slot free: it asks the
-    /// store once, which tells it when the earliest lease expires (without
-    /// that it would sleep past an expiry, R5). A lease a hand-off granted
-    /// that nobody took (the borrower gave up meanwhile) is returned at
-    /// once (R12).
-    fn drop(&mut self) {
-        self.leave_queues();
-        if let Some(lease) = self.take_lease() {
-            return_detached(self.store, &lease);
         }
     }
 }
