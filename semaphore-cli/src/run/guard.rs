@@ -5,7 +5,10 @@
 //! command, in a process group of its own, with a pipe as its standard
 //! input. The command is then started *into the guardian's group*: the
 //! group exists before the command does, so there is no moment in which
-//! the command runs in a group the guardian does not know. The wrapper
+//! the command runs in a group the guardian does not know. The command
+//! starts only once the guardian has said `ready` on its standard output,
+//! which it does after blocking the signals below: a Ctrl-Z that reached a
+//! guardian still starting would stop it for good. The wrapper
 //! writes it lines `deadline MS` (the lease is good for MS more
 //! milliseconds). The guardian acts on:
 //!
@@ -39,6 +42,10 @@ use nix::unistd::Pid;
 /// lost or its deadline passed.
 pub(crate) const GRACE: Duration = Duration::from_secs(5);
 
+/// What the guardian writes on its standard output once its signals are
+/// blocked.
+const READY: &[u8] = b"ready\n";
+
 /// The hidden subcommand the wrapper runs the guardian as.
 pub(crate) const SUBCOMMAND: &str = "__guard";
 
@@ -52,8 +59,14 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
-    /// Starts the guardian: this same executable, hidden subcommand.
-    pub(crate) fn start() -> std::io::Result<Self> {
+    /// Starts the guardian (this same executable, hidden subcommand) and
+    /// waits for its word that it is ready: it blocks the job-control
+    /// signals first thing, but until it has, a Ctrl-Z sent to the group
+    /// it shares with the command would stop it for good (no shell ever
+    /// continues the guardian), leaving the command unguarded. Slow starts
+    /// under load made that window real.
+    pub(crate) async fn start() -> std::io::Result<Self> {
+        use tokio::io::AsyncReadExt;
         let exe = std::env::current_exe()?;
         let mut child = std::process::Command::new(exe);
         // A group of its own, which the command joins: stopping or
@@ -62,8 +75,15 @@ impl Guard {
         child
             .arg(SUBCOMMAND)
             .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null());
+            .stdout(std::process::Stdio::piped());
         let mut child = tokio::process::Command::from(child).spawn()?;
+        let mut word = [0u8; READY.len()];
+        if let Some(mut stdout) = child.stdout.take() {
+            stdout.read_exact(&mut word).await?;
+        }
+        if word != READY {
+            return Err(std::io::Error::other("it did not say it was ready"));
+        }
         let pipe = child
             .stdin
             .take()
@@ -137,6 +157,15 @@ pub(crate) fn main() -> u8 {
     let _ = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None);
     #[cfg(any(target_os = "linux", target_os = "android"))]
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGCONT);
+    // The wrapper starts the command only after this word.
+    let mut stdout = std::io::stdout();
+    if stdout
+        .write_all(READY)
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        return 1;
+    }
     let mut watch = Watch {
         group: Some(nix::unistd::getpgrp()),
         ..Watch::default()
@@ -208,12 +237,18 @@ impl Watch {
         if self.deadline.is_some_and(|at| at <= now) {
             self.deadline = None;
             self.expired = true;
-            eprintln!(
-                "semaphore run: the lease ran out while the wrapper could not renew it; \
-                 ending the command"
-            );
             self.signal(Signal::SIGTERM);
             self.kill_at = Some(now + GRACE);
+            // After the signal, on a thread of its own and never panicking:
+            // a terminal that is gone, or blocks (Ctrl-S), must not hold
+            // back the SIGKILL.
+            std::thread::spawn(|| {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "semaphore run: the lease ran out while the wrapper could not renew it; \
+                     ending the command"
+                );
+            });
         }
         if self.kill_at.is_some_and(|at| at <= now) {
             self.kill_at = None;

@@ -63,7 +63,7 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
     // Listening before the command starts: a stop or a signal that came
     // before would be missed.
     let signals = Signals::listen()?;
-    let mut guard = Guard::start().map_err(|e| {
+    let mut guard = Guard::start().await.map_err(|e| {
         Exit::new(
             code::SOFTWARE,
             format!(
