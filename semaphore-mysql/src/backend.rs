@@ -27,6 +27,9 @@ const HOLDER_WAIT: Duration = Duration::from_secs(2);
 /// sees what committed before it, so that a step that waited for a pool's
 /// row sees the step it waited for), and a 5 s lock wait (a retryable
 /// error rather than a 50 s stall behind a stuck transaction).
+/// How long a pooled connection may idle before it is closed.
+const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
+
 const INIT: [&str; 3] = [
     "SET time_zone = '+00:00'",
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
@@ -146,7 +149,21 @@ impl MysqlStore {
         let opts: Opts = OptsBuilder::from_opts(opts)
             .init(INIT.iter().map(|s| s.to_string()).collect::<Vec<_>>())
             .stmt_cache_size(64)
-            .pool_opts(PoolOpts::default().with_constraints(constraints))
+            .pool_opts(
+                PoolOpts::default()
+                    .with_constraints(constraints)
+                    // Idle connections are kept (up to `pool_size`) for a
+                    // minute: with mysql_async's default of none, each
+                    // primitive opened a connection of its own (handshake,
+                    // session settings, statement prepared anew).
+                    .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
+                    // No COM_RESET_CONNECTION when a connection goes back:
+                    // it drops the prepared statements (a round trip more
+                    // per primitive) and, on MySQL, the session settings
+                    // above, which mysql_async does not set again. A
+                    // transaction left open is still rolled back.
+                    .with_reset_connection(false),
+            )
             .into();
         let pool = ConnectionPool::new(opts.clone());
         let tables = Tables::new(&options.table_prefix);
