@@ -63,7 +63,9 @@ async fn a_reused_connection_keeps_the_stores_session_settings_and_statements() 
     let isolation: Option<String> = conn
         .query_first("SELECT @@session.tx_isolation")
         .await
-        .or(conn.query_first("SELECT @@session.transaction_isolation").await)
+        .or(conn
+            .query_first("SELECT @@session.transaction_isolation")
+            .await)
         .unwrap();
     assert_eq!(isolation.as_deref(), Some("READ-COMMITTED"));
 }
