@@ -47,7 +47,7 @@ const INIT: [&str; 3] = [
 ///   a multi-pool borrow locks its pools' rows in id order, so two never
 ///   deadlock. A step is several statements (a round trip each) in that
 ///   transaction. A borrow without a key is one round trip: a call of the
-///   store's borrow procedure (`PREFIX_borrow`, created with the tables),
+///   store's borrow procedure (`PREFIX_borrow_2`, created with the tables),
 ///   which runs the same steps in a transaction of its own; a return is
 ///   one statement in autocommit. A dropped future rolls its transaction
 ///   back.

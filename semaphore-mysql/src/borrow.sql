@@ -1,8 +1,10 @@
 -- The uncontended borrow as one call (one round trip): the same steps as
 -- `primitives::Step::try_borrow` without a key, in a transaction of its
--- own. `{p}` is the table prefix. A call repeated with the same lease id
+-- own. `{p}` is the table prefix. The name carries the body's revision:
+-- a store that finds an older one (its processes still call it) creates
+-- its own beside it. A call repeated with the same lease id
 -- (its answer was lost) gets the lease it granted.
-CREATE PROCEDURE {p}_borrow(
+CREATE PROCEDURE {p}_borrow_2(
     IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_ttl BIGINT, IN p_max BIGINT,
     IN p_slots INT UNSIGNED, IN p_holder BINARY(16), IN p_waiter BINARY(16),
     IN p_owner VARBINARY(1024), IN p_now BIGINT, IN p_waiter_ttl BIGINT)
@@ -10,7 +12,7 @@ proc: BEGIN
     DECLARE v_count BIGINT;
     DECLARE v_draining BOOLEAN;
     DECLARE v_now, v_rows, v_expired, v_highest, v_ticket, v_alive, v_ahead, v_held,
-        v_token, v_expires, v_freed BIGINT;
+        v_token, v_expires, v_freed, v_stale BIGINT;
     DECLARE v_holder BINARY(16);
     DECLARE v_positions TEXT DEFAULT '';
     DECLARE v_next, v_taken INT UNSIGNED DEFAULT 0;
@@ -34,29 +36,38 @@ proc: BEGIN
         SELECT 3, NULL, NULL, NULL, NULL;
         LEAVE proc;
     END IF;
-    -- A retry of a call whose answer was lost gets the lease it granted.
-    SELECT COUNT(*) INTO v_mine FROM {p}_leases
-        WHERE pool = p_pool AND lease = p_lease AND expires_at > v_now;
+    -- One look at the pool's leases: how many, how many expired, the
+    -- highest position, and whether this lease id is among them (a retry
+    -- of a call whose answer was lost gets the lease it granted).
+    SELECT COUNT(*), COALESCE(SUM(expires_at <= v_now), 0), MAX(position),
+            COALESCE(SUM(lease = p_lease AND expires_at > v_now), 0)
+        INTO v_rows, v_expired, v_highest, v_mine FROM {p}_leases WHERE pool = p_pool;
     IF v_mine > 0 THEN
         COMMIT;
         SELECT 0, MIN(token), MIN(expires_at), GROUP_CONCAT(position ORDER BY position), NULL
             FROM {p}_leases WHERE pool = p_pool AND lease = p_lease;
         LEAVE proc;
     END IF;
-    SELECT COUNT(*), COALESCE(SUM(expires_at <= v_now), 0), MAX(position)
-        INTO v_rows, v_expired, v_highest FROM {p}_leases WHERE pool = p_pool;
     IF v_expired > 0 THEN
         DELETE FROM {p}_leases WHERE pool = p_pool AND expires_at <= v_now;
         SELECT MAX(position) INTO v_highest FROM {p}_leases WHERE pool = p_pool;
     END IF;
     SET v_held = v_rows - v_expired;
-    DELETE FROM {p}_waiters WHERE pool = p_pool AND alive_until <= v_now;
-    IF p_waiter IS NOT NULL THEN
-        SELECT ticket, alive_until INTO v_ticket, v_alive
-            FROM {p}_waiters WHERE pool = p_pool AND waiter = p_waiter;
+    -- One look at the queue: its stale places, this waiter's own live one,
+    -- and the slots owed to the live places ahead of it (all of them for
+    -- a borrower that is not queued). Stale places are deleted only if
+    -- there are any.
+    SELECT COALESCE(SUM(w.alive_until <= v_now), 0),
+            COALESCE(SUM(IF(w.alive_until > v_now
+                AND w.ticket < COALESCE(me.ticket, 9223372036854775807), w.slots, 0)), 0),
+            MAX(me.ticket), MAX(me.alive_until)
+        INTO v_stale, v_ahead, v_ticket, v_alive
+        FROM {p}_waiters w LEFT JOIN {p}_waiters me
+            ON me.pool = p_pool AND me.waiter = p_waiter AND me.alive_until > v_now
+        WHERE w.pool = p_pool;
+    IF v_stale > 0 THEN
+        DELETE FROM {p}_waiters WHERE pool = p_pool AND alive_until <= v_now;
     END IF;
-    SELECT COALESCE(SUM(slots), 0) INTO v_ahead FROM {p}_waiters
-        WHERE pool = p_pool AND ticket < COALESCE(v_ticket, 9223372036854775807);
     IF v_count - v_held - v_ahead < p_slots THEN
         DELETE FROM {p}_leases WHERE pool = p_pool AND holder IS NOT NULL
             AND IS_FREE_LOCK(CONCAT('semaphore_holder_', LOWER(HEX(holder)))) <=> 1;

@@ -11,7 +11,7 @@
 //! - `P_waiters`: the queued heads of each pool (R11 across processes),
 //!   first come first served by an `AUTO_INCREMENT` ticket.
 //!
-//! - `P_borrow`: the uncontended borrow as one stored procedure (one round
+//! - `P_borrow_2`: the uncontended borrow as one stored procedure (one round
 //!   trip), `borrow.sql`.
 //!
 //! Labels are `VARBINARY`/`BLOB`, compared byte for byte: a key never
@@ -45,7 +45,7 @@ impl Tables {
             pools: format!("{prefix}_pools"),
             leases: format!("{prefix}_leases"),
             waiters: format!("{prefix}_waiters"),
-            borrow: format!("{prefix}_borrow"),
+            borrow: format!("{prefix}_borrow_2"),
             prefix: prefix.to_string(),
         }
     }
