@@ -215,3 +215,50 @@ async fn a_return_hands_its_slot_to_this_process_head() {
     }
     assert!(in_process > 0, "no return handed its slot in process");
 }
+
+/// A return that claimed this process's head and is then dropped, after
+/// one poll, two, and so on (the caller gave up on `release`), still ends
+/// with the slot with the head, or free: never granted to nobody (R12).
+/// The head gets its lease within its wait, and once it returns it the
+/// pool is empty and its queue too.
+#[tokio::test(flavor = "current_thread")]
+async fn a_claiming_return_dropped_mid_flight_still_serves_the_head() {
+    let f = fixture().await;
+    for polls in 1..=8 {
+        let held = f.pool.borrow(TTL, Duration::ZERO).await.unwrap();
+        let waiter = {
+            let pool = f.pool.clone();
+            tokio::spawn(async move { pool.borrow_owned(TTL, Duration::from_secs(30)).await })
+        };
+        while f.pool.waiting() == 0 || f.places().await == 0 {
+            tokio::task::yield_now().await;
+        }
+        let completed = poll_then_drop(held.release(), polls).await;
+        let got = waiter
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("after {polls} poll(s) (completed: {completed}): {e}"));
+        assert_eq!(got.position, 0);
+        let (lease, _) = f.slot().await;
+        assert_eq!(Some(*got.id.as_uuid()), lease, "after {polls} poll(s)");
+        assert!(got.release().await.unwrap());
+        assert_eq!(f.pool.inspect().await.unwrap().in_use, 0);
+        assert_eq!(f.places().await, 0);
+    }
+}
+
+/// Polls `future` up to `polls` times, letting other tasks run between
+/// polls, then drops it; whether it completed.
+async fn poll_then_drop<F: std::future::Future>(future: F, polls: usize) -> bool {
+    let mut future = std::pin::pin!(future);
+    for _ in 0..polls {
+        let ready =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx).is_ready()))
+                .await;
+        if ready {
+            return true;
+        }
+        tokio::task::yield_now().await;
+    }
+    false
+}
