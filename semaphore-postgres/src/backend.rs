@@ -40,9 +40,24 @@ const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   clocks disagree by any amount can neither over-issue nor take a live
 ///   lease. [`Store::clock`](semaphore_core::store::Store::clock) is this process's view of the server's clock,
 ///   its own plus an offset measured at connect and refreshed.
+/// - **Hand-off (issue 22):** a return on a pool with a queued head grants
+///   the freed slot to that head in the return's own commit, so that one
+///   commit serves both. This process's head (claimed from the core's
+///   queue while it is not looking) gets its lease delivered in memory;
+///   the claiming return runs on a task of its own, so the head is served,
+///   or the slot freed, even if the caller drops `release`. Another
+///   process's head, first in `semaphore_waiters` and asking for one
+///   unkeyed slot, finds the slot marked `granted_to` it at its next look,
+///   without writing; if it leaves first, it frees that slot. Any other
+///   head (weighted, keyed, gone, or looking at that instant) is woken
+///   instead.
 /// - **Wake-up:** one `LISTEN` connection per store; the functions that can
 ///   let a waiter in notify at commit. After a listener reconnect every
-///   head re-checks, and a fallback poll covers the rest.
+///   head re-checks, and a fallback poll covers the rest. A return whose
+///   slot went to this process's head sends none; any other return that
+///   may let a head in sends its wake-up after its own answer, on the same
+///   connection (PgBouncer in transaction mode may mix up pipelined
+///   transactions).
 /// - **Fair across machines (R11):** the heads of each process's queue are
 ///   queued in `semaphore_waiters`; a head whose process died (its
 ///   listener's backend gone from `pg_stat_activity`, or no heartbeat for
