@@ -201,7 +201,7 @@ impl PostgresStore {
         });
         let store = Self {
             pool,
-            sql: Arc::new(Sql::new(&options.schema)),
+            sql: Arc::new(Sql::new(&options.schema, options.prepared_statements)),
             schema: options.schema,
             changes,
             time: options.time,
@@ -274,8 +274,7 @@ impl PostgresStore {
             return Err(Error::NoRuntime { operation });
         }
         let client = self.pool.get().await.map_err(pool_error(operation))?;
-        client
-            .query_typed(statement, params)
+        crate::sql::run(&client, self.sql.prepared, statement, params)
             .await
             .map_err(storage(operation))
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use deadpool_postgres::Pool as ConnectionPool;
 use semaphore_core::store::{Changes, Claim};
 use semaphore_core::{Error, LeaseId, PoolId, Result};
+use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Row};
 
 use crate::error::{pool as pool_error, storage};
 use crate::primitives::first;
@@ -71,7 +71,7 @@ impl Returning {
         if handed || free {
             let wake: [(&(dyn ToSql + Sync), Type); 2] =
                 [(pool.as_uuid(), Type::UUID), (&handed, Type::BOOL)];
-            let _woken = client.query_typed(&self.sql.wake, &wake).await;
+            let _woken = sql::run(&client, self.sql.prepared, &self.sql.wake, &wake).await;
         }
         Ok(answer.returned)
     }
@@ -80,7 +80,7 @@ impl Returning {
     /// the slot to if nobody is queued ahead of it.
     async fn call(
         &self,
-        client: &Client,
+        client: &deadpool_postgres::Client,
         pool: PoolId,
         lease: LeaseId,
         claim: Option<&Claim>,
@@ -94,8 +94,7 @@ impl Returning {
             self.holder,
         );
         let params = args.typed();
-        client
-            .query_typed(&self.sql.return_lease, &params)
+        sql::run(client, self.sql.prepared, &self.sql.return_lease, &params)
             .await
             .map_err(storage(OPERATION))
     }

@@ -17,6 +17,25 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::schema::fill;
 
+/// Runs `statement` with `params` on `client`: as an unnamed statement
+/// (`query_typed`, one round trip, nothing left on the connection), or,
+/// if `prepared`, by the name it was prepared under on this connection
+/// (prepared at its first use, one round trip more that once).
+pub(crate) async fn run(
+    client: &deadpool_postgres::Client,
+    prepared: bool,
+    statement: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    if !prepared {
+        return client.query_typed(statement, params).await;
+    }
+    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+    let prepared = client.prepare_typed_cached(statement, &types).await?;
+    let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+    client.query(&prepared, &values).await
+}
+
 /// The statement texts of one schema.
 #[derive(Debug)]
 pub(crate) struct Sql {
@@ -34,6 +53,9 @@ pub(crate) struct Sql {
     pub(crate) queue_heads: String,
     /// The wake-up after a return, in a transaction of its own.
     pub(crate) wake: String,
+    /// Whether statements are prepared once per connection and run by
+    /// name ([`PostgresOptions::prepared_statements`](crate::PostgresOptions::prepared_statements)).
+    pub(crate) prepared: bool,
 }
 
 /// The arguments of `semaphore_return_lease`: the lease to return, and
@@ -166,9 +188,10 @@ pub(crate) const TRY_BORROW_ALL: &[Type] = &[
 ];
 
 impl Sql {
-    pub(crate) fn new(schema: &str) -> Self {
+    pub(crate) fn new(schema: &str, prepared: bool) -> Self {
         let f = |text: &str| fill(text, schema);
         Self {
+            prepared,
             register: f("SELECT * FROM {s}.semaphore_register($1, $2, $3)"),
             inspect: f(
                 "SELECT p.count, {s}.semaphore_in_use(p.pool, (SELECT {s}.semaphore_now($2))),
