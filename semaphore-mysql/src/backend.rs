@@ -47,7 +47,7 @@ const INIT: [&str; 3] = [
 ///   a multi-pool borrow locks its pools' rows in id order, so two never
 ///   deadlock. A step is several statements (a round trip each) in that
 ///   transaction. A borrow without a key is one round trip: a call of the
-///   store's borrow procedure (`PREFIX_borrow_2`, created with the tables),
+///   store's borrow procedure (`PREFIX_borrow_3`, created with the tables),
 ///   which runs the same steps in a transaction of its own; a return is
 ///   one statement in autocommit. A dropped future rolls its transaction
 ///   back.
@@ -66,7 +66,14 @@ const INIT: [&str; 3] = [
 /// - **Owner liveness (R16):** bound leases name the store's holder
 ///   connection; they free as soon as another step finds it gone (needs
 ///   the `PROCESS` privilege; without it leases are not bound).
-/// - **Tokens** come from one counter row that outlives every pool (R9).
+/// - **Tokens** are counted per pool, in the pool's row that each grant
+///   locks anyway, so that grants on different pools share no row until
+///   they commit; a delete keeps the pool's last token in the store's row,
+///   which every later grant stays above (R9: a pool id's tokens rise
+///   across delete and register). Two pools may hand out the same token;
+///   one multi-pool borrow's leases get rising tokens in its order.
+///   (Schema version 2; a store of version 1 is migrated at connect, once
+///   the processes of the earlier release are stopped.)
 /// - **Errors:** I/O, lost connections, deadlocks (1213), lock wait
 ///   timeouts (1205) and the server shutting down are retryable
 ///   [`Error::Storage`]; a lost connection is never [`Error::Exhausted`].

@@ -4,7 +4,7 @@
 -- a store that finds an older one (its processes still call it) creates
 -- its own beside it. A call repeated with the same lease id
 -- (its answer was lost) gets the lease it granted.
-CREATE PROCEDURE {p}_borrow_2(
+CREATE PROCEDURE {p}_borrow_3(
     IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_ttl BIGINT, IN p_max BIGINT,
     IN p_slots INT UNSIGNED, IN p_holder BINARY(16), IN p_waiter BINARY(16),
     IN p_owner VARBINARY(1024), IN p_now BIGINT, IN p_waiter_ttl BIGINT)
@@ -93,7 +93,11 @@ proc: BEGIN
         LEAVE proc;
     END IF;
 
-    UPDATE {p}_store SET last_token = LAST_INSERT_ID(last_token + 1) WHERE id = 1;
+    -- R9: above the pool's last token and the store's floor. Every write
+    -- of either for this pool holds this pool's row, as this does.
+    UPDATE {p}_pools SET last_token = LAST_INSERT_ID(GREATEST(last_token,
+            (SELECT s.last_token FROM {p}_store s WHERE s.id = 1)) + 1)
+        WHERE pool = p_pool;
     SET v_token = LAST_INSERT_ID();
     SET v_expires = LEAST(v_now + p_ttl, p_max);
     IF p_holder IS NOT NULL

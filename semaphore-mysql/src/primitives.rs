@@ -168,6 +168,17 @@ impl Step<'_> {
         if self.lock_pool(tx, &pool).await?.is_none() {
             return Ok(false);
         }
+        // R9: the store's floor keeps the pool's last token, for a pool of
+        // this id registered again.
+        tx.exec_drop(
+            format!(
+                "UPDATE {} s SET s.last_token = GREATEST(s.last_token, \
+                 (SELECT p.last_token FROM {} p WHERE p.pool = ?)) WHERE s.id = 1",
+                self.t.store, self.t.pools
+            ),
+            (key(&pool),),
+        )
+        .await?;
         for table in [&self.t.leases, &self.t.waiters, &self.t.pools] {
             tx.exec_drop(format!("DELETE FROM {table} WHERE pool = ?"), (key(&pool),))
                 .await?;

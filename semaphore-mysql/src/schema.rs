@@ -1,17 +1,25 @@
 //! The store's tables: created if missing, their version checked.
 //!
-//! - `P_store`: one row, the schema version and the token counter (R9:
-//!   it outlives every pool).
-//! - `P_pools`: a row per pool, its count and drain flag; every step on a
-//!   pool locks this row first (`FOR UPDATE`), so that steps on one pool
-//!   serialize and steps on different pools do not.
+//! - `P_store`: one row, the schema version and the token floor (R9: it
+//!   outlives every pool): a pool's delete raises it to the pool's last
+//!   token, so that a pool of that id registered again starts above.
+//! - `P_pools`: a row per pool, its count, drain flag and last token; every
+//!   step on a pool locks this row first (`FOR UPDATE`), so that steps on
+//!   one pool serialize and steps on different pools do not. A grant's
+//!   token is one more than the greater of the pool's last token and the
+//!   store's floor, so grants on different pools share no row.
+//!   (Version 2. A store of version 1, which counted every grant in the
+//!   store's row, gets the column at connect: its default, 0, defers to
+//!   that count, now the floor; processes of version 1 then refuse to
+//!   connect, and those still running must be stopped first, as they
+//!   would count on from the floor alone.)
 //! - `P_leases`: a row per slot held (R15: a lease of `n` slots has `n`
 //!   rows under one id); the labels on its lowest row; the holder (R16):
 //!   the id whose named lock the holding store's connection holds.
 //! - `P_waiters`: the queued heads of each pool (R11 across processes),
 //!   first come first served by an `AUTO_INCREMENT` ticket.
 //!
-//! - `P_borrow_2`: the uncontended borrow as one stored procedure (one round
+//! - `P_borrow_3`: the uncontended borrow as one stored procedure (one round
 //!   trip), `borrow.sql`.
 //!
 //! Labels are `VARBINARY`/`BLOB`, compared byte for byte: a key never
@@ -23,8 +31,10 @@ use semaphore_core::{Error, Result};
 
 use crate::error::storage;
 
-/// The version this library writes and reads.
-pub(crate) const VERSION: i64 = 1;
+/// The version this library writes and reads. Version 1 counted every
+/// grant's token in the store's row; version 2 counts them per pool
+/// (`P_pools.last_token`), and a store of version 1 is migrated at connect.
+pub(crate) const VERSION: i64 = 2;
 
 /// The table names under one prefix, and the statements that name them.
 #[derive(Debug, Clone)]
@@ -45,7 +55,7 @@ impl Tables {
             pools: format!("{prefix}_pools"),
             leases: format!("{prefix}_leases"),
             waiters: format!("{prefix}_waiters"),
-            borrow: format!("{prefix}_borrow_2"),
+            borrow: format!("{prefix}_borrow_3"),
             prefix: prefix.to_string(),
         }
     }
@@ -70,7 +80,8 @@ impl Tables {
                 "CREATE TABLE IF NOT EXISTS {pools} (
                     pool BINARY(16) NOT NULL PRIMARY KEY,
                     count INT UNSIGNED NOT NULL,
-                    draining BOOLEAN NOT NULL DEFAULT FALSE
+                    draining BOOLEAN NOT NULL DEFAULT FALSE,
+                    last_token BIGINT NOT NULL DEFAULT 0
                 ) ENGINE = InnoDB"
             ),
             format!(
@@ -126,6 +137,19 @@ pub(crate) async fn prepare(conn: &mut Conn, tables: &Tables) -> Result<()> {
         .await
         .map_err(storage("open"))?;
     match found {
+        Some(1) => {
+            add_pool_token(conn, tables).await?;
+            conn.exec_drop(
+                format!(
+                    "UPDATE {} SET version = ? WHERE id = 1 AND version = 1",
+                    tables.store
+                ),
+                (VERSION,),
+            )
+            .await
+            .map_err(storage("open"))?;
+            create_procedure(conn, tables).await
+        }
         Some(VERSION) => create_procedure(conn, tables).await,
         other => Err(Error::SchemaMismatch {
             expected: format!("{} version {VERSION}", tables.store),
@@ -134,6 +158,32 @@ pub(crate) async fn prepare(conn: &mut Conn, tables: &Tables) -> Result<()> {
                 None => format!("{} without its row", tables.store),
             },
         }),
+    }
+}
+
+/// Adds `P_pools.last_token` to a store of version 1. Two
+/// processes may both find it missing: the one that loses the race is told
+/// it exists (1060, duplicate column).
+async fn add_pool_token(conn: &mut Conn, tables: &Tables) -> Result<()> {
+    let found: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME = ? AND COLUMN_NAME = 'last_token'",
+            (&tables.pools,),
+        )
+        .await
+        .map_err(storage("open"))?;
+    if found.unwrap_or_default() > 0 {
+        return Ok(());
+    }
+    let alter = format!(
+        "ALTER TABLE {} ADD COLUMN last_token BIGINT NOT NULL DEFAULT 0",
+        tables.pools
+    );
+    match conn.query_drop(alter).await {
+        Ok(()) => Ok(()),
+        Err(mysql_async::Error::Server(e)) if e.code == 1060 => Ok(()),
+        Err(e) => Err(storage("open")(e)),
     }
 }
 

@@ -23,6 +23,18 @@ impl Step<'_> {
         tx: &mut Transaction<'_>,
         request: &BorrowRequest,
     ) -> Sql<Result<TryBorrow, Error>> {
+        self.try_borrow_above(tx, request, 0).await
+    }
+
+    /// [`try_borrow`](Self::try_borrow) whose new lease, if any, gets a
+    /// token above `above` as well: the leases of one multi-pool borrow
+    /// get rising tokens in the request's order, as if from one counter.
+    async fn try_borrow_above(
+        &self,
+        tx: &mut Transaction<'_>,
+        request: &BorrowRequest,
+        above: i64,
+    ) -> Sql<Result<TryBorrow, Error>> {
         let pool = request.pool;
         let Some((count, draining, now)) = self.lock_pool(tx, &pool).await? else {
             return Ok(Err(Error::PoolNotFound { pool }));
@@ -125,12 +137,15 @@ impl Step<'_> {
         let positions = self
             .lowest_free(tx, &pool, held, highest, request.slots.max(1))
             .await?;
+        // R9: above the pool's last token and the store's floor (which a
+        // delete of the pool raises to it).
         tx.exec_drop(
             format!(
-                "UPDATE {} SET last_token = LAST_INSERT_ID(last_token + 1) WHERE id = 1",
-                t.store
+                "UPDATE {} SET last_token = LAST_INSERT_ID(GREATEST(last_token, \
+                 (SELECT s.last_token FROM {} s WHERE s.id = 1), ?) + 1) WHERE pool = ?",
+                t.pools, t.store
             ),
-            (),
+            (above, key(&pool)),
         )
         .await?;
         let token = tx.last_insert_id().unwrap_or_default();
@@ -396,9 +411,13 @@ impl Step<'_> {
         tx.query_drop("SAVEPOINT semaphore_all").await?;
         let mut leases = Vec::with_capacity(requests.len());
         let mut blocked = Vec::new();
+        let mut above = 0;
         for request in requests {
-            match self.try_borrow(tx, request).await? {
-                Ok(TryBorrow::Granted { lease }) => leases.push(lease),
+            match self.try_borrow_above(tx, request, above).await? {
+                Ok(TryBorrow::Granted { lease }) => {
+                    above = above.max(i64::try_from(lease.token).unwrap_or(i64::MAX));
+                    leases.push(lease);
+                }
                 Ok(TryBorrow::Exhausted { next_expiry }) => blocked.push((request, next_expiry)),
                 Err(e) => {
                     tx.query_drop("ROLLBACK TO SAVEPOINT semaphore_all").await?;

@@ -1,0 +1,130 @@
+//! Fencing tokens (R9) kept per pool: a grant's token is one more than the
+//! greater of its pool's last token and the store's floor, which a delete
+//! raises to the pool's; grants on different pools write no shared row.
+//! Also a store of version 1, which counted tokens in the store's row
+//! only: it is migrated, and tokens go on above that count.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_mysql::mysql_async::prelude::Queryable;
+use semaphore_mysql::testing::TestServer;
+use semaphore_mysql::{BorrowOptions, MysqlOptions, MysqlStore, Pool, PoolId};
+
+const TTL: Duration = Duration::from_secs(60);
+
+async fn store(prefix: &str) -> Arc<MysqlStore> {
+    let options = MysqlOptions::default().table_prefix(prefix);
+    Arc::new(
+        MysqlStore::connect_with(TestServer::shared().url(), options)
+            .await
+            .expect("a MySQL store on the test server"),
+    )
+}
+
+async fn floor(store: &MysqlStore, prefix: &str) -> i64 {
+    let mut conn = store.connection_pool().get_conn().await.unwrap();
+    conn.query_first(format!(
+        "SELECT last_token FROM {prefix}_store WHERE id = 1"
+    ))
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+async fn sql(store: &MysqlStore, statement: String) {
+    let mut conn = store.connection_pool().get_conn().await.unwrap();
+    conn.query_drop(statement).await.unwrap();
+}
+
+/// Plain and keyed grants (the procedure and the statement-by-statement
+/// path) on two pools leave the store's row alone, and each pool's tokens
+/// rise; a floor raised meanwhile is passed; a delete keeps the pool's last
+/// token in the floor, so the pool registered again goes on above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_rise_per_pool_above_the_floor_and_survive_delete() {
+    let prefix = TestServer::fresh_prefix();
+    let store = store(&prefix).await;
+    let a = Pool::new(store.clone(), PoolId::from_name("a"));
+    let b = Pool::new(store.clone(), PoolId::from_name("b"));
+    a.register(2).await.unwrap();
+    b.register(2).await.unwrap();
+    let before = floor(&store, &prefix).await;
+    let mut last = 0;
+    for pool in [&a, &b, &a, &b] {
+        let lease = pool.try_borrow(TTL).await.unwrap();
+        let keyed = pool
+            .borrow_with(TTL, Duration::ZERO, BorrowOptions::new().key("k"))
+            .await
+            .unwrap();
+        assert!(keyed.token > lease.token);
+        last = last.max(keyed.token);
+        lease.release().await.unwrap();
+        keyed.release().await.unwrap();
+    }
+    assert_eq!(
+        floor(&store, &prefix).await,
+        before,
+        "a grant wrote the store's row"
+    );
+
+    // A floor raised by a process of the earlier release (which counted in
+    // the store's row) is passed by both paths.
+    sql(
+        &store,
+        format!("UPDATE {prefix}_store SET last_token = 1000 WHERE id = 1"),
+    )
+    .await;
+    let lease = a.try_borrow(TTL).await.unwrap();
+    assert_eq!(lease.token, 1001);
+    let keyed = b
+        .borrow_with(TTL, Duration::ZERO, BorrowOptions::new().key("k"))
+        .await
+        .unwrap();
+    assert_eq!(keyed.token, 1001, "b's last token was below the floor");
+    let next = a.try_borrow(TTL).await.unwrap();
+    assert_eq!(next.token, 1002);
+    assert!(last < 1000);
+
+    // A delete keeps a's last token (1002) in the floor.
+    assert!(a.delete().await.unwrap());
+    assert_eq!(floor(&store, &prefix).await, 1002);
+    a.register(2).await.unwrap();
+    assert_eq!(a.try_borrow(TTL).await.unwrap().token, 1003);
+    drop((lease, keyed, next));
+}
+
+/// A store of version 1 (no `last_token` per pool): a store connecting to
+/// it adds the column and sets version 2, and grants go on above the count
+/// version 1 kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_version_1_is_migrated() {
+    let prefix = TestServer::fresh_prefix();
+    let old = store(&prefix).await;
+    let pool = Pool::new(old.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    sql(
+        &old,
+        format!("ALTER TABLE {prefix}_pools DROP COLUMN last_token"),
+    )
+    .await;
+    sql(
+        &old,
+        format!("UPDATE {prefix}_store SET last_token = 77, version = 1 WHERE id = 1"),
+    )
+    .await;
+    drop((pool, old));
+
+    let store = store(&prefix).await;
+    let mut conn = store.connection_pool().get_conn().await.unwrap();
+    let version: Option<i64> = conn
+        .query_first(format!("SELECT version FROM {prefix}_store WHERE id = 1"))
+        .await
+        .unwrap();
+    assert_eq!(version, Some(2));
+    drop(conn);
+    let pool = Pool::new(store, PoolId::from_name("p"));
+    let lease = pool.try_borrow(TTL).await.unwrap();
+    assert_eq!(lease.token, 78);
+    lease.release().await.unwrap();
+}
