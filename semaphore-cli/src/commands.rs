@@ -162,6 +162,7 @@ async fn pool(store: &StoreArgs, name: &PoolName) -> Result<(Pool, String), Exit
         sqlite: store.sqlite.clone(),
         postgres: store.postgres.clone(),
         schema: store.postgres_schema.clone(),
+        prepared: store.postgres_prepared_statements,
         redis: store.redis.clone(),
         prefix: store.redis_prefix.clone(),
         grace: store.redis_restart_grace,

@@ -49,6 +49,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         sqlite: args.sqlite.clone(),
         postgres: args.postgres.clone(),
         schema: args.postgres_schema.clone(),
+        prepared: args.postgres_prepared_statements,
         redis: args.redis.clone(),
         prefix: args.redis_prefix.clone(),
         grace: args.redis_restart_grace,

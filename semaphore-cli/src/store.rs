@@ -29,6 +29,8 @@ pub(crate) enum Choice {
     Postgres {
         url: String,
         schema: String,
+        /// `--postgres-prepared-statements`.
+        prepared: bool,
     },
     Redis {
         url: String,
@@ -48,6 +50,7 @@ pub(crate) struct Flags {
     pub(crate) sqlite: Option<PathBuf>,
     pub(crate) postgres: Option<String>,
     pub(crate) schema: String,
+    pub(crate) prepared: bool,
     pub(crate) redis: Option<String>,
     pub(crate) prefix: String,
     pub(crate) grace: std::time::Duration,
@@ -62,6 +65,7 @@ impl Choice {
         let postgres = |url| Choice::Postgres {
             url,
             schema: flags.schema.clone(),
+            prepared: flags.prepared,
         };
         if flags.memory {
             return Ok(Choice::Memory);
@@ -125,8 +129,14 @@ impl Choice {
                     })??;
                 Arc::new(store)
             }
-            Choice::Postgres { url, schema } => {
-                let mut options = PostgresOptions::default().schema(schema);
+            Choice::Postgres {
+                url,
+                schema,
+                prepared,
+            } => {
+                let mut options = PostgresOptions::default()
+                    .schema(schema)
+                    .prepared_statements(*prepared);
                 if let Some(size) = pool_size {
                     options = options.pool_size(size);
                 }

@@ -24,6 +24,21 @@ async fn two_servers_on_one_database_never_over_issue() {
     two_servers_never_over_issue(&["--postgres", pg.url(), "--postgres-schema", &schema]).await;
 }
 
+/// The same with the PostgreSQL store's statements prepared
+/// (`--postgres-prepared-statements`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_with_prepared_statements_never_over_issue() {
+    let (pg, schema) = (TestServer::shared(), TestServer::fresh_schema());
+    two_servers_never_over_issue(&[
+        "--postgres",
+        pg.url(),
+        "--postgres-schema",
+        &schema,
+        "--postgres-prepared-statements",
+    ])
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_on_one_redis_never_over_issue() {
     let (redis, prefix) = (RedisServer::shared(), RedisServer::fresh_prefix());
