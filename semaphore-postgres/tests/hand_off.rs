@@ -85,6 +85,26 @@ impl Fixture {
             .get(0)
     }
 
+    /// The pool's one slot held here, and a borrower of this process
+    /// queued for it (waiting up to 30 s) whose look is done: it took its
+    /// place in the shared queue.
+    async fn held_with_a_queued_head(
+        &self,
+    ) -> (
+        semaphore_postgres::LeaseGuard<&Pool>,
+        tokio::task::JoinHandle<semaphore_postgres::Result<semaphore_postgres::LeaseGuard<Pool>>>,
+    ) {
+        let held = self.pool.borrow(TTL, Duration::ZERO).await.unwrap();
+        let waiter = {
+            let pool = self.pool.clone();
+            tokio::spawn(async move { pool.borrow_owned(TTL, Duration::from_secs(30)).await })
+        };
+        while self.pool.waiting() == 0 || self.places().await == 0 {
+            tokio::task::yield_now().await;
+        }
+        (held, waiter)
+    }
+
     /// The head's look: `semaphore_try_borrow` as its store calls it.
     async fn look(&self, waiter: Uuid) -> (i16, Option<Uuid>) {
         let row = self
@@ -191,15 +211,7 @@ async fn a_return_hands_its_slot_to_this_process_head() {
     let f = fixture().await;
     let mut in_process = 0;
     for _ in 0..10 {
-        let held = f.pool.borrow(TTL, Duration::ZERO).await.unwrap();
-        let waiter = {
-            let pool = f.pool.clone();
-            tokio::spawn(async move { pool.borrow_owned(TTL, Duration::from_secs(30)).await })
-        };
-        // Queued here, and its look done (it took its place).
-        while f.pool.waiting() == 0 || f.places().await == 0 {
-            tokio::task::yield_now().await;
-        }
+        let (held, waiter) = f.held_with_a_queued_head().await;
         assert!(held.release().await.unwrap());
         let (lease, granted_to) = f.slot().await;
         assert!(
@@ -225,14 +237,7 @@ async fn a_return_hands_its_slot_to_this_process_head() {
 async fn a_claiming_return_dropped_mid_flight_still_serves_the_head() {
     let f = fixture().await;
     for polls in 1..=8 {
-        let held = f.pool.borrow(TTL, Duration::ZERO).await.unwrap();
-        let waiter = {
-            let pool = f.pool.clone();
-            tokio::spawn(async move { pool.borrow_owned(TTL, Duration::from_secs(30)).await })
-        };
-        while f.pool.waiting() == 0 || f.places().await == 0 {
-            tokio::task::yield_now().await;
-        }
+        let (held, waiter) = f.held_with_a_queued_head().await;
         let completed = poll_then_drop(held.release(), polls).await;
         let got = waiter
             .await
