@@ -10,6 +10,9 @@
 //!   same `UPDATE` inside a transaction that takes `pg_advisory_xact_lock`
 //!   (`BEGIN`, lock, `UPDATE`, `COMMIT`), which gives no ttl, no fencing
 //!   token and no FIFO.
+//! - Line 9b: the same section with the borrow and the return inside the
+//!   caller's own transaction (`PostgresStore::borrow_in`, `return_in`):
+//!   one commit, as the anchor's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +20,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::tokio_postgres::{self, Client, NoTls};
-use semaphore_postgres::{Pool, PoolId, PostgresOptions, PostgresStore};
+use semaphore_postgres::{BorrowOptions, Pool, PoolId, PostgresOptions, PostgresStore};
 use tokio::runtime::{Builder, Runtime};
 
 const TTL: Duration = Duration::from_secs(600);
@@ -49,13 +52,18 @@ fn client(rt: &Runtime, url: &str) -> Client {
 }
 
 fn pool(rt: &Runtime, url: &str, count: u32) -> Pool {
+    pool_and_store(rt, url, count).0
+}
+
+fn pool_and_store(rt: &Runtime, url: &str, count: u32) -> (Pool, Arc<PostgresStore>) {
     let options = PostgresOptions::default().schema(TestServer::fresh_schema());
-    let store = rt
-        .block_on(PostgresStore::connect_with(url, options))
-        .unwrap();
-    let pool = Pool::new(Arc::new(store), PoolId::from_name("bench"));
+    let store = Arc::new(
+        rt.block_on(PostgresStore::connect_with(url, options))
+            .unwrap(),
+    );
+    let pool = Pool::new(store.clone(), PoolId::from_name("bench"));
     rt.block_on(pool.register(count)).unwrap();
-    pool
+    (pool, store)
 }
 
 fn postgres(c: &mut Criterion) {
@@ -105,6 +113,22 @@ fn postgres(c: &mut Criterion) {
             let lease = mutex.try_borrow(TTL).await.unwrap();
             raw.query_typed(UPDATE, &[]).await.unwrap();
             lease.release().await.unwrap();
+        })
+    });
+    let (in_tx, store) = pool_and_store(&rt, server.url(), 1);
+    let mut caller = client(&rt, server.url());
+    group.bench_function("postgres_pool_count_1_in_tx", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let tx = caller.transaction().await.unwrap();
+                let lease = store
+                    .borrow_in(&tx, &in_tx, TTL, BorrowOptions::new())
+                    .await
+                    .unwrap();
+                tx.query_typed(UPDATE, &[]).await.unwrap();
+                assert!(store.return_in(&tx, &in_tx, lease.id).await.unwrap());
+                tx.commit().await.unwrap();
+            })
         })
     });
     group.finish();

@@ -96,6 +96,13 @@ const LINES: &[Line] = &[
         goal: Goal::ThroughputAtLeast(1.0),
     },
     Line {
+        name: "9b. PostgreSQL count-1 pool in the caller's transaction (borrow_in, return_in) vs pg_advisory_xact_lock mutex",
+        group: "postgres_mutex",
+        anchor: "anchor_advisory_xact_lock",
+        ours: "postgres_pool_count_1_in_tx",
+        goal: Goal::None,
+    },
+    Line {
         name: "14. Redis pair vs two calls of a do-nothing script (one INCR)",
         group: "redis_pairs",
         anchor: "anchor_incr_script_pair",
