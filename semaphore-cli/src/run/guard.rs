@@ -46,6 +46,9 @@ pub(crate) const GRACE: Duration = Duration::from_secs(5);
 /// blocked.
 const READY: &[u8] = b"ready\n";
 
+/// How long the wrapper waits for that word before it gives up on the run.
+const READY_WAIT: Duration = Duration::from_secs(30);
+
 /// The hidden subcommand the wrapper runs the guardian as.
 pub(crate) const SUBCOMMAND: &str = "__guard";
 
@@ -79,7 +82,17 @@ impl Guard {
         let mut child = tokio::process::Command::from(child).spawn()?;
         let mut word = [0u8; READY.len()];
         if let Some(mut stdout) = child.stdout.take() {
-            stdout.read_exact(&mut word).await?;
+            // A guardian that never answers (an exec stuck on a hung file
+            // system) must not hold the run, and its slot, forever. One
+            // dropped here reads the end of its input and exits.
+            tokio::time::timeout(READY_WAIT, stdout.read_exact(&mut word))
+                .await
+                .map_err(|_| {
+                    std::io::Error::other(format!(
+                        "it did not say it was ready within {} s",
+                        READY_WAIT.as_secs()
+                    ))
+                })??;
         }
         if word != READY {
             return Err(std::io::Error::other("it did not say it was ready"));
