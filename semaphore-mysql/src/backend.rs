@@ -22,14 +22,14 @@ use crate::schema::{self, Tables};
 /// How long `connect` waits for the holder connection (R16).
 const HOLDER_WAIT: Duration = Duration::from_secs(2);
 
+/// How long a pooled connection may idle before it is closed.
+const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
+
 /// What every connection runs first: times in UTC (so that
 /// `UNIX_TIMESTAMP` of a time is exact), `READ COMMITTED` (each statement
 /// sees what committed before it, so that a step that waited for a pool's
 /// row sees the step it waited for), and a 5 s lock wait (a retryable
 /// error rather than a 50 s stall behind a stuck transaction).
-/// How long a pooled connection may idle before it is closed.
-const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
-
 const INIT: [&str; 3] = [
     "SET time_zone = '+00:00'",
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",

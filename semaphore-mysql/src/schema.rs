@@ -138,16 +138,7 @@ pub(crate) async fn prepare(conn: &mut Conn, tables: &Tables) -> Result<()> {
         .map_err(storage("open"))?;
     match found {
         Some(1) => {
-            add_pool_token(conn, tables).await?;
-            conn.exec_drop(
-                format!(
-                    "UPDATE {} SET version = ? WHERE id = 1 AND version = 1",
-                    tables.store
-                ),
-                (VERSION,),
-            )
-            .await
-            .map_err(storage("open"))?;
+            migrate_from_1(conn, tables).await?;
             create_procedure(conn, tables).await
         }
         Some(VERSION) => create_procedure(conn, tables).await,
@@ -161,10 +152,10 @@ pub(crate) async fn prepare(conn: &mut Conn, tables: &Tables) -> Result<()> {
     }
 }
 
-/// Adds `P_pools.last_token` to a store of version 1. Two
-/// processes may both find it missing: the one that loses the race is told
-/// it exists (1060, duplicate column).
-async fn add_pool_token(conn: &mut Conn, tables: &Tables) -> Result<()> {
+/// Makes a store of version 1 one of version 2: adds `P_pools.last_token`,
+/// then sets the version. Two processes may both find the column missing:
+/// the one that loses the race is told it exists (1060, duplicate column).
+async fn migrate_from_1(conn: &mut Conn, tables: &Tables) -> Result<()> {
     let found: Option<i64> = conn
         .exec_first(
             "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
@@ -173,18 +164,26 @@ async fn add_pool_token(conn: &mut Conn, tables: &Tables) -> Result<()> {
         )
         .await
         .map_err(storage("open"))?;
-    if found.unwrap_or_default() > 0 {
-        return Ok(());
+    if found.unwrap_or_default() == 0 {
+        let alter = format!(
+            "ALTER TABLE {} ADD COLUMN last_token BIGINT NOT NULL DEFAULT 0",
+            tables.pools
+        );
+        match conn.query_drop(alter).await {
+            Ok(()) => {}
+            Err(mysql_async::Error::Server(e)) if e.code == 1060 => {}
+            Err(e) => return Err(storage("open")(e)),
+        }
     }
-    let alter = format!(
-        "ALTER TABLE {} ADD COLUMN last_token BIGINT NOT NULL DEFAULT 0",
-        tables.pools
-    );
-    match conn.query_drop(alter).await {
-        Ok(()) => Ok(()),
-        Err(mysql_async::Error::Server(e)) if e.code == 1060 => Ok(()),
-        Err(e) => Err(storage("open")(e)),
-    }
+    conn.exec_drop(
+        format!(
+            "UPDATE {} SET version = ? WHERE id = 1 AND version = 1",
+            tables.store
+        ),
+        (VERSION,),
+    )
+    .await
+    .map_err(storage("open"))
 }
 
 /// Creates the borrow procedure if it is missing. Two processes may both

@@ -103,6 +103,10 @@ impl PostgresOptions {
     /// with `max_prepared_statements = 0`), which may run a statement
     /// prepared on one server connection on another: it would be missing
     /// there, or be another client's statement of the same name.
+    ///
+    /// Statements run in a caller's own transaction
+    /// ([`PostgresStore::borrow_in`](crate::PostgresStore::borrow_in),
+    /// `return_in`), the listener's and the schema's stay unnamed.
     pub fn prepared_statements(mut self, prepared: bool) -> Self {
         self.prepared_statements = prepared;
         self
