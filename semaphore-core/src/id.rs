@@ -115,6 +115,12 @@ impl WaiterId {
     pub const fn as_uuid(&self) -> &Uuid {
         &self.0
     }
+
+    /// The waiter id with this UUID: a held place's id read back from
+    /// where its poller keeps it ([`Pool::wait_held`](crate::Pool::wait_held)).
+    pub const fn from_uuid(uuid: Uuid) -> Self {
+        Self(uuid)
+    }
 }
 
 impl Default for WaiterId {

@@ -123,7 +123,7 @@ pub use layer::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use lease::{Holder, Lease, PoolState, Positions};
 pub use limits::Limits;
 pub use options::BorrowOptions;
-pub use pool::{Enqueued, Pool, QueuedBorrow};
+pub use pool::{Enqueued, HELD_POLL_INTERVAL, Pool, QueuedBorrow};
 pub use set::{LeaseSet, PoolSet};
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;

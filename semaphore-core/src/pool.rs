@@ -11,6 +11,7 @@ use crate::telemetry::{self, Name};
 use crate::wait::{HandOff, Seat};
 
 mod drain;
+mod held;
 mod leases;
 mod queued;
 mod waiters;
@@ -19,6 +20,7 @@ use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseGuard, LeaseId, Limits, OwnedLeaseGuard,
     PoolId, PoolState, Result, Store,
 };
+pub use held::HELD_POLL_INTERVAL;
 pub use queued::{Enqueued, QueuedBorrow};
 
 /// A handle on one pool of a store: register, inspect, delete, borrow and

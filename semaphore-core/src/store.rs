@@ -57,6 +57,20 @@ pub struct BorrowRequest {
     /// of its own and grant to a newcomer only when free slots outnumber
     /// them (R11 across processes); an in-process store ignores it.
     pub waiter: Option<WaiterId>,
+    /// How long a store that keeps places (see *Queued heads* on
+    /// [`Store`]) keeps `waiter`'s place after this attempt, if it is
+    /// refused: `None` (the default) for the store's own waiter ttl, with
+    /// the place bound to this process as any head's. `Some(hold)` for a
+    /// place that outlives its asker: a ticket that any process sharing the
+    /// store may poll ([`Pool::wait_held`](crate::Pool::wait_held)). Such
+    /// a place is bound to no process, lives until `hold` after the
+    /// latest attempt made for it (each refused attempt moves its end to
+    /// the step's reading of the clock plus `hold`), and is never handed
+    /// a slot by a return: only an attempt made for it is granted. At most
+    /// [`MAX_UNIX_MS`] ms, whole milliseconds. The core sets it only on a
+    /// single-pool attempt ([`Store::try_borrow`]) that names a `waiter`
+    /// and a `key`. An in-process store ignores it, as it ignores `waiter`.
+    pub hold: Option<Duration>,
     /// The idempotency key, checked: while a lease granted with this key is
     /// active in the pool, the store answers with that lease instead of
     /// granting another, whether or not a slot is free.
@@ -77,6 +91,7 @@ impl BorrowRequest {
             slots: 1,
             bound: true,
             waiter: None,
+            hold: None,
             key: None,
             owner: None,
         }
@@ -243,7 +258,11 @@ impl TryBorrowAll {
 ///   owed its own weight (R11 with weights; the suite's
 ///   `store_queue_conformance!` (feature `conformance`) checks
 ///   it). An in-process store may ignore waiters: the core's queue already
-///   orders them.
+///   orders them. A request with a [`BorrowRequest::hold`] keeps a place
+///   that no process owns: it lives until `hold` after the latest attempt
+///   for it, is never dropped for its asker's death, and is never handed
+///   a slot by a return ([`Store::place`] finds it; the suite's
+///   `store_queue_conformance!` checks all three).
 /// - **No waiting.** No method waits for a slot; waiting is the core's.
 /// - **Validation.** Arguments arrive checked and clamped against
 ///   [`Limits`](crate::Limits); a store need not check them again.
@@ -342,6 +361,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         let _ = (pool, lease);
         None
     }
+
+    /// The place of `waiter` in the store's own queue of `pool` (see
+    /// *Queued heads* above): 1 for the first, counting every live place
+    /// ahead of it (each other process's head, and each held place);
+    /// `None` if the store keeps no live place for it: it was granted, left
+    /// the queue, was dropped (its hold or ttl passed), or the store keeps
+    /// no queue (an in-process store). Read-only; a pool that does not
+    /// exist has no places.
+    async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>>;
 
     /// Borrower `waiter` of `pool` stopped waiting without a grant (it timed
     /// out, was dropped or failed): forget any place the store keeps for it

@@ -49,6 +49,12 @@ pub struct Changes {
     /// The number of waiters that ever joined a queue: each waiter's
     /// sequence number, by which its place is found.
     joined: AtomicU64,
+    /// Every change told of, to the borrowers waiting outside the queues
+    /// (held places, [`Changes::watch`]); counted in `total` while they wait.
+    changed: Notify,
+    /// How many wait on `changed`, so that telling them costs one atomic
+    /// load when none does.
+    watching: AtomicUsize,
     /// The conformance suite's gate catches a head's own store call, which
     /// a hand-off would make needless; it turns hand-offs into plain
     /// notifications while armed.
@@ -165,6 +171,7 @@ impl Changes {
         if let Some(queue) = self.queues.lock().get(&pool) {
             queue.notify_head();
         }
+        self.tell_watchers();
     }
 
     /// Tells the waiters of every pool that something may have changed, for
@@ -174,6 +181,23 @@ impl Changes {
         for queue in self.queues.lock().values() {
             queue.notify_head();
         }
+        self.tell_watchers();
+    }
+
+    /// Wakes the borrowers waiting outside the queues, if any does.
+    fn tell_watchers(&self) {
+        if self.watching.load(Ordering::Acquire) != 0 {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Counts a borrower that waits outside the queues (a held place, which
+    /// the store orders) as waiting, so that stores tell of changes, until
+    /// the guard is dropped; [`Watch::changed`] completes on the next.
+    pub(crate) fn watch(&self) -> Watch<'_> {
+        self.total.fetch_add(1, Ordering::AcqRel);
+        self.watching.fetch_add(1, Ordering::AcqRel);
+        Watch { changes: self }
     }
 
     /// Hands slots of `pool` just freed to this process's queued borrowers
@@ -201,6 +225,7 @@ impl Changes {
         if !self.has_waiters() {
             return 0;
         }
+        self.tell_watchers();
         if !self.hand_offs_allowed() {
             self.notify(pool);
             return 0;
@@ -357,6 +382,29 @@ impl Changes {
             pools: pools.to_vec(),
             waiter,
         }
+    }
+}
+
+/// A borrower waiting outside the queues: see [`Changes::watch`].
+pub(crate) struct Watch<'a> {
+    changes: &'a Changes,
+}
+
+impl Watch<'_> {
+    /// Completes on the next change told of any pool
+    /// ([`notify`](Changes::notify), [`notify_all`](Changes::notify_all),
+    /// a [`hand_off`](Changes::hand_off)), counted from this call: enable
+    /// it (`Notified::enable`) before asking the store, so that a change
+    /// between the answer and the wait is not missed.
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changes.changed.notified()
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        self.changes.watching.fetch_sub(1, Ordering::AcqRel);
+        self.changes.total.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

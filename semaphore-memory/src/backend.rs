@@ -314,6 +314,12 @@ impl Store for MemoryStore {
         Ok(ended)
     }
 
+    /// Always `None`: in one process the core's queue is the only queue
+    /// ([`Pool::waiting`](semaphore_core::Pool::waiting) counts it).
+    async fn place(&self, _pool: PoolId, _waiter: WaiterId) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
     /// A no-op: in one process the core's queue is the only queue.
     async fn leave_queue(&self, _pool: PoolId, _waiter: WaiterId) -> Result<()> {
         Ok(())

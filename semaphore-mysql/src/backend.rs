@@ -339,7 +339,8 @@ impl Store for MysqlStore {
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        if request.key.is_none() {
+        // The procedure keeps places with the store's own waiter ttl only.
+        if request.key.is_none() && request.hold.is_none() {
             return autocommit!(self, "borrow", |step, conn| step
                 .call_borrow(&mut conn, request));
         }
@@ -387,6 +388,11 @@ impl Store for MysqlStore {
             self.changes.notify(pool);
         }
         Ok(ended)
+    }
+
+    async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>> {
+        let waiter = waiter.as_uuid().as_bytes().to_vec();
+        Ok(in_tx!(self, "place", |step, tx| step.place(&mut tx, pool, &waiter)))
     }
 
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {

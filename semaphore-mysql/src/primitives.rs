@@ -329,6 +329,29 @@ impl Step<'_> {
     }
 
     /// R12: forgets a queued head's place.
+    /// The place of `waiter` in the queue of `pool`: 1 for the first live
+    /// place; `None` if it has no live place.
+    pub(crate) async fn place(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+        waiter: &[u8],
+    ) -> Sql<Option<u64>> {
+        let found: Option<i64> = tx
+            .exec_first(
+                format!(
+                    "SELECT COUNT(*) FROM {w} w JOIN {w} me ON me.pool = w.pool AND me.waiter = ?
+                     JOIN (SELECT {NOW} AS now) t
+                     WHERE w.pool = ? AND me.alive_until > t.now AND w.alive_until > t.now
+                     AND w.ticket <= me.ticket",
+                    w = self.t.waiters
+                ),
+                (waiter.to_vec(), self.now_param(), key(&pool)),
+            )
+            .await?;
+        Ok(found.filter(|n| *n > 0).map(i64::unsigned_abs))
+    }
+
     pub(crate) async fn leave_queue(
         &self,
         tx: &mut Transaction<'_>,

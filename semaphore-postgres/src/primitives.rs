@@ -129,6 +129,7 @@ impl Store for PostgresStore {
             slots: i64::from(request.slots),
             holder: None,
             holder_start: None,
+            hold: request.hold.map(ms),
         };
         let args = args.bound(request.bound.then(|| self.holder()).flatten());
         let rows = self
@@ -283,6 +284,24 @@ impl Store for PostgresStore {
             1 => Ok(None),
             _ => Err(Error::PoolNotFound { pool }),
         }
+    }
+
+    async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>> {
+        let rows = self
+            .query(
+                "place",
+                &self.sql.place,
+                &[
+                    (&pool.as_uuid(), Type::UUID),
+                    (&waiter.as_uuid(), Type::UUID),
+                    (&self.now_param(), Type::INT8),
+                ],
+            )
+            .await?;
+        let found: i64 = first(&rows, "place")?
+            .try_get(0)
+            .map_err(storage("place"))?;
+        Ok((found > 0).then_some(found.unsigned_abs()))
     }
 
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {

@@ -226,7 +226,7 @@ END $$;
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow(
     p_pool uuid, p_lease uuid, p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
     p_now bigint, p_backend integer, p_keep_place boolean, p_slots bigint,
-    p_holder integer, p_holder_start bigint)
+    p_holder integer, p_holder_start bigint, p_hold bigint)
 RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -295,7 +295,7 @@ BEGIN
         END IF;
     END IF;
     IF p_key IS NULL AND (p_waiter IS NULL OR NOT p_keep_place
-            OR v_alive - v_now >= {waiter_ttl} - {waiter_refresh}) THEN
+            OR (p_hold IS NULL AND v_alive - v_now >= {waiter_ttl} - {waiter_refresh})) THEN
         SELECT p.count, p.draining INTO v_count, v_draining
             FROM {s}.semaphore_pools p WHERE p.pool = p_pool;
         IF FOUND AND NOT v_draining THEN
@@ -410,17 +410,22 @@ BEGIN
         IF v_ticket IS NULL THEN
             -- A one-slot borrow without a key keeps what a return needs
             -- to hand it a slot (semaphore_return_lease); others get none.
-            v_handable := p_lease IS NOT NULL AND p_key IS NULL AND p_slots = 1;
+            -- A held place (p_hold) names no session and is never handed
+            -- a slot: only its own polls are granted.
+            v_handable := p_lease IS NOT NULL AND p_key IS NULL AND p_slots = 1
+                AND p_hold IS NULL;
             INSERT INTO {s}.semaphore_waiters
                     (pool, waiter, ticket, alive_until, backend, slots, ttl, owner, holder,
                      holder_start)
-                VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + {waiter_ttl},
-                    p_backend, p_slots, CASE WHEN v_handable THEN p_ttl END,
+                VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'),
+                    v_now + coalesce(p_hold, {waiter_ttl}),
+                    CASE WHEN p_hold IS NULL THEN p_backend END, p_slots,
+                    CASE WHEN v_handable THEN p_ttl END,
                     CASE WHEN v_handable THEN p_owner END, CASE WHEN v_handable THEN p_holder END,
                     CASE WHEN v_handable THEN p_holder_start END)
                 ON CONFLICT (pool, waiter) DO UPDATE SET alive_until = excluded.alive_until;
-        ELSIF v_alive - v_now < {waiter_ttl} - {waiter_refresh} THEN
-            UPDATE {s}.semaphore_waiters w SET alive_until = v_now + {waiter_ttl}
+        ELSIF p_hold IS NOT NULL OR v_alive - v_now < {waiter_ttl} - {waiter_refresh} THEN
+            UPDATE {s}.semaphore_waiters w SET alive_until = v_now + coalesce(p_hold, {waiter_ttl})
                 WHERE w.pool = p_pool AND w.waiter = p_waiter;
         END IF;
     END IF;
@@ -463,7 +468,7 @@ BEGIN
         FOR i IN 1 .. cardinality(p_pools) LOOP
             SELECT * INTO v_row FROM {s}.semaphore_try_borrow(
                 p_pools[i], p_leases[i], p_ttl, p_waiter, p_key, p_owner, p_now, p_backend, false,
-                p_slots[i], p_holder, p_holder_start);
+                p_slots[i], p_holder, p_holder_start, NULL);
             v_blocked := v_blocked OR v_row.o_status <> 0;
             v_rows := v_rows || v_row;
         END LOOP;
@@ -476,7 +481,7 @@ BEGIN
             IF v_rows[i].o_status = 1 THEN
                 PERFORM {s}.semaphore_try_borrow(
                     p_pools[i], NULL, p_ttl, p_waiter, NULL, NULL, p_now, p_backend, true,
-                    p_slots[i], NULL, NULL);
+                    p_slots[i], NULL, NULL, NULL);
             END IF;
         END LOOP;
     END;

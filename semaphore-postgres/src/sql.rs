@@ -50,6 +50,8 @@ pub(crate) struct Sql {
     pub(crate) force_return: String,
     pub(crate) set_draining: String,
     pub(crate) leave_queue: String,
+    /// A waiter's place: how many live places are at or ahead of its own.
+    pub(crate) place: String,
     pub(crate) queue_heads: String,
     /// The wake-up after a return, in a transaction of its own.
     pub(crate) wake: String,
@@ -143,6 +145,9 @@ pub(crate) struct TryBorrowArgs<'a> {
     /// pid and start (unix µs); `None` for a lease left to its ttl.
     pub(crate) holder: Option<i32>,
     pub(crate) holder_start: Option<i64>,
+    /// A held place's hold, in ms ([`BorrowRequest::hold`](semaphore_core::BorrowRequest::hold)):
+    /// kept that long after each attempt, bound to no session.
+    pub(crate) hold: Option<i64>,
 }
 
 impl TryBorrowArgs<'_> {
@@ -154,7 +159,7 @@ impl TryBorrowArgs<'_> {
     }
 
     /// The arguments with their types, for `query_typed`.
-    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 12] {
+    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 13] {
         [
             (&self.pool, Type::UUID),
             (&self.lease, Type::UUID),
@@ -168,6 +173,7 @@ impl TryBorrowArgs<'_> {
             (&self.slots, Type::INT8),
             (&self.holder, Type::INT4),
             (&self.holder_start, Type::INT8),
+            (&self.hold, Type::INT8),
         ]
     }
 }
@@ -200,7 +206,7 @@ impl Sql {
             ),
             delete: f("SELECT {s}.semaphore_delete($1)"),
             try_borrow: f(
-                "SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                "SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
             ),
             try_borrow_all: f(
                 "SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
@@ -229,6 +235,12 @@ impl Sql {
             force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
             set_draining: f("SELECT * FROM {s}.semaphore_set_draining($1, $2, $3)"),
             leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
+            place: f(
+                "SELECT count(*) FROM {s}.semaphore_waiters w, {s}.semaphore_waiters me,
+                    (SELECT {s}.semaphore_now($3) AS now) t
+                WHERE me.pool = $1 AND me.waiter = $2 AND me.alive_until > t.now
+                    AND w.pool = $1 AND w.alive_until > t.now AND w.ticket <= me.ticket",
+            ),
             wake: f("SELECT {s}.semaphore_returned($1, $2)"),
             queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters
                 WHERE pool = $1 AND alive_until > (SELECT {s}.semaphore_now($2))"),

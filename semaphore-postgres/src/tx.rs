@@ -91,6 +91,7 @@ impl PostgresStore {
             slots: i64::from(options.slots),
             holder: None,
             holder_start: None,
+            hold: None,
         }
         .bound(options.bound.then(|| self.holder()).flatten());
         let rows = tx

@@ -113,7 +113,7 @@ impl Fixture {
                 &format!(
                     "SELECT o_status, o_lease FROM \"{}\".semaphore_try_borrow(
                          $1, gen_random_uuid(), 60000, $2, NULL, NULL, NULL, NULL, true, 1,
-                         NULL, NULL)",
+                         NULL, NULL, NULL)",
                     self.schema
                 ),
                 &[self.pool.id().as_uuid(), &waiter],

@@ -162,7 +162,8 @@ impl Store for RedisStore {
                 .arg(label(request.key.as_deref()))
                 .arg(label(request.owner.as_deref()))
                 .arg(request.slots)
-                .arg(self.holder_label(request.bound));
+                .arg(self.holder_label(request.bound))
+                .arg(label(request.hold.map(|h| ms(h).to_string()).as_deref()));
             let value = self.run("borrow", &call).await;
             if let Err(e) = &value
                 && timed_out(e)
@@ -318,6 +319,13 @@ impl Store for RedisStore {
             Some(2) => Err(not_found(pool)),
             _ => Err(malformed("force_return", "an unknown status")),
         }
+    }
+
+    async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>> {
+        let mut call = self.invocation(Kind::Shrink, "place", [pool]);
+        call.arg(waiter.as_uuid().to_string());
+        let place = int("place", &self.run("place", &call).await?)?;
+        Ok(u64::try_from(place).ok().filter(|p| *p > 0))
     }
 
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {

@@ -417,6 +417,13 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>> {
+        self.run("place", TransactionBehavior::Deferred, move |c, now| {
+            queue::place(c, pool, waiter, now)
+        })
+        .await
+    }
+
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         // A borrower refused because this head stood ahead of it may now
         // be granted.

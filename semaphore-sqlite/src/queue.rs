@@ -74,7 +74,9 @@ pub(crate) fn drop_dead_heads(conn: &Connection, key: &[u8], ticket: i64) -> rus
 
 /// A refused head of `slots` slots joins the store's queue of `pool`, or
 /// refreshes its place when less than half of `WAITER_TTL` is left of it
-/// (`alive_until`).
+/// (`alive_until`). A held place (`hold`, see
+/// [`BorrowRequest::hold`](semaphore_core::BorrowRequest::hold)) lives
+/// until `hold` after every attempt, and names no process.
 pub(crate) fn keep_place(
     conn: &Connection,
     key: &[u8],
@@ -82,17 +84,25 @@ pub(crate) fn keep_place(
     slots: u32,
     now: i64,
     alive_until: Option<i64>,
+    hold: Option<Duration>,
 ) -> rusqlite::Result<()> {
-    let renewed = now + ms(WAITER_TTL);
+    let renewed = now.saturating_add(ms(hold.unwrap_or(WAITER_TTL)));
+    let (pid, namespace) = match hold {
+        None => (
+            Some(liveness::me().pid),
+            Some(liveness::me().namespace.as_str()),
+        ),
+        Some(_) => (None, None),
+    };
     match alive_until {
         None => {
             conn.prepare_cached(
                 "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until, pid, pid_ns, slots)
                  VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3, ?4, ?5, ?6)",
             )?
-            .execute(params![key, w, renewed, liveness::me().pid, &liveness::me().namespace, slots])?;
+            .execute(params![key, w, renewed, pid, namespace, slots])?;
         }
-        Some(alive) if alive - now < ms(WAITER_TTL) / 2 => {
+        Some(alive) if hold.is_some() || alive - now < ms(WAITER_TTL) / 2 => {
             conn.prepare_cached(
                 "UPDATE semaphore_waiters SET alive_until = ?3 WHERE pool = ?1 AND waiter = ?2",
             )?
@@ -101,6 +111,27 @@ pub(crate) fn keep_place(
         Some(_) => {}
     }
     Ok(())
+}
+
+/// The place of `waiter` in the queue of `pool` at `now`: 1 for the first
+/// live place; `None` if it has no live place.
+pub(crate) fn place(
+    conn: &Connection,
+    pool: PoolId,
+    waiter: WaiterId,
+    now: i64,
+) -> rusqlite::Result<Option<u64>> {
+    let found: i64 = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM semaphore_waiters w, semaphore_waiters me
+             WHERE me.pool = ?1 AND me.waiter = ?2 AND me.alive_until > ?3
+             AND w.pool = ?1 AND w.alive_until > ?3 AND w.ticket <= me.ticket",
+        )?
+        .query_row(
+            params![pool.as_uuid().as_bytes(), waiter.as_uuid().as_bytes(), now],
+            |r| r.get(0),
+        )?;
+    Ok((found > 0).then_some(found.unsigned_abs()))
 }
 
 /// The number of queued heads of `pool` alive at `now`: one per store

@@ -276,7 +276,15 @@ pub(crate) fn try_borrow(
     }
 
     if let Some(w) = &waiter {
-        keep_place(conn, key, w, request.slots, now, mine.map(|m| m.1))?;
+        keep_place(
+            conn,
+            key,
+            w,
+            request.slots,
+            now,
+            mine.map(|m| m.1),
+            request.hold,
+        )?;
     }
     Ok(Ok(TryBorrow::Exhausted {
         next_expiry: next_expiry(conn, key, now)?,
@@ -374,7 +382,7 @@ pub(crate) fn try_borrow_all(
                 )?
                 .query_row(params![key, w], |r| r.get(0))
                 .optional()?;
-            keep_place(conn, key, &w, request.slots, now, alive)?;
+            keep_place(conn, key, &w, request.slots, now, alive, request.hold)?;
         }
     }
     Ok(Ok(TryBorrowAll::refused(

@@ -233,6 +233,9 @@ impl Store for GatedStore {
     async fn force_return(&self, pool: PoolId, at: u32) -> Result<Option<Holder>> {
         self.through(self.inner.force_return(pool, at)).await
     }
+    async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>> {
+        self.through(self.inner.place(pool, waiter)).await
+    }
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         self.through(self.inner.leave_queue(pool, waiter)).await
     }

@@ -25,6 +25,7 @@ mod concurrency;
 mod drain;
 mod edges;
 mod gate;
+mod held;
 mod keepalive;
 mod keys;
 mod liveness;
@@ -43,6 +44,7 @@ pub use concurrency::*;
 pub use drain::*;
 pub use edges::*;
 pub use gate::{GatedStore, Stop};
+pub use held::*;
 pub use keepalive::*;
 pub use keys::*;
 pub use liveness::*;
@@ -233,6 +235,9 @@ macro_rules! store_queue_conformance {
         $crate::__conformance_cases!(
             $make;
             r15_a_store_queue_owes_each_head_its_weight,
+            r11_a_held_place_outlives_its_asker_within_its_hold,
+            r12_a_held_place_not_polled_within_its_hold_is_dropped,
+            r11_held_places_know_their_place_and_are_woken_by_a_return,
         );
     };
 }

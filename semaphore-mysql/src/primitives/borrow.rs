@@ -117,7 +117,7 @@ impl Step<'_> {
         let free = i64::from(count).saturating_sub(held);
         if free - ahead < n {
             if let Some(w) = &waiter {
-                self.keep_place(tx, &pool, w, request.slots, now, mine.map(|m| m.1))
+                self.keep_place(tx, &pool, w, request, now, mine.map(|m| m.1))
                     .await?;
             }
             let next: Option<i64> = tx
@@ -264,18 +264,23 @@ impl Step<'_> {
         })
     }
 
-    /// A refused head of `slots` joins the queue of `pool`, or refreshes
-    /// its place when less than half of its life is left.
+    /// A refused head of `request.slots` joins the queue of `pool`, or
+    /// refreshes its place when less than half of its life is left; a held
+    /// place (`request.hold`) lives `hold` after every attempt.
     async fn keep_place(
         &self,
         tx: &mut Transaction<'_>,
         pool: &PoolId,
         waiter: &[u8],
-        slots: u32,
+        request: &BorrowRequest,
         now: i64,
         alive_until: Option<i64>,
     ) -> Sql<()> {
-        let renewed = now.saturating_add(WAITER_TTL_MS);
+        let slots = request.slots;
+        let held = request
+            .hold
+            .map(|h| i64::try_from(h.as_millis()).unwrap_or(i64::MAX));
+        let renewed = now.saturating_add(held.unwrap_or(WAITER_TTL_MS));
         match alive_until {
             None => {
                 tx.exec_drop(
@@ -287,7 +292,7 @@ impl Step<'_> {
                 )
                 .await
             }
-            Some(alive) if alive - now < WAITER_TTL_MS / 2 => {
+            Some(alive) if held.is_some() || alive - now < WAITER_TTL_MS / 2 => {
                 tx.exec_drop(
                     format!(
                         "UPDATE {} SET alive_until = ? WHERE pool = ? AND waiter = ?",
@@ -441,7 +446,7 @@ impl Step<'_> {
                         (key(&request.pool), w.clone()),
                     )
                     .await?;
-                self.keep_place(tx, &request.pool, &w, request.slots, now, alive)
+                self.keep_place(tx, &request.pool, &w, request, now, alive)
                     .await?;
             }
         }

@@ -94,14 +94,15 @@ local function grant(k, id, ttl, owner, key, n, holder)
     return {0, id, ps[1], token, exp, ps}
 end
 
--- Keeps a refused head's place and weight, or refreshes its heartbeat.
-local function queue(k, waiter, n)
+-- Keeps a refused head's place and weight, or refreshes its heartbeat:
+-- alive for the store's waiter ttl, or for `hold` ms (a held place).
+local function queue(k, waiter, n, hold)
     if not waiter then return end
     if not redis.call('ZSCORE', k.queue, waiter) then
         redis.call('ZADD', k.queue, redis.call('HINCRBY', k.pool, 'ticket', 1), waiter)
         if n > 1 then redis.call('HSET', k.pool, 'w:' .. waiter, n) end
     end
-    redis.call('ZADD', k.alive, now_ms + WAITER_TTL, waiter)
+    redis.call('ZADD', k.alive, now_ms + (hold or WAITER_TTL), waiter)
 end
 
 -- A refusal: when to look again (the earliest expiry, or the grace's end),
@@ -150,6 +151,8 @@ if op == 'borrow' then
     local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
     local n, holder = tonumber(ARGV[A + 5]), opt(ARGV[A + 6])
+    local hold = ARGV[A + 7] and opt(ARGV[A + 7])
+    hold = hold and tonumber(hold)
     local found = keyed(k, key)
     if found then
         leave(k, waiter)
@@ -159,7 +162,7 @@ if op == 'borrow' then
         leave(k, waiter)
         return grant(k, id, ttl, owner, key, n, holder)
     end
-    queue(k, waiter, n)
+    queue(k, waiter, n, hold)
     return refusal(k, st)
 end
 

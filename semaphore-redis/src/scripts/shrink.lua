@@ -1,5 +1,5 @@
 -- The primitives that only end, move or read: inspect, delete, return,
--- renew, holders, force_return, leave_queue. Flagged allow-oom, so that a
+-- renew, holders, force_return, leave_queue, place. Flagged allow-oom, so that a
 -- server out of memory can still be given slots back.
 
 -- How long a deleted pool's last token is kept (ms): a pool registered
@@ -134,6 +134,16 @@ if op == 'leave_queue' then
         return 1
     end
     return 0
+end
+
+if op == 'place' then
+    -- The place of waiter ARGV[A] among the pool's live places, 1 for the
+    -- first, or 0 if it has none.
+    local k = K(1)
+    reap(k)
+    local rank = redis.call('ZRANK', k.queue, ARGV[A])
+    if not rank then return 0 end
+    return rank + 1
 end
 
 if op == 'queue_heads' then

@@ -1,0 +1,201 @@
+//! Held places: a two-phase borrow whose place lives in the store, not in
+//! a process, so that any process sharing the store may poll it (issue
+//! 25's tickets across servers; SPEC R5, R11, R12).
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::saturating_add;
+use crate::store::{BorrowRequest, TryBorrow, WaiterId};
+use crate::{BorrowOptions, Error, LeaseGuard, LeaseId, OwnedLeaseGuard, Pool, Result};
+
+/// The longest a held place's poll sleeps without asking the store again,
+/// for a change no notification tells of (a place ahead of it granted in
+/// another process, or dropped when its hold passed).
+pub const HELD_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The first pause before a poll retries a retryable storage failure; it
+/// doubles up to [`HELD_POLL_INTERVAL`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+
+/// The key a held place's lease is granted under when its poller names none.
+fn held_key(waiter: WaiterId) -> String {
+    format!("held:{}", waiter.as_uuid())
+}
+
+impl Pool {
+    /// One poll of a *held place*: a place in the store's own queue that no
+    /// process owns, for a two-phase borrow that any process sharing the
+    /// store may poll (an HTTP ticket taken on one server and collected on
+    /// another). Asks the store as `waiter`, at once and again on each
+    /// change of the pool, each expiry it was told of, and at least every
+    /// [`HELD_POLL_INTERVAL`], for up to `wait`; `Ok(Some(guard))` once
+    /// granted, `Ok(None)` if the wait ran out (the place is kept: poll
+    /// again within `hold`). The first call takes the place at the tail.
+    ///
+    /// The store keeps the place for `hold` after each refused attempt
+    /// ([`BorrowRequest::hold`]); a place not polled within `hold` is
+    /// dropped, and the borrowers behind it move up. Places are served
+    /// first come, first served with every process's queued heads (R11),
+    /// each owed its weight (R15). A place is granted only to a poll, never
+    /// handed a slot by a return, so an abandoned place never holds a slot.
+    ///
+    /// The lease is granted under `options.key`, or `held:<waiter>` if it
+    /// has none: a repeated poll (one whose answer was lost, or one made
+    /// meanwhile in another process) gets the same lease while it is
+    /// active. `ttl` runs from the grant. Needs a store that keeps places:
+    /// an in-process store ignores `waiter`, so use
+    /// [`enqueue`](Pool::enqueue) there.
+    ///
+    /// # Errors
+    /// As [`borrow_with`](Pool::borrow_with) but [`Error::Exhausted`]: a
+    /// full pool answers `Ok(None)`. On [`Error::Draining`] (without
+    /// [`BorrowOptions::wait_while_draining`]) the place is left. A
+    /// retryable [`Error::Storage`] is retried (50 ms, doubling to
+    /// [`HELD_POLL_INTERVAL`]) until the wait runs out, and is then
+    /// returned.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future keeps the place, and a lease
+    /// granted by an attempt in flight is found again by the next poll
+    /// through its key.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(pool: semaphore_core::Pool) -> semaphore_core::Result<()> {
+    /// use std::time::Duration;
+    /// use semaphore_core::{BorrowOptions, store::WaiterId};
+    ///
+    /// let ticket = WaiterId::new();
+    /// let hold = Duration::from_secs(30);
+    /// let ttl = Duration::from_secs(3600);
+    /// // Take the place (no wait), then poll it, from this process or any
+    /// // other that shares the store, at least every 30 s.
+    /// let mut lease = pool.wait_held(ticket, hold, ttl, Duration::ZERO, BorrowOptions::new()).await?;
+    /// while lease.is_none() {
+    ///     lease = pool.wait_held(ticket, hold, ttl, Duration::from_secs(20), BorrowOptions::new()).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_held(
+        &self,
+        waiter: WaiterId,
+        hold: Duration,
+        ttl: Duration,
+        wait: Duration,
+        options: BorrowOptions,
+    ) -> Result<Option<OwnedLeaseGuard>> {
+        let labels = options.check(&self.limits)?;
+        let ttl = self.limits.clamp_ttl(ttl)?;
+        let wait = self.limits.clamp_wait(wait);
+        // Whole milliseconds, as every time a store keeps.
+        let hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
+        let hold = Duration::from_millis(hold_ms.clamp(1, crate::clock::MAX_UNIX_MS));
+        let key: Arc<str> = labels
+            .key
+            .clone()
+            .unwrap_or_else(|| held_key(waiter).into());
+        let clock = self.store.clock();
+        let deadline = saturating_add(clock.now(), wait);
+        let changes = self.store.changes();
+        let watch = changes.watch();
+        let mut backoff: Option<(Error, Duration)> = None;
+        loop {
+            let mut changed = pin!(watch.changed());
+            changed.as_mut().enable();
+            let mut request = BorrowRequest::new(self.id, LeaseId::new(), ttl);
+            request.slots = labels.slots;
+            request.bound = labels.bound;
+            request.waiter = Some(waiter);
+            request.hold = Some(hold);
+            request.key = Some(key.clone());
+            request.owner.clone_from(&labels.owner);
+            let mut next = None;
+            match self.store.try_borrow(&request).await {
+                Ok(TryBorrow::Granted { lease }) => {
+                    return Ok(Some(LeaseGuard::new(self.clone(), lease, ttl)));
+                }
+                Ok(TryBorrow::Exhausted { next_expiry }) => {
+                    backoff = None;
+                    next = next_expiry;
+                }
+                Err(Error::Draining { .. }) if labels.wait_while_draining => backoff = None,
+                Err(e @ Error::Draining { .. }) => {
+                    let _ = self.store.leave_queue(self.id, waiter).await;
+                    return Err(e);
+                }
+                Err(
+                    e @ Error::Storage {
+                        retryable: true, ..
+                    },
+                ) => {
+                    let pause = backoff
+                        .as_ref()
+                        .map_or(RETRY_FIRST, |(_, last)| (*last * 2).min(HELD_POLL_INTERVAL));
+                    backoff = Some((e, pause));
+                }
+                Err(e) => return Err(e),
+            }
+            let now = clock.now();
+            if now >= deadline {
+                return match backoff {
+                    Some((e, _)) => Err(e),
+                    None => Ok(None),
+                };
+            }
+            // Asked again before half the hold has passed, so that a long
+            // poll keeps its place.
+            let pause = backoff
+                .as_ref()
+                .map_or(HELD_POLL_INTERVAL.min(hold / 2), |(_, pause)| *pause);
+            let mut wake = deadline.min(saturating_add(now, pause));
+            if let Some(at) = next.filter(|_| backoff.is_none()) {
+                wake = wake.min(at);
+            }
+            tokio::select! {
+                () = changed => {}
+                () = clock.sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// The place of held place `waiter` ([`wait_held`](Pool::wait_held))
+    /// in the store's queue of this pool: 1 for the next to be served,
+    /// counting every process's queued head and every held place ahead of
+    /// it ([`Store::place`](crate::store::Store::place)); `None` if the store
+    /// keeps none for it (granted, left, dropped, or a store that keeps no
+    /// queue).
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the store failed.
+    pub async fn held_place(&self, waiter: WaiterId) -> Result<Option<u64>> {
+        self.store.place(self.id, waiter).await
+    }
+
+    /// The active lease a poll of held place `waiter` was granted under its
+    /// default key (`held:<waiter>`; see [`wait_held`](Pool::wait_held)),
+    /// if any: what a poller that finds no place left asks next, to tell a
+    /// place served from one dropped.
+    ///
+    /// # Errors
+    /// [`Error::PoolNotFound`] if the pool does not exist; [`Error::Storage`]
+    /// if the store failed.
+    pub async fn held_lease(&self, waiter: WaiterId) -> Result<Option<crate::Lease>> {
+        crate::acquire::keyed_lease(&self.store, self.id, &held_key(waiter)).await
+    }
+
+    /// Gives up held place `waiter`: the store forgets it at once (R12),
+    /// and the borrowers behind it move up. A lease already granted to it
+    /// is not returned: it is its poller's, to return with the lease id.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the store failed; the place then goes when its
+    /// hold passes.
+    pub async fn leave_held(&self, waiter: WaiterId) -> Result<()> {
+        self.store.leave_queue(self.id, waiter).await?;
+        self.store.changes().notify(self.id);
+        Ok(())
+    }
+}
