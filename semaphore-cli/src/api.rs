@@ -29,6 +29,7 @@ pub(crate) fn router(app: App) -> Router {
         .routes(routes!(crate::two_phase::enqueue))
         .routes(routes!(crate::two_phase::wait))
         .routes(routes!(crate::two_phase::cancel))
+        .routes(routes!(crate::two_phase::delete_ticket))
         .routes(routes!(return_lease))
         .routes(routes!(renew))
         .routes(routes!(holders))

@@ -352,7 +352,8 @@ pub(crate) struct ServeArgs {
 
     /// How long a two-phase borrow's ticket (`/enqueue`) keeps its place
     /// after a poll (`/wait`) ends; a ticket not polled again within it is
-    /// dropped, and a lease granted to it that no poll took is returned.
+    /// dropped. On a shared store the store keeps the place, and every
+    /// server sharing it should use the same hold.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     pub(crate) ticket_hold: Duration,
 

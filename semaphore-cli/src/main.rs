@@ -13,6 +13,7 @@ mod commands;
 mod error;
 mod exit;
 mod extract;
+mod held;
 mod idempotency;
 mod metrics;
 mod openapi;

@@ -58,6 +58,8 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     })
     .map_err(ServeError::Usage)?;
     let shown = choice.shown();
+    // Every store but memory keeps places that outlive a server.
+    let in_store = !matches!(choice, crate::store::Choice::Memory);
     let store = choice.open(None).await.map_err(ServeError::Store)?;
     let limits = Limits::default()
         .with_max_count(args.max_count)
@@ -85,7 +87,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         draining,
         metrics,
         broken: Default::default(),
-        tickets: crate::tickets::Tickets::new(args.ticket_hold),
+        tickets: crate::tickets::Tickets::new(args.ticket_hold, in_store),
     };
     tokio::spawn(drop_tickets_on_drain(
         app.tickets.clone(),

@@ -27,6 +27,9 @@ struct Inner {
     /// How long a ticket stays without a poll in flight before it is
     /// dropped (`--ticket-hold`).
     hold: Duration,
+    /// Whether tickets keep their place in the store (a shared store:
+    /// [`HeldTicket`](crate::held::HeldTicket)s) rather than here.
+    in_store: bool,
 }
 
 /// One two-phase borrow.
@@ -63,11 +66,15 @@ impl Drop for Poll {
 impl Tickets {
     /// An empty table whose tickets are dropped `hold` after their last
     /// poll; a task sweeps it every quarter of `hold` (at least every 10 ms).
-    pub(crate) fn new(hold: Duration) -> Self {
+    /// With `in_store` (a store shared by servers), the table stays empty:
+    /// tickets are [`HeldTicket`](crate::held::HeldTicket)s, whose places
+    /// the store keeps for `hold`.
+    pub(crate) fn new(hold: Duration, in_store: bool) -> Self {
         let tickets = Self {
             inner: Arc::new(Inner {
                 entries: Mutex::default(),
                 hold,
+                in_store,
             }),
         };
         let weak = Arc::downgrade(&tickets.inner);
@@ -86,6 +93,11 @@ impl Tickets {
     /// The hold, as the answers state it.
     pub(crate) fn hold(&self) -> Duration {
         self.inner.hold
+    }
+
+    /// Whether the store keeps the tickets' places (see [`Tickets::new`]).
+    pub(crate) fn in_store(&self) -> bool {
+        self.inner.in_store
     }
 
     /// Keeps `borrow` under a new ticket id at place `place`; `None` if

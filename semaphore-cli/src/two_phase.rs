@@ -6,36 +6,50 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use semaphore_core::{BorrowOptions, Enqueued, Lease};
+use semaphore_core::{BorrowOptions, Enqueued, Lease, PoolId};
 use tokio::time::Instant;
 
 use crate::app::App;
 use crate::error::ApiError;
 use crate::extract::{JsonObject, PoolPath};
+use crate::held::HeldTicket;
 use crate::wire;
 
-fn unknown_ticket() -> ApiError {
+pub(crate) fn unknown_ticket() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "ticket_not_found",
-        "no such ticket on this server: it was not polled within poll_within, was cancelled, \
-         ended with an error, or was made by another server; enqueue again",
+        "no such ticket: it was not polled within poll_within, was cancelled, ended with an \
+         error, or was made by a server that does not share this one's store; enqueue again",
     )
 }
 
-fn queued(app: &App, ticket: uuid::Uuid, place: usize) -> Response {
+/// The held ticket `text` names on a shared store (`None` on a memory
+/// store, whose tickets are UUIDs this server keeps). A ticket this server
+/// could not have made (the other kind, or a held one that does not
+/// decode) is unknown: 404.
+fn held_ticket(app: &App, text: &str) -> Result<Option<HeldTicket>, ApiError> {
+    match (app.tickets.in_store(), HeldTicket::decode(text)) {
+        (true, Some(held)) => Ok(Some(held)),
+        (false, None) if !HeldTicket::looks_held(text) => Ok(None),
+        _ => Err(unknown_ticket()),
+    }
+}
+
+pub(crate) fn queued(app: &App, ticket: String, place: usize) -> Response {
     let body = wire::Queued {
-        ticket: ticket.to_string(),
+        ticket,
         place,
         poll_within: app.tickets.hold().as_secs_f64(),
     };
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
-fn granted(app: &App, lease: &Lease) -> Response {
+pub(crate) fn granted(app: &App, lease: &Lease) -> Response {
     Json(wire::Granted::new(lease, app.now())).into_response()
 }
 
@@ -75,6 +89,9 @@ pub(crate) async fn enqueue(
     if *app.draining.borrow() {
         return Err(ApiError::draining());
     }
+    if app.tickets.in_store() {
+        return crate::held::enqueue(&app, &pool, ttl, options).await;
+    }
     match app.track(pool.enqueue(ttl, options).await)? {
         Enqueued::Granted(guard) => Ok(granted(&app, &guard.forget())),
         Enqueued::Queued(borrow) => {
@@ -87,7 +104,7 @@ pub(crate) async fn enqueue(
                      retry later",
                 )
             })?;
-            Ok(queued(&app, ticket, place))
+            Ok(queued(&app, ticket.to_string(), place))
         }
     }
 }
@@ -110,15 +127,18 @@ pub(crate) async fn wait(
     PoolPath(id): PoolPath,
     JsonObject(request): JsonObject<wire::Wait>,
 ) -> Result<Response, ApiError> {
-    let ticket_id = wire::uuid("ticket", &request.ticket)?;
     let wait = match &request.wait {
         Some(wait) => app.limits.clamp_wait(wire::seconds("wait", wait, false)?),
         None => Duration::ZERO,
     };
-    let (mut shutdown, mut draining) = (app.shutdown.clone(), app.draining.clone());
-    if *draining.borrow() {
+    if *app.draining.borrow() {
         return Err(ApiError::draining());
     }
+    if let Some(held) = held_ticket(&app, &request.ticket)? {
+        return crate::held::wait(&app, &app.pool(id), &held, wait).await;
+    }
+    let ticket_id = wire::uuid("ticket", &request.ticket)?;
+    let (mut shutdown, mut draining) = (app.shutdown.clone(), app.draining.clone());
     let poll = app.tickets.poll(id, ticket_id).ok_or_else(unknown_ticket)?;
     let ticket = &poll.ticket;
     if let Some(lease) = ticket.granted.lock().clone() {
@@ -170,28 +190,62 @@ pub(crate) async fn wait(
         Some(lease) => granted(&app, &lease),
         None => queued(
             &app,
-            ticket_id,
+            ticket_id.to_string(),
             ticket.place.load(std::sync::atomic::Ordering::Relaxed),
         ),
     })
+}
+
+#[utoipa::path(delete, path = "/l/{id}/tickets/{ticket}", tag = "two-phase",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The pool's secret UUID"),
+        ("ticket" = String, Path, description = "The ticket `enqueue` answered"),
+    ),
+    responses(
+        (status = 200, description = "Whether the ticket was still queued (or, on a memory store, granted and not collected), and is now given up", body = wire::Cancelled),
+        (status = 400, description = "Bad input", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
+    ))]
+pub(crate) async fn delete_ticket(
+    State(app): State<App>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<wire::Cancelled>, ApiError> {
+    let Ok(Path((id, ticket))) = path else {
+        return Err(ApiError::bad_request(
+            "the path needs a pool id and a ticket",
+            Some("ticket"),
+        ));
+    };
+    let id = PoolId::from_uuid(wire::uuid("id", &id)?);
+    give_up(&app, id, &ticket).await
 }
 
 #[utoipa::path(post, path = "/l/{id}/cancel", tag = "two-phase",
     params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
     request_body = wire::Cancel,
     responses(
-        (status = 200, description = "Whether a queued or uncollected ticket was given up", body = wire::Cancelled),
+        (status = 200, description = "As `DELETE /l/{id}/tickets/{ticket}`, the SPEC's route, which this one predates", body = wire::Cancelled),
         (status = 400, description = "Bad input", body = crate::error::ErrorBody),
         (status = 413, description = "Body too large", body = crate::error::ErrorBody),
         (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
-        (status = 502, description = "The store failed to take back a lease granted to the ticket; it frees itself at its ttl", body = crate::error::ErrorBody),
+        (status = 502, description = "The store failed", body = crate::error::ErrorBody),
     ))]
 pub(crate) async fn cancel(
     State(app): State<App>,
     PoolPath(id): PoolPath,
     JsonObject(request): JsonObject<wire::Cancel>,
 ) -> Result<Json<wire::Cancelled>, ApiError> {
-    let ticket_id = wire::uuid("ticket", &request.ticket)?;
+    give_up(&app, id, &request.ticket).await
+}
+
+/// Gives up ticket `text` of pool `id`: whether it was still kept.
+async fn give_up(app: &App, id: PoolId, text: &str) -> Result<Json<wire::Cancelled>, ApiError> {
+    match held_ticket(app, text) {
+        Ok(Some(held)) => return crate::held::cancel(app, &app.pool(id), &held).await,
+        Ok(None) => {}
+        Err(_) => return Ok(Json(wire::Cancelled { cancelled: false })),
+    }
+    let ticket_id = wire::uuid("ticket", text)?;
     let Some(ticket) = app.tickets.remove(id, ticket_id) else {
         return Ok(Json(wire::Cancelled { cancelled: false }));
     };

@@ -81,8 +81,8 @@ pub(crate) struct Enqueue {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Wait {
-    /// The ticket `enqueue` answered.
-    #[schema(value_type = uuid::Uuid)]
+    /// The ticket `enqueue` answered, as it was answered.
+    #[schema(min_length = 1, max_length = 512)]
     pub(crate) ticket: String,
     /// Seconds to wait for the grant; default 0, clamped to the server's
     /// max wait.
@@ -96,7 +96,7 @@ pub(crate) struct Wait {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Cancel {
     /// The ticket to give up.
-    #[schema(value_type = uuid::Uuid)]
+    #[schema(min_length = 1, max_length = 512)]
     pub(crate) ticket: String,
 }
 
@@ -104,21 +104,28 @@ pub(crate) struct Cancel {
 /// seconds (counted from the end of the last poll) or it is dropped.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Queued {
-    /// The ticket to poll with `POST /l/{id}/wait`, on this server.
-    #[schema(value_type = uuid::Uuid)]
+    /// The ticket to poll with `POST /l/{id}/wait`: opaque text, at most
+    /// 512 bytes. On a shared store (SQLite, PostgreSQL, MySQL, Redis) the
+    /// store keeps its place, and any server sharing the store answers it;
+    /// on a memory store, only this server.
+    #[schema(min_length = 1, max_length = 512)]
     pub(crate) ticket: String,
-    /// The ticket's place among this server's waiters of the pool: 1 is
-    /// next. Waiters of other servers sharing the store are not counted.
+    /// The ticket's place in the pool's queue: 1 is next. On a shared store
+    /// it counts the places ahead of it in the store's queue (every
+    /// server's tickets, and each server's first waiting borrower); on a
+    /// memory store, this server's waiters.
     pub(crate) place: usize,
-    /// Seconds this server keeps the ticket after a poll ends.
+    /// Seconds the place is kept after a poll ends: poll again within it.
     pub(crate) poll_within: f64,
 }
 
 /// Whether a cancelled ticket was still kept.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Cancelled {
-    /// `true` if the ticket was kept (queued, or granted and not yet
-    /// collected, whose lease is then returned); `false` if it was unknown.
+    /// `true` if the ticket was still queued (it leaves the queue) or, on
+    /// a memory store, granted and not yet collected (its lease is then
+    /// returned); `false` if it was unknown. A lease a poll answered stays
+    /// the client's: return it with `/return`.
     pub(crate) cancelled: bool,
 }
 

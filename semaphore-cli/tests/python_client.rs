@@ -68,18 +68,23 @@ async fn a_client_generated_from_the_document_borrows_waits_two_phase_and_return
             .arg(dir.path().join("semaphore_client")),
     );
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/python_client.py");
-    let base = server.base.clone();
-    let python = bin.join("python");
-    let path = dir.path().to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        run(
-            "the generated client's script",
-            Command::new(python)
-                .arg(script)
-                .arg(base)
-                .env("PYTHONPATH", path),
-        );
-    })
-    .await
-    .unwrap();
+    // On the memory store the server keeps the ticket; on SQLite the store
+    // does, and the ticket describes itself.
+    let db = dir.path().join("python.db");
+    let shared = Server::start(&["--sqlite", db.to_str().unwrap()]);
+    for base in [server.base.clone(), shared.base.clone()] {
+        let python = bin.join("python");
+        let path = dir.path().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            run(
+                "the generated client's script",
+                Command::new(python)
+                    .arg(script)
+                    .arg(base)
+                    .env("PYTHONPATH", path),
+            );
+        })
+        .await
+        .unwrap();
+    }
 }
