@@ -179,3 +179,129 @@ async fn across(store: &[&str]) {
     )
     .await;
 }
+
+/// 12 tickets enqueued alternately on two servers sharing a SQLite file,
+/// each polled by two clients at once (one per server) until granted, held
+/// a moment and returned: both polls of a ticket get the same lease, every
+/// ticket is served once, and no position is ever held twice at once (R10,
+/// R11 across servers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_polled_on_both_servers_at_once_are_each_served_once_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("race.db");
+    served_once(&["--sqlite", db.to_str().unwrap()]).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_polled_on_both_servers_at_once_are_each_served_once_postgres() {
+    use semaphore_postgres::testing::TestServer;
+    let (pg, schema) = (TestServer::shared(), TestServer::fresh_schema());
+    served_once(&["--postgres", pg.url(), "--postgres-schema", &schema]).await;
+}
+
+async fn served_once(store: &[&str]) {
+    let args = [store, &["--ticket-hold", "5s"]].concat();
+    let servers = [Server::start(&args), Server::start(&args)];
+    let id = pool_id();
+    let pool = format!("/l/{id}");
+    servers[0]
+        .call("PUT", &pool, Some(json!({"count": 2})))
+        .await;
+    let (_, first) = post(&servers[0], &format!("{pool}/borrow"), json!({"ttl": 60})).await;
+    let (_, second) = post(&servers[1], &format!("{pool}/borrow"), json!({"ttl": 60})).await;
+    let mut tickets = Vec::new();
+    for i in 0..12 {
+        let (status, queued) = post(
+            &servers[i % 2],
+            &format!("{pool}/enqueue"),
+            json!({"ttl": 60}),
+        )
+        .await;
+        assert_eq!(
+            (status, queued["place"].as_u64()),
+            (202, Some(i as u64 + 1)),
+            "{queued}"
+        );
+        tickets.push(queued["ticket"].clone());
+    }
+    let poll = |server: usize, ticket: Value| {
+        let (http, url) = (
+            servers[server].http.clone(),
+            servers[server].url(&format!("{pool}/wait")),
+        );
+        async move {
+            loop {
+                let answer = http
+                    .post(&url)
+                    .json(&json!({"ticket": ticket, "wait": 5}))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = answer.status().as_u16();
+                let body: Value = answer.json().await.unwrap();
+                match status {
+                    200 => return body,
+                    202 => continue,
+                    _ => panic!("{status}: {body}"),
+                }
+            }
+        }
+    };
+    let mut clients = Vec::new();
+    for ticket in &tickets {
+        let (one, two) = (poll(0, ticket.clone()), poll(1, ticket.clone()));
+        let http = servers[0].http.clone();
+        let back = servers[0].url(&format!("{pool}/return"));
+        clients.push(tokio::spawn(async move {
+            let (a, b) = tokio::join!(one, two);
+            assert_eq!(a["lease"], b["lease"], "one ticket, two leases: {a} {b}");
+            let start = std::time::Instant::now();
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            let held = (
+                a["position"].as_u64().unwrap(),
+                a["token"].as_u64().unwrap(),
+            );
+            // Within the true hold: after the grant, before the return.
+            let end = std::time::Instant::now();
+            http.post(back)
+                .json(&json!({"lease": a["lease"]}))
+                .send()
+                .await
+                .unwrap();
+            (held, start, end)
+        }));
+    }
+    post(
+        &servers[0],
+        &format!("{pool}/return"),
+        json!({"lease": first["lease"]}),
+    )
+    .await;
+    post(
+        &servers[1],
+        &format!("{pool}/return"),
+        json!({"lease": second["lease"]}),
+    )
+    .await;
+    let mut holds = Vec::new();
+    for client in clients {
+        holds.push(client.await.unwrap());
+    }
+    let mut tokens: Vec<u64> = holds.iter().map(|h| h.0.1).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 12, "every ticket was served once");
+    for a in &holds {
+        for b in &holds {
+            let overlap = a.1 < b.2 && b.1 < a.2;
+            assert!(
+                a.0.1 == b.0.1 || a.0.0 != b.0.0 || !overlap,
+                "position {} held twice at once",
+                a.0.0
+            );
+        }
+    }
+    let (_, state) = servers[1].call("GET", &pool, None).await;
+    assert_eq!(state["in_use"], 0, "{state}");
+}
