@@ -157,9 +157,7 @@ pub(crate) fn acquire<A: Answer>(
                         retryable: true, ..
                     },
                 ) => {
-                    let backoff = failed
-                        .as_ref()
-                        .map_or(RETRY_FIRST, |(_, last)| (*last * 2).min(RETRY_MAX));
+                    let backoff = next_backoff(failed.as_ref().map(|(_, last)| *last));
                     retry = Some(Box::pin(tokio::time::sleep(backoff)));
                     failed = Some((e, backoff));
                 }
@@ -181,6 +179,12 @@ const RETRY_FIRST: Duration = Duration::from_millis(50);
 
 /// The longest pause between retries.
 const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The pause before the next retry of a retryable storage failure, after
+/// a pause of `last` (`None` for the first): 50 ms, doubling to 1 s.
+pub(crate) fn next_backoff(last: Option<Duration>) -> Duration {
+    last.map_or(RETRY_FIRST, |last| (last * 2).min(RETRY_MAX))
+}
 
 /// The active lease of `pool` that was borrowed with key `key`, if
 /// any: what a keyed retry gets without queueing.

@@ -15,10 +15,6 @@ use crate::{BorrowOptions, Error, LeaseGuard, LeaseId, OwnedLeaseGuard, Pool, Re
 /// another process, or dropped when its hold passed).
 pub const HELD_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The first pause before a poll retries a retryable storage failure; it
-/// doubles up to [`HELD_POLL_INTERVAL`].
-const RETRY_FIRST: Duration = Duration::from_millis(50);
-
 /// The key a held place's lease is granted under when its poller names none.
 fn held_key(waiter: WaiterId) -> String {
     format!("held:{}", waiter.as_uuid())
@@ -131,9 +127,7 @@ impl Pool {
                         retryable: true, ..
                     },
                 ) => {
-                    let pause = backoff
-                        .as_ref()
-                        .map_or(RETRY_FIRST, |(_, last)| (*last * 2).min(HELD_POLL_INTERVAL));
+                    let pause = crate::acquire::next_backoff(backoff.as_ref().map(|(_, p)| *p));
                     backoff = Some((e, pause));
                 }
                 Err(e) => return Err(e),
