@@ -161,7 +161,9 @@ pub(crate) struct State {
     available: u32,
     /// Whether the pool drains: it grants nothing new.
     draining: bool,
-    /// Borrowers waiting on the pool at this server.
+    /// Borrowers waiting on the pool at this server: its waiting borrows,
+    /// and on a memory store its tickets. A shared store's tickets wait in
+    /// the store, not at a server: their answers give their `place`.
     waiting: usize,
     /// How long the longest-waiting of them has waited so far, in seconds
     /// (0 when none waits).
