@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Checks the HTTP service against its own OpenAPI document with schemathesis
 # (PyPI): generated requests for every operation, no 5xx, and every
-# response matching the documented schema. Runs a memory-store server on a
-# free port; schemathesis lives in a virtualenv under target/.
+# response matching the documented schema. Runs a server on a free port, on
+# the memory store or on the store `SCHEMATHESIS_STORE` names (e.g.
+# `--sqlite /tmp/st.db`, whose two-phase tickets the store keeps);
+# schemathesis lives in a virtualenv under target/.
 #
 #   bash semaphore-cli/scripts/schemathesis.sh [extra schemathesis args]
 set -euo pipefail
@@ -16,7 +18,8 @@ fi
 
 cargo build -q -p semaphore-cli
 log=$(mktemp)
-target/debug/semaphore serve --memory --listen 127.0.0.1:0 --max-wait 1s >"$log" &
+# shellcheck disable=SC2086 # the store's flag and its argument
+target/debug/semaphore serve ${SCHEMATHESIS_STORE:---memory} --listen 127.0.0.1:0 --max-wait 1s >"$log" &
 server=$!
 trap 'kill $server 2>/dev/null || true; rm -f "$log"' EXIT
 for _ in $(seq 100); do
