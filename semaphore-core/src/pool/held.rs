@@ -30,9 +30,13 @@ impl Pool {
     /// granted, `Ok(None)` if the wait ran out (the place is kept: poll
     /// again within `hold`). The first call takes the place at the tail.
     ///
-    /// The store keeps the place for `hold` after each refused attempt
-    /// ([`BorrowRequest::hold`]); a place not polled within `hold` is
-    /// dropped, and the borrowers behind it move up. Places are served
+    /// The store keeps the place for `hold` (in whole milliseconds, at
+    /// least one) after each refused attempt ([`BorrowRequest::hold`]); a place
+    /// not polled within `hold` is dropped, and the borrowers behind it
+    /// move up. A draining pool's store writes nothing, so with
+    /// [`BorrowOptions::wait_while_draining`] a drain longer than `hold`
+    /// drops the place, and the poll takes a new one at the tail when the
+    /// drain ends. Places are served
     /// first come, first served with every process's queued heads (R11),
     /// each owed its weight (R15). A place is granted only to a poll, never
     /// handed a slot by a return, so an abandoned place never holds a slot.
@@ -50,7 +54,8 @@ impl Pool {
     /// [`BorrowOptions::wait_while_draining`]) the place is left. A
     /// retryable [`Error::Storage`] is retried (50 ms, doubling to
     /// [`HELD_POLL_INTERVAL`]) until the wait runs out, and is then
-    /// returned.
+    /// returned. [`Error::NoRuntime`] if `wait` is not zero outside a tokio
+    /// runtime.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future keeps the place, and a lease
@@ -96,6 +101,11 @@ impl Pool {
         let clock = self.store.clock();
         let deadline = saturating_add(clock.now(), wait);
         let changes = self.store.changes();
+        if !wait.is_zero() && tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime {
+                operation: "wait_held",
+            });
+        }
         let watch = changes.watch();
         let mut backoff: Option<(Error, Duration)> = None;
         loop {
