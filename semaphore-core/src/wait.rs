@@ -29,6 +29,7 @@ use tokio::sync::Notify;
 use crate::{BorrowRequest, Lease, LeaseId, PoolId, Store, TryBorrow, WaiterId};
 
 mod claim;
+mod signal;
 mod ticket;
 pub use claim::Claim;
 pub(crate) use ticket::{Ticket, WaiterIdCell};
@@ -70,7 +71,7 @@ struct Queue {
 
 /// One queued borrower, as its queues see it.
 struct Waiter {
-    notify: Notify,
+    notify: signal::Signal,
     /// What to grant it in a hand-off; `None` for a multi-pool borrower,
     /// which only the store's all-or-nothing step may serve.
     request: Option<HandOff>,
@@ -352,7 +353,7 @@ impl Changes {
         let seq = self.joined.fetch_add(1, Ordering::Relaxed) + 1;
         let seat = request.as_ref().and_then(|r| r.seat.clone());
         let waiter = Arc::new(Waiter {
-            notify: Notify::new(),
+            notify: signal::Signal::default(),
             request: request.filter(|_| pools.len() == 1),
             state: Mutex::default(),
             queued: AtomicBool::new(true),
