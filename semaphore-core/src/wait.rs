@@ -347,7 +347,7 @@ impl Changes {
     pub(crate) fn enqueue<'a>(
         &'a self,
         store: &'a Arc<dyn Store>,
-        pools: &[PoolId],
+        pools: &'a [PoolId],
         request: Option<HandOff>,
     ) -> Ticket<'a> {
         let seq = self.joined.fetch_add(1, Ordering::Relaxed) + 1;
@@ -380,7 +380,7 @@ impl Changes {
         Ticket {
             changes: self,
             store,
-            pools: pools.to_vec(),
+            pools,
             waiter,
         }
     }

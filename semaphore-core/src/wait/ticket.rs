@@ -29,7 +29,7 @@ impl WaiterIdCell {
 pub(crate) struct Ticket<'a> {
     pub(super) changes: &'a Changes,
     pub(super) store: &'a Arc<dyn Store>,
-    pub(super) pools: Vec<PoolId>,
+    pub(super) pools: &'a [PoolId],
     pub(super) waiter: Arc<Waiter>,
 }
 
@@ -82,7 +82,7 @@ impl Ticket<'_> {
             return;
         }
         let mut queues = self.changes.queues.lock();
-        for pool in &self.pools {
+        for pool in self.pools {
             let Some(queue) = queues.get_mut(pool) else {
                 continue;
             };
