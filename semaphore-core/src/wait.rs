@@ -226,11 +226,11 @@ impl Changes {
         if !self.has_waiters() {
             return 0;
         }
-        self.tell_watchers();
         if !self.hand_offs_allowed() {
             self.notify(pool);
             return 0;
         }
+        self.tell_watchers();
         let mut queues = self.queues.lock();
         let Some(queue) = queues.get_mut(&pool) else {
             return 0;
