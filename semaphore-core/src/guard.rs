@@ -138,6 +138,14 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         }
     }
 
+    /// Whether the lease is still certainly held, decided without I/O
+    /// (R17): `false` once a keep-alive renewal found it lost, or once its
+    /// time ran out. A holder acts on the resource only while this says
+    /// `true`.
+    pub fn is_held(&self) -> bool {
+        !self.is_lost() && !self.time_left().is_zero()
+    }
+
     /// The lease held.
     pub fn lease(&self) -> &Lease {
         &self.lease

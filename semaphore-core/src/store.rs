@@ -21,6 +21,30 @@ use std::time::{Duration, SystemTime};
 
 use crate::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
+/// The session timeout a networked store uses unless told otherwise (R16,
+/// amended): 10 s.
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shortest session timeout a store accepts (R16, amended): 1 s.
+pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Checks a store option's session timeout against [`MIN_SESSION_TIMEOUT`]
+/// and [`MAX_UNIX_MS`].
+///
+/// # Errors
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming
+/// `session_timeout` if it is below 1 s or above [`MAX_UNIX_MS`] ms.
+pub fn check_session_timeout(timeout: Duration) -> Result<()> {
+    if timeout < MIN_SESSION_TIMEOUT || timeout > Duration::from_millis(MAX_UNIX_MS) {
+        return Err(crate::Error::InvalidArgument {
+            field: "session_timeout",
+            allowed: format!("{MIN_SESSION_TIMEOUT:?} or more"),
+            got: format!("{timeout:?}"),
+        });
+    }
+    Ok(())
+}
+
 /// One borrow attempt, as the core hands it to [`Store::try_borrow`].
 ///
 /// It carries no time: the store reads its deciding clock inside its atomic

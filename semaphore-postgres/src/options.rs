@@ -32,6 +32,7 @@ const _: () = assert!(crate::schema::WAITER_TTL_MS == 3 * MAX_POLL_INTERVAL.as_m
 /// ```
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
+    pub(crate) session_timeout: Duration,
     pub(crate) schema: String,
     pub(crate) pool_size: usize,
     pub(crate) pool_timeout: Duration,
@@ -44,6 +45,7 @@ pub struct PostgresOptions {
 impl Default for PostgresOptions {
     fn default() -> Self {
         Self {
+            session_timeout: semaphore_core::store::DEFAULT_SESSION_TIMEOUT,
             schema: "public".into(),
             pool_size: 16,
             pool_timeout: Duration::from_secs(5),
@@ -140,7 +142,20 @@ impl PostgresOptions {
         self
     }
 
+    /// The session timeout (R16, amended): how long the store's session,
+    /// which holds its bound leases, outlives its last heartbeat on the
+    /// server's clock. A connection that drops and comes back within it
+    /// keeps every bound lease; a process killed outright loses them
+    /// within it. The store heartbeats every third of it. Default 10 s;
+    /// at least [`MIN_SESSION_TIMEOUT`](semaphore_core::store::MIN_SESSION_TIMEOUT)
+    /// (1 s), else refused at connect naming `session_timeout`.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
+        semaphore_core::store::check_session_timeout(self.session_timeout)?;
         crate::schema::check_name(&self.schema)?;
         if !(MIN_POLL_INTERVAL..=MAX_POLL_INTERVAL).contains(&self.poll_interval) {
             return Err(Error::InvalidArgument {

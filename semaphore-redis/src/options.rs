@@ -31,6 +31,7 @@ pub(crate) const WAITER_TTL_MS: u64 = 3 * MAX_POLL_INTERVAL.as_millis() as u64;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
+    pub(crate) session_timeout: Duration,
     pub(crate) prefix: String,
     pub(crate) poll_interval: Duration,
     pub(crate) response_timeout: Duration,
@@ -41,6 +42,7 @@ pub struct RedisOptions {
 impl Default for RedisOptions {
     fn default() -> Self {
         Self {
+            session_timeout: semaphore_core::store::DEFAULT_SESSION_TIMEOUT,
             prefix: "semaphore".into(),
             poll_interval: Duration::from_secs(1),
             response_timeout: Duration::from_secs(5),
@@ -117,7 +119,20 @@ impl RedisOptions {
         self
     }
 
+    /// The session timeout (R16, amended): how long the store's session,
+    /// which holds its bound leases, outlives its last heartbeat on the
+    /// server's clock. A connection that drops and comes back within it
+    /// keeps every bound lease; a process killed outright loses them
+    /// within it. The store heartbeats every third of it. Default 10 s;
+    /// at least [`MIN_SESSION_TIMEOUT`](semaphore_core::store::MIN_SESSION_TIMEOUT)
+    /// (1 s), else refused at connect naming `session_timeout`.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
+        semaphore_core::store::check_session_timeout(self.session_timeout)?;
         let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.".contains(c);
         if self.prefix.is_empty() || self.prefix.len() > 64 || !self.prefix.chars().all(allowed) {
             return Err(Error::InvalidArgument {
