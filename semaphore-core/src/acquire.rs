@@ -4,15 +4,15 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::cancel::{Answer, InFlight, QueuePlace, Step};
+use crate::cancel::{Answer, InFlight, Made, QueuePlace, Step};
 use crate::clock::{saturating_add, truncate_ms};
 use crate::wait::HandOff;
-use crate::{Error, Lease, PoolId, Result, Store, WaiterId};
+use crate::{Error, Lease, LeaseId, PoolId, Result, Store, WaiterId};
 
 /// Borrows through `attempt` on `pools`, waiting up to `wait` from `start`.
 ///
 /// Asks the store at once if no borrower of these pools waits in this
-/// process (so that asking jumps no one). Otherwise, or if that finds
+/// process, but those set aside (so that asking jumps no one). Otherwise, or if that finds
 /// nothing free, queues in every pool's queue and asks again each time its
 /// turn comes while it heads them all (R11): when a pool changes, when the
 /// earliest lease it was told of expires, or when the borrower ahead leaves.
@@ -29,6 +29,12 @@ use crate::{Error, Lease, PoolId, Result, Store, WaiterId};
 /// unless `draining_waits`: the borrower then waits as if the pool were
 /// full, until the drain ends (the store notifies) or the wait runs out,
 /// which then reports the drain.
+///
+/// A single-pool borrower of more slots than the pool's count, refused, is
+/// set aside (R15, amended): it keeps its place but holds back no one,
+/// sleeps until a change is told of, and then checks the count (the
+/// first set aside checks for all); once the count reaches its weight it
+/// is again the head, ahead of those queued after it.
 #[allow(clippy::too_many_arguments)]
 #[allow(clippy::manual_async_fn)] // on purpose: see the body
 pub(crate) fn acquire<A: Answer>(
@@ -39,7 +45,7 @@ pub(crate) fn acquire<A: Answer>(
     handoff: Option<HandOff>,
     draining_waits: bool,
     exhausted: impl Fn() -> Error,
-    mut attempt: impl FnMut(SystemTime, Option<WaiterId>) -> InFlight<A>,
+    mut attempt: impl FnMut(SystemTime, Option<WaiterId>, bool) -> InFlight<A>,
 ) -> impl Future<Output = Result<A::Granted>> {
     // An async block, not an async fn: an async fn's future keeps each
     // argument twice (as given, and moved into the body), and this one is
@@ -49,15 +55,31 @@ pub(crate) fn acquire<A: Answer>(
         // The drain a waiting borrower last found, reported if its wait runs
         // out while the pool still drains.
         let mut drained = None;
-        if pools.iter().all(|pool| changes.waiting(*pool) == 0) {
-            match attempt(start, None).await {
+        // Lease ids of an attempt that failed after it may have been
+        // granted (a lost answer): the next attempt asks under them, so
+        // that the store answers the grant it made; whatever this borrow
+        // does not end up holding of them is returned (SPEC "Lost replies").
+        let mut unsure = Unsure::new(store, pools);
+        // A single-pool borrow of more than one slot checks the count when
+        // refused: above it, it is set aside (R15, amended).
+        let weight = handoff
+            .as_ref()
+            .filter(|_| pools.len() == 1)
+            .map_or(1, |asked| asked.slots);
+        if pools.iter().all(|pool| !changes.holds_back(*pool)) {
+            let first = attempt(start, None, false);
+            let ids = first.made();
+            match first.await {
                 Ok(answer) => {
                     if let Step::Granted(granted) = answer.step() {
                         return Ok(granted);
                     }
                 }
                 Err(e @ Error::Draining { .. }) if draining_waits => drained = Some(e),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    unsure.failed(&e, ids);
+                    return Err(e);
+                }
             }
         }
         if wait.is_zero() {
@@ -70,7 +92,11 @@ pub(crate) fn acquire<A: Answer>(
         }
 
         let clock = store.clock();
-        let ticket = changes.enqueue(store, pools, handoff);
+        // Refused while the pool's queue is marked draining: its head found
+        // the drain (and tells everyone queued, under the queue's lock).
+        let ticket = changes
+            .enqueue(store, pools, handoff, !draining_waits)
+            .map_err(|pool| Error::Draining { pool })?;
         let place = QueuePlace::new(store, pools, ticket.id());
         let mut timeout = clock.sleep_until(saturating_add(start, wait));
         let mut next_expiry = None;
@@ -100,8 +126,11 @@ pub(crate) fn acquire<A: Answer>(
             }
             if let Some(lease) = ticket.take_lease() {
                 // A return in this process granted to us in its own step; one
-                // that came before the deadline still counts.
-                place.granted();
+                // that came before the deadline still counts. A place of ours
+                // that step did not end is left as the borrow ends.
+                if !ticket.place_left() {
+                    place.granted();
+                }
                 return Ok(A::handed(lease));
             }
             if timed_out {
@@ -113,6 +142,14 @@ pub(crate) fn acquire<A: Answer>(
                 next_expiry = at.map(|at| clock.sleep_until(at));
                 continue;
             }
+            if let Some(pool) = ticket.take_drained() {
+                return Err(Error::Draining { pool });
+            }
+            if ticket.is_aside() {
+                // Woken as the first set aside: check the count for all.
+                weigh(store, pools[0]).await?;
+                next_expiry = None;
+            }
             if !ticket.is_head() {
                 continue;
             }
@@ -122,14 +159,17 @@ pub(crate) fn acquire<A: Answer>(
                 // one: asking now could find that very lease again (one
                 // handed through the store's queue) and hold it twice.
                 if let Some(lease) = ticket.take_lease() {
-                    place.granted();
+                    if !ticket.place_left() {
+                        place.granted();
+                    }
                     return Ok(A::handed(lease));
                 }
                 continue;
             }
-            let answer = attempt(truncate_ms(clock.now()), Some(place.waiter()))
-                .made_from(&place)
-                .await;
+            let asking = attempt(truncate_ms(clock.now()), Some(place.waiter()), unsure.any())
+                .made_from(&place);
+            let ids = asking.made();
+            let answer = asking.await;
             let granted = matches!(&answer, Ok(a) if !a.leases().is_empty());
             if !granted {
                 // Claimable again. A granted head stays unclaimable until
@@ -143,13 +183,24 @@ pub(crate) fn acquire<A: Answer>(
                 Ok(answer) => {
                     failed = None;
                     drained = None;
+                    // Answered under the unsure ids: the store found (and
+                    // answers) whatever it granted under them before.
+                    unsure.settled();
                     match answer.step() {
                         Step::Granted(granted) => {
                             place.granted();
                             // Dropping the ticket wakes the next head of each queue.
                             return Ok(granted);
                         }
-                        Step::Exhausted(at) => next_expiry = at.map(|at| clock.sleep_until(at)),
+                        Step::Exhausted(at) => {
+                            if weight > 1 {
+                                weigh(store, pools[0]).await?;
+                            }
+                            // Set aside, it sleeps until a change is told of.
+                            next_expiry = at
+                                .filter(|_| !ticket.is_aside())
+                                .map(|at| clock.sleep_until(at));
+                        }
                     }
                 }
                 Err(
@@ -157,13 +208,16 @@ pub(crate) fn acquire<A: Answer>(
                         retryable: true, ..
                     },
                 ) => {
+                    unsure.failed(&e, ids);
                     let backoff = next_backoff(failed.as_ref().map(|(_, last)| *last));
                     retry = Some(Box::pin(tokio::time::sleep(backoff)));
                     failed = Some((e, backoff));
                 }
-                Err(e @ Error::Draining { .. }) if draining_waits => {
+                Err(e @ Error::Draining { pool }) if draining_waits => {
                     // Asleep until the store tells of a change: the drain's
-                    // end notifies the pool's waiters.
+                    // end notifies the pool's waiters. Those behind that do
+                    // not wait for a drain leave now.
+                    changes.found_draining(pool);
                     failed = None;
                     next_expiry = None;
                     drained = Some(e);
@@ -171,6 +225,82 @@ pub(crate) fn acquire<A: Answer>(
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// Reads the count of `pool` and [weighs](crate::wait::Changes::weigh) its
+/// queue with it (R15, amended). A storage error leaves the queue as it
+/// is, for the next change to weigh again.
+///
+/// # Errors
+/// [`Error::PoolNotFound`] if the pool was deleted.
+async fn weigh(store: &Arc<dyn Store>, pool: PoolId) -> Result<()> {
+    match store.inspect(pool).await {
+        Ok(state) => store.changes().weigh(pool, state.count),
+        Err(e @ Error::PoolNotFound { .. }) => return Err(e),
+        Err(_) => {}
+    }
+    Ok(())
+}
+
+/// The lease ids of an attempt whose answer was lost (it failed with a
+/// storage error, so it may have been granted): asked under again by the
+/// next attempt, and returned if the borrow ends without them (dropped,
+/// timed out, failed, or served by a hand-off).
+struct Unsure<'a> {
+    store: &'a Arc<dyn Store>,
+    pools: &'a [PoolId],
+    ids: Option<Made>,
+}
+
+impl<'a> Unsure<'a> {
+    fn new(store: &'a Arc<dyn Store>, pools: &'a [PoolId]) -> Self {
+        Self {
+            store,
+            pools,
+            ids: None,
+        }
+    }
+
+    /// Whether the next attempt must ask under the last attempt's ids.
+    fn any(&self) -> bool {
+        self.ids.is_some()
+    }
+
+    /// An attempt under `ids` failed with `e`: a storage error may hide a
+    /// grant. Any other error was decided before granting.
+    fn failed(&mut self, e: &Error, ids: Made) {
+        if matches!(e, Error::Storage { .. }) {
+            self.ids = Some(ids);
+        }
+    }
+
+    /// The store answered an attempt under the ids.
+    fn settled(&mut self) {
+        self.ids = None;
+    }
+}
+
+impl Drop for Unsure<'_> {
+    fn drop(&mut self) {
+        let Some(ids) = self.ids.take() else {
+            return;
+        };
+        // One id per pool, in order (one pool: one id).
+        let pairs: Vec<(PoolId, LeaseId)> = self
+            .pools
+            .iter()
+            .copied()
+            .zip(ids.ids().iter().copied())
+            .collect();
+        let store = self.store.clone();
+        crate::detach::run_detached(Box::pin(async move {
+            for (pool, lease) in pairs {
+                // Nobody to tell of a failure: the lease then frees itself
+                // at its ttl.
+                let _ = store.return_lease(pool, lease).await;
+            }
+        }));
     }
 }
 
@@ -186,16 +316,27 @@ pub(crate) fn next_backoff(last: Option<Duration>) -> Duration {
     last.map_or(RETRY_FIRST, |last| (last * 2).min(RETRY_MAX))
 }
 
-/// The active lease of `pool` that was borrowed with key `key`, if
-/// any: what a keyed retry gets without queueing.
+/// The active lease of `pool` that was borrowed with stored key `key`,
+/// if any: what a keyed retry gets without queueing.
+///
+/// # Errors
+/// [`Error::KeyReused`] if the lease under the key's name was borrowed
+/// with another request digest; the store's errors.
 pub(crate) async fn keyed_lease(
     store: &Arc<dyn Store>,
     pool: PoolId,
     key: &str,
 ) -> Result<Option<Lease>> {
+    let name = crate::store::key_name(key);
     let holders = store.holders(pool).await?;
-    Ok(holders
+    let Some(holder) = holders
         .into_iter()
-        .find(|h| h.key.as_deref() == Some(key))
-        .map(|h| h.lease))
+        .find(|h| h.key.as_deref().map(crate::store::key_name) == Some(name))
+    else {
+        return Ok(None);
+    };
+    if holder.key.as_deref() != Some(key) {
+        return Err(Error::KeyReused { pool });
+    }
+    Ok(Some(holder.lease))
 }

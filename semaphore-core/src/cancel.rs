@@ -100,12 +100,21 @@ pub(crate) struct InFlight<A: Answer> {
 }
 
 /// The lease ids an attempt asked for.
-enum Made {
+#[derive(Debug, Clone)]
+pub(crate) enum Made {
     One(LeaseId),
     Many(Vec<LeaseId>),
 }
 
 impl Made {
+    /// The ids, one per pool in order.
+    pub(crate) fn ids(&self) -> &[LeaseId] {
+        match self {
+            Made::One(one) => std::slice::from_ref(one),
+            Made::Many(many) => many,
+        }
+    }
+
     fn contains(&self, id: LeaseId) -> bool {
         match self {
             Made::One(one) => *one == id,
@@ -114,10 +123,32 @@ impl Made {
     }
 }
 
+/// A bound request to a store with sessions while none is open (the first
+/// is opening, or a lost one is being replaced): it must not be granted
+/// unbound (R16, amended), so the attempt fails retryably and a waiting
+/// borrow asks again once the session is open.
+pub(crate) fn unsessioned(store: &Arc<dyn Store>, request: &BorrowRequest) -> Option<crate::Error> {
+    let session = store.session()?;
+    (request.bound && request.session.is_none()).then(|| crate::Error::Storage {
+        operation: "borrow",
+        retryable: true,
+        source: format!(
+            "no session is open on the store (its state: {:?}): a bound lease needs one; \
+             retrying until the session opens",
+            session.state()
+        )
+        .into(),
+    })
+}
+
 impl InFlight<TryBorrow> {
     pub(crate) fn one(store: &Arc<dyn Store>, request: BorrowRequest) -> Self {
         let made = Made::One(request.lease);
-        if let Some(answer) = store.try_borrow_now(&request) {
+        let answer = match unsessioned(store, &request) {
+            Some(e) => Some(Err(e)),
+            None => store.try_borrow_now(&request),
+        };
+        if let Some(answer) = answer {
             return Self {
                 store: store.clone(),
                 made,
@@ -139,6 +170,15 @@ impl InFlight<TryBorrow> {
 
 impl InFlight<TryBorrowAll> {
     pub(crate) fn all(store: &Arc<dyn Store>, requests: Vec<BorrowRequest>) -> Self {
+        if let Some(e) = requests.iter().find_map(|r| unsessioned(store, r)) {
+            return Self {
+                store: store.clone(),
+                made: Made::Many(requests.iter().map(|r| r.lease).collect()),
+                ready: Some(Err(e)),
+                call: None,
+                place: None,
+            };
+        }
         let owned = store.clone();
         Self {
             store: store.clone(),
@@ -153,6 +193,11 @@ impl InFlight<TryBorrowAll> {
 }
 
 impl<A: Answer> InFlight<A> {
+    /// The lease ids the attempt asks for, one per pool in order.
+    pub(crate) fn made(&self) -> Made {
+        self.made.clone()
+    }
+
     /// Marks the attempt as made from `place`. If it is dropped in flight,
     /// `place` is left at once (by the [`QueuePlace`]) and, once the call
     /// finishes detached, left again: a refused attempt joins or refreshes
@@ -277,5 +322,26 @@ pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
     let (store, lease) = (store.clone(), lease.clone());
     run_detached(Box::pin(async move {
         let _ = store.return_held(lease).await;
+    }));
+}
+
+/// Unbinds `lease` from its holder, before returning on a multi-thread
+/// runtime and otherwise in the background (see
+/// [`run_now_or_awaited`](crate::detach::run_now_or_awaited)): used by
+/// [`LeaseGuard::forget`](crate::LeaseGuard::forget). Skipped for a lease
+/// that a store with sessions granted unbound: there is nothing to undo.
+pub(crate) fn unbind_detached(store: &Arc<dyn Store>, lease: &Lease) {
+    if store.session().is_some() && lease.session.is_none() {
+        return;
+    }
+    let (store, pool, id) = (store.clone(), lease.pool, lease.id);
+    // Landed before `forget` returns on a multi-thread runtime, else
+    // awaited by the runtime's end and by the session's close: a `main`
+    // that forgets a lease and returns must not leave it bound to a
+    // session that then ends.
+    let open = store.session().and_then(crate::Session::unbinding);
+    crate::detach::run_now_or_awaited(Box::pin(async move {
+        let _ = crate::detach::retried(|| store.unbind(pool, id)).await;
+        drop(open);
     }));
 }

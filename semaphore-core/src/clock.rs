@@ -54,6 +54,71 @@ impl Clock for SystemClock {
     }
 }
 
+/// This process's own monotonic clock, read as wall-clock time: the
+/// system clock's reading when it was made, plus the time elapsed since on
+/// a clock that never steps (Linux's `CLOCK_BOOTTIME`, which also counts
+/// time the machine spent suspended; elsewhere [`std::time::Instant`]).
+///
+/// A networked store's [`ServerClock`](crate::store::ServerClock) views the
+/// server's clock through it, so that a holder's local deadlines (R17) move
+/// neither when an administrator or NTP steps the system clock nor when the
+/// machine sleeps. Sleeps use tokio's timer.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    wall: SystemTime,
+    start: Duration,
+}
+
+impl MonotonicClock {
+    /// A clock that reads the system clock's time now, and moves on from
+    /// there monotonically.
+    pub fn new() -> Self {
+        Self {
+            wall: SystemTime::now(),
+            start: elapsed(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Time on the monotonic clock since an arbitrary fixed origin.
+#[cfg(target_os = "linux")]
+fn elapsed() -> Duration {
+    use nix::time::{ClockId, clock_gettime};
+    match clock_gettime(ClockId::CLOCK_BOOTTIME) {
+        Ok(t) => Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32),
+        Err(_) => instant_elapsed(),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn elapsed() -> Duration {
+    instant_elapsed()
+}
+
+fn instant_elapsed() -> Duration {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(std::time::Instant::now).elapsed()
+}
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> SystemTime {
+        saturating_add(self.wall, elapsed().saturating_sub(self.start))
+    }
+
+    fn sleep_until(&self, deadline: SystemTime) -> Sleep {
+        let left = deadline
+            .duration_since(self.now())
+            .unwrap_or(Duration::ZERO);
+        Box::pin(tokio::time::sleep(left))
+    }
+}
+
 /// A clock that moves only when told to, for tests (governor's
 /// `FakeRelativeClock`).
 ///

@@ -18,6 +18,12 @@
 //!
 //! Only when the process itself exits (or cannot start a thread) is such
 //! work lost; the leases involved then free themselves at their ttl.
+//!
+//! Work whose loss would end a lease the caller keeps (a forgotten lease's
+//! unbinding, R13 amended) or keep one its holder gave up (a session's
+//! close) runs with [`run_detached_awaited`]: the caller's runtime, when
+//! dropped (the end of a `#[tokio::main]`), waits for it, up to
+//! [`EXIT_WAIT`], and a caller outside any runtime waits for it in place.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -39,6 +45,90 @@ pub(crate) fn run_detached(work: BoxFuture<()>) {
         // Not polled here: a store's future may need a runtime's reactor
         // even to start.
         Err(_) => rescue(work),
+    }
+}
+
+/// The longest the end of a runtime, or a caller outside any, waits for
+/// work run with [`run_detached_awaited`].
+pub(crate) const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// [`run_detached`], but the current runtime's drop waits for `work` (up
+/// to [`EXIT_WAIT`]: tokio's drop waits for the blocking tasks that have
+/// started, and one waits for `work` here), and a caller outside any
+/// runtime waits for it in place; so that `main` returning right after does
+/// not lose it (see the module docs). A store call of `work` in flight
+/// when the runtime drops may fail, as its connections close with the
+/// runtime's tasks: `work` retries ([`retried`]).
+pub(crate) fn run_detached_awaited(work: BoxFuture<()>) {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let work: BoxFuture<()> = Box::pin(async move {
+        work.await;
+        drop(done);
+    });
+    let inside = tokio::runtime::Handle::try_current().ok();
+    if let Some(runtime) = &inside {
+        drop(runtime.spawn_blocking(move || {
+            let _ = finished.recv_timeout(EXIT_WAIT);
+        }));
+        run_detached(work);
+    } else {
+        run_detached(work);
+        let _ = finished.recv_timeout(EXIT_WAIT);
+    }
+}
+
+/// Runs `work` to its end before returning, for at most [`EXIT_WAIT`], if
+/// it does not finish when polled once in place and the caller is on a
+/// worker of a multi-thread runtime (the thread blocks in
+/// [`tokio::task::block_in_place`], which moves its other tasks away);
+/// otherwise (a current-thread runtime, a `LocalSet`, no runtime) as
+/// [`run_detached_awaited`]. For work that must land before the caller's
+/// `main` may return: that runtime's end cancels its tasks, and with them
+/// the connections a store call in flight uses.
+pub(crate) fn run_now_or_awaited(work: BoxFuture<()>) {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let mut work = work;
+    let mut cx = Context::from_waker(Waker::noop());
+    if work.as_mut().poll(&mut cx).is_ready() {
+        return;
+    }
+    let runtime = match Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == RuntimeFlavor::MultiThread => runtime,
+        _ => return run_detached_awaited(work),
+    };
+    // `block_in_place` refuses (panics before it runs anything) where it
+    // cannot hand the worker's tasks on, as in a `LocalSet`: the work is
+    // then still here, and runs in the background.
+    let slot = std::sync::Mutex::new(Some(work));
+    let blocked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tokio::task::block_in_place(|| {
+            let work = slot.lock().ok().and_then(|mut w| w.take());
+            if let Some(work) = work {
+                let _ = runtime.block_on(tokio::time::timeout(EXIT_WAIT, work));
+            }
+        });
+    }));
+    if blocked.is_err()
+        && let Some(work) = slot.into_inner().ok().flatten()
+    {
+        run_detached_awaited(work);
+    }
+}
+
+/// Runs `call` up to three times while it fails with a retryable storage
+/// error (a connection that closed under it), without pausing: for the
+/// work of [`run_detached_awaited`], whose caller's runtime may be ending.
+pub(crate) async fn retried<T, F: Future<Output = crate::Result<T>>>(
+    mut call: impl FnMut() -> F,
+) -> crate::Result<T> {
+    let mut tries = 1;
+    loop {
+        match call().await {
+            Err(crate::Error::Storage {
+                retryable: true, ..
+            }) if tries < 3 => tries += 1,
+            done => return done,
+        }
     }
 }
 

@@ -79,6 +79,20 @@ pub enum Error {
         pool: PoolId,
     },
 
+    /// The idempotency key names an active lease granted for another
+    /// request (another [`BorrowOptions::request_digest`](crate::BorrowOptions::request_digest)):
+    /// this borrow cannot be a retry of that one, and is refused in the
+    /// store's step that would have granted it (SPEC fourth round,
+    /// "Idempotency keys are atomic"; the HTTP service's `422`). Use another
+    /// key.
+    #[error(
+        "pool {pool}: the idempotency key names an active lease granted for another request; use another key"
+    )]
+    KeyReused {
+        /// The pool asked for.
+        pool: PoolId,
+    },
+
     /// A renew came too late: the lease expired at `expired_at` (R7) and
     /// its slot may already be someone else's. Borrow again.
     #[error("lease {lease} of pool {pool} expired at {} ms after the unix epoch: borrow again", crate::unix_ms(*expired_at))]
@@ -101,6 +115,22 @@ pub enum Error {
         /// The pool asked.
         pool: PoolId,
         /// The lease asked for.
+        lease: LeaseId,
+    },
+
+    /// The lease was bound to its store handle's session (R16, amended),
+    /// and the session can no longer vouch for it: no heartbeat landed
+    /// before its end (the store was out of reach for longer than the
+    /// session timeout), or the store ended it. Others may be granted its
+    /// slots from that end on; the holder is told first (R17). Borrow
+    /// again: the store opens a new session.
+    #[error(
+        "lease {lease} of pool {pool} is lost with its session: the store could not be reached within the session timeout; borrow again"
+    )]
+    SessionLost {
+        /// The lease's pool.
+        pool: PoolId,
+        /// The lease.
         lease: LeaseId,
     },
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 #[cfg(doc)]
 use crate::BorrowOptions;
-use crate::cancel::return_detached;
+use crate::cancel::{return_detached, unbind_detached};
 use crate::keepalive::{self, KeepAlive, Kept};
 use crate::telemetry;
 use crate::{Lease, Pool, Result};
@@ -23,6 +23,11 @@ use crate::{Lease, Pool, Result};
 ///
 /// It derefs to the [`Lease`]: `guard.position`, `guard.token`,
 /// `guard.expires_at`.
+///
+/// A guard for a lease bound to another handle's session (a keyed borrow
+/// answered with a lease another process holds) is born lost: it never
+/// says the lease is held, and dropping it returns nothing, since that
+/// process holds it.
 ///
 /// Dropping the guard returns the lease at once, from any thread (R13): in
 /// place for stores that do no I/O, on a task spawned on the current tokio
@@ -50,10 +55,18 @@ pub type OwnedLeaseGuard = LeaseGuard<Pool>;
 impl<P: AsRef<Pool>> LeaseGuard<P> {
     pub(crate) fn new(pool: P, lease: Lease, ttl: Duration) -> Self {
         telemetry::held(pool.as_ref().name());
+        // A lease bound to a session this handle did not open (a keyed
+        // borrow answered with another process's lease) is that process's:
+        // this guard never vouches for it, and dropping it must not free
+        // the slot under its holder (R17).
+        let store = pool.as_ref().store();
+        let foreign = lease
+            .session
+            .is_some_and(|id| store.session().is_none_or(|s| s.current() != Some(id)));
         Self {
             pool,
             lease,
-            armed: true,
+            armed: !foreign,
             ttl,
             keep: None,
         }
@@ -63,9 +76,11 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// renews it to its ttl every ttl/3 (by the store's clock), keeping its
     /// position and token. A renewal that fails with a retryable error is
     /// tried again until the lease would have expired. When a renewal finds
-    /// the lease gone (force-returned, expired during a stall, its pool
-    /// deleted), [`lost`](LeaseGuard::lost) resolves and
-    /// [`is_lost`](LeaseGuard::is_lost) turns true; the guard then holds
+    /// the lease gone (force-returned, its pool deleted), or the lease's
+    /// expiry or its session's end comes before a renewal or heartbeat
+    /// lands (a stall, a partition), [`lost`](LeaseGuard::lost) resolves
+    /// and [`is_lost`](LeaseGuard::is_lost) turns true, no later than
+    /// anyone else can be granted its slots (R17); the guard then holds
     /// nothing. Dropping the guard stops the renewals and returns the lease.
     /// Calling it again changes nothing.
     ///
@@ -109,12 +124,16 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
             .is_some_and(|k| matches!(*k.state.borrow(), Kept::Lost(_)))
     }
 
-    /// Resolves when a keep-alive renewal finds the lease gone, with the
-    /// reason ([`Error::LeaseNotFound`](crate::Error::LeaseNotFound) for a
-    /// forced return, [`Error::LeaseExpired`](crate::Error::LeaseExpired)
-    /// after a stall, [`Error::PoolNotFound`](crate::Error::PoolNotFound)
-    /// for a deleted pool, or the storage error that outlasted the lease).
-    /// Without keep-alive it never resolves.
+    /// Resolves when the lease is lost, with the reason, no later than
+    /// [`is_held`](LeaseGuard::is_held) turns `false` (R17):
+    /// [`Error::LeaseExpired`](crate::Error::LeaseExpired) at its expiry
+    /// (without keep-alive, or after a renewal hung or failed past it),
+    /// [`Error::SessionLost`](crate::Error::SessionLost) when its session
+    /// can no longer vouch for it,
+    /// [`Error::LeaseNotFound`](crate::Error::LeaseNotFound) when a renewal
+    /// finds it force-returned, [`Error::PoolNotFound`](crate::Error::PoolNotFound)
+    /// for a deleted pool, or the storage error that outlasted the lease.
+    /// Force return and delete reach a holder at its next renewal (R17).
     ///
     /// The future does not borrow the guard, so it can be awaited beside
     /// work that uses it.
@@ -123,9 +142,10 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// Cancel safe: it only watches.
     pub fn lost(&self) -> impl std::future::Future<Output = Arc<crate::Error>> + Send + 'static {
         let state = self.keep.as_ref().map(|k| k.state.clone());
+        let (pool, lease) = (self.pool().clone(), self.lease.clone());
         async move {
             let Some(mut state) = state else {
-                return std::future::pending().await;
+                return Arc::new(keepalive::until_lost(&pool, &lease).await);
             };
             loop {
                 if let Kept::Lost(reason) = &*state.borrow_and_update() {
@@ -139,11 +159,49 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     }
 
     /// Whether the lease is still certainly held, decided without I/O
-    /// (R17): `false` once a keep-alive renewal found it lost, or once its
-    /// time ran out. A holder acts on the resource only while this says
-    /// `true`.
+    /// (R17): `false` once a keep-alive renewal found it lost, once the
+    /// store's clock reaches its expiry (as last renewed), or, for a lease
+    /// bound to its store handle's session ([`Lease::session`]), once that
+    /// session no longer vouches for it ([`Session::vouches`](crate::Session::vouches)).
+    ///
+    /// A networked store's clock never reads earlier than the server's
+    /// ([`ServerClock`](crate::store::ServerClock)), so this turns `false`
+    /// no later than anyone else can be granted the lease's slots, as long
+    /// as this process runs; a holder that acts on the resource only while
+    /// it says `true` never acts beside the next holder. Check it right
+    /// before each act: it may turn `false` at any instant (a network
+    /// partition longer than the session timeout, a renewal that hangs past
+    /// the expiry). Cheap: a clock reading and two atomic reads.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use semaphore_memory::{MemoryStore, Pool, PoolId};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("gpus"));
+    /// pool.register(1).await?;
+    /// let lease = pool.borrow(Duration::from_secs(30), Duration::ZERO).await?;
+    /// for _step in 0..3 {
+    ///     if !lease.is_held() {
+    ///         break; // stop acting: another may hold the slot now
+    ///     }
+    ///     // ...one step of work on the slot's resource...
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_held(&self) -> bool {
-        !self.is_lost() && !self.time_left().is_zero()
+        if self.is_lost() {
+            return false;
+        }
+        let store = self.pool().store();
+        if store.clock().now() >= self.latest_expiry() {
+            return false;
+        }
+        match self.lease.session {
+            None => true,
+            Some(id) => store.session().is_some_and(|s| s.vouches(id)),
+        }
     }
 
     /// The lease held.
@@ -156,15 +214,22 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         self.pool.as_ref()
     }
 
-    /// Time left before the lease frees itself, by the store's clock; zero
-    /// once expired.
+    /// Time left before the lease may be lost, by the store's clock (for a
+    /// networked store, the latest the server's can read): zero once
+    /// [`is_held`](LeaseGuard::is_held) is `false`. A bound lease's
+    /// session ends no sooner than this, as of its last heartbeat.
     pub fn time_left(&self) -> Duration {
-        if self.is_lost() {
+        if !self.is_held() {
             return Duration::ZERO;
         }
-        let now = self.pool().store().clock().now();
-        self.latest_expiry()
-            .duration_since(now)
+        let store = self.pool().store();
+        let mut end = self.latest_expiry();
+        if let (Some(id), Some(session)) = (self.lease.session, store.session())
+            && let Some(session_end) = session.end_of(id)
+        {
+            end = end.min(session_end);
+        }
+        end.duration_since(store.clock().now())
             .unwrap_or(Duration::ZERO)
     }
 
@@ -220,15 +285,24 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         Ok(())
     }
 
-    /// Keeps the lease until its ttl instead of returning it on drop (R13),
-    /// and hands back the plain [`Lease`]; return it early later with
-    /// [`Pool::return_lease`] and its `id`. A bound lease (R16, the
-    /// default) still ends with its holder: to hand a lease to another
-    /// process, borrow it with [`BorrowOptions::bound`]`(false)`.
+    /// Keeps the lease until its ttl instead of returning it on drop (R13,
+    /// amended), and hands back the plain [`Lease`]; return it early later
+    /// with [`Pool::return_lease`] and its `id`. The lease is also unbound
+    /// from its holder (R16): it lives to its ttl whatever becomes of this
+    /// process, the store handle or its session. The unbinding
+    /// ([`Store::unbind`](crate::store::Store::unbind), one round trip) is
+    /// written in place for the stores that do no I/O; before this returns
+    /// on a worker of a multi-thread tokio runtime (the thread blocks in
+    /// `block_in_place`, 3 s at most); and otherwise in the background,
+    /// which the runtime's end (a `#[tokio::main]` returning) and the
+    /// session's close wait for, 3 s at most. To know it landed, await
+    /// [`Pool::unbind`] instead of this.
     pub fn forget(mut self) -> Lease {
         self.armed = false;
         self.keep = None;
-        self.lease.clone()
+        let lease = self.lease.clone();
+        unbind_detached(self.pool().store(), &lease);
+        lease.with_session(None)
     }
 }
 

@@ -123,6 +123,39 @@ impl WaiterId {
     }
 }
 
+/// The id of a store handle's session (R16, amended): a record in a
+/// networked store, with an expiry on the server's clock, that bound
+/// leases belong to ([`Session`](crate::Session)). Random (UUID v4), made
+/// by the handle; never reused.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
+pub struct SessionId(Uuid);
+
+impl SessionId {
+    /// A fresh random session id.
+    pub fn new() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// The UUID inside.
+    pub const fn as_uuid(&self) -> &Uuid {
+        &self.0
+    }
+
+    /// The session id with this UUID, as a store reads it back.
+    pub const fn from_uuid(uuid: Uuid) -> Self {
+        Self(uuid)
+    }
+}
+
+impl Default for SessionId {
+    /// Same as [`SessionId::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Default for WaiterId {
     /// Same as [`WaiterId::new`].
     fn default() -> Self {
@@ -194,6 +227,7 @@ macro_rules! uuid_fmt {
 uuid_fmt!(PoolId);
 uuid_fmt!(LeaseId);
 uuid_fmt!(WaiterId);
+uuid_fmt!(SessionId);
 
 #[cfg(test)]
 mod tests {

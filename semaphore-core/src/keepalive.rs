@@ -1,9 +1,8 @@
 //! Keep-alive: a lease renewed in the background while its guard lives,
-//! and a signal when a renewal finds it lost (SPEC "Beyond the basic
-//! model").
+//! and a signal when it is lost (SPEC "Beyond the basic model", R17).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
@@ -18,7 +17,7 @@ const RETRY_FIRST: Duration = Duration::from_millis(50);
 pub(crate) enum Kept {
     /// Renewed: the lease as it now stands.
     Alive(Lease),
-    /// A renewal found the lease gone, for this reason.
+    /// The lease is lost, for this reason.
     Lost(Arc<Error>),
 }
 
@@ -50,59 +49,101 @@ async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Send
     let every = (ttl / 3).max(Duration::from_millis(1));
     let mut next = due(&lease, ttl, every);
     let mut backoff = RETRY_FIRST;
+    let session = lease.session;
     loop {
-        pool.store().clock().sleep_until(next).await;
+        let clock = pool.store().clock();
+        tokio::select! {
+            biased;
+            () = session_ended(&pool, session) => {
+                return give_up(&pool, &lease, &tx, session_lost(&lease));
+            }
+            () = clock.sleep_until(next) => {}
+        }
         match renew_before_expiry(&pool, &lease, ttl).await {
             Ok(renewed) => {
-                lease = renewed;
+                // The renewed lease keeps its binding.
+                lease = renewed.with_session(session);
                 backoff = RETRY_FIRST;
                 next = due(&lease, ttl, every);
                 let _ = tx.send(Kept::Alive(lease.clone()));
             }
-            Err(e) if e.is_retryable() && pool.store().clock().now() < lease.expires_at => {
+            Err(e) if e.is_retryable() && clock.now() < lease.expires_at => {
                 // Retry until the lease would have expired; then the next
                 // try fails with LeaseExpired.
-                next = saturating_add(pool.store().clock().now(), backoff).min(lease.expires_at);
+                next = saturating_add(clock.now(), backoff).min(lease.expires_at);
                 backoff = (backoff * 2).min(every);
             }
-            Err(e) => {
-                crate::telemetry::lost(pool.name(), &lease, &e);
-                let _ = tx.send(Kept::Lost(Arc::new(e)));
-                return;
-            }
+            Err(e) => return give_up(&pool, &lease, &tx, e),
         }
     }
 }
 
-/// Renews `lease`, or fails with [`Error::LeaseExpired`] once it expires by
-/// the store's clock while the renewal is still under way (a stalled
-/// server, a row lock held elsewhere): the loss is reported at the expiry,
-/// whatever the store call is doing. The abandoned call is dropped; if it
-/// did renew after all, the guard's return frees the slot.
+fn give_up(pool: &Pool, lease: &Lease, tx: &watch::Sender<Kept>, reason: Error) {
+    crate::telemetry::lost(pool.name(), lease, &reason);
+    let _ = tx.send(Kept::Lost(Arc::new(reason)));
+}
+
+fn session_lost(lease: &Lease) -> Error {
+    Error::SessionLost {
+        pool: lease.pool,
+        lease: lease.id,
+    }
+}
+
+/// Resolves once the lease's session (if it has one) can no longer vouch
+/// for it; never for an unbound lease.
+async fn session_ended(pool: &Pool, session: Option<crate::SessionId>) {
+    match (session, pool.store().session()) {
+        (Some(id), Some(s)) => s.ended(id).await,
+        (Some(_), None) => {}
+        (None, _) => std::future::pending().await,
+    }
+}
+
+/// Renews `lease`, or fails once it is lost while the renewal is still
+/// under way (a stalled server, a row lock held elsewhere, a partition):
+/// with [`Error::LeaseExpired`] once the store's clock reaches its expiry,
+/// with [`Error::SessionLost`] once its session no longer vouches for it.
+/// The loss is reported then, whatever the store call is doing. The
+/// abandoned call is dropped; if it did renew after all, the guard's
+/// return frees the slot.
 async fn renew_before_expiry(pool: &Pool, lease: &Lease, ttl: Duration) -> Result<Lease, Error> {
-    let clock = pool.store().clock();
     let mut renewal = std::pin::pin!(pool.renew(lease, ttl));
-    loop {
-        tokio::select! {
-            biased;
-            renewed = &mut renewal => return renewed,
-            () = clock.sleep_until(lease.expires_at) => {
-                // A clock may wake early; only its own reading counts.
-                if clock.now() >= lease.expires_at {
-                    return Err(Error::LeaseExpired {
-                        pool: lease.pool,
-                        lease: lease.id,
-                        expired_at: lease.expires_at,
-                    });
-                }
+    tokio::select! {
+        biased;
+        renewed = &mut renewal => renewed,
+        e = until_lost(pool, lease) => Err(e),
+    }
+}
+
+/// Resolves when `lease`, as it stands, is lost by the store's clock or
+/// its session: what [`LeaseGuard::lost`](crate::LeaseGuard::lost) waits
+/// for without keep-alive.
+pub(crate) async fn until_lost(pool: &Pool, lease: &Lease) -> Error {
+    let clock = pool.store().clock();
+    let expired = async {
+        loop {
+            clock.sleep_until(lease.expires_at).await;
+            // A clock may wake early; only its own reading counts.
+            if clock.now() >= lease.expires_at {
+                return;
             }
         }
+    };
+    tokio::select! {
+        biased;
+        () = session_ended(pool, lease.session) => session_lost(lease),
+        () = expired => Error::LeaseExpired {
+            pool: lease.pool,
+            lease: lease.id,
+            expired_at: lease.expires_at,
+        },
     }
 }
 
 /// When `lease`, granted or renewed for `ttl`, is next due for renewal:
 /// `every` after it was granted or last renewed.
-fn due(lease: &Lease, ttl: Duration, every: Duration) -> std::time::SystemTime {
+fn due(lease: &Lease, ttl: Duration, every: Duration) -> SystemTime {
     saturating_add(lease.expires_at, every)
         .checked_sub(ttl)
         .unwrap_or(lease.expires_at)

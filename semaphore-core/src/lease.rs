@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 pub use crate::positions::Positions;
-use crate::{LeaseId, PoolId};
+use crate::{LeaseId, PoolId, SessionId};
 
 /// One or more held slots of one pool (SPEC vocabulary, "lease"; R5, R6,
 /// R9, R15).
@@ -38,6 +38,14 @@ pub struct Lease {
     /// When the lease frees itself, in wall-clock time, to whole
     /// milliseconds (R7).
     pub expires_at: SystemTime,
+    /// The session the lease is bound to (R16, amended), on a store whose
+    /// bound leases belong to its handle's session (the networked ones):
+    /// the lease is active only while that session lives. `None` for an
+    /// unbound lease and on stores whose holder is the process itself
+    /// (memory, SQLite), in the admin listing
+    /// ([`Pool::holders`](crate::Pool::holders)), and once
+    /// [`LeaseGuard::forget`](crate::LeaseGuard::forget) unbinds it.
+    pub session: Option<SessionId>,
 }
 
 impl Lease {
@@ -69,7 +77,14 @@ impl Lease {
             positions,
             token,
             expires_at,
+            session: None,
         }
+    }
+
+    /// This lease, bound to `session`; for stores reading one back.
+    pub fn with_session(mut self, session: Option<SessionId>) -> Self {
+        self.session = session;
+        self
     }
 
     /// The number of slots the lease holds: `n` for a borrow of `n` (R15).

@@ -20,11 +20,26 @@
 //! # Several slots, and holders that die
 //! A borrow may take `n` slots as one lease ([`Pool::borrow_n`],
 //! [`BorrowOptions::slots`]; R15): the `n` lowest free positions, one id,
-//! one token, one expiry. A lease is by default bound to its holder
-//! ([`BorrowOptions::bound`]; R16): when the holder's process (SQLite), its
-//! store session (PostgreSQL) or its connection (Redis) is gone, the next
-//! call that looks at the pool treats the lease as expired, so a SIGKILLed
-//! holder's slot comes back at once instead of at its ttl.
+//! one token, one expiry. A lease is by default bound to its holder's
+//! session ([`BorrowOptions::bound`]; R16 as amended): the process itself
+//! for SQLite (a kernel lock), and for PostgreSQL, Redis and MySQL a
+//! [`Session`] of the store handle, a record with an end on the server's
+//! clock that the handle heartbeats. A connection lost and back within the
+//! session timeout ends nothing; a holder gone for good loses its bound
+//! leases (at once for SQLite, at its session's end otherwise) instead of
+//! at their ttl. [`LeaseGuard::forget`] unbinds a lease.
+//!
+//! # The holder knows first
+//! [`LeaseGuard::is_held`] says, without I/O, whether the lease is still
+//! certainly held: it compares the lease's expiry and its session's end
+//! with the store's clock, which for a networked store never reads earlier
+//! than the server's ([`store::ServerClock`]). It turns `false`, and
+//! [`LeaseGuard::lost`] resolves, no later than anyone else can be granted
+//! the lease's slots (R17), as long as this process runs. A holder that
+//! acts on the resource only while it says `true`, and passes the fencing
+//! token along, never acts beside the next holder. [`Session::state`]
+//! tells whether the store can be reached (Curator's connection states:
+//! connected, suspended, lost).
 //!
 //! # Features
 //! All off by default; each store crate forwards them.
@@ -104,6 +119,7 @@ mod options;
 mod pool;
 mod positions;
 mod server_clock;
+mod session;
 mod set;
 mod slot;
 pub mod store;
@@ -114,16 +130,17 @@ mod wait;
 pub mod conformance;
 
 // The user API: one page.
-pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use clock::{Clock, ManualClock, MonotonicClock, Sleep, SystemClock};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseGuard, OwnedLeaseGuard};
-pub use id::{LeaseId, POOL_NAMESPACE, PoolId};
+pub use id::{LeaseId, POOL_NAMESPACE, PoolId, SessionId};
 #[cfg(feature = "tower")]
 pub use layer::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use lease::{Holder, Lease, PoolState, Positions};
 pub use limits::Limits;
 pub use options::BorrowOptions;
 pub use pool::{Enqueued, HELD_POLL_INTERVAL, Pool, QueuedBorrow};
+pub use session::{Session, SessionState};
 pub use set::{LeaseSet, PoolSet};
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;

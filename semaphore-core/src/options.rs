@@ -36,6 +36,16 @@ pub struct BorrowOptions {
     /// 1 to [`Limits::max_key_len`] bytes (default 255), no control, format,
     /// line or paragraph separator characters. Keys are per pool.
     pub key: Option<String>,
+    /// A digest of the request the key is used for (any 128 bits the
+    /// caller derives from what it asks: a hash of a request body), stored
+    /// with the key in the step that grants. A borrow with the same key and
+    /// the same digest gets the same lease; one with another digest (or
+    /// none, where the lease has one) is refused with
+    /// [`Error::KeyReused`](crate::Error::KeyReused) in that same step,
+    /// however many processes race (SPEC fourth round, "Idempotency keys are
+    /// atomic"; the IETF idempotency-key draft's 422). Ignored without a
+    /// key.
+    pub request_digest: Option<u128>,
     /// A label saying who holds the lease (a host and process, a job id),
     /// shown by [`Pool::holders`](crate::Pool::holders). 1 to
     /// [`Limits::max_owner_len`] bytes (default 64), no control, format,
@@ -65,6 +75,7 @@ impl Default for BorrowOptions {
         Self {
             slots: 1,
             key: None,
+            request_digest: None,
             owner: None,
             bound: true,
             wait_while_draining: false,
@@ -105,6 +116,13 @@ impl BorrowOptions {
         self
     }
 
+    /// These options with request digest `digest` for their key
+    /// ([`BorrowOptions::request_digest`]).
+    pub fn request_digest(mut self, digest: u128) -> Self {
+        self.request_digest = Some(digest);
+        self
+    }
+
     /// These options with owner label `owner`.
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(owner.into());
@@ -139,7 +157,10 @@ impl BorrowOptions {
             slots,
             bound: self.bound,
             wait_while_draining: self.wait_while_draining,
-            key: self.key.as_deref().map(Arc::from),
+            key: self
+                .key
+                .as_deref()
+                .map(|key| crate::store::stored_key(key, self.request_digest)),
             owner: self.owner.as_deref().map(Arc::from),
         })
     }

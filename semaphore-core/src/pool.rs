@@ -10,6 +10,7 @@ use crate::options::Labels;
 use crate::telemetry::{self, Name};
 use crate::wait::{HandOff, Seat};
 
+mod admin;
 mod drain;
 mod held;
 mod leases;
@@ -18,10 +19,19 @@ mod waiters;
 mod weighted;
 use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseGuard, LeaseId, Limits, OwnedLeaseGuard,
-    PoolId, PoolState, Result, Store,
+    PoolId, Result, Store,
 };
 pub use held::HELD_POLL_INTERVAL;
 pub use queued::{Enqueued, QueuedBorrow};
+
+/// The session a bound request names: the one open now on a store with
+/// sessions (R16, amended), `None` otherwise.
+pub(crate) fn bind(store: &Arc<dyn Store>, bound: bool) -> Option<crate::SessionId> {
+    if !bound {
+        return None;
+    }
+    store.session().and_then(crate::Session::current)
+}
 
 /// A handle on one pool of a store: register, inspect, delete, borrow and
 /// return.
@@ -140,98 +150,6 @@ impl Pool {
 
     pub(crate) fn now(&self) -> SystemTime {
         truncate_ms(self.store.clock().now())
-    }
-
-    /// Creates the pool with `count` slots, or sets the count of an existing
-    /// one (R2); returns its state. Idempotent. Raising the count wakes
-    /// waiters at once; lowering it below `in_use` revokes nothing and only
-    /// withholds new grants (positions at or above the new count are not
-    /// handed out, R6).
-    ///
-    /// # Errors
-    /// - [`Error::InvalidArgument`] naming `count` if it is above
-    ///   [`Limits::max_count`] (default 1000); nothing changes.
-    /// - [`Error::Storage`] if the store failed; nothing changes.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may or may not leave the count set; it is never
-    /// half set.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), semaphore_memory::Error> {
-    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
-    /// let state = pool.register(4).await?; // created with 4 slots
-    /// assert_eq!((state.count, state.available), (4, 4));
-    /// pool.register(2).await?; // registering again sets the count
-    /// assert_eq!(pool.inspect().await?.count, 2);
-    /// # Ok(()) }
-    /// ```
-    pub async fn register(&self, count: u32) -> Result<PoolState> {
-        let count = self.limits.check_count(count)?;
-        telemetry::counted(&self.name, self.store.register(self.id, count).await)
-    }
-
-    /// The pool's `{id, count, in_use, available}` as of one instant (R3).
-    /// Expired leases never count (R7). Never shows lease ids.
-    ///
-    /// # Errors
-    /// [`Error::PoolNotFound`] for an unregistered or deleted pool;
-    /// [`Error::Storage`] if the store failed.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it changes nothing.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), semaphore_memory::Error> {
-    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
-    /// # pool.register(2).await?;
-    /// let _held = pool.borrow(Duration::from_secs(30), Duration::ZERO).await?;
-    /// let state = pool.inspect().await?;
-    /// assert_eq!((state.count, state.in_use, state.available), (2, 1, 1));
-    /// # Ok(()) }
-    /// ```
-    pub async fn inspect(&self) -> Result<PoolState> {
-        telemetry::counted(&self.name, self.store.inspect(self.id).await)
-    }
-
-    /// Removes the pool and all its leases (R4); `true` if it existed.
-    /// Idempotent. Borrowers waiting on it fail with
-    /// [`Error::PoolNotFound`] at once; its lease ids stop being valid.
-    /// Tokens keep growing if it is registered again (R9).
-    ///
-    /// # Errors
-    /// [`Error::Storage`] if the store failed; nothing was removed.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may or may not leave the pool deleted; it is
-    /// never half deleted.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use semaphore_memory::{MemoryStore, Pool, PoolId};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), semaphore_memory::Error> {
-    /// # let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
-    /// # pool.register(2).await?;
-    /// assert!(pool.delete().await?); // it existed
-    /// assert!(!pool.delete().await?); // idempotent
-    /// assert!(matches!(pool.inspect().await, Err(semaphore_memory::Error::PoolNotFound { .. })));
-    /// # Ok(()) }
-    /// ```
-    pub async fn delete(&self) -> Result<bool> {
-        telemetry::counted(&self.name, self.store.delete(self.id).await)
     }
 
     /// Borrows the lowest free slot for `ttl`, waiting up to `wait` for one
@@ -454,6 +372,7 @@ impl Pool {
                 waited: wait,
             };
             let first = LeaseId::new();
+            let mut last = first;
             acquire(
                 &self.store,
                 std::slice::from_ref(&self.id),
@@ -470,18 +389,25 @@ impl Pool {
                 }),
                 labels.wait_while_draining,
                 exhausted,
-                |_now, waiter| {
+                |_now, waiter, again| {
                     // Only the first attempt, made before queueing, is made
                     // without a waiter: a hand-off reuses its id, so it must be
                     // the one attempt that can never have been granted then.
+                    // An attempt after one whose answer was lost asks under
+                    // its id, so that the store answers what it granted.
                     let lease = if waiter.is_none() {
                         first
+                    } else if again {
+                        last
                     } else {
                         LeaseId::new()
                     };
+                    last = lease;
                     let mut request = BorrowRequest::new(self.id, lease, ttl);
                     request.slots = labels.slots;
                     request.bound = labels.bound;
+                    request.session = bind(&self.store, labels.bound);
+                    request.retried = again && waiter.is_some();
                     request.waiter = waiter;
                     request.key.clone_from(&labels.key);
                     request.owner.clone_from(&labels.owner);

@@ -1,23 +1,92 @@
 //! [`ServerClock`]: a process's view of a database server's clock, and
 //! [`DecidingClock`]: which clock decides, for the stores whose server
 //! decides expiry (SPEC "Time").
+//!
+//! The view is conservative (R17): it reads the latest the server's clock
+//! can show now, never less. A reading `S` of the server's clock, taken in
+//! a step this process sent at local instant `t0`, was made at or after
+//! `t0`; so at any later local instant `t` the server's clock shows at most
+//! `S + 1 ms + (t - t0) * (1 + ε)`, where the 1 ms covers the server's
+//! truncation to whole milliseconds and `ε` = [`RATE_MARGIN_PPM`] covers
+//! the two clocks running at different rates. The view keeps the lowest
+//! such bound of all its readings. A holder that compares a lease's expiry
+//! with this view therefore stops believing it holds the lease no later
+//! than the server lets anyone else take it, however long a round trip
+//! took or a reply was lost.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::clock::unix_ms;
-use crate::{Clock, ManualClock, Sleep, SystemClock};
+use parking_lot::Mutex;
+
+use crate::clock::{from_unix_ms, unix_ms};
+use crate::{Clock, ManualClock, MonotonicClock, Sleep};
+
+/// The margin for clock rate the view allows, in parts per million: the
+/// server's clock may run this much faster than this process's, as
+/// measured on this process's clock. 1000 ppm (0.1 %) covers a quartz
+/// clock's error (tens of ppm) and NTP's largest slew (500 ppm) on both
+/// machines.
+pub const RATE_MARGIN_PPM: i64 = 1000;
 
 /// This process's view of a database server's clock, which decides expiry
-/// for every machine (SPEC "Time"): a local clock plus the offset last
-/// measured against the server. It times the core's waits; an estimate
-/// that is off only moves a wake-up, since every wake re-checks the store.
+/// for every machine (SPEC "Time"): a local clock plus what its readings of
+/// the server's clock bound.
+///
+/// [`now`](Clock::now) is an upper bound of the server's clock (see the
+/// module docs), so a lease whose expiry is after it is certainly still
+/// active on the server (R17), and a wait timed by it wakes no later than
+/// the server reaches the deadline. [`offset`](ServerClock::offset) is the
+/// midpoint estimate, for people.
 pub struct ServerClock {
     local: Arc<dyn Clock>,
-    /// Server minus local, in ms.
+    /// Server minus local, in ms, at the midpoint of the last reading.
     offset_ms: AtomicI64,
+    /// The reading that bounds the server's clock lowest; `None` before
+    /// the first.
+    bound: Mutex<Option<Bound>>,
+}
+
+/// One reading of the server's clock: `server_ms` read in a step sent at
+/// local `sent_ms` (plus the 1 ms of truncation).
+#[derive(Debug, Clone, Copy)]
+struct Bound {
+    sent_ms: i64,
+    server_ms: i64,
+}
+
+impl Bound {
+    /// The latest the server's clock can read at local `t_ms`.
+    fn at(self, t_ms: i64) -> i64 {
+        let elapsed = i128::from((t_ms - self.sent_ms).max(0));
+        let bound = i128::from(self.server_ms)
+            + 1
+            + elapsed
+            + div_ceil(elapsed * i128::from(RATE_MARGIN_PPM), 1_000_000);
+        i64::try_from(bound).unwrap_or(i64::MAX)
+    }
+
+    /// The earliest local instant at which [`at`](Bound::at) reaches
+    /// `server_ms` (saturating, for deadlines as far as [`MAX_UNIX_MS`](crate::store::MAX_UNIX_MS)).
+    fn local_when(self, server_ms: i64) -> i64 {
+        let need = i128::from(server_ms) - i128::from(self.server_ms) - 1;
+        if need <= 0 {
+            return self.sent_ms;
+        }
+        let ppm = i128::from(RATE_MARGIN_PPM);
+        // elapsed * (1 + ppm/1e6) >= need, smallest such elapsed.
+        let mut elapsed = need * 1_000_000 / (1_000_000 + ppm);
+        while elapsed + div_ceil(elapsed * ppm, 1_000_000) < need {
+            elapsed += 1;
+        }
+        i64::try_from(i128::from(self.sent_ms) + elapsed).unwrap_or(i64::MAX)
+    }
+}
+
+fn div_ceil(a: i128, b: i128) -> i128 {
+    (a + b - 1).div_euclid(b)
 }
 
 impl fmt::Debug for ServerClock {
@@ -30,55 +99,78 @@ impl fmt::Debug for ServerClock {
 }
 
 impl ServerClock {
-    /// A view of `local`, with no offset until the first
-    /// [`observe`](Self::observe).
+    /// A view of `local`, which reads `local` itself (no offset, no bound)
+    /// until the first [`observe`](Self::observe). Stores observe at
+    /// connect.
     pub fn new(local: Arc<dyn Clock>) -> Self {
         Self {
             local,
             offset_ms: AtomicI64::new(0),
+            bound: Mutex::new(None),
         }
     }
 
-    /// The server's clock minus this process's, as last measured.
+    /// The server's clock minus this process's, as last measured (the
+    /// midpoint estimate): its size, and whether the server is ahead.
     pub fn offset(&self) -> (Duration, bool) {
         let ms = self.offset_ms.load(Ordering::Relaxed);
         (Duration::from_millis(ms.unsigned_abs()), ms >= 0)
     }
 
-    /// Records a reading of the server's clock, `server_ms`, taken between
-    /// this process's `before` and `after`: the server read it at about
-    /// their midpoint.
+    /// Records a reading of the server's clock, `server_ms` (unix ms), taken
+    /// in a step sent at this process's `before` and answered by `after`
+    /// (both readings of [`local`](Self::local)). The reading bounds the
+    /// view from `before` on; the midpoint estimate takes it as read at the
+    /// midpoint.
     pub fn observe(&self, before: SystemTime, server_ms: i64, after: SystemTime) {
         let (before, after) = (unix_ms(before) as i64, unix_ms(after) as i64);
         let midpoint = before + (after - before) / 2;
         self.offset_ms
             .store(server_ms - midpoint, Ordering::Relaxed);
+        let new = Bound {
+            sent_ms: before,
+            server_ms,
+        };
+        let mut bound = self.bound.lock();
+        // Equal rates: the lower of two bounds now stays the lower. A
+        // reading above the old bound at `after` proves it wrong (the
+        // server's clock stepped forward, or another server with a clock
+        // ahead answers after a failover): it no longer bounds anything,
+        // and the new one replaces it at once, or a holder would see its
+        // lease live for as long as the step lasts (issue 38, hostile
+        // round: 4 s for a 4 s step).
+        if bound.is_none_or(|old| new.at(after) <= old.at(after) || server_ms > old.at(after)) {
+            *bound = Some(new);
+        }
     }
 
     /// The local clock, whose readings [`observe`](Self::observe) takes.
     pub fn local(&self) -> &dyn Clock {
         &*self.local
     }
-
-    fn shift(&self, t: SystemTime, forward: bool) -> SystemTime {
-        let ms = self.offset_ms.load(Ordering::Relaxed);
-        let by = Duration::from_millis(ms.unsigned_abs());
-        let later = (ms >= 0) == forward;
-        if later {
-            t.checked_add(by).unwrap_or(t)
-        } else {
-            t.checked_sub(by).unwrap_or(t)
-        }
-    }
 }
 
 impl Clock for ServerClock {
+    /// The latest the server's clock can read now (module docs).
     fn now(&self) -> SystemTime {
-        self.shift(self.local.now(), true)
+        let local = self.local.now();
+        match *self.bound.lock() {
+            Some(bound) => from_unix_ms(bound.at(unix_ms(local) as i64).max(0) as u64),
+            None => local,
+        }
     }
 
+    /// Completes once [`now`](Clock::now) reaches `deadline`: no later
+    /// than the server's clock does.
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
-        self.local.sleep_until(self.shift(deadline, false))
+        let bound = *self.bound.lock();
+        match bound {
+            Some(bound) => {
+                let when = bound.local_when(unix_ms(deadline) as i64);
+                self.local.sleep_until(from_unix_ms(when.max(0) as u64))
+            }
+            None => self.local.sleep_until(deadline),
+        }
     }
 }
 
@@ -97,9 +189,10 @@ pub enum DecidingClock {
 }
 
 impl Default for DecidingClock {
-    /// The server's clock, viewed through the system clock.
+    /// The server's clock, viewed through this process's
+    /// [`MonotonicClock`].
     fn default() -> Self {
-        DecidingClock::Server(Arc::new(ServerClock::new(Arc::new(SystemClock))))
+        DecidingClock::Server(Arc::new(ServerClock::new(Arc::new(MonotonicClock::new()))))
     }
 }
 
@@ -135,15 +228,78 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_view_adds_the_measured_offset_and_waits_by_it() {
+    fn the_view_bounds_the_server_from_above_and_keeps_the_tightest_reading() {
         let local = Arc::new(ManualClock::new());
         let view = ServerClock::new(local.clone());
         let t = local.now();
-        // The server read 30 s ahead, halfway through a 10 ms round trip.
-        let server = unix_ms(t + Duration::from_millis(5) + Duration::from_secs(30)) as i64;
+        // The server read 30 s ahead, in a step sent at t and answered at
+        // t + 10 ms.
+        let server = unix_ms(t + Duration::from_secs(30)) as i64;
         view.observe(t, server, t + Duration::from_millis(10));
-        assert_eq!(view.offset(), (Duration::from_secs(30), true));
-        assert_eq!(view.now(), t + Duration::from_secs(30));
-        assert_eq!(view.shift(t + Duration::from_secs(30), false), t);
+        assert_eq!(view.offset(), (Duration::from_millis(29_995), true));
+        local.advance(Duration::from_millis(10));
+        // At most 10 ms of the server's time passed, plus the rate margin
+        // (10 µs, rounded up to 1 ms) and 1 ms of truncation.
+        assert_eq!(
+            view.now(),
+            t + Duration::from_secs(30) + Duration::from_millis(12)
+        );
+        // A reading after a slow round trip bounds less tightly: ignored.
+        let later = local.now();
+        view.observe(later, server + 500, later + Duration::from_millis(900));
+        local.advance(Duration::from_millis(900));
+        assert_eq!(
+            view.now(),
+            t + Duration::from_secs(30) + Duration::from_millis(912)
+        );
+        // One that bounds tighter replaces it.
+        let again = local.now();
+        view.observe(again, server + 905, again + Duration::from_millis(1));
+        assert_eq!(
+            view.now(),
+            t + Duration::from_secs(30) + Duration::from_millis(906)
+        );
+    }
+
+    #[test]
+    fn a_reading_above_the_bound_replaces_it_at_once() {
+        let local = Arc::new(ManualClock::new());
+        let view = ServerClock::new(local.clone());
+        let t = local.now();
+        let server = unix_ms(t) as i64;
+        view.observe(t, server, t + Duration::from_millis(1));
+        local.advance(Duration::from_secs(10));
+        // The server's clock stepped 4 s forward meanwhile: its reading is
+        // above what the old bound allowed.
+        let now = local.now();
+        let stepped = server + 14_000;
+        view.observe(now, stepped, now + Duration::from_millis(1));
+        local.advance(Duration::from_millis(1));
+        assert!(
+            unix_ms(view.now()) as i64 >= stepped,
+            "the view stayed behind the stepped clock: {:?}",
+            view.now()
+        );
+    }
+
+    #[test]
+    fn a_sleep_until_a_deadline_ends_no_later_than_the_bound_reaches_it() {
+        let sent = 1_000_000;
+        let bound = Bound {
+            sent_ms: sent,
+            server_ms: 5_000_000,
+        };
+        for target in [
+            5_000_000, 5_000_001, 5_000_002, 5_001_000, 5_100_000, 8_600_000,
+        ] {
+            let when = bound.local_when(target);
+            assert!(bound.at(when) >= target, "{target}");
+            assert!(when == sent || bound.at(when - 1) < target, "{target}");
+        }
+        // An hour of local time bounds 3.6 s more of the server's.
+        assert_eq!(
+            bound.at(sent + 3_600_000),
+            5_000_000 + 1 + 3_600_000 + 3_600
+        );
     }
 }

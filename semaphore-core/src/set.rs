@@ -217,6 +217,7 @@ impl PoolSet {
             pool: self.ids[0],
             waited: wait,
         };
+        let mut last: Vec<LeaseId> = Vec::new();
         let leases = acquire(
             store,
             &self.ids,
@@ -225,15 +226,23 @@ impl PoolSet {
             None,
             labels.wait_while_draining,
             exhausted,
-            |_now, waiter| {
+            |_now, waiter, again| {
+                // After an attempt whose answer was lost, its ids again.
+                if !again {
+                    last = self.ids.iter().map(|_| LeaseId::new()).collect();
+                }
+                let session = crate::pool::bind(store, labels.bound);
                 let requests = self
                     .ids
                     .iter()
                     .zip(&self.weights)
-                    .map(|(id, weight)| {
-                        let mut request = BorrowRequest::new(*id, LeaseId::new(), ttl);
+                    .zip(&last)
+                    .map(|((id, weight), lease)| {
+                        let mut request = BorrowRequest::new(*id, *lease, ttl);
                         request.slots = weight.unwrap_or(labels.slots);
                         request.bound = labels.bound;
+                        request.session = session;
+                        request.retried = again;
                         request.waiter = waiter;
                         request.key.clone_from(&labels.key);
                         request.owner.clone_from(&labels.owner);
@@ -313,10 +322,17 @@ impl LeaseSet {
     }
 
     /// Keeps the leases until their ttl instead of returning them on drop,
-    /// and hands them back.
+    /// and hands them back, unbound from their holder (R13, amended, as
+    /// [`LeaseGuard::forget`](crate::LeaseGuard::forget)): they live to
+    /// their ttl whatever becomes of this process, the store handle or its
+    /// session.
     pub fn forget(mut self) -> Vec<Lease> {
         self.armed = false;
-        std::mem::take(&mut self.leases)
+        let leases = std::mem::take(&mut self.leases);
+        for lease in &leases {
+            crate::cancel::unbind_detached(self.set.store(), lease);
+        }
+        leases.into_iter().map(|l| l.with_session(None)).collect()
     }
 }
 

@@ -10,6 +10,7 @@ use expiries::Expiries;
 use free::FreeSet;
 
 use crate::clock::saturating_add;
+use crate::store::key_name;
 use crate::{BorrowRequest, Holder, Lease, LeaseId, PoolId, Positions, TryBorrow};
 
 /// The reference rule R6: the lowest position in `0..count` not in `held`,
@@ -133,7 +134,8 @@ pub struct SlotTable {
     held: u32,
     /// Each active lease's lowest position.
     by_id: foldhash::HashMap<LeaseId, u32>,
-    /// Idempotency keys of active leases, to their lowest position.
+    /// Idempotency keys of active leases by name ([`key_name`]), to their
+    /// lowest position.
     by_key: HashMap<Arc<str>, u32>,
     /// Every active lease's expiry, earliest first, among stale entries.
     expiries: Expiries,
@@ -201,8 +203,12 @@ impl SlotTable {
         if self.draining {
             return TryBorrow::Exhausted { next_expiry: None };
         }
-        if let Some(lease) = self.keyed(request) {
-            return TryBorrow::Granted { lease };
+        match self.keyed(request) {
+            Keyed::Same(lease) => return TryBorrow::Granted { lease },
+            // Refused: a store answers it with `Error::KeyReused` first
+            // (`key_reused`).
+            Keyed::Reused => return TryBorrow::Exhausted { next_expiry: None },
+            Keyed::No => {}
         }
         let Some(positions) = self.lowest_free(request.slots) else {
             return TryBorrow::Exhausted {
@@ -236,7 +242,7 @@ impl SlotTable {
         let lease = held.lease(request.pool);
         self.by_id.insert(held.id, lowest);
         if let Some(key) = &held.key {
-            self.by_key.insert(key.clone(), lowest);
+            self.by_key.insert(Arc::from(key_name(key)), lowest);
         }
         self.expiries.push((held.expires_at, lowest, held.token));
         self.slots[lowest as usize] = Some(Slot::Lease(held));
@@ -250,7 +256,21 @@ impl SlotTable {
     /// its key names an active lease, or its slots are free. Reaps first.
     pub fn can_grant(&mut self, request: &BorrowRequest, now: SystemTime) -> bool {
         self.reap(now);
-        !self.draining && (self.keyed(request).is_some() || self.has_room(request.slots))
+        !self.draining
+            && match self.keyed(request) {
+                Keyed::Same(_) => true,
+                Keyed::Reused => false,
+                Keyed::No => self.has_room(request.slots),
+            }
+    }
+
+    /// Whether the request's key names an active lease granted under
+    /// another stored key (another request's digest): the store answers
+    /// [`Error::KeyReused`](crate::Error::KeyReused), and
+    /// [`grant`](SlotTable::grant) grants nothing. Reaps first.
+    pub fn key_reused(&mut self, request: &BorrowRequest, now: SystemTime) -> bool {
+        self.reap(now);
+        matches!(self.keyed(request), Keyed::Reused)
     }
 
     /// Frees the slots of lease `id` if it is active at `now` (R8); `false`
@@ -321,11 +341,20 @@ impl SlotTable {
         }
     }
 
-    fn keyed(&self, request: &BorrowRequest) -> Option<Lease> {
-        let lowest = *self.by_key.get(request.key.as_ref()?)?;
-        match self.slots.get(lowest as usize)? {
-            Some(Slot::Lease(held)) => Some(held.lease(request.pool)),
-            _ => None,
+    /// The active lease whose key has the request's key's name, if any.
+    fn keyed(&self, request: &BorrowRequest) -> Keyed {
+        let Some(key) = &request.key else {
+            return Keyed::No;
+        };
+        let Some(&lowest) = self.by_key.get(key_name(key)) else {
+            return Keyed::No;
+        };
+        match self.slots.get(lowest as usize) {
+            Some(Some(Slot::Lease(held))) if held.key.as_deref() == Some(&**key) => {
+                Keyed::Same(held.lease(request.pool))
+            }
+            Some(Some(Slot::Lease(_))) => Keyed::Reused,
+            _ => Keyed::No,
         }
     }
 
@@ -379,7 +408,7 @@ impl SlotTable {
         };
         self.by_id.remove(&held.id);
         if let Some(key) = &held.key {
-            self.by_key.remove(key);
+            self.by_key.remove(key_name(key));
         }
         for &p in held.positions.iter() {
             self.slots[p as usize] = None;
@@ -408,3 +437,13 @@ mod free;
 
 #[cfg(test)]
 mod tests;
+
+/// What a request's key finds among the active leases.
+enum Keyed {
+    /// No active lease has a key of its name.
+    No,
+    /// The lease granted under this very key: answered as it stands.
+    Same(Lease),
+    /// A lease granted under the name with another request digest.
+    Reused,
+}

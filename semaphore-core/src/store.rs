@@ -9,41 +9,26 @@
 pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, truncate_ms, unix_ms};
 pub use crate::follow::follow;
 pub use crate::id::WaiterId;
-pub use crate::server_clock::{DecidingClock, ServerClock};
+pub use crate::server_clock::{DecidingClock, RATE_MARGIN_PPM, ServerClock};
+pub use crate::session::Heartbeat;
 pub use crate::slot::{SlotTable, lowest_free, lowest_free_n};
 pub use crate::wait::{Changes, Claim};
 /// Re-exported so that stores name the same `async_trait` as the trait.
 pub use ::async_trait::async_trait;
 
+mod keys;
+mod timeouts;
+pub use keys::{KEY_DIGEST_SEPARATOR, key_name, stored_key};
+pub use timeouts::{
+    CALL_TIMEOUT, DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, bounded, check_session_timeout,
+    session_timeout,
+};
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result};
-
-/// The session timeout a networked store uses unless told otherwise (R16,
-/// amended): 10 s.
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The shortest session timeout a store accepts (R16, amended): 1 s.
-pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Checks a store option's session timeout against [`MIN_SESSION_TIMEOUT`]
-/// and [`MAX_UNIX_MS`].
-///
-/// # Errors
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming
-/// `session_timeout` if it is below 1 s or above [`MAX_UNIX_MS`] ms.
-pub fn check_session_timeout(timeout: Duration) -> Result<()> {
-    if timeout < MIN_SESSION_TIMEOUT || timeout > Duration::from_millis(MAX_UNIX_MS) {
-        return Err(crate::Error::InvalidArgument {
-            field: "session_timeout",
-            allowed: format!("{MIN_SESSION_TIMEOUT:?} or more"),
-            got: format!("{timeout:?}"),
-        });
-    }
-    Ok(())
-}
+use crate::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result, Session, SessionId};
 
 /// One borrow attempt, as the core hands it to [`Store::try_borrow`].
 ///
@@ -75,6 +60,23 @@ pub struct BorrowRequest {
     /// lease as expired once the holder is gone; a store that cannot, or
     /// an unbound request, leaves the lease to its ttl.
     pub bound: bool,
+    /// The session a bound lease belongs to, for a store that has sessions
+    /// ([`Store::session`]; R16, amended): the one open when the borrow
+    /// started (or, after it ended, when the attempt was made). `None` for
+    /// an unbound request, a store without sessions, or while no session is
+    /// open; such a lease is left to its ttl. A store that has sessions
+    /// binds the lease to this one, never to another, and grants nothing
+    /// bound to a session that has ended (it fails the attempt with a
+    /// retryable [`Error::Storage`](crate::Error::Storage) instead), so
+    /// that no lease is born dead.
+    pub session: Option<SessionId>,
+    /// Set when the attempt repeats one whose answer was lost (it failed
+    /// with a storage error, so it may have been granted), under the same
+    /// lease id (SPEC "Lost replies"): a store that may lose answers (a
+    /// networked one) then first looks for an active lease with this id in
+    /// the pool, and answers it as it stands if there is one. A store may
+    /// also look on every attempt.
+    pub retried: bool,
     /// Set when the attempt comes from the head of this process's queue
     /// for the pool, `None` for a first attempt that queued behind no one.
     /// A store shared by processes may keep the heads it has seen in a queue
@@ -95,9 +97,15 @@ pub struct BorrowRequest {
     /// single-pool attempt ([`Store::try_borrow`]) that names a `waiter`
     /// and a `key`. An in-process store ignores it, as it ignores `waiter`.
     pub hold: Option<Duration>,
-    /// The idempotency key, checked: while a lease granted with this key is
-    /// active in the pool, the store answers with that lease instead of
-    /// granting another, whether or not a slot is free.
+    /// The idempotency key, checked, as the store keeps it: the caller's
+    /// key, then [`KEY_DIGEST_SEPARATOR`] and the request's digest if it
+    /// has one ([`stored_key`]). Keys match by their name ([`key_name`]):
+    /// while a lease granted under the same name is active in the pool,
+    /// the store answers with that lease if its stored key is this one,
+    /// and fails with [`Error::KeyReused`](crate::Error::KeyReused) if not
+    /// (another request's digest), whether or not a slot is free, in the
+    /// step that would have granted (SPEC fourth round, "Idempotency keys
+    /// are atomic").
     pub key: Option<Arc<str>>,
     /// The owner label, checked; kept with the lease for
     /// [`Store::holders`].
@@ -114,6 +122,8 @@ impl BorrowRequest {
             ttl: ttl.min(Duration::from_millis(MAX_UNIX_MS)),
             slots: 1,
             bound: true,
+            session: None,
+            retried: false,
             waiter: None,
             hold: None,
             key: None,
@@ -254,14 +264,20 @@ impl TryBorrowAll {
 ///   a delete), the store calls
 ///   [`Changes::notify`] for that pool, and [`Changes::notify_all`] when it
 ///   learns that another process changed the shared state.
-/// - **Holders** (R16). A store that can see a holder end (a process's
-///   kernel lock, a database session, a connection) records the holder
-///   with each lease of a [`BorrowRequest::bound`] request, and treats a
-///   lease whose holder is gone as expired in every step that looks at the
-///   pool (at least: a borrow that would be refused, `inspect`, `holders`).
-///   It must never take a live holder for gone: where liveness cannot be
-///   told, the lease is left to its ttl. An in-process store may ignore
-///   `bound`: its holder is the process, and it dies with it.
+/// - **Holders** (R16, amended). A bound lease belongs to its holder's
+///   session. A store whose holder is the process (SQLite: a kernel lock
+///   that only the process's end releases) records the holder with each
+///   lease of a [`BorrowRequest::bound`] request; a networked store records
+///   [`BorrowRequest::session`], keeps a record per session with an end on
+///   its deciding clock ([`Heartbeat`]), and never binds a lease to a
+///   session that has ended. A lease whose holder is gone or whose
+///   session's end has passed is not active, in every step (R7 applies to
+///   it as to an expiry; a refusal's `next_expiry` counts the sessions'
+///   ends). A connection's loss alone ends nothing. A store must never take
+///   a live holder for gone: where liveness cannot be told, the lease is
+///   left to its ttl. A renewal of a lease whose session has ended fails
+///   as for an expired lease. An in-process store may ignore `bound`: its
+///   holder is the process, and it dies with it.
 /// - **Keys.** A request with a key whose lease is active in the pool is
 ///   answered with that lease, unchanged, and takes no slot; keys are per
 ///   pool. A key is free again once its lease is returned or expired.
@@ -272,7 +288,7 @@ impl TryBorrowAll {
 /// - **Unknown pools.** `inspect`, `set_draining`, `try_borrow`,
 ///   `try_borrow_all`, `renew`, `holders` and `force_return` fail with
 ///   [`Error::PoolNotFound`](crate::Error::PoolNotFound); `delete` reports
-///   `false`; `return_lease` reports `false` (R8).
+///   `false`; `return_lease` and `unbind` report `false` (R8).
 /// - **Queued heads.** A store shared by processes may remember each
 ///   [`BorrowRequest::waiter`] it answered `Exhausted`, with its number of
 ///   slots, serve them first come first served, and must forget one on a
@@ -301,6 +317,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The store's change notification, which holds the in-process wait
     /// queues of its pools.
     fn changes(&self) -> &Changes;
+
+    /// The handle's session (R16, amended), for a store whose bound leases
+    /// belong to one: a networked store's, kept by a heartbeat
+    /// ([`Session::start`]). `None` for a store whose holder is the process
+    /// itself (memory, SQLite).
+    fn session(&self) -> Option<&Session>;
 
     /// Creates pool `pool` with `count` slots, or sets the count of an
     /// existing one (R2); returns its state as of the step. Revokes no
@@ -353,6 +375,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// deciding clock, keeping its position, token and labels; the renewed
     /// lease, or `None` if it was not active.
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>>;
+
+    /// Unbinds lease `lease` of `pool` from its holder (R13, amended): if
+    /// it is active, it stays active until its expiry whatever becomes of
+    /// the process, the store handle or its session; `true` if it was
+    /// active. What [`LeaseGuard::forget`](crate::LeaseGuard::forget)
+    /// asks. A store whose holder is the process it runs in (memory) only
+    /// reports whether the lease is active.
+    async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool>;
 
     /// Every active lease of `pool`, by position, with its labels, as of
     /// one instant.

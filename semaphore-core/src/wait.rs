@@ -12,10 +12,18 @@
 //! return's own atomic step and wakes it with the lease in hand, as tokio's
 //! semaphore assigns permits to the waiter it wakes. Nobody can barge in
 //! between (R11), and the head need not ask the store again. A store whose
-//! return is asynchronous (a database transaction) claims the head first
-//! ([`Changes::claim_head`]), so that it does not ask meanwhile, and
-//! delivers the lease once its transaction has committed
-//! ([`Claim::deliver`]).
+//! return is asynchronous (a database transaction) claims a lease for the
+//! queue first ([`Changes::claim_head`]), naming a borrower that then does
+//! not ask meanwhile, and delivers the lease to the head once its
+//! transaction has committed ([`Claim::deliver`]); every return in flight
+//! may hold a claim.
+//!
+//! A single-pool waiter that asks for more slots than the pool's count is
+//! set aside (R15, amended): it keeps its place, but the head is the first
+//! waiter not set aside, so it holds back no one. The first waiter set
+//! aside is woken by each change to check the count
+//! ([`Changes::weigh`]); once the count reaches its weight it is no longer
+//! aside and, being ahead of everyone queued after it, is served first.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -67,6 +75,11 @@ pub struct Changes {
 struct Queue {
     /// Front is the head: the one waiter allowed to ask the store.
     waiters: VecDeque<Arc<Waiter>>,
+    /// The head found the pool draining and waits for the drain's end
+    /// (`wait_while_draining`), or this process drained it; cleared by the
+    /// next change told of. Borrowers that do not wait for a drain fail at
+    /// once instead of queueing behind the head.
+    draining: bool,
 }
 
 /// One queued borrower, as its queues see it.
@@ -84,9 +97,16 @@ struct Waiter {
     since: SystemTime,
     /// Its sequence number among every waiter that joined, from 1.
     seq: u64,
+    /// It fails when its pool drains (not `wait_while_draining`): woken by
+    /// [`Changes::found_draining`].
+    leaves_on_drain: bool,
     /// Its id as the store's queue knows it (R11), made when first needed:
     /// by its first attempt from the queue, or by a [`Claim`].
     id: std::sync::OnceLock<WaiterId>,
+    /// Its weight was above the pool's count when last weighed
+    /// ([`Changes::weigh`]): it keeps its place but is not the head (R15,
+    /// amended). Changed under the queues' lock.
+    aside: AtomicBool,
 }
 
 /// What a hand-off left a waiter.
@@ -99,11 +119,22 @@ struct Handed {
     /// it can set its timer without asking the store. A plain change clears
     /// it: the head must then ask.
     next_expiry: Option<Option<SystemTime>>,
-    /// A store call of its own is in flight: no return may claim it.
+    /// A store call of its own is in flight: no claim names it.
     asking: bool,
-    /// A return claimed it ([`Changes::claim_head`]): it does not ask the
-    /// store until the claim delivers a lease or lets go.
+    /// A return's claim in flight names it to the store
+    /// ([`Changes::claim_head`]): it does not ask the store until that
+    /// claim delivers a lease or lets go.
     claimed: bool,
+    /// It asked the store: the store's queue may hold a place of its.
+    asked: bool,
+    /// A claim delivered it a lease that the claim's step granted after it
+    /// had asked: a place of its may be left in the store's queue (the
+    /// step ended only the named borrower's), which its ticket's place
+    /// then leaves.
+    leave_place: bool,
+    /// The pool its queue's head found draining, for it to fail with
+    /// ([`Changes::found_draining`]).
+    drained: Option<PoolId>,
 }
 
 /// What a queued single-pool borrower asks for, for a store to grant it
@@ -112,7 +143,8 @@ struct Handed {
 pub(crate) struct HandOff {
     /// The id of the lease a hand-off grants: that of the borrow's first
     /// attempt, which was refused if the borrower queued (one random id per
-    /// borrow, not two).
+    /// borrow, not two). A [`Claim`]'s lease has an id of its own: it may go
+    /// to another borrower.
     pub(crate) lease: LeaseId,
     pub(crate) slots: u32,
     pub(crate) bound: bool,
@@ -147,6 +179,11 @@ impl Seat {
 }
 
 impl Waiter {
+    /// Whether it is set aside: see [`Changes::weigh`].
+    fn is_aside(&self) -> bool {
+        self.aside.load(Ordering::Acquire)
+    }
+
     /// Wakes it to ask the store: anything it was told of the pool's
     /// expiry may be stale.
     fn wake_to_ask(&self) {
@@ -169,7 +206,8 @@ impl Changes {
         if !self.has_waiters() {
             return;
         }
-        if let Some(queue) = self.queues.lock().get(&pool) {
+        if let Some(queue) = self.queues.lock().get_mut(&pool) {
+            queue.draining = false;
             queue.notify_head();
         }
         self.tell_watchers();
@@ -179,7 +217,8 @@ impl Changes {
     /// a store that learns of another process's change without knowing
     /// which pool it touched.
     pub fn notify_all(&self) {
-        for queue in self.queues.lock().values() {
+        for queue in self.queues.lock().values_mut() {
+            queue.draining = false;
             queue.notify_head();
         }
         self.tell_watchers();
@@ -204,7 +243,9 @@ impl Changes {
     /// Hands slots of `pool` just freed to this process's queued borrowers
     /// of it, in queue order (R11), while the caller still holds the
     /// pool's atomic step (its lock or transaction) and before anyone else
-    /// can take them. `grant` grants one request as a borrow would, in that
+    /// can take them. `count` is the pool's count in that step: the queue
+    /// is first [weighed](Changes::weigh) with it, so that a waiter for
+    /// more slots than `count` is passed over (R15, amended). `grant` grants one request as a borrow would, in that
     /// same step; each lease it grants goes to the head, which is taken
     /// out of the queue and woken with it. It stops at the first refusal,
     /// telling the new head the earliest expiry the refusal reported (so a
@@ -221,6 +262,7 @@ impl Changes {
     pub fn hand_off(
         &self,
         pool: PoolId,
+        count: u32,
         mut grant: impl FnMut(&BorrowRequest) -> TryBorrow,
     ) -> usize {
         if !self.has_waiters() {
@@ -235,8 +277,10 @@ impl Changes {
         let Some(queue) = queues.get_mut(&pool) else {
             return 0;
         };
+        queue.weigh(count);
         let mut handed = 0;
-        while let Some(head) = queue.waiters.front().cloned() {
+        while let Some(index) = queue.head_index() {
+            let head = queue.waiters[index].clone();
             let Some(asked) = &head.request else {
                 head.wake_to_ask();
                 break;
@@ -248,7 +292,7 @@ impl Changes {
             request.owner.clone_from(&asked.owner);
             match grant(&request) {
                 TryBorrow::Granted { lease } => {
-                    queue.waiters.pop_front();
+                    queue.waiters.remove(index);
                     self.total.fetch_sub(1, Ordering::AcqRel);
                     // The lease first: a ticket that sees itself out of
                     // the queue must find it.
@@ -291,6 +335,28 @@ impl Changes {
         self.hand_offs_paused.store(paused, Ordering::Release);
     }
 
+    /// The head of `pool`'s queue found it draining and waits for the
+    /// drain's end, or this process drained it: the borrowers queued
+    /// are woken, and those
+    /// that do not wait for a drain fail with
+    /// [`Error::Draining`](crate::Error::Draining) at once instead of at
+    /// the end of their wait (SPEC "HTTP, drain"), as do those that come
+    /// until the next change is told of ([`enqueue`](Changes::enqueue)).
+    pub(crate) fn found_draining(&self, pool: PoolId) {
+        let mut queues = self.queues.lock();
+        let Some(queue) = queues.get_mut(&pool) else {
+            return;
+        };
+        queue.draining = true;
+        // The head that found the drain waits it out: it does not leave.
+        for waiter in &queue.waiters {
+            if waiter.leaves_on_drain {
+                waiter.state.lock().drained = Some(pool);
+                waiter.notify.notify_one();
+            }
+        }
+    }
+
     /// Whether any borrower of any pool waits in this process. A store may
     /// skip telling of changes while it is `false`: a borrower that starts
     /// waiting asks the store first.
@@ -305,6 +371,38 @@ impl Changes {
             return 0;
         }
         self.queues.lock().get(&pool).map_or(0, |q| q.waiters.len())
+    }
+
+    /// Whether a borrower of `pool` that is not set aside waits in this
+    /// process: one that a new borrower must queue behind (R11; one set
+    /// aside holds back no one, R15 amended).
+    pub(crate) fn holds_back(&self, pool: PoolId) -> bool {
+        if !self.has_waiters() {
+            return false;
+        }
+        self.queues
+            .lock()
+            .get(&pool)
+            .is_some_and(|q| q.head_index().is_some())
+    }
+
+    /// Tells the queue of `pool` its count, as a store or a waiter just
+    /// read it (R15, amended): each single-pool waiter for more slots than
+    /// `count` is set aside (it keeps its place, but the head is the first
+    /// waiter not set aside, so it holds back no one), and each set aside
+    /// for no more than `count` takes its place back, ahead of everyone
+    /// queued after it. If that changes the head, the new head is woken to
+    /// ask the store. A store that holds the count in the step of a change
+    /// calls it there (the memory store, when the count is set); the
+    /// waiters set aside check the count themselves on each change told of
+    /// ([`notify`](Changes::notify)).
+    pub fn weigh(&self, pool: PoolId, count: u32) {
+        if !self.has_waiters() {
+            return;
+        }
+        if let Some(queue) = self.queues.lock().get(&pool) {
+            queue.weigh(count);
+        }
     }
 
     /// How long the longest-waiting borrower of `pool` in this process has
@@ -343,13 +441,17 @@ impl Changes {
     /// queues is told at once that it is its turn.
     ///
     /// `request` (for a single-pool borrower only) lets a store hand it a
-    /// slot ([`Changes::hand_off`]).
+    /// slot ([`Changes::hand_off`]); `leaves_on_drain` (a borrower that is
+    /// not `wait_while_draining`) has it woken by
+    /// [`found_draining`](Changes::found_draining), and does not join (the
+    /// `Err` names the pool) while a queue it would join is marked draining.
     pub(crate) fn enqueue<'a>(
         &'a self,
         store: &'a Arc<dyn Store>,
         pools: &'a [PoolId],
         request: Option<HandOff>,
-    ) -> Ticket<'a> {
+        leaves_on_drain: bool,
+    ) -> Result<Ticket<'a>, PoolId> {
         let seq = self.joined.fetch_add(1, Ordering::Relaxed) + 1;
         let seat = request.as_ref().and_then(|r| r.seat.clone());
         let waiter = Arc::new(Waiter {
@@ -359,14 +461,22 @@ impl Changes {
             queued: AtomicBool::new(true),
             since: store.clock().now(),
             seq,
+            leaves_on_drain,
             id: std::sync::OnceLock::new(),
+            aside: AtomicBool::new(false),
         });
         let mut queues = self.queues.lock();
+        if leaves_on_drain {
+            let drains = |pool: &&PoolId| queues.get(*pool).is_some_and(|q| q.draining);
+            if let Some(pool) = pools.iter().find(drains) {
+                return Err(*pool);
+            }
+        }
         let mut head_of_all = true;
         for pool in pools {
             let queue = queues.entry(*pool).or_default();
             queue.waiters.push_back(waiter.clone());
-            head_of_all &= queue.waiters.len() == 1;
+            head_of_all &= queue.head().is_some_and(|head| Arc::ptr_eq(head, &waiter));
         }
         self.total.fetch_add(pools.len(), Ordering::AcqRel);
         if head_of_all {
@@ -377,12 +487,12 @@ impl Changes {
             seat.seq.store(seq, Ordering::Release);
             seat.joined.notify_one();
         }
-        Ticket {
+        Ok(Ticket {
             changes: self,
             store,
             pools,
             waiter,
-        }
+        })
     }
 }
 
@@ -421,9 +531,39 @@ impl fmt::Debug for Changes {
 }
 
 impl Queue {
+    /// Where the head is: the first waiter not set aside.
+    fn head_index(&self) -> Option<usize> {
+        self.waiters.iter().position(|w| !w.is_aside())
+    }
+
+    /// The head: the one waiter allowed to ask the store.
+    fn head(&self) -> Option<&Arc<Waiter>> {
+        self.waiters.iter().find(|w| !w.is_aside())
+    }
+
+    /// Wakes the head to ask the store, and the first waiter set aside to
+    /// check the count for all of them (R15, amended).
     fn notify_head(&self) {
-        if let Some(head) = self.waiters.front() {
+        if let Some(head) = self.head() {
             head.wake_to_ask();
+        }
+        if let Some(aside) = self.waiters.iter().find(|w| w.is_aside()) {
+            aside.notify.notify_one();
+        }
+    }
+
+    /// See [`Changes::weigh`]; under the queues' lock.
+    fn weigh(&self, count: u32) {
+        let head = self.head().cloned();
+        for waiter in &self.waiters {
+            if let Some(asked) = &waiter.request {
+                waiter.aside.store(asked.slots > count, Ordering::Release);
+            }
+        }
+        if let Some(now) = self.head()
+            && !head.is_some_and(|head| Arc::ptr_eq(&head, now))
+        {
+            now.wake_to_ask();
         }
     }
 }

@@ -95,6 +95,44 @@ pub async fn drain_fails_waiters_at_once_unless_they_wait_while_draining(f: Fixt
     assert_eq!(lease.position, 0);
 }
 
+/// A head that waits while the pool drains holds back no one from failing:
+/// a borrower queued behind it, and one that comes during the drain, fail
+/// with `Draining` at once (the clock never moves), not at the end of
+/// their wait; the head is granted when the drain ends (issue 38, item 5).
+pub async fn drain_fails_borrowers_behind_a_head_that_waits_it_out(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(1).await.unwrap();
+    let held = pool.borrow(TTL, Duration::ZERO).await.unwrap().forget();
+    let patient = {
+        let pool = pool.clone();
+        let options = BorrowOptions::new().wait_while_draining(true);
+        tokio::spawn(async move {
+            pool.borrow_with(TTL, LONG, options)
+                .await
+                .map(|g| g.forget())
+        })
+    };
+    until_waiting(&pool, 1).await;
+    let plain = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.borrow(TTL, LONG).await.map(|g| g.forget()) })
+    };
+    until_waiting(&pool, 2).await;
+    pool.set_draining(true).await.unwrap();
+    let failed = plain.await.unwrap().unwrap_err();
+    assert!(draining(&failed), "{failed:?}");
+    let late = pool.borrow(TTL, LONG).await.map(|g| g.forget());
+    assert!(matches!(&late, Err(e) if draining(e)), "{late:?}");
+    assert_eq!(pool.waiting(), 1, "the head waits through the drain");
+    pool.set_draining(false).await.unwrap();
+    assert!(pool.return_lease(held.id).await.unwrap());
+    let lease = patient
+        .await
+        .unwrap()
+        .expect("granted once the drain ended");
+    assert_eq!(lease.position, 0);
+}
+
 /// A multi-pool borrow that names a draining pool fails whole, naming it,
 /// and takes nothing from the others.
 pub async fn borrow_all_fails_whole_on_a_draining_pool(f: Fixture) {

@@ -194,6 +194,12 @@ impl Store for GatedStore {
     fn changes(&self) -> &Changes {
         self.inner.changes()
     }
+    fn session(&self) -> Option<&crate::Session> {
+        self.inner.session()
+    }
+    async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        self.through(self.inner.unbind(pool, lease)).await
+    }
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         self.through(self.inner.register(pool, count)).await
     }

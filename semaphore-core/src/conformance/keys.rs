@@ -115,6 +115,77 @@ pub async fn key_retry_does_not_wait_behind_queued_borrowers(f: Fixture) {
     waiter.abort();
 }
 
+/// SPEC fourth round, "Idempotency keys are atomic": sixteen borrowers
+/// race with one key and two request digests. One lease is granted; each
+/// borrower with its digest gets that very lease, each with the other is
+/// refused with `KeyReused`, as is a borrow with no digest, also queued
+/// behind a waiter; the listing shows the key without its digest. Once the
+/// lease is returned, the other digest may have the key.
+pub async fn key_is_kept_with_its_request_digest_atomically(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(3).await.unwrap();
+    let keyed = |digest: u128| key("job-9").request_digest(digest);
+    let racers: Vec<_> = (0..16u128)
+        .map(|i| {
+            let (pool, options) = (pool.clone(), keyed(i % 2));
+            tokio::spawn(async move {
+                let answer = pool.borrow_with(SEC * 60, Duration::ZERO, options).await;
+                (i % 2, answer.map(|g| g.forget()))
+            })
+        })
+        .collect();
+    let mut granted = Vec::new();
+    let mut refused = Vec::new();
+    for racer in racers {
+        match racer.await.unwrap() {
+            (digest, Ok(lease)) => granted.push((digest, lease)),
+            (digest, Err(Error::KeyReused { .. })) => refused.push(digest),
+            (_, Err(e)) => panic!("neither the lease nor KeyReused: {e:?}"),
+        }
+    }
+    let (winner, lease) = granted[0].clone();
+    assert!(
+        granted.iter().all(|g| g == &(winner, lease.clone())),
+        "{granted:?}"
+    );
+    assert!(refused.iter().all(|d| *d != winner), "{refused:?}");
+    assert_eq!(granted.len() + refused.len(), 16);
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+    let plain = pool
+        .borrow_with(SEC * 60, Duration::ZERO, key("job-9"))
+        .await;
+    assert!(matches!(plain, Err(Error::KeyReused { .. })), "{plain:?}");
+    let holders = pool.holders().await.unwrap();
+    assert_eq!(holders[0].key.as_deref(), Some("job-9"));
+    // Behind a waiter, the keyed retry is answered without queueing.
+    let _rest = (
+        pool.borrow(SEC * 60, Duration::ZERO)
+            .await
+            .unwrap()
+            .forget(),
+        pool.borrow(SEC * 60, Duration::ZERO)
+            .await
+            .unwrap()
+            .forget(),
+    );
+    let waiter = spawn_borrow(&pool, SEC, SEC * 3600);
+    until_waiting(&pool, 1).await;
+    let other = pool
+        .borrow_with(SEC * 60, SEC * 3600, keyed(1 - winner))
+        .await;
+    assert!(matches!(other, Err(Error::KeyReused { .. })), "{other:?}");
+    let again = pool.borrow_with(SEC * 60, SEC * 3600, keyed(winner)).await;
+    assert_eq!(again.unwrap().forget(), lease);
+    waiter.abort();
+    assert!(pool.return_lease(lease.id).await.unwrap());
+    let anew = pool
+        .borrow_with(SEC * 60, SEC * 3600, keyed(1 - winner))
+        .await
+        .unwrap()
+        .forget();
+    assert_ne!(anew.id, lease.id);
+}
+
 /// The admin listing shows every active lease by position, with its owner
 /// label, key, token, expiry and id; inspect shows only figures.
 pub async fn holders_lists_active_leases_with_owner_labels(f: Fixture) {

@@ -12,17 +12,24 @@ use crate::{BorrowOptions, Error, Pool, PoolId};
 
 const TTL: Duration = Duration::from_secs(3600);
 
-/// R16: a bound lease (the default) frees as soon as its holder, a store
-/// handle, is gone, long before its ttl, and the slot goes to the next
-/// borrower; an unbound lease of the same holder stays until its ttl; and
-/// while the holder lives, nobody takes its leases. `open` opens a new
-/// handle on the backend under test (all on one store: one file, one
-/// database schema, one key prefix); dropping the first handle must end
-/// its holder (close its lock file, its session, its connection). A store
-/// that learns of the holder's end only by a poll is waited for, bounded
-/// by `patience`: a hang is a failure, not a timing claim.
+/// R16 (amended), R17, R13 (amended): a bound lease (the default) frees
+/// once its holder ends, long before its ttl, and the slot goes to the next
+/// borrower; an unbound lease and a forgotten one of the same holder stay
+/// until their ttl; while the holder lives, nobody takes its leases; and a
+/// holder whose store has sessions is told before anyone else is granted
+/// its slot.
+///
+/// `open` opens a new handle on the backend under test (all on one store:
+/// one file, one database schema, one key prefix). `crash` ends a handle's
+/// holder as a process killed outright would, without dropping anything:
+/// for SQLite it releases the handle's kernel lock; for a store with
+/// sessions it stops the heartbeat ([`Session::abandon`](crate::Session::abandon)),
+/// and the session ends at its timeout (give `open` a short one). A store
+/// that learns of the end only by a poll is waited for, bounded by
+/// `patience`: a hang is a failure, not a timing claim.
 pub async fn r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay<F, Fut>(
     open: F,
+    crash: impl FnOnce(&Arc<dyn Store>),
     patience: Duration,
 ) where
     F: Fn() -> Fut,
@@ -30,16 +37,21 @@ pub async fn r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay<F, Fut>(
 {
     let id = PoolId::from_name("liveness");
     let (first, second) = (open().await, open().await);
-    let holder = Pool::new(first, id);
+    let holder = Pool::new(first.clone(), id);
     let other = Pool::new(second, id);
-    holder.register(3).await.unwrap();
-    let bound = holder.try_borrow(TTL).await.unwrap().forget();
+    holder.register(4).await.unwrap();
+    let bound = holder.try_borrow(TTL).await.unwrap();
     let unbound = holder
         .borrow_with(TTL, Duration::ZERO, BorrowOptions::new().bound(false))
         .await
         .unwrap()
         .forget();
-    assert_eq!((bound.position, unbound.position), (0, 1));
+    let forgotten = holder.try_borrow(TTL).await.unwrap().forget();
+    assert!(holder.unbind(forgotten.id).await.unwrap(), "unbound twice");
+    assert_eq!(
+        (bound.position, unbound.position, forgotten.position),
+        (0, 1, 2)
+    );
 
     // A live holder keeps its leases, however often others look.
     let third = other.try_borrow(TTL).await.unwrap().forget();
@@ -49,14 +61,19 @@ pub async fn r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay<F, Fut>(
             Err(Error::Exhausted { .. })
         ));
     }
-    assert_eq!(other.inspect().await.unwrap().in_use, 3);
+    assert_eq!(other.inspect().await.unwrap().in_use, 4);
     assert!(other.return_lease(third.id).await.unwrap());
+    assert!(bound.is_held());
 
-    drop(holder);
+    crash(&first);
     let freed = tokio::time::timeout(patience, async {
         loop {
             match other.borrow_n(2, TTL, Duration::ZERO).await {
-                Ok(lease) => return lease.forget(),
+                Ok(lease) => {
+                    // R17: told before anyone else could take its slot.
+                    let told = !bound.is_held() || first.session().is_none();
+                    return (lease.forget(), told);
+                }
                 Err(Error::Exhausted { .. }) => tokio::time::sleep(Duration::from_millis(20)).await,
                 Err(e) => panic!("{e}"),
             }
@@ -64,14 +81,18 @@ pub async fn r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay<F, Fut>(
     })
     .await
     .expect("the gone holder's bound lease never freed");
+    assert!(freed.1, "the holder still believed it held its lease");
     assert_eq!(
-        &freed.positions[..],
-        &[0, 2],
+        &freed.0.positions[..],
+        &[0, 3],
         "the bound lease's slot came back"
     );
     let state = other.inspect().await.unwrap();
-    assert_eq!(state.in_use, 3, "the unbound lease stays until its ttl");
+    assert_eq!(state.in_use, 4, "the unbound and forgotten leases stay");
     let listed = other.holders().await.unwrap();
     assert!(listed.iter().any(|h| h.lease.id == unbound.id));
+    assert!(listed.iter().any(|h| h.lease.id == forgotten.id));
     assert!(listed.iter().all(|h| h.lease.id != bound.id));
+    // The crashed holder's guard holds nothing; dropping it is harmless.
+    drop(bound);
 }

@@ -29,6 +29,7 @@ mod held;
 mod keepalive;
 mod keys;
 mod liveness;
+mod lost;
 pub mod model;
 mod multi;
 mod offset;
@@ -48,6 +49,7 @@ pub use held::*;
 pub use keepalive::*;
 pub use keys::*;
 pub use liveness::*;
+pub use lost::*;
 pub use multi::*;
 pub use offset::{OffsetClock, clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease};
 pub use renew::*;
@@ -184,6 +186,7 @@ macro_rules! store_conformance {
             key_retry_after_a_lost_reply_returns_the_same_lease,
             key_borrows_anew_after_return_or_expiry_and_is_per_pool,
             key_retry_does_not_wait_behind_queued_borrowers,
+            key_is_kept_with_its_request_digest_atomically,
             key_retry_dropped_in_its_store_call_keeps_the_lease,
             holders_lists_active_leases_with_owner_labels,
             labels_out_of_range_are_refused_and_nothing_changes,
@@ -207,7 +210,7 @@ macro_rules! store_conformance {
             r15_weighted_borrow_takes_the_n_lowest_free_as_one_lease,
             r15_weighted_lease_is_returned_renewed_forced_and_expired_whole,
             r15_slots_zero_or_above_max_count_are_refused_and_nothing_changes,
-            r15_more_slots_than_the_count_wait_for_a_raise,
+            r15_more_slots_than_the_count_hold_back_no_one_until_a_raise,
             r15_weighted_head_is_not_overtaken_by_smaller_or_larger_borrowers,
             r15_dropped_weighted_waiter_lets_smaller_ones_behind_it_move_up,
             r15_weighted_key_retry_returns_the_same_lease,
@@ -215,6 +218,7 @@ macro_rules! store_conformance {
             r15_lowered_count_counts_every_slot_held,
             drain_stops_new_grants_and_lets_holders_return_and_renew,
             drain_fails_waiters_at_once_unless_they_wait_while_draining,
+            drain_fails_borrowers_behind_a_head_that_waits_it_out,
             borrow_all_fails_whole_on_a_draining_pool,
             two_phase_borrowers_keep_their_places_between_polls,
             two_phase_borrow_dropped_queued_or_granted_holds_nothing,
@@ -225,7 +229,9 @@ macro_rules! store_conformance {
 
 /// Expands the cases for a store that keeps a queue of heads shared by
 /// processes (the *Queued heads* part of
-/// [`Store`](crate::store::Store)'s contract), into `#[test]` functions.
+/// [`Store`](crate::store::Store)'s contract) and answers a retried
+/// attempt with the grant it made ([`BorrowRequest::retried`](crate::store::BorrowRequest::retried)),
+/// into `#[test]` functions.
 /// A store shared by processes runs them beside
 /// [`store_conformance!`](crate::store_conformance); an in-process store,
 /// which keeps no queue of its own, does not.
@@ -238,6 +244,8 @@ macro_rules! store_queue_conformance {
             r11_a_held_place_outlives_its_asker_within_its_hold,
             r12_a_held_place_not_polled_within_its_hold_is_dropped,
             r11_held_places_know_their_place_and_are_woken_by_a_return,
+            lost_reply_of_a_queued_borrow_is_answered_with_the_grant,
+            lost_reply_of_a_first_attempt_is_returned,
         );
     };
 }

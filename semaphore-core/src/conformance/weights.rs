@@ -121,17 +121,42 @@ pub async fn r15_slots_zero_or_above_max_count_are_refused_and_nothing_changes(f
     );
 }
 
-/// R15, R2: a borrow of more slots than the current count waits, as a
-/// borrow on count 0 does, and is granted when the count is raised.
-pub async fn r15_more_slots_than_the_count_wait_for_a_raise(f: Fixture) {
+/// R15, amended: a borrower of more slots than the count keeps its place
+/// but holds back no one while the count is below its weight: later
+/// borrowers of one are granted, the second even with no wait. Once the
+/// count is raised to its weight it is served before later borrowers: a
+/// slot that comes free is not given to the one queued after it.
+pub async fn r15_more_slots_than_the_count_hold_back_no_one_until_a_raise(f: Fixture) {
     let pool = f.pool("p");
     pool.register(2).await.unwrap();
-    let waiter = spawn_borrow_n(&pool, 3);
+    let big = spawn_borrow_n(&pool, 3);
     until_waiting(&pool, 1).await;
     assert_eq!(pool.inspect().await.unwrap().in_use, 0);
+    // Granted within the wait: at once, or as soon as the weight-3 head
+    // learns the count and steps aside.
+    let first = pool.borrow(TTL, LONG).await.unwrap().forget();
+    let second = take(&pool, 1).await;
+    assert_eq!((first.position, second.position), (0, 1));
+    let later = spawn_borrow_n(&pool, 1);
+    until_waiting(&pool, 2).await;
+    // Raised to its weight: it is owed the slots now, ahead of `later`.
     pool.register(3).await.unwrap();
-    let lease = waiter.await.unwrap().unwrap();
-    assert_eq!(&lease.positions[..], &[0, 1, 2]);
+    assert!(matches!(
+        pool.try_borrow(TTL).await,
+        Err(Error::Exhausted { .. })
+    ));
+    assert!(pool.return_lease(first.id).await.unwrap());
+    assert_eq!(
+        pool.waiting(),
+        2,
+        "the freed slot waits for the weight-3 borrower"
+    );
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+    assert!(pool.return_lease(second.id).await.unwrap());
+    let big = big.await.unwrap().unwrap();
+    assert_eq!(&big.positions[..], &[0, 1, 2]);
+    assert!(pool.return_lease(big.id).await.unwrap());
+    assert_eq!(later.await.unwrap().unwrap().position, 0);
 }
 
 /// R15, R11: a borrower of 2 at the head of the queue is not overtaken by

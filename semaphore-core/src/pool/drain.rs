@@ -47,9 +47,12 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub async fn set_draining(&self, draining: bool) -> Result<PoolState> {
-        telemetry::counted(
-            self.name(),
-            self.store().set_draining(self.id(), draining).await,
-        )
+        let state = self.store().set_draining(self.id(), draining).await;
+        if matches!(&state, Ok(state) if state.draining) {
+            // This process's borrowers queued behind a head fail now, not
+            // once their head has asked the store.
+            self.store().changes().found_draining(self.id());
+        }
+        telemetry::counted(self.name(), state)
     }
 }

@@ -114,12 +114,17 @@ impl Pool {
             let mut request = BorrowRequest::new(self.id, LeaseId::new(), ttl);
             request.slots = labels.slots;
             request.bound = labels.bound;
+            request.session = crate::pool::bind(&self.store, labels.bound);
             request.waiter = Some(waiter);
             request.hold = Some(hold);
             request.key = Some(key.clone());
             request.owner.clone_from(&labels.owner);
             let mut next = None;
-            match self.store.try_borrow(&request).await {
+            let answer = match crate::cancel::unsessioned(&self.store, &request) {
+                Some(e) => Err(e),
+                None => self.store.try_borrow(&request).await,
+            };
+            match answer {
                 Ok(TryBorrow::Granted { lease }) => {
                     return Ok(Some(LeaseGuard::new(self.clone(), lease, ttl)));
                 }
@@ -178,16 +183,26 @@ impl Pool {
         self.store.place(self.id, waiter).await
     }
 
-    /// The active lease a poll of held place `waiter` was granted under its
-    /// default key (`held:<waiter>`; see [`wait_held`](Pool::wait_held)),
-    /// if any: what a poller that finds no place left asks next, to tell a
-    /// place served from one dropped.
+    /// The active lease a poll of held place `waiter` with `options` was
+    /// granted, under the options' key or else its default key
+    /// (`held:<waiter>`; see [`wait_held`](Pool::wait_held)), if any: what
+    /// a poller that finds no place left asks next, to tell a place served
+    /// from one dropped.
     ///
     /// # Errors
-    /// [`Error::PoolNotFound`] if the pool does not exist; [`Error::Storage`]
-    /// if the store failed.
-    pub async fn held_lease(&self, waiter: WaiterId) -> Result<Option<crate::Lease>> {
-        crate::acquire::keyed_lease(&self.store, self.id, &held_key(waiter)).await
+    /// [`Error::KeyReused`] if the options' key names a lease granted with
+    /// another [`BorrowOptions::request_digest`]; [`Error::PoolNotFound`] if
+    /// the pool does not exist; [`Error::Storage`] if the store failed.
+    pub async fn held_lease(
+        &self,
+        waiter: WaiterId,
+        options: &BorrowOptions,
+    ) -> Result<Option<crate::Lease>> {
+        let key = match &options.key {
+            Some(key) => crate::store::stored_key(key, options.request_digest),
+            None => held_key(waiter).into(),
+        };
+        crate::acquire::keyed_lease(&self.store, self.id, &key).await
     }
 
     /// Gives up held place `waiter`: the store forgets it at once (R12),

@@ -99,9 +99,22 @@ impl Pool {
             .store
             .renew(self.id, lease.id, ttl)
             .await
-            .and_then(|renewed| renewed.ok_or_else(|| Error::not_renewed(lease, self.now())));
+            .and_then(|renewed| renewed.ok_or_else(|| self.not_renewed(lease)));
         telemetry::renewed(&self.name, lease, &result);
         result
+    }
+
+    /// Why `lease` was not renewed: its session ended, it expired, or it
+    /// is otherwise not active.
+    fn not_renewed(&self, lease: &Lease) -> Error {
+        let vouched = |id| self.store.session().is_some_and(|s| s.vouches(id));
+        match lease.session {
+            Some(id) if !vouched(id) => Error::SessionLost {
+                pool: lease.pool,
+                lease: lease.id,
+            },
+            _ => Error::not_renewed(lease, self.now()),
+        }
     }
 
     /// Extends the lease with id `lease` to expire `ttl` from now, as
@@ -145,6 +158,22 @@ impl Pool {
         Ok(renewed)
     }
 
+    /// Unbinds lease `lease` from its holder (R13 and R16, amended): if it
+    /// is active, it stays active until its expiry whatever becomes of
+    /// this process, the store handle or its session. `true` if it was
+    /// active. [`LeaseGuard::forget`](crate::LeaseGuard::forget) does this
+    /// in the background; await this to know it landed before, say, the
+    /// process exits.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the store failed; the lease is then unchanged.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the lease unbound.
+    pub async fn unbind(&self, lease: LeaseId) -> Result<bool> {
+        telemetry::counted(&self.name, self.store.unbind(self.id, lease).await)
+    }
+
     /// Every active lease of the pool, by position, with its owner label and
     /// key: an admin's listing. It shows lease ids, the credential that
     /// returns a lease, which [`inspect`](Pool::inspect) never does; keep it
@@ -174,7 +203,8 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub async fn holders(&self) -> Result<Vec<Holder>> {
-        telemetry::counted(&self.name, self.store.holders(self.id).await)
+        let holders = telemetry::counted(&self.name, self.store.holders(self.id).await)?;
+        Ok(holders.into_iter().map(shown).collect())
     }
 
     /// Ends the lease at `position`, whoever holds it, as if its holder had
@@ -212,6 +242,16 @@ impl Pool {
         if let Some(holder) = &ended {
             telemetry::force_returned(&self.name, position, holder.lease.token);
         }
-        Ok(ended)
+        Ok(ended.map(shown))
     }
+}
+
+/// `holder` as listed: its key without the request digest the store keeps
+/// with it ([`key_name`](crate::store::key_name)).
+fn shown(mut holder: Holder) -> Holder {
+    if let Some(key) = &mut holder.key {
+        let name = crate::store::key_name(key).len();
+        key.truncate(name);
+    }
+    holder
 }

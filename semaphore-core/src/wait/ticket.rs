@@ -47,6 +47,12 @@ impl Ticket<'_> {
         self.waiter.state.lock().lease.take()
     }
 
+    /// The pool whose queue's head found it draining, if one did since
+    /// this ticket joined ([`Changes::found_draining`]).
+    pub(crate) fn take_drained(&self) -> Option<PoolId> {
+        self.waiter.state.lock().drained.take()
+    }
+
     /// The ticket's id in the store's queue, shared with its queue place.
     pub(crate) fn id(&self) -> WaiterIdCell {
         WaiterIdCell(self.waiter.clone())
@@ -61,12 +67,20 @@ impl Ticket<'_> {
             return false;
         }
         state.asking = true;
+        state.asked = true;
         true
     }
 
     /// The store call of [`start_asking`](Ticket::start_asking) ended.
     pub(crate) fn done_asking(&self) {
         self.waiter.state.lock().asking = false;
+    }
+
+    /// Whether the lease a claim delivered to this ticket may have left a
+    /// place of its in the store's queue, which its queue place must then
+    /// leave (it must not call `QueuePlace::granted`).
+    pub(crate) fn place_left(&self) -> bool {
+        self.waiter.state.lock().leave_place
     }
 
     /// The earliest expiry a hand-off that left the pool full told this
@@ -93,29 +107,33 @@ impl Ticket<'_> {
             else {
                 continue;
             };
+            let headed = queue.head_index() == Some(index);
             queue.waiters.remove(index);
             self.changes.total.fetch_sub(1, Ordering::AcqRel);
             if queue.waiters.is_empty() {
                 queues.remove(pool);
-            } else if index == 0 {
+            } else if headed {
                 queue.notify_head();
             }
         }
     }
 
     /// Whether the ticket heads every queue it is in, and so may ask the
-    /// store. Always true for a ticket on one pool when its turn came.
+    /// store: it is the first waiter of each not set aside.
     pub(crate) fn is_head(&self) -> bool {
-        if self.pools.len() == 1 {
-            return true;
-        }
         let queues = self.changes.queues.lock();
         self.pools.iter().all(|pool| {
             queues
                 .get(pool)
-                .and_then(|q| q.waiters.front())
+                .and_then(|q| q.head())
                 .is_some_and(|w| Arc::ptr_eq(w, &self.waiter))
         })
+    }
+
+    /// Whether the ticket is set aside: it asks for more slots than its
+    /// pool's count when last weighed ([`Changes::weigh`], R15 amended).
+    pub(crate) fn is_aside(&self) -> bool {
+        self.waiter.is_aside()
     }
 }
 

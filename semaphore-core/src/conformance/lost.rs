@@ -1,0 +1,171 @@
+//! Lost replies (SPEC fourth round): a borrow attempt that was granted but
+//! whose answer was lost. For stores that may lose answers (the networked
+//! ones); each runs these cases with its own fixture.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{Fixture, until_in_use, until_waiting};
+use crate::store::{BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait};
+use crate::{Clock, Error, Holder, Lease, LeaseId, Pool, PoolId, PoolState, Result};
+
+const TTL: Duration = Duration::from_secs(3600);
+
+/// A store whose next granted borrow answer is lost on the way back: the
+/// grant stands in the store, and the caller gets a retryable storage
+/// error instead.
+#[derive(Debug)]
+pub struct LosingStore {
+    inner: Arc<dyn Store>,
+    lose_next: AtomicBool,
+    /// The leases granted whose answers were lost.
+    lost: Mutex<Vec<LeaseId>>,
+}
+
+impl LosingStore {
+    /// Wraps `inner`; nothing is lost until [`lose_next`](Self::lose_next).
+    pub fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            lose_next: AtomicBool::new(false),
+            lost: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The answer of the next borrow attempt that grants is lost.
+    pub fn lose_next(&self) {
+        self.lose_next.store(true, Ordering::SeqCst);
+    }
+
+    /// The ids of the leases granted whose answers were lost.
+    pub fn lost(&self) -> Vec<LeaseId> {
+        self.lost.lock().clone()
+    }
+}
+
+fn lost_reply() -> Error {
+    Error::Storage {
+        operation: "borrow",
+        retryable: true,
+        source: "the answer was lost on the way back (a test's fault)".into(),
+    }
+}
+
+#[async_trait]
+impl Store for LosingStore {
+    fn clock(&self) -> &dyn Clock {
+        self.inner.clock()
+    }
+    fn changes(&self) -> &Changes {
+        self.inner.changes()
+    }
+    fn session(&self) -> Option<&crate::Session> {
+        self.inner.session()
+    }
+    async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
+        self.inner.register(pool, count).await
+    }
+    async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
+        self.inner.inspect(pool).await
+    }
+    async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
+        self.inner.set_draining(pool, draining).await
+    }
+    async fn delete(&self, pool: PoolId) -> Result<bool> {
+        self.inner.delete(pool).await
+    }
+    async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        let answer = self.inner.try_borrow(request).await?;
+        if let TryBorrow::Granted { lease } = &answer
+            && self.lose_next.swap(false, Ordering::SeqCst)
+        {
+            self.lost.lock().push(lease.id);
+            return Err(lost_reply());
+        }
+        Ok(answer)
+    }
+    async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
+        let answer = self.inner.try_borrow_all(requests).await?;
+        if let TryBorrowAll::Granted { leases } = &answer
+            && self.lose_next.swap(false, Ordering::SeqCst)
+        {
+            self.lost.lock().extend(leases.iter().map(|l| l.id));
+            return Err(lost_reply());
+        }
+        Ok(answer)
+    }
+    async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        self.inner.return_lease(pool, lease).await
+    }
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.inner.return_held(lease).await
+    }
+    async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
+        self.inner.renew(pool, lease, ttl).await
+    }
+    async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        self.inner.unbind(pool, lease).await
+    }
+    async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
+        self.inner.holders(pool).await
+    }
+    async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>> {
+        self.inner.force_return(pool, position).await
+    }
+    async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>> {
+        self.inner.place(pool, waiter).await
+    }
+    async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
+        self.inner.leave_queue(pool, waiter).await
+    }
+}
+
+/// SPEC "Lost replies": a queued borrower whose granted attempt's answer
+/// is lost asks again under the same lease id, and the store answers the
+/// grant it made: the borrower holds that lease, and no lease is held by
+/// nobody.
+pub async fn lost_reply_of_a_queued_borrow_is_answered_with_the_grant(f: Fixture) {
+    let losing = LosingStore::new(f.store.clone());
+    let pool = Pool::new(losing.clone(), PoolId::from_name("lost-queued"));
+    pool.register(1).await.unwrap();
+    let held = pool.try_borrow(TTL).await.unwrap();
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.borrow(TTL, Duration::from_secs(60))
+                .await
+                .map(|g| g.forget())
+        })
+    };
+    until_waiting(&pool, 1).await;
+    losing.lose_next();
+    drop(held);
+    let got = waiter.await.unwrap().expect("the borrower was served");
+    assert_eq!(
+        losing.lost(),
+        vec![got.id],
+        "served the grant whose answer was lost"
+    );
+    let state = pool.inspect().await.unwrap();
+    assert_eq!(state.in_use, 1, "no lease is held by nobody");
+    assert!(pool.return_lease(got.id).await.unwrap());
+}
+
+/// SPEC "Lost replies": a borrow whose first attempt's answer is lost
+/// fails with the retryable error, and the grant it may have made is
+/// returned: the slot comes back, not at the lease's ttl.
+pub async fn lost_reply_of_a_first_attempt_is_returned(f: Fixture) {
+    let losing = LosingStore::new(f.store.clone());
+    let pool = Pool::new(losing.clone(), PoolId::from_name("lost-first"));
+    pool.register(1).await.unwrap();
+    losing.lose_next();
+    let err = pool.try_borrow(TTL).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert_eq!(losing.lost().len(), 1);
+    until_in_use(&pool, 0).await;
+    let next = pool.try_borrow(TTL).await.unwrap();
+    assert_eq!(next.position, 0);
+}

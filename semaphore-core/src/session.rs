@@ -1,0 +1,457 @@
+//! Sessions (SPEC R16 as amended, R17): what a networked store's bound
+//! leases belong to, kept alive by a heartbeat, and how a holder knows,
+//! without asking, that its session still vouches for them.
+//!
+//! The model is etcd's session (a lease with a TTL, kept alive in the
+//! background, `Done()` when lost) and ZooKeeper's as Curator shows it
+//! (connection states `CONNECTED`, `SUSPENDED`, `LOST`; the session outlives
+//! a connection loss shorter than its timeout). A store that has sessions
+//! keeps a record per session with an end on the deciding clock; a
+//! heartbeat moves the end to the step's reading plus the timeout, and a
+//! bound lease is active only while its session's end is in the future.
+//! So a connection that drops and comes back within the timeout ends
+//! nothing, and a process killed outright loses its bound leases once its
+//! session's end passes.
+//!
+//! The holder's side is exact by construction: a successful heartbeat
+//! answers the step's reading of the server's clock, so this process knows
+//! the session's end on the server's time line, and the store's clock
+//! ([`ServerClock`](crate::store::ServerClock)) never reads earlier than the
+//! server's. [`Session::vouches`] compares the two without I/O; it turns
+//! `false` no later than the server would let anyone else take a bound
+//! lease (R17).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+
+use crate::clock::saturating_add;
+use crate::detach::{run_detached, run_detached_awaited, spawn};
+use crate::store::DecidingClock;
+use crate::{Result, SessionId};
+
+/// A session's state as its holder sees it, after Curator's connection
+/// states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SessionState {
+    /// A session is open and its last heartbeat landed.
+    Connected,
+    /// A session is open but its last heartbeat failed (the store cannot be
+    /// reached, or did not answer in time): it still vouches for its leases
+    /// until its end, and the store keeps trying. Curator's `SUSPENDED`: a
+    /// cautious holder pauses here.
+    Suspended,
+    /// No session vouches for leases: the last one ended (its end passed
+    /// before a heartbeat landed, or the store ended it), or none has been
+    /// opened yet. Leases bound to an ended session are lost; a new session
+    /// is being opened for the leases to come.
+    Lost,
+}
+
+/// One step of a store's session record, the store's half of a session
+/// (see [`Session::start`]).
+///
+/// # Contract
+/// Each call is one atomic step on the store's deciding clock (SPEC
+/// "Time"), like a [`Store`](crate::store::Store) primitive. An ended
+/// session never lives again: a beat of a session whose end has passed, or
+/// that was closed, changes nothing and answers `None`, so that no lease
+/// bound to it becomes active again.
+#[crate::store::async_trait]
+pub trait Heartbeat: Send + Sync + fmt::Debug + 'static {
+    /// Reads the deciding clock (`now`) and then: if session `id` lives
+    /// (its end is after `now`), moves its end to `now + timeout` and
+    /// answers `Some(now)`; if its record has ended, answers `None`; if
+    /// the store keeps no record of `id` and `open` is set, creates it with
+    /// its end at `now + timeout` and answers `Some(now)` (`open` is set
+    /// only for a fresh id that no lease names yet, and for the retries of
+    /// its first beat); with no record and `open` unset, answers `None`.
+    async fn beat(
+        &self,
+        id: SessionId,
+        timeout: Duration,
+        open: bool,
+    ) -> Result<Option<SystemTime>>;
+
+    /// Ends session `id` at once, as its end passing would: every lease
+    /// bound to it stops being active, and the waiters of their pools, in
+    /// every process, are woken. Ending an ended or unknown session does
+    /// nothing.
+    async fn close(&self, id: SessionId) -> Result<()>;
+}
+
+/// What the session task last learned.
+#[derive(Debug, Clone)]
+struct Now {
+    /// The open session and its end on the deciding clock, as of its last
+    /// heartbeat that landed.
+    open: Option<(SessionId, SystemTime)>,
+    state: SessionState,
+}
+
+/// A store handle's session: opened when the handle connects, heartbeated
+/// every third of its timeout while the handle lives, and closed when the
+/// handle is dropped (R16, amended). A networked store owns one and shows
+/// it through [`Store::session`](crate::store::Store::session); bound
+/// leases name the session open when they were borrowed.
+///
+/// Users read it to learn whether the store can still be reached
+/// ([`state`](Session::state), [`changed`](Session::changed)); a
+/// [`LeaseGuard`](crate::LeaseGuard) reads it for
+/// [`is_held`](crate::LeaseGuard::is_held).
+pub struct Session {
+    shared: Arc<Shared>,
+    task: Option<tokio::task::AbortHandle>,
+}
+
+struct Shared {
+    heartbeat: Arc<dyn Heartbeat>,
+    time: DecidingClock,
+    timeout: Duration,
+    now: watch::Sender<Now>,
+    /// Wakes the heartbeat loop: the store found the session ended.
+    wake: tokio::sync::Notify,
+    /// The last heartbeat's failure if retrying cannot mend it (a role
+    /// without the right to write the sessions' table), until one lands.
+    failed: parking_lot::Mutex<Option<String>>,
+    /// Held (read) by each unbinding in flight ([`Session::unbinding`]);
+    /// the close on drop waits for them (write): a lease forgotten just
+    /// before the store handle was dropped must leave the session before
+    /// the session's end ends it (R13, amended).
+    unbinding: Arc<tokio::sync::RwLock<()>>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = self.shared.now.borrow();
+        f.debug_struct("Session")
+            .field("timeout", &self.shared.timeout)
+            .field("open", &now.open)
+            .field("state", &now.state)
+            .finish()
+    }
+}
+
+/// How long a session's close on drop waits for the unbindings in flight.
+const UNBIND_WAIT: Duration = Duration::from_secs(2);
+
+/// The longest pause between two tries of a failing heartbeat.
+const RETRY_MAX: Duration = Duration::from_millis(250);
+
+impl Session {
+    /// Starts a session kept by `heartbeat`, with `timeout` (at least
+    /// [`MIN_SESSION_TIMEOUT`](crate::store::MIN_SESSION_TIMEOUT); the
+    /// store checks it), its heartbeats timed by `time`, whose view of the
+    /// server's clock each heartbeat's answer refines. The first heartbeat
+    /// is sent at once, on the current tokio runtime or else the library's;
+    /// [`opened`](Session::opened) waits for it.
+    ///
+    /// Heartbeats go every `timeout / 3` after the last one was sent; one
+    /// that fails or takes longer than `timeout / 3` is tried again at once
+    /// and then every 50 ms, doubling to 250 ms. A session whose end passes
+    /// before a heartbeat lands is lost for good: it is closed (best
+    /// effort) and a new one opened.
+    pub fn start(heartbeat: Arc<dyn Heartbeat>, timeout: Duration, time: DecidingClock) -> Self {
+        let (now, _) = watch::channel(Now {
+            open: None,
+            state: SessionState::Lost,
+        });
+        let shared = Arc::new(Shared {
+            heartbeat,
+            time,
+            timeout,
+            now,
+            wake: tokio::sync::Notify::new(),
+            failed: parking_lot::Mutex::new(None),
+            unbinding: Arc::default(),
+        });
+        let task = spawn(run(shared.clone()));
+        Self { shared, task }
+    }
+
+    /// Waits up to `patience` for the first session to open; whether one
+    /// is open.
+    pub async fn opened(&self, patience: Duration) -> bool {
+        let mut rx = self.shared.now.subscribe();
+        let open = rx.wait_for(|now| now.open.is_some());
+        matches!(tokio::time::timeout(patience, open).await, Ok(Ok(_)))
+    }
+
+    /// [`opened`](Session::opened), for a store's connect: `Ok` once a
+    /// session is open, or still opening after `patience` (bound borrows
+    /// retry until it is); the heartbeat's error if it failed in a way
+    /// retrying will not mend, so that a store handle that could never bind
+    /// a lease is refused at connect rather than granting unbound ones.
+    ///
+    /// # Errors
+    /// [`Error::Storage`](crate::Error::Storage) (`operation` `session`,
+    /// not retryable) with the heartbeat's error.
+    pub async fn open_within(&self, patience: Duration) -> crate::Result<()> {
+        if self.opened(patience).await {
+            return Ok(());
+        }
+        match self.shared.failed.lock().clone() {
+            Some(why) => Err(crate::Error::Storage {
+                operation: "session",
+                retryable: false,
+                source: format!("cannot open a session on the store: {why}").into(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The session's timeout.
+    pub fn timeout(&self) -> Duration {
+        self.shared.timeout
+    }
+
+    /// The state of the handle's session now (Curator's connection states).
+    pub fn state(&self) -> SessionState {
+        self.shared.now.borrow().state
+    }
+
+    /// Resolves at the next change of [`state`](Session::state) (or of the
+    /// open session's end), with the state then. Cancel safe.
+    pub async fn changed(&self) -> SessionState {
+        let mut rx = self.shared.now.subscribe();
+        let _ = rx.changed().await;
+        rx.borrow().state
+    }
+
+    /// The session that new bound leases are bound to: the one open now,
+    /// `None` while none is (such a lease is then left to its ttl).
+    pub fn current(&self) -> Option<SessionId> {
+        self.shared.now.borrow().open.map(|(id, _)| id)
+    }
+
+    /// Whether session `id` certainly still lives on the store, decided
+    /// without I/O (R17): it is the open session, and the store's clock,
+    /// which never reads earlier than the deciding one, has not reached its
+    /// end as of its last heartbeat that landed.
+    pub fn vouches(&self, id: SessionId) -> bool {
+        self.end_of(id)
+            .is_some_and(|end| self.shared.time.clock().now() < end)
+    }
+
+    /// The end of session `id` on the deciding clock as of its last
+    /// heartbeat that landed; `None` if it is not the open session.
+    pub fn end_of(&self, id: SessionId) -> Option<SystemTime> {
+        match self.shared.now.borrow().open {
+            Some((open, end)) if open == id => Some(end),
+            _ => None,
+        }
+    }
+
+    /// Resolves once session `id` no longer vouches for its leases: its
+    /// end passes by the store's clock before a heartbeat moves it, or it
+    /// is replaced. Cancel safe.
+    pub async fn ended(&self, id: SessionId) {
+        let mut rx = self.shared.now.subscribe();
+        let clock = self.shared.time.clock();
+        loop {
+            let end = match rx.borrow_and_update().open {
+                Some((open, end)) if open == id => end,
+                _ => return,
+            };
+            if clock.now() >= end {
+                return;
+            }
+            tokio::select! {
+                () = clock.sleep_until(end) => {}
+                changed = rx.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
+    /// Tells the session that the store found session `id` ended (a step
+    /// named it and found its record gone: the server lost its data, or
+    /// an operator deleted it). If it is the open one it is lost at once,
+    /// and a new one is opened without waiting for the next heartbeat.
+    pub fn ended_on_store(&self, id: SessionId) {
+        let lost = self.shared.now.send_if_modified(|now| {
+            if now.open.is_some_and(|(open, _)| open == id) {
+                now.open = None;
+                now.state = SessionState::Lost;
+                return true;
+            }
+            false
+        });
+        if lost {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// A hold on the session's close for an unbinding in flight: the
+    /// session is not closed on drop until it is dropped (2 s at most).
+    /// `None` once the close has begun.
+    pub(crate) fn unbinding(&self) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
+        self.shared.unbinding.clone().try_read_owned().ok()
+    }
+
+    /// Stops heartbeating without closing the session, as a process killed
+    /// outright would: the store ends it once its end passes. For tests.
+    #[cfg(feature = "conformance")]
+    pub fn abandon(&self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        // A clean end: the session's leases free at once, not at its end.
+        if let Some((id, _)) = self.shared.now.borrow().open {
+            let heartbeat = self.shared.heartbeat.clone();
+            let unbinding = self.shared.unbinding.clone();
+            run_detached_awaited(Box::pin(async move {
+                // After the unbindings in flight, for a while at most.
+                let _ = tokio::time::timeout(UNBIND_WAIT, unbinding.write()).await;
+                let _ = crate::detach::retried(|| heartbeat.close(id)).await;
+            }));
+        }
+    }
+}
+
+/// The heartbeat loop: opens a session, keeps it, and opens another when
+/// it is lost.
+async fn run(shared: Arc<Shared>) {
+    let clock = shared.time.clock();
+    let every = shared.timeout / 3;
+    // A fresh id not yet confirmed open, kept across the retries of its
+    // first heartbeat (a retry after a lost answer finds it open).
+    let mut opening: Option<SessionId> = None;
+    let mut retry = Duration::ZERO;
+    loop {
+        let open = shared.now.borrow().open;
+        let (id, end) = match open {
+            Some((id, end)) => (id, Some(end)),
+            None => (*opening.get_or_insert_with(SessionId::new), None),
+        };
+        let before = local_now(&shared.time);
+        let beat = tokio::time::timeout(
+            every,
+            shared.heartbeat.beat(id, shared.timeout, end.is_none()),
+        );
+        let answer = match end {
+            Some(end) => {
+                tokio::select! {
+                    answer = beat => Some(answer),
+                    () = clock.sleep_until(end) => None,
+                }
+            }
+            None => Some(beat.await),
+        };
+        // A beat that lands after the session's end (by this process's
+        // bound of the server's clock) cannot be trusted: others may have
+        // ended its leases before the server moved the end.
+        let late = end.is_some_and(|end| clock.now() >= end);
+        match answer {
+            Some(Ok(Ok(Some(_)))) if late => {}
+            Some(Ok(Ok(Some(now)))) => {
+                *shared.failed.lock() = None;
+                if let Some(view) = shared.time.server() {
+                    view.observe(before, crate::unix_ms(now) as i64, view.local().now());
+                }
+                opening = None;
+                retry = Duration::ZERO;
+                let new_end = saturating_add(now, shared.timeout);
+                let beating = end.is_some();
+                let kept = shared.now.send_if_modified(|now| {
+                    // A session found ended meanwhile stays ended.
+                    if beating && now.open.is_none_or(|(open, _)| open != id) {
+                        return false;
+                    }
+                    *now = Now {
+                        open: Some((id, new_end)),
+                        state: SessionState::Connected,
+                    };
+                    true
+                });
+                if kept {
+                    // The next beat `every` after this one was sent.
+                    let pause = every.saturating_sub(local_since(&shared.time, before));
+                    tokio::select! {
+                        () = clock.sleep_until(saturating_add(clock.now(), pause)) => {}
+                        () = shared.wake.notified() => {}
+                    }
+                }
+                continue;
+            }
+            Some(Ok(Ok(None))) => {
+                // The store ended it (or never had it): lost, and a new one
+                // is opened at once.
+                opening = None;
+                lose(&shared, None);
+                continue;
+            }
+            Some(Ok(Err(e))) => {
+                *shared.failed.lock() = (!e.is_retryable()).then(|| e.to_string());
+            }
+            Some(Err(_)) | None => {}
+        }
+        // Failed, timed out, or its end passed meanwhile.
+        if let Some(end) = end {
+            if clock.now() >= end {
+                lose(&shared, Some(id));
+                retry = Duration::ZERO;
+                continue;
+            }
+            shared.now.send_if_modified(|now| {
+                let changed = now.state != SessionState::Suspended;
+                now.state = SessionState::Suspended;
+                changed
+            });
+        }
+        if !retry.is_zero() {
+            let wake = saturating_add(clock.now(), retry);
+            match end {
+                Some(end) => {
+                    tokio::select! {
+                        () = clock.sleep_until(wake) => {}
+                        () = clock.sleep_until(end) => {}
+                    }
+                }
+                None => clock.sleep_until(wake).await,
+            }
+        }
+        retry = (retry * 2).clamp(Duration::from_millis(50), RETRY_MAX);
+    }
+}
+
+/// Marks the open session lost; `close` names one to end on the store too
+/// (its end passed here, but a heartbeat may have landed there).
+fn lose(shared: &Shared, close: Option<SessionId>) {
+    shared.now.send_replace(Now {
+        open: None,
+        state: SessionState::Lost,
+    });
+    if let Some(id) = close {
+        let heartbeat = shared.heartbeat.clone();
+        run_detached(Box::pin(async move {
+            let _ = heartbeat.close(id).await;
+        }));
+    }
+}
+
+/// A reading of the clock that the view of the server's clock is made of
+/// (the test's clock in test mode).
+fn local_now(time: &DecidingClock) -> SystemTime {
+    match time.server() {
+        Some(view) => view.local().now(),
+        None => time.clock().now(),
+    }
+}
+
+/// Time on that clock since `before`.
+fn local_since(time: &DecidingClock, before: SystemTime) -> Duration {
+    local_now(time)
+        .duration_since(before)
+        .unwrap_or(Duration::ZERO)
+}
