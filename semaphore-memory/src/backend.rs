@@ -93,6 +93,9 @@ impl MemoryStore {
             if table.draining() {
                 return Err(Error::Draining { pool: request.pool });
             }
+            if request.key.is_some() && table.key_reused(request, now) {
+                return Err(Error::KeyReused { pool: request.pool });
+            }
             Ok(table.grant(request, now, || self.next_token()))
         })?
     }
@@ -132,7 +135,8 @@ impl MemoryStore {
             let returned = table.release(lease, now);
             if returned && self.changes.has_waiters() {
                 let now = truncate_ms(now);
-                self.changes.hand_off(pool, |request| {
+                let count = table.count();
+                self.changes.hand_off(pool, count, |request| {
                     table.grant(request, now, || self.next_token())
                 });
             }
@@ -171,10 +175,19 @@ impl Store for MemoryStore {
         &self.changes
     }
 
+    /// None: the holder of every lease is this process.
+    fn session(&self) -> Option<&semaphore_core::Session> {
+        None
+    }
+
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         let now = self.now();
         let set = |table: &mut SlotTable| {
             table.set_count(count);
+            // In the count's own step: a waiter for more slots than the
+            // count is set aside, one the count now suits is owed the
+            // slots before anyone queued after it (R15, amended).
+            self.changes.weigh(pool, count);
             state(pool, table, now)
         };
         let state = match self.with_table(pool, set) {
@@ -241,6 +254,13 @@ impl Store for MemoryStore {
         // Check every pool before granting any, so that a refusal costs no
         // token and writes nothing; one reading of the clock for the step.
         let now = self.now();
+        for request in requests.iter().filter(|r| r.key.is_some()) {
+            if let Some(t) = table(&mut tables, &ids, request.pool)
+                && t.key_reused(request, now)
+            {
+                return Err(Error::KeyReused { pool: request.pool });
+            }
+        }
         let mut blocked = Vec::new();
         for request in requests {
             let Some(table) = table(&mut tables, &ids, request.pool) else {
@@ -298,6 +318,22 @@ impl Store for MemoryStore {
             self.changes.notify(pool);
         }
         Ok(renewed)
+    }
+
+    /// Nothing to unbind: a lease of this store lives in this process and
+    /// ends with it. Whether it is active.
+    async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        let now = self.now();
+        let active = self.with_table(pool, |table| {
+            table
+                .holders(pool, now)
+                .iter()
+                .any(|holder| holder.lease.id == lease)
+        });
+        match active {
+            Err(semaphore_core::Error::PoolNotFound { .. }) => Ok(false),
+            other => other,
+        }
     }
 
     async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {

@@ -10,7 +10,7 @@ use semaphore_core::store::{
     BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
 use semaphore_core::{
-    Clock, Error, Holder as LeaseHolder, Lease, LeaseId, PoolId, PoolState, Result,
+    Clock, Error, Holder as LeaseHolder, Lease, LeaseId, PoolId, PoolState, Result, Session,
 };
 
 use crate::MysqlOptions;
@@ -18,8 +18,10 @@ use crate::error::storage;
 use crate::holder::{self, Background, Holder};
 use crate::primitives::Step;
 use crate::schema::{self, Tables};
+use crate::session::Beats;
 
-/// How long `connect` waits for the holder connection (R16).
+/// How long `connect` waits for the store's session to open and its
+/// holder connection (R16, amended).
 const HOLDER_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a pooled connection may idle before it is closed.
@@ -47,7 +49,7 @@ const INIT: [&str; 3] = [
 ///   a multi-pool borrow locks its pools' rows in id order, so two never
 ///   deadlock. A step is several statements (a round trip each) in that
 ///   transaction. A borrow without a key is one round trip: a call of the
-///   store's borrow procedure (`PREFIX_borrow_3`, created with the tables),
+///   store's borrow procedure (`PREFIX_borrow_4`, created with the tables),
 ///   which runs the same steps in a transaction of its own; a return is
 ///   one statement in autocommit. A dropped future rolls its transaction
 ///   back.
@@ -101,6 +103,8 @@ pub struct MysqlStore {
     changes: Arc<Changes>,
     time: Time,
     holder: Arc<Holder>,
+    /// The session this store's bound leases belong to (R16, amended).
+    session: Session,
     /// The most connections the pool opens: how many stale ones a step
     /// may meet in a row.
     pool_size: usize,
@@ -179,6 +183,16 @@ impl MysqlStore {
         holder::measure(&mut conn, &options.time).await;
         let changes = Arc::new(Changes::new());
         let holder = Arc::new(Holder::default());
+        let session = Session::start(
+            Arc::new(Beats {
+                opts: opts.clone(),
+                tables: tables.clone(),
+                time: options.time.clone(),
+                conn: tokio::sync::Mutex::new(None),
+            }),
+            semaphore_core::store::session_timeout(options.session_timeout, &options.time),
+            options.time.clone(),
+        );
         let background = holder::spawn(
             opts,
             holder.clone(),
@@ -192,6 +206,9 @@ impl MysqlStore {
             }
         })
         .await;
+        // A store whose session is not open yet works: its bound borrows
+        // retry until it is. One that cannot open one is refused.
+        session.open_within(HOLDER_WAIT).await?;
         drop(conn);
         Ok(Self {
             pool,
@@ -199,6 +216,7 @@ impl MysqlStore {
             changes,
             time: options.time,
             holder,
+            session,
             pool_size: options.pool_size,
             _background: background,
         })
@@ -215,12 +233,23 @@ impl MysqlStore {
         &self.pool
     }
 
-    /// The holder of this store's bound leases (R16): the uuid of the
-    /// named lock its holder connection keeps, `semaphore_holder_<uuid>`,
-    /// while that connection is up; `None` otherwise (a lease borrowed then
-    /// is left to its ttl). A new uuid after each reconnect.
+    /// The uuid of the named lock, `semaphore_holder_<uuid>`, that this
+    /// store's holder connection keeps while it is up, and that marks its
+    /// queued heads as alive (R16, amended); `None` while it is down. A
+    /// new uuid after each reconnect.
     pub fn holder_id(&self) -> Option<uuid::Uuid> {
         self.holder.current()
+    }
+
+    /// `result`, after telling the session if the step found the session
+    /// it named ended (R16, amended).
+    fn told<T>(&self, session: Option<semaphore_core::SessionId>, result: Result<T>) -> Result<T> {
+        if let (Err(Error::Storage { source, .. }), Some(id)) = (&result, session)
+            && source.is::<crate::primitives::SessionEnded>()
+        {
+            self.session.ended_on_store(id);
+        }
+        result
     }
 
     fn step(&self) -> Step<'_> {
@@ -238,29 +267,35 @@ impl MysqlStore {
 /// if the future is dropped. A pooled connection that the server closed
 /// while it idled (a restart, a `KILL`, `wait_timeout`) fails the
 /// transaction's first statement, before anything was done: it is
-/// dropped and another taken, up to the pool's size and once more.
+/// dropped and another taken, up to the pool's size and once more. At most
+/// [`CALL_TIMEOUT`](semaphore_core::store::CALL_TIMEOUT) in all.
 macro_rules! in_tx {
     ($store:expr, $op:literal, |$step:ident, $tx:ident| $body:expr) => {{
         let op = $op;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime { operation: op });
         }
-        let mut stale = 0;
-        loop {
-            let mut conn = $store.pool.get_conn().await.map_err(storage(op))?;
-            let mut $tx = match conn.start_transaction(TxOpts::default()).await {
-                Ok(tx) => tx,
-                Err(e) if stale <= $store.pool_size && crate::error::closed(&e) => {
-                    stale += 1;
-                    continue;
-                }
-                Err(e) => return Err(storage(op)(e)),
-            };
-            let $step = $store.step();
-            let out = $body.await.map_err(storage(op))?;
-            $tx.commit().await.map_err(storage(op))?;
-            break out;
-        }
+        // Bounded: a stalled network fails the call (rolled back) instead
+        // of hanging it.
+        semaphore_core::store::bounded(op, async {
+            let mut stale = 0;
+            Ok(loop {
+                let mut conn = $store.pool.get_conn().await.map_err(storage(op))?;
+                let mut $tx = match conn.start_transaction(TxOpts::default()).await {
+                    Ok(tx) => tx,
+                    Err(e) if stale <= $store.pool_size && crate::error::closed(&e) => {
+                        stale += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(storage(op)(e)),
+                };
+                let $step = $store.step();
+                let out = $body.await.map_err(storage(op))?;
+                $tx.commit().await.map_err(storage(op))?;
+                break out;
+            })
+        })
+        .await?
     }};
 }
 
@@ -276,16 +311,19 @@ macro_rules! autocommit {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime { operation: op });
         }
-        let mut stale = 0;
-        loop {
-            let mut $conn = $store.pool.get_conn().await.map_err(storage(op))?;
-            let $step = $store.step();
-            match $body.await {
-                Ok(out) => break out,
-                Err(e) if stale <= $store.pool_size && crate::error::closed(&e) => stale += 1,
-                Err(e) => return Err(storage(op)(e)),
-            }
-        }
+        semaphore_core::store::bounded(op, async {
+            let mut stale = 0;
+            Ok(loop {
+                let mut $conn = $store.pool.get_conn().await.map_err(storage(op))?;
+                let $step = $store.step();
+                match $body.await {
+                    Ok(out) => break out,
+                    Err(e) if stale <= $store.pool_size && crate::error::closed(&e) => stale += 1,
+                    Err(e) => return Err(storage(op)(e)),
+                }
+            })
+        })
+        .await?
     }};
 }
 
@@ -310,6 +348,10 @@ impl Store for MysqlStore {
 
     fn changes(&self) -> &Changes {
         &self.changes
+    }
+
+    fn session(&self) -> Option<&Session> {
+        Some(&self.session)
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
@@ -340,16 +382,24 @@ impl Store for MysqlStore {
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
         // The procedure keeps places with the store's own waiter ttl only.
-        if request.key.is_none() && request.hold.is_none() {
-            return autocommit!(self, "borrow", |step, conn| step
-                .call_borrow(&mut conn, request));
+        let result = async {
+            if request.key.is_none() && request.hold.is_none() {
+                return autocommit!(self, "borrow", |step, conn| step
+                    .call_borrow(&mut conn, request));
+            }
+            in_tx!(self, "borrow", |step, tx| step.try_borrow(&mut tx, request))
         }
-        in_tx!(self, "borrow", |step, tx| step.try_borrow(&mut tx, request))
+        .await;
+        self.told(request.session, result)
     }
 
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
-        in_tx!(self, "borrow_all", |step, tx| step
-            .try_borrow_all(&mut tx, requests))
+        let result = async {
+            in_tx!(self, "borrow_all", |step, tx| step
+                .try_borrow_all(&mut tx, requests))
+        }
+        .await;
+        self.told(requests.first().and_then(|r| r.session), result)
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
@@ -375,9 +425,19 @@ impl Store for MysqlStore {
         Ok(renewed)
     }
 
+    async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        Ok(autocommit!(self, "unbind", |step, conn| step
+            .unbind(&mut conn, pool, lease)))
+    }
+
     async fn holders(&self, pool: PoolId) -> Result<Vec<LeaseHolder>> {
-        in_tx!(self, "holders", |step, tx| step.holders(&mut tx, pool))
-            .ok_or(Error::PoolNotFound { pool })
+        let listed = in_tx!(self, "holders", |step, tx| step.holders(&mut tx, pool))
+            .ok_or(Error::PoolNotFound { pool })?;
+        // The admin listing shows no binding (as every store's).
+        Ok(listed
+            .into_iter()
+            .map(|h| LeaseHolder::new(h.lease.with_session(None), h.owner, h.key))
+            .collect())
     }
 
     async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<LeaseHolder>> {

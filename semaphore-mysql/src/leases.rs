@@ -2,10 +2,19 @@
 //! its rows' positions and the labels of its lowest row.
 
 use semaphore_core::store::from_unix_ms;
-use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions};
+use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions, SessionId};
 
-/// One lease row: `lease, position, token, expires_at, owner, borrow_key`.
-pub(crate) type LeaseRow = (Vec<u8>, u32, i64, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+/// One lease row: `lease, position, token, expires_at, owner, borrow_key,
+/// holder` (the holder is the lease's session, R16 amended).
+pub(crate) type LeaseRow = (
+    Vec<u8>,
+    u32,
+    i64,
+    i64,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+);
 
 fn text(bytes: Option<Vec<u8>>) -> Option<String> {
     bytes.map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -32,15 +41,19 @@ pub(crate) fn holders_of(rows: Vec<LeaseRow>, pool: PoolId) -> Vec<Holder> {
     leases
         .into_iter()
         .map(
-            |((id, position, token, expires_at, owner, key), positions)| {
+            |((id, position, token, expires_at, owner, key, session), positions)| {
                 let id = uuid::Uuid::from_slice(&id).unwrap_or_default();
+                let session = session
+                    .and_then(|s| uuid::Uuid::from_slice(&s).ok())
+                    .map(SessionId::from_uuid);
                 let lease = Lease::holding(
                     LeaseId::from_uuid(id),
                     pool,
                     Positions::new(positions).unwrap_or_else(|| Positions::one(position)),
                     token.unsigned_abs(),
                     from_unix_ms(expires_at.max(0).unsigned_abs()),
-                );
+                )
+                .with_session(session);
                 Holder::new(lease, text(owner), text(key))
             },
         )

@@ -8,6 +8,7 @@ mod leases;
 mod options;
 mod primitives;
 mod schema;
+mod session;
 
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -20,8 +21,8 @@ pub use semaphore_core::describe_metrics;
 pub use semaphore_core::store::ServerClock;
 pub use semaphore_core::{
     BorrowOptions, BoxError, Clock, Enqueued, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet,
-    Limits, ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState,
-    QueuedBorrow, Result, Sleep, SystemClock, store,
+    Limits, ManualClock, MonotonicClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet,
+    PoolState, QueuedBorrow, Result, Session, SessionId, SessionState, Sleep, SystemClock, store,
 };
 #[cfg(feature = "tower")]
 pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};

@@ -31,7 +31,7 @@ pub(crate) const WAITER_TTL_MS: i64 = 3 * MAX_POLL_INTERVAL.as_millis() as i64;
 /// ```
 #[derive(Debug, Clone)]
 pub struct MysqlOptions {
-    pub(crate) session_timeout: Duration,
+    pub(crate) session_timeout: Option<Duration>,
     pub(crate) table_prefix: String,
     pub(crate) pool_size: usize,
     pub(crate) poll_interval: Duration,
@@ -41,7 +41,7 @@ pub struct MysqlOptions {
 impl Default for MysqlOptions {
     fn default() -> Self {
         Self {
-            session_timeout: semaphore_core::store::DEFAULT_SESSION_TIMEOUT,
+            session_timeout: None,
             table_prefix: "semaphore".into(),
             pool_size: 10,
             poll_interval: Duration::from_millis(100),
@@ -105,11 +105,12 @@ impl MysqlOptions {
     /// which holds its bound leases, outlives its last heartbeat on the
     /// server's clock. A connection that drops and comes back within it
     /// keeps every bound lease; a process killed outright loses them
-    /// within it. The store heartbeats every third of it. Default 10 s;
-    /// at least [`MIN_SESSION_TIMEOUT`](semaphore_core::store::MIN_SESSION_TIMEOUT)
+    /// within it. The store heartbeats every third of it. Default 10 s
+    /// (in test mode, the longest there is); at least
+    /// [`MIN_SESSION_TIMEOUT`](semaphore_core::store::MIN_SESSION_TIMEOUT)
     /// (1 s), else refused at connect naming `session_timeout`.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+        self.session_timeout = Some(timeout);
         self
     }
 

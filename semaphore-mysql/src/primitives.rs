@@ -20,22 +20,40 @@ use crate::schema::Tables;
 
 pub(crate) type Sql<T> = mysql_async::Result<T>;
 
-/// Whether a lease row's holder is gone (R16): it names one, and the
-/// holder's named lock (`GET_LOCK`, held by the holder's connection for as
-/// long as it lives) is free. `<=> 1`: an error (`NULL`) is never "gone".
-pub(crate) const GONE: &str =
+/// Whether a queued head's process is gone (R16, amended: a waiter's
+/// place is bound to its store's connection): its place names the named
+/// lock that connection keeps (`GET_LOCK`), and the lock is free. `<=> 1`:
+/// an error (`NULL`) is never "gone".
+pub(crate) const WAITER_GONE: &str =
     "(holder IS NOT NULL AND IS_FREE_LOCK(CONCAT('semaphore_holder_', LOWER(HEX(holder)))) <=> 1)";
 
 /// The deciding instant, unix ms, as a statement computes it: the test's
 /// (the first parameter), or the server's clock as the statement runs.
 pub(crate) const NOW: &str = "COALESCE(?, CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED))";
 
-/// One step's context: its tables, its clock, and this store's holder.
+/// One step's context: its tables, its clock, and the named lock that
+/// marks this store's queued heads alive.
 pub(crate) struct Step<'a> {
     pub(crate) t: &'a Tables,
     pub(crate) time: &'a DecidingClock,
     pub(crate) holder: Option<HolderId>,
 }
+
+/// The source of the error of a step that named a session that has ended
+/// (R16, amended): nothing was granted; the store opens a new session.
+#[derive(Debug)]
+pub(crate) struct SessionEnded;
+
+impl std::fmt::Display for SessionEnded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "the store's session had ended (the server lost it or it was deleted); \
+             a new one is being opened",
+        )
+    }
+}
+
+impl std::error::Error for SessionEnded {}
 
 pub(crate) fn key(pool: &PoolId) -> Vec<u8> {
     pool.as_uuid().as_bytes().to_vec()
@@ -84,12 +102,21 @@ impl Step<'_> {
             .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
     }
 
-    /// R16: deletes the leases of `pool` whose holder is gone; the slots
-    /// that freed.
-    pub(crate) async fn reap_gone(&self, tx: &mut Transaction<'_>, pool: &PoolId) -> Sql<i64> {
+    /// R16: deletes the leases of `pool` whose session has ended at
+    /// `now`; the slots that freed.
+    pub(crate) async fn reap_gone(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: &PoolId,
+        now: i64,
+    ) -> Sql<i64> {
         tx.exec_drop(
-            format!("DELETE FROM {} WHERE pool = ? AND {GONE}", self.t.leases),
-            (key(pool),),
+            format!(
+                "DELETE FROM {} WHERE pool = ? AND {}",
+                self.t.leases,
+                self.t.gone_at("?")
+            ),
+            (key(pool), now),
         )
         .await?;
         Ok(i64::try_from(tx.affected_rows()).unwrap_or(i64::MAX))
@@ -101,10 +128,11 @@ impl Step<'_> {
         let n: Option<i64> = tx
             .exec_first(
                 format!(
-                    "SELECT COUNT(*) FROM {} WHERE pool = ? AND expires_at > ? AND NOT {GONE}",
-                    self.t.leases
+                    "SELECT COUNT(*) FROM {} WHERE pool = ? AND expires_at > ? AND NOT {}",
+                    self.t.leases,
+                    self.t.gone_at("?")
                 ),
-                (key(pool), now),
+                (key(pool), now, now),
             )
             .await?;
         Ok(u32::try_from(n.unwrap_or_default()).unwrap_or(u32::MAX))
@@ -198,17 +226,52 @@ impl Step<'_> {
     ) -> Sql<bool> {
         q.exec_drop(
             format!(
-                "DELETE FROM {} WHERE pool = ? AND lease = ? AND expires_at > {NOW} AND NOT {GONE}",
-                self.t.leases
+                "DELETE FROM {} WHERE pool = ? AND lease = ? AND expires_at > {NOW} AND NOT {}",
+                self.t.leases,
+                self.t.gone_at(NOW)
             ),
             (
                 key(&pool),
                 lease.as_uuid().as_bytes().to_vec(),
                 self.now_param(),
+                self.now_param(),
             ),
         )
         .await?;
         Ok(q.affected_rows() > 0)
+    }
+
+    /// R13, amended: unbinds an active lease from its session; whether it
+    /// was active. One statement in autocommit.
+    pub(crate) async fn unbind(
+        &self,
+        q: &mut mysql_async::Conn,
+        pool: PoolId,
+        lease: LeaseId,
+    ) -> Sql<bool> {
+        q.exec_drop(
+            format!(
+                "UPDATE {} SET holder = NULL \
+                 WHERE pool = ? AND lease = ? AND expires_at > {NOW} AND NOT {}",
+                self.t.leases,
+                self.t.gone_at(NOW)
+            ),
+            (
+                key(&pool),
+                lease.as_uuid().as_bytes().to_vec(),
+                self.now_param(),
+                self.now_param(),
+            ),
+        )
+        .await?;
+        // Matched rows, not changed ones: an unbound lease reports true.
+        let matched = q
+            .info()
+            .split("Rows matched: ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok());
+        Ok(matched.unwrap_or(q.affected_rows()) > 0)
     }
 
     /// The rows of lease `id` of `pool` active at `now`, by position.
@@ -221,11 +284,12 @@ impl Step<'_> {
     ) -> Sql<Vec<LeaseRow>> {
         tx.exec(
             format!(
-                "SELECT lease, position, token, expires_at, owner, borrow_key FROM {} \
-                 WHERE pool = ? AND lease = ? AND expires_at > ? ORDER BY position",
-                self.t.leases
+                "SELECT lease, position, token, expires_at, owner, borrow_key, holder FROM {} \
+                 WHERE pool = ? AND lease = ? AND expires_at > ? AND NOT {} ORDER BY position",
+                self.t.leases,
+                self.t.gone_at("?")
             ),
-            (key(pool), id.to_vec(), now),
+            (key(pool), id.to_vec(), now, now),
         )
         .await
     }
@@ -243,14 +307,15 @@ impl Step<'_> {
             return Ok(None);
         };
         let id = lease.as_uuid().as_bytes().to_vec();
-        // A lease whose holder is gone is not active: it is not renewed.
+        // A lease whose session ended is not active: it is not renewed.
         tx.exec_drop(
             format!(
                 "UPDATE {} SET expires_at = ? \
-                 WHERE pool = ? AND lease = ? AND expires_at > ? AND NOT {GONE}",
-                self.t.leases
+                 WHERE pool = ? AND lease = ? AND expires_at > ? AND NOT {}",
+                self.t.leases,
+                self.t.gone_at("?")
             ),
-            (plus(now, ttl), key(&pool), id.clone(), now),
+            (plus(now, ttl), key(&pool), id.clone(), now, now),
         )
         .await?;
         let rows = self.rows_of(tx, &pool, &id, now).await?;
@@ -272,10 +337,12 @@ impl Step<'_> {
         let id: Option<Vec<u8>> = tx
             .exec_first(
                 format!(
-                    "SELECT lease FROM {} WHERE pool = ? AND position = ? AND expires_at > ?",
-                    self.t.leases
+                    "SELECT lease FROM {} WHERE pool = ? AND position = ? AND expires_at > ? \
+                     AND NOT {}",
+                    self.t.leases,
+                    self.t.gone_at("?")
                 ),
-                (key(&pool), position, now),
+                (key(&pool), position, now, now),
             )
             .await?;
         let Some(id) = id else {
@@ -303,11 +370,12 @@ impl Step<'_> {
         let rows: Vec<LeaseRow> = tx
             .exec(
                 format!(
-                    "SELECT lease, position, token, expires_at, owner, borrow_key FROM {} \
-                     WHERE pool = ? AND expires_at > ? AND NOT {GONE} ORDER BY position",
-                    self.t.leases
+                    "SELECT lease, position, token, expires_at, owner, borrow_key, holder FROM {} \
+                     WHERE pool = ? AND expires_at > ? AND NOT {} ORDER BY position",
+                    self.t.leases,
+                    self.t.gone_at("?")
                 ),
-                (key(&pool), now),
+                (key(&pool), now, now),
             )
             .await?;
         Ok(Some(holders_of(rows, pool)))
@@ -370,3 +438,4 @@ impl Step<'_> {
 }
 
 mod borrow;
+mod keyed;

@@ -14,12 +14,17 @@
 //!   connect, and those still running must be stopped first, as they
 //!   would count on from the floor alone.)
 //! - `P_leases`: a row per slot held (R15: a lease of `n` slots has `n`
-//!   rows under one id); the labels on its lowest row; the holder (R16):
-//!   the id whose named lock the holding store's connection holds.
+//!   rows under one id); the labels on its lowest row; `holder`, the
+//!   session a bound lease belongs to (R16, amended; version 3).
+//! - `P_sessions`: a row per store handle's session, its end on the
+//!   server's clock (version 3): a bound lease is active only while its
+//!   session's end is in the future.
 //! - `P_waiters`: the queued heads of each pool (R11 across processes),
-//!   first come first served by an `AUTO_INCREMENT` ticket.
+//!   first come first served by an `AUTO_INCREMENT` ticket; `holder`, the
+//!   id of the named lock the head's store keeps on a connection of its
+//!   own (version 3): a head whose lock is free is gone.
 //!
-//! - `P_borrow_3`: the uncontended borrow as one stored procedure (one round
+//! - `P_borrow_4`: the uncontended borrow as one stored procedure (one round
 //!   trip), `borrow.sql`.
 //!
 //! Labels are `VARBINARY`/`BLOB`, compared byte for byte: a key never
@@ -33,8 +38,12 @@ use crate::error::storage;
 
 /// The version this library writes and reads. Version 1 counted every
 /// grant's token in the store's row; version 2 counts them per pool
-/// (`P_pools.last_token`), and a store of version 1 is migrated at connect.
-pub(crate) const VERSION: i64 = 2;
+/// (`P_pools.last_token`); version 3 binds leases to sessions
+/// (`P_sessions`) and places to their store's connection
+/// (`P_waiters.holder`). A store of version 1 or 2 is migrated at connect,
+/// once the processes of the earlier release are stopped; its bound
+/// leases become unbound (left to their ttl).
+pub(crate) const VERSION: i64 = 3;
 
 /// The table names under one prefix, and the statements that name them.
 #[derive(Debug, Clone)]
@@ -43,6 +52,7 @@ pub(crate) struct Tables {
     pub(crate) pools: String,
     pub(crate) leases: String,
     pub(crate) waiters: String,
+    pub(crate) sessions: String,
     /// The borrow procedure's name.
     pub(crate) borrow: String,
     prefix: String,
@@ -55,17 +65,30 @@ impl Tables {
             pools: format!("{prefix}_pools"),
             leases: format!("{prefix}_leases"),
             waiters: format!("{prefix}_waiters"),
-            borrow: format!("{prefix}_borrow_3"),
+            sessions: format!("{prefix}_sessions"),
+            borrow: format!("{prefix}_borrow_4"),
             prefix: prefix.to_string(),
         }
     }
 
-    fn create(&self) -> [String; 4] {
+    /// Whether a lease row's session has ended at `now`, an SQL
+    /// expression (R16, amended): it names one, and that session has no
+    /// row or an end at or before `now`.
+    pub(crate) fn gone_at(&self, now: &str) -> String {
+        format!(
+            "(holder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {} x \
+             WHERE x.id = holder AND x.expires_at > {now}))",
+            self.sessions
+        )
+    }
+
+    fn create(&self) -> [String; 5] {
         let Tables {
             store,
             pools,
             leases,
             waiters,
+            sessions,
             ..
         } = self;
         [
@@ -105,8 +128,15 @@ impl Tables {
                     ticket BIGINT NOT NULL AUTO_INCREMENT,
                     alive_until BIGINT NOT NULL,
                     slots INT UNSIGNED NOT NULL,
+                    holder BINARY(16) NULL,
                     PRIMARY KEY (pool, waiter),
                     UNIQUE KEY (ticket)
+                ) ENGINE = InnoDB"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {sessions} (
+                    id BINARY(16) NOT NULL PRIMARY KEY,
+                    expires_at BIGINT NOT NULL
                 ) ENGINE = InnoDB"
             ),
         ]
@@ -139,6 +169,11 @@ pub(crate) async fn prepare(conn: &mut Conn, tables: &Tables) -> Result<()> {
     match found {
         Some(1) => {
             migrate_from_1(conn, tables).await?;
+            migrate_from_2(conn, tables).await?;
+            create_procedure(conn, tables).await
+        }
+        Some(2) => {
+            migrate_from_2(conn, tables).await?;
             create_procedure(conn, tables).await
         }
         Some(VERSION) => create_procedure(conn, tables).await,
@@ -177,13 +212,53 @@ async fn migrate_from_1(conn: &mut Conn, tables: &Tables) -> Result<()> {
     }
     conn.exec_drop(
         format!(
-            "UPDATE {} SET version = ? WHERE id = 1 AND version = 1",
+            "UPDATE {} SET version = 2 WHERE id = 1 AND version = 1",
             tables.store
         ),
-        (VERSION,),
+        (),
     )
     .await
     .map_err(storage("open"))
+}
+
+/// Makes a store of version 2 one of version 3: the sessions table (made
+/// by [`Tables::create`]), `P_waiters.holder`, and every lease unbound (a
+/// lease of version 2 named its holder's named lock, not a session; its
+/// process is gone before a migration); then sets the version. Two
+/// processes may both add the column: the loser is told it exists (1060).
+async fn migrate_from_2(conn: &mut Conn, tables: &Tables) -> Result<()> {
+    let alter = format!(
+        "ALTER TABLE {} ADD COLUMN holder BINARY(16) NULL",
+        tables.waiters
+    );
+    match conn.query_drop(alter).await {
+        Ok(()) => {}
+        Err(mysql_async::Error::Server(e)) if e.code == 1060 => {}
+        Err(e) => return Err(storage("open")(e)),
+    }
+    let mut tx = conn
+        .start_transaction(mysql_async::TxOpts::default())
+        .await
+        .map_err(storage("open"))?;
+    let found: Option<i64> = tx
+        .query_first(format!(
+            "SELECT version FROM {} WHERE id = 1 FOR UPDATE",
+            tables.store
+        ))
+        .await
+        .map_err(storage("open"))?;
+    if found == Some(2) {
+        tx.query_drop(format!("UPDATE {} SET holder = NULL", tables.leases))
+            .await
+            .map_err(storage("open"))?;
+        tx.exec_drop(
+            format!("UPDATE {} SET version = ? WHERE id = 1", tables.store),
+            (VERSION,),
+        )
+        .await
+        .map_err(storage("open"))?;
+    }
+    tx.commit().await.map_err(storage("open"))
 }
 
 /// Creates the borrow procedure if it is missing. Two processes may both

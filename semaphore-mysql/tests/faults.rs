@@ -45,12 +45,13 @@ async fn retry<T, F: std::future::Future<Output = Result<T, Error>>>(
     }
 }
 
-/// Every connection of the store killed (`KILL`), its holder's included:
-/// calls fail retryably or go through on a new connection, never with
-/// `Exhausted`; the bound lease died with its holder (R16), the unbound
-/// one stays; the holder comes back and binds again.
+/// Every connection of the store killed (`KILL`), its holder's and its
+/// session's included: calls fail retryably or go through on a new
+/// connection, never with `Exhausted`; a connection's loss ends no session
+/// (R16, amended), so the bound lease stays held and its holder still holds
+/// it; the holder connection comes back under another lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_connections_fail_retryably_and_a_bound_lease_dies_with_its_holder() {
+async fn killed_connections_fail_retryably_and_end_no_session() {
     let server = TestServer::start().unwrap();
     let store = store(&server).await;
     let pool = Pool::new(store.clone(), PoolId::from_name("p"));
@@ -61,7 +62,7 @@ async fn killed_connections_fail_retryably_and_a_bound_lease_dies_with_its_holde
         .await
         .unwrap()
         .forget();
-    let bound = pool.try_borrow(TTL).await.unwrap().forget();
+    let bound = pool.try_borrow(TTL).await.unwrap();
     let before = store.holder_id().expect("a holder");
     let ids = server.sql(
         "SELECT ID FROM information_schema.PROCESSLIST \
@@ -71,32 +72,40 @@ async fn killed_connections_fail_retryably_and_a_bound_lease_dies_with_its_holde
         server.sql(&format!("KILL {id}"));
     }
     let state = retry(|| pool.inspect()).await;
-    assert_eq!(state.in_use, 1, "only the unbound lease: {state:?}");
+    assert_eq!(state.in_use, 2, "both leases are held: {state:?}");
     let holders = retry(|| pool.holders()).await;
-    assert_eq!(holders.len(), 1);
-    assert_eq!(holders[0].lease.id, unbound.id);
-    assert!(!retry(|| pool.return_lease(bound.id)).await, "it died");
-    // The holder reconnects, under another connection id.
+    assert_eq!(holders.len(), 2);
+    assert!(holders.iter().any(|h| h.lease.id == unbound.id));
+    assert!(
+        bound.is_held(),
+        "the holder was told it lost a lease it kept"
+    );
+    // The holder connection reconnects, under another lock.
     let deadline = Instant::now() + Duration::from_secs(30);
     while store.holder_id().is_none_or(|now| now == before) {
         assert!(Instant::now() < deadline, "the holder did not come back");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Two more fit in the three slots: the dead holder's is free again.
-    let again = retry(|| pool.try_borrow(TTL)).await;
+    // One more fits in the three slots, and no other.
     let third = retry(|| pool.try_borrow(TTL)).await;
-    let mut positions = [again.position, third.position];
-    positions.sort_unstable();
-    assert_eq!(positions, [1, 2], "bound held {}", bound.position);
+    assert_eq!(third.position, 2);
+    assert!(matches!(
+        pool.try_borrow(TTL).await,
+        Err(Error::Exhausted { .. })
+    ));
+    assert!(
+        retry(|| bound.pool().return_lease(bound.id)).await,
+        "it lived"
+    );
 }
 
-/// A restart (SIGKILL, then start on the same data): calls fail retryably
-/// while the server is down; afterwards the unbound lease is still held
-/// (InnoDB kept it), the bound one is not (its holder's connection ended
-/// with the old server), tokens keep growing, and a borrower that waited
-/// through the restart is served.
+/// A restart (SIGKILL, then start on the same data) within the session
+/// timeout: calls fail retryably while the server is down; afterwards both
+/// leases are still held (InnoDB kept them, and the session lives: R16,
+/// amended), the bound one's holder still holds it, tokens keep growing,
+/// and a borrower that waited through the restart is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_keeps_unbound_leases_and_tokens_and_waiters_are_served_after_it() {
+async fn a_restart_keeps_leases_and_tokens_and_waiters_are_served_after_it() {
     let server = TestServer::start().unwrap();
     let store = store(&server).await;
     let pool = Pool::new(store.clone(), PoolId::from_name("p"));
@@ -106,13 +115,14 @@ async fn a_restart_keeps_unbound_leases_and_tokens_and_waiters_are_served_after_
         .await
         .unwrap()
         .forget();
-    let bound = pool.try_borrow(TTL).await.unwrap().forget();
+    let bound = pool.try_borrow(TTL).await.unwrap();
     server.restart();
     let state = retry(|| pool.inspect()).await;
-    assert_eq!(state.in_use, 1, "the unbound lease survives: {state:?}");
-    let next = retry(|| pool.try_borrow(TTL)).await;
-    assert_eq!(next.position, bound.position, "the bound slot came back");
-    assert!(next.token > bound.token && bound.token > unbound.token);
+    assert_eq!(state.in_use, 2, "both leases survive: {state:?}");
+    assert!(
+        bound.is_held(),
+        "the holder was told it lost a lease it kept"
+    );
     let waiter = {
         let pool = pool.clone();
         tokio::spawn(async move {
@@ -128,6 +138,7 @@ async fn a_restart_keeps_unbound_leases_and_tokens_and_waiters_are_served_after_
     assert!(retry(|| pool.return_lease(unbound.id)).await);
     let served = waiter.await.unwrap().expect("served after the restart");
     assert_eq!(served.position, unbound.position);
+    assert!(served.token > bound.token && bound.token > unbound.token);
 }
 
 /// A borrow whose answer was lost (its connection broke after the server

@@ -121,10 +121,67 @@ async fn a_store_of_version_1_is_migrated() {
         .query_first(format!("SELECT version FROM {prefix}_store WHERE id = 1"))
         .await
         .unwrap();
-    assert_eq!(version, Some(2));
+    assert_eq!(version, Some(3));
     drop(conn);
     let pool = Pool::new(store, PoolId::from_name("p"));
     let lease = pool.try_borrow(TTL).await.unwrap();
     assert_eq!(lease.token, 78);
     lease.release().await.unwrap();
+}
+
+/// A store of version 2 (no sessions; a bound lease named its holder's
+/// named lock; places without a connection): a store connecting to it adds
+/// the sessions table and the places' column, unbinds every lease (its
+/// holder's process is gone before a migration), keeps it, and sets
+/// version 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_version_2_is_migrated() {
+    let prefix = TestServer::fresh_prefix();
+    let old = store(&prefix).await;
+    let pool = Pool::new(old.clone(), PoolId::from_name("p"));
+    pool.register(2).await.unwrap();
+    let kept = pool.try_borrow(TTL).await.unwrap().forget();
+    sql(
+        &old,
+        format!("ALTER TABLE {prefix}_waiters DROP COLUMN holder"),
+    )
+    .await;
+    sql(&old, format!("DROP TABLE {prefix}_sessions")).await;
+    sql(
+        &old,
+        format!("UPDATE {prefix}_leases SET holder = UNHEX(REPEAT('ab', 16))"),
+    )
+    .await;
+    sql(
+        &old,
+        format!("UPDATE {prefix}_store SET version = 2 WHERE id = 1"),
+    )
+    .await;
+    drop((pool, old));
+
+    let store = store(&prefix).await;
+    let mut conn = store.connection_pool().get_conn().await.unwrap();
+    let version: Option<i64> = conn
+        .query_first(format!("SELECT version FROM {prefix}_store WHERE id = 1"))
+        .await
+        .unwrap();
+    assert_eq!(version, Some(3));
+    let bound: Option<i64> = conn
+        .query_first(format!(
+            "SELECT COUNT(*) FROM {prefix}_leases WHERE holder IS NOT NULL"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(bound, Some(0), "the leases of version 2 are unbound");
+    drop(conn);
+    let pool = Pool::new(store, PoolId::from_name("p"));
+    assert_eq!(
+        pool.inspect().await.unwrap().in_use,
+        1,
+        "the lease was kept"
+    );
+    let next = pool.try_borrow(TTL).await.unwrap();
+    assert_eq!(next.position, 1);
+    assert!(next.token > kept.token);
+    assert!(pool.return_lease(kept.id).await.unwrap());
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool as ConnectionPool, RecyclingMethod};
 use semaphore_core::store::Changes;
-use semaphore_core::{Error, LeaseId, PoolId, Result};
+use semaphore_core::{Error, LeaseId, PoolId, Result, Session};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Config, NoTls, Row};
 
@@ -14,13 +14,14 @@ use crate::error::{pool as pool_error, storage};
 use crate::listen::{self, Listener};
 use crate::primitives::first;
 use crate::returning::Returning;
+use crate::session::Beats;
 use crate::sql::Sql;
 use crate::{PostgresOptions, schema};
 use semaphore_core::store::DecidingClock as Time;
 
-/// How long `connect` waits for the listener's session, the holder of
-/// bound leases (R16).
-const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long `connect` waits for the store's session to open, which holds
+/// its bound leases (R16, amended).
+const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A [`Store`](semaphore_core::store::Store) in one PostgreSQL database, shared by any number of
 /// processes on any number of machines (SPEC "PostgreSQL store").
@@ -42,10 +43,13 @@ const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   its own plus an offset measured at connect and refreshed.
 /// - **Hand-off (issue 22):** a return on a pool with a queued head grants
 ///   the freed slot to that head in the return's own commit, so that one
-///   commit serves both. This process's head (claimed from the core's
-///   queue while it is not looking) gets its lease delivered in memory;
-///   the claiming return runs on a task of its own, so the head is served,
-///   or the slot freed, even if the caller drops `release`. Another
+///   commit serves both. This process's queued borrowers get their leases
+///   delivered in memory, in queue order: every return in flight claims
+///   one from the core's queue (naming a borrower that is not looking),
+///   so that the returns of a busy pool hand their slots on in parallel,
+///   not one look of the head at a time (issue 38, item 11). A claiming
+///   return runs on a task of its own, so the lease is delivered, or the
+///   slot freed, even if the caller drops `release`. Another
 ///   process's head, first in `semaphore_waiters` and asking for one
 ///   unkeyed slot, finds the slot marked `granted_to` it at its next look,
 ///   without writing; if it leaves first, it frees that slot. Any other
@@ -95,6 +99,7 @@ pub struct PostgresStore {
     pub(crate) changes: Arc<Changes>,
     pub(crate) time: Time,
     pub(crate) listener: Listener,
+    pub(crate) session: Session,
 }
 
 fn invalid_url(field: &'static str, e: impl std::fmt::Display) -> Error {
@@ -180,7 +185,7 @@ impl PostgresStore {
             });
         }
         let client = pool.get().await.map_err(pool_error("open"))?;
-        schema::prepare(&client, &options.schema).await?;
+        schema::prepare(&client, &options.schema, options.migrate).await?;
         if let Time::Server(view) = &options.time {
             listen::measure(&client, view)
                 .await
@@ -192,6 +197,17 @@ impl PostgresStore {
         }
         drop(client);
         let changes = Arc::new(Changes::new());
+        let sql = Arc::new(Sql::new(&options.schema, options.prepared_statements));
+        let session = Session::start(
+            Arc::new(Beats {
+                config: listen.clone(),
+                sql: sql.clone(),
+                time: options.time.clone(),
+                client: tokio::sync::Mutex::new(None),
+            }),
+            semaphore_core::store::session_timeout(options.session_timeout, &options.time),
+            options.time.clone(),
+        );
         let listener = listen::spawn(listen::Setup {
             config: listen,
             channel: schema::channel(&options.schema),
@@ -201,19 +217,96 @@ impl PostgresStore {
         });
         let store = Self {
             pool,
-            sql: Arc::new(Sql::new(&options.schema, options.prepared_statements)),
+            sql,
             schema: options.schema,
             changes,
             time: options.time,
             listener,
+            session,
         };
-        let _ = tokio::time::timeout(HOLDER_WAIT, async {
-            while store.holder().is_none() {
+        // A store whose session is not open yet (the server is slow) works:
+        // its bound leases are left to their ttl until it is. The listener
+        // too: until it is up, this process's places in the queue name no
+        // backend, and outlive a crash by the waiters' ttl.
+        let _ = tokio::time::timeout(SESSION_WAIT, async {
+            while store.backend().is_none() {
                 tokio::time::sleep(std::time::Duration::from_millis(2)).await;
             }
         })
         .await;
+        store.session.open_within(SESSION_WAIT).await?;
         Ok(store)
+    }
+
+    /// Makes the store's tables and functions in `options`' schema, or
+    /// migrates them to this version, and returns: the step a deployment
+    /// runs once, as a role that may create in the schema, before its
+    /// processes connect as a runtime role with
+    /// [`PostgresOptions::migrate`]`(false)` (the README lists the grants
+    /// that role needs). Idempotent: a schema already at this version is
+    /// left as it is. Only `schema` among the options matters.
+    ///
+    /// ```no_run
+    /// use semaphore_postgres::{PostgresOptions, PostgresStore};
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), semaphore_postgres::Error> {
+    /// // As the owner, once per release:
+    /// PostgresStore::migrate("postgresql://owner@db/app", PostgresOptions::default()).await?;
+    /// // As the application's role, in every process:
+    /// let options = PostgresOptions::default().migrate(false);
+    /// let store = PostgresStore::connect_with("postgresql://app@db/app", options).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] naming `url` or `schema`.
+    /// - [`Error::SchemaMismatch`] if the schema holds `semaphore_` tables
+    ///   of another shape, or of a newer version; nothing is changed.
+    /// - [`Error::Storage`] if the server cannot be reached (retryable) or
+    ///   refuses (not retryable: a role that may not create there).
+    pub async fn migrate(url: &str, options: PostgresOptions) -> Result<()> {
+        schema::check_name(&options.schema)?;
+        let config: Config = url.parse().map_err(|e| invalid_url("url", e))?;
+        let (client, connection) = config.connect(NoTls).await.map_err(storage("migrate"))?;
+        let driver = tokio::spawn(connection);
+        let prepared = schema::prepare(&client, &options.schema, true).await;
+        drop(client);
+        let _ = driver.await;
+        prepared
+    }
+
+    /// The statements that grant role `role` what a store of this version
+    /// needs at run time on schema `schema`, and no more: `USAGE` on the
+    /// schema, `SELECT`, `INSERT`, `UPDATE` and `DELETE` on its tables,
+    /// `USAGE` and `SELECT` on its sequences, `EXECUTE` on its functions.
+    /// Run them as the owner after [`migrate`](PostgresStore::migrate)
+    /// (again after each migration that adds a table or function).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `schema`, or `role` if it is not
+    /// 1 to 63 of `a-z`, `0-9`, `_` (quote-free, so that the statements
+    /// are safe to run as they are).
+    pub fn grants(schema: &str, role: &str) -> Result<String> {
+        schema::check_name(schema)?;
+        let plain = !role.is_empty()
+            && role.len() <= 63
+            && role
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !plain {
+            return Err(Error::InvalidArgument {
+                field: "role",
+                allowed: "1 to 63 of a-z, 0-9 and _".into(),
+                got: format!("{:?}", role.chars().take(64).collect::<String>()),
+            });
+        }
+        Ok(format!(
+            "GRANT USAGE ON SCHEMA \"{schema}\" TO {role};\n\
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO {role};\n\
+             GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA \"{schema}\" TO {role};\n\
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA \"{schema}\" TO {role};\n"
+        ))
     }
 
     /// The schema the store's tables are in.
@@ -273,10 +366,13 @@ impl PostgresStore {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime { operation });
         }
-        let client = self.pool.get().await.map_err(pool_error(operation))?;
-        crate::sql::run(&client, self.sql.prepared, statement, params)
-            .await
-            .map_err(storage(operation))
+        semaphore_core::store::bounded(operation, async {
+            let client = self.pool.get().await.map_err(pool_error(operation))?;
+            crate::sql::run(&client, self.sql.prepared, statement, params)
+                .await
+                .map_err(storage(operation))
+        })
+        .await
     }
 
     /// Returns `lease` of `pool`, handing its slot on where it can
@@ -294,14 +390,19 @@ impl PostgresStore {
             sql: self.sql.clone(),
             changes: self.changes.clone(),
             now: self.now_param(),
-            holder: self.holder(),
+            session: self.session.current(),
         };
-        match self.changes.claim_head(pool) {
-            None => returning.run(pool, lease, None).await,
-            Some(claim) => tokio::spawn(returning.run(pool, lease, Some(claim)))
-                .await
-                .map_err(crate::returning::lost)?,
-        }
+        // Bounded as every call; a claimed head's return goes on in its
+        // task if this call gives up waiting for it.
+        semaphore_core::store::bounded("return", async {
+            match self.changes.claim_head(pool) {
+                None => returning.run(pool, lease, None).await,
+                Some(claim) => tokio::spawn(returning.run(pool, lease, Some(claim)))
+                    .await
+                    .map_err(crate::returning::lost)?,
+            }
+        })
+        .await
     }
 
     pub(crate) fn statements(&self) -> &Sql {
@@ -314,15 +415,20 @@ impl PostgresStore {
         self.time.now_param().map(|ms| ms as i64)
     }
 
-    /// The holder of this store's bound leases (R16): the listener's
-    /// session, `(pid, start)`, or `None` while it is disconnected (a
-    /// lease granted then is left to its ttl).
-    pub(crate) fn holder(&self) -> Option<(i32, i64)> {
-        *self
-            .listener
-            .holder
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// The error of a step that named session `id` and found it ended
+    /// (R16, amended): retryable, once the session is told, so that the
+    /// next attempt names a new one.
+    pub(crate) fn session_ended(&self, id: Option<semaphore_core::SessionId>) -> Error {
+        if let Some(id) = id {
+            self.session.ended_on_store(id);
+        }
+        Error::Storage {
+            operation: "borrow",
+            retryable: true,
+            source: "the store's session had ended (the server lost it or it was deleted); \
+                     a new one is being opened"
+                .into(),
+        }
     }
 
     pub(crate) fn backend(&self) -> Option<i32> {

@@ -6,14 +6,13 @@
 //! (re)connect all heads re-check, since notifications sent while the
 //! listener was away are lost; a fallback poll re-checks while anyone waits;
 //! the next expiry comes from the core. The listener also refreshes the
-//! store's view of the server's clock, and records its backend's pid (and
-//! start) so that other processes can tell, from `pg_stat_activity`, that a
-//! queued head's process has died, and that the holder of a bound lease is
-//! gone (R16: the listener's session is the holder of the store's bound
-//! leases).
+//! store's view of the server's clock, and records its backend's pid so
+//! that other processes can tell, from `pg_stat_activity`, that a queued
+//! head's process has died (a waiter's place may be bound to its
+//! connection: SPEC R16, amended; leases belong to the store's session).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use semaphore_core::PoolId;
@@ -39,10 +38,6 @@ pub(crate) struct Listener {
     _stop: oneshot::Sender<()>,
     /// The listener backend's pid; 0 while disconnected.
     pub(crate) backend: Arc<AtomicI32>,
-    /// The listener's session as a holder of bound leases (R16): its pid
-    /// and its start in unix µs, as `pg_stat_activity` shows them; `None`
-    /// while disconnected.
-    pub(crate) holder: Arc<Mutex<Option<(i32, i64)>>>,
 }
 
 /// What the task needs.
@@ -58,27 +53,17 @@ pub(crate) struct Setup {
 pub(crate) fn spawn(setup: Setup) -> Listener {
     let (stop, stopped) = oneshot::channel();
     let backend = Arc::new(AtomicI32::new(0));
-    let holder = Arc::new(Mutex::new(None));
-    tokio::spawn(run(setup, backend.clone(), holder.clone(), stopped));
+    tokio::spawn(run(setup, backend.clone(), stopped));
     Listener {
         _stop: stop,
         backend,
-        holder,
     }
 }
 
-type Holder = Mutex<Option<(i32, i64)>>;
-
-async fn run(
-    setup: Setup,
-    backend: Arc<AtomicI32>,
-    holder: Arc<Holder>,
-    stopped: oneshot::Receiver<()>,
-) {
+async fn run(setup: Setup, backend: Arc<AtomicI32>, stopped: oneshot::Receiver<()>) {
     let follow = semaphore_core::store::follow(&setup.changes, setup.poll, || async {
-        session(&setup, &backend, &holder).await;
+        session(&setup, &backend).await;
         backend.store(0, Ordering::Relaxed);
-        *holder.lock().unwrap_or_else(|p| p.into_inner()) = None;
     });
     tokio::select! {
         _ = stopped => {}
@@ -89,18 +74,17 @@ async fn run(
 /// One connection's life: connects, listens, then hands notifications to
 /// the waiters until the connection fails. Connecting and setting up are
 /// bounded by [`SETUP_TIMEOUT`], so a stalled server is tried again.
-async fn session(setup: &Setup, backend: &AtomicI32, holder: &Holder) {
+async fn session(setup: &Setup, backend: &AtomicI32) {
     let connect = tokio::time::timeout(SETUP_TIMEOUT, setup.config.connect(NoTls));
     let Ok(Ok((client, mut connection))) = connect.await else {
         return;
     };
     let ready = tokio::time::timeout(SETUP_TIMEOUT, listen(&client, setup));
     let ready = async move { ready.await.ok().flatten() };
-    let Some((pid, start)) = drive(&mut connection, &setup.changes, ready).await else {
+    let Some(pid) = drive(&mut connection, &setup.changes, ready).await else {
         return;
     };
     backend.store(pid, Ordering::Relaxed);
-    *holder.lock().unwrap_or_else(|p| p.into_inner()) = Some((pid, start));
     // Notifications sent while no one listened are lost: everyone re-checks.
     setup.changes.notify_all();
     let mut refresh = tokio::time::interval(CLOCK_REFRESH);
@@ -124,23 +108,18 @@ async fn session(setup: &Setup, backend: &AtomicI32, holder: &Holder) {
     }
 }
 
-/// `LISTEN`s on the channel; the backend's pid and start (unix µs), as
-/// `semaphore_alive` compares them.
-async fn listen(client: &Client, setup: &Setup) -> Option<(i32, i64)> {
+/// `LISTEN`s on the channel; the backend's pid, which marks this
+/// process's queued heads as alive.
+async fn listen(client: &Client, setup: &Setup) -> Option<i32> {
     client
         .batch_execute(&format!("LISTEN {}", setup.channel))
         .await
         .ok()?;
     let rows = client
-        .query_typed(
-            "SELECT pid, floor(extract(epoch FROM backend_start) * 1000000)::bigint
-             FROM pg_stat_activity WHERE pid = pg_backend_pid()",
-            &[],
-        )
+        .query_typed("SELECT pg_backend_pid()", &[])
         .await
         .ok()?;
-    let row = rows.first()?;
-    Some((row.try_get(0).ok()?, row.try_get(1).ok()?))
+    rows.first()?.try_get(0).ok()
 }
 
 /// Measures the offset of the server's clock against this process's.

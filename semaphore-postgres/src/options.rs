@@ -32,26 +32,28 @@ const _: () = assert!(crate::schema::WAITER_TTL_MS == 3 * MAX_POLL_INTERVAL.as_m
 /// ```
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
-    pub(crate) session_timeout: Duration,
+    pub(crate) session_timeout: Option<Duration>,
     pub(crate) schema: String,
     pub(crate) pool_size: usize,
     pub(crate) pool_timeout: Duration,
     pub(crate) poll_interval: Duration,
     pub(crate) listen_url: Option<String>,
     pub(crate) prepared_statements: bool,
+    pub(crate) migrate: bool,
     pub(crate) time: Time,
 }
 
 impl Default for PostgresOptions {
     fn default() -> Self {
         Self {
-            session_timeout: semaphore_core::store::DEFAULT_SESSION_TIMEOUT,
+            session_timeout: None,
             schema: "public".into(),
             pool_size: 16,
             pool_timeout: Duration::from_secs(5),
             poll_interval: Duration::from_secs(1),
             listen_url: None,
             prepared_statements: false,
+            migrate: true,
             time: Time::default(),
         }
     }
@@ -114,6 +116,22 @@ impl PostgresOptions {
         self
     }
 
+    /// Whether `connect` makes the store's tables and functions when the
+    /// schema has none, and migrates them when they are of an older
+    /// version (`true`, the default: the connecting role then needs
+    /// `CREATE` on the database or schema). With `false`, `connect` only
+    /// checks them and writes no DDL: a runtime role needs nothing but
+    /// `USAGE` on the schema, DML on its tables, `USAGE` on its sequences
+    /// and `EXECUTE` on its functions (the README lists the grants), and a
+    /// schema that is missing or older is refused with
+    /// [`Error::SchemaMismatch`](semaphore_core::Error::SchemaMismatch)
+    /// that says to migrate it first, with [`PostgresStore::migrate`](crate::PostgresStore::migrate)
+    /// or `semaphore migrate`, as a role that may.
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
     /// A separate connection string for the listener, which must reach the
     /// server directly (`LISTEN` does not work through PgBouncer in
     /// transaction mode, which the statements do). Default: the store's own.
@@ -146,11 +164,12 @@ impl PostgresOptions {
     /// which holds its bound leases, outlives its last heartbeat on the
     /// server's clock. A connection that drops and comes back within it
     /// keeps every bound lease; a process killed outright loses them
-    /// within it. The store heartbeats every third of it. Default 10 s;
-    /// at least [`MIN_SESSION_TIMEOUT`](semaphore_core::store::MIN_SESSION_TIMEOUT)
+    /// within it. The store heartbeats every third of it. Default 10 s
+    /// (in test mode, the longest there is); at least
+    /// [`MIN_SESSION_TIMEOUT`](semaphore_core::store::MIN_SESSION_TIMEOUT)
     /// (1 s), else refused at connect naming `session_timeout`.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+        self.session_timeout = Some(timeout);
         self
     }
 

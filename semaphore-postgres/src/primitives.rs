@@ -6,7 +6,7 @@ use std::time::Duration;
 use semaphore_core::store::{
     BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
-use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
+use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Session};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -53,6 +53,10 @@ impl Store for PostgresStore {
 
     fn changes(&self) -> &Changes {
         &self.changes
+    }
+
+    fn session(&self) -> Option<&Session> {
+        Some(&self.session)
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
@@ -127,11 +131,10 @@ impl Store for PostgresStore {
             backend: self.backend(),
             keep_place: true,
             slots: i64::from(request.slots),
-            holder: None,
-            holder_start: None,
+            session: request.session.map(|s| *s.as_uuid()),
             hold: request.hold.map(ms),
+            retried: request.retried,
         };
-        let args = args.bound(request.bound.then(|| self.holder()).flatten());
         let rows = self
             .query("borrow", &self.sql.try_borrow, &args.typed())
             .await?;
@@ -141,6 +144,8 @@ impl Store for PostgresStore {
             Attempt::Exhausted(next_expiry) => Ok(TryBorrow::Exhausted { next_expiry }),
             Attempt::Missing(_) => Err(Error::PoolNotFound { pool: request.pool }),
             Attempt::Draining => Err(Error::Draining { pool: request.pool }),
+            Attempt::KeyReused => Err(Error::KeyReused { pool: request.pool }),
+            Attempt::SessionEnded => Err(self.session_ended(request.session)),
         }
     }
 
@@ -154,8 +159,7 @@ impl Store for PostgresStore {
         let waiter = head.waiter.map(|w| *w.as_uuid());
         let (key, owner) = (head.key.as_deref(), head.owner.as_deref());
         let slots: Vec<i64> = requests.iter().map(|r| i64::from(r.slots)).collect();
-        let holder = head.bound.then(|| self.holder()).flatten();
-        let (holder, holder_start) = (holder.map(|h| h.0), holder.map(|h| h.1));
+        let session = head.session.map(|s| *s.as_uuid());
         let params: [&(dyn ToSql + Sync); 11] = [
             &pools,
             &leases,
@@ -166,8 +170,8 @@ impl Store for PostgresStore {
             &now,
             &backend,
             &slots,
-            &holder,
-            &holder_start,
+            &session,
+            &head.retried,
         ];
         let typed: Vec<_> = params
             .into_iter()
@@ -183,6 +187,8 @@ impl Store for PostgresStore {
                 Attempt::Granted(lease) => granted.push(lease),
                 Attempt::Exhausted(at) => blocked.push(at),
                 Attempt::Draining => return Err(Error::Draining { pool: request.pool }),
+                Attempt::KeyReused => return Err(Error::KeyReused { pool: request.pool }),
+                Attempt::SessionEnded => return Err(self.session_ended(head.session)),
                 Attempt::Missing(pool) => {
                     return Err(Error::PoolNotFound {
                         pool: pool.unwrap_or(request.pool),
@@ -229,7 +235,10 @@ impl Store for PostgresStore {
                 self.changes.notify(pool);
                 Ok(Some(lease))
             }
-            Attempt::Exhausted(_) | Attempt::Draining => Ok(None),
+            Attempt::Exhausted(_)
+            | Attempt::Draining
+            | Attempt::SessionEnded
+            | Attempt::KeyReused => Ok(None),
             Attempt::Missing(_) => Err(Error::PoolNotFound { pool }),
         }
     }
@@ -257,6 +266,24 @@ impl Store for PostgresStore {
             }
         }
         Ok(holders)
+    }
+
+    async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        let now = self.now_param();
+        let rows = self
+            .query(
+                "unbind",
+                &self.sql.unbind,
+                &[
+                    (&pool.as_uuid(), Type::UUID),
+                    (&lease.as_uuid(), Type::UUID),
+                    (&now, Type::INT8),
+                ],
+            )
+            .await?;
+        first(&rows, "unbind")?
+            .try_get(0)
+            .map_err(storage("unbind"))
     }
 
     async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>> {

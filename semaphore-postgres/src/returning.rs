@@ -24,8 +24,9 @@ pub(crate) struct Returning {
     pub(crate) changes: Arc<Changes>,
     /// The test's now, unix ms, or `None` for the server's clock.
     pub(crate) now: Option<i64>,
-    /// The session bound leases name (R16), for a claimed head's lease.
-    pub(crate) holder: Option<(i32, i64)>,
+    /// The session bound leases name (R16, amended), for a claimed head's
+    /// lease.
+    pub(crate) session: Option<semaphore_core::SessionId>,
 }
 
 impl Returning {
@@ -58,9 +59,9 @@ impl Returning {
         let answer = returned(&rows)?;
         let (mut handed, mut free) = (answer.handed, answer.free);
         let row = first(&rows, OPERATION)?;
-        let attempt = sql::attempt(row, pool).map_err(storage(OPERATION))?;
+        let attempt = sql::attempt_at(row, pool, 8).map_err(storage(OPERATION))?;
         if let (Some(claim), Attempt::Granted(granted)) = (claim, attempt)
-            && let Err(unwanted) = claim.deliver(&self.changes, granted)
+            && let Err(unwanted) = claim.deliver(granted)
         {
             // Its head gave up meanwhile: nobody holds it (R12).
             let again = returned(&self.call(&client, pool, unwanted.id, None).await?)?;
@@ -91,7 +92,7 @@ impl Returning {
             self.now,
             self.changes.hand_offs_allowed(),
             claim.map(Claim::request),
-            self.holder,
+            self.session.map(|s| *s.as_uuid()),
         );
         let params = args.typed();
         sql::run(client, self.sql.prepared, &self.sql.return_lease, &params)

@@ -12,6 +12,9 @@ use tokio_postgres::Client;
 
 use crate::error::storage;
 
+mod migrate;
+use migrate::{before_3, migrate_from, shape_3};
+
 /// The schema version this build writes and reads. Version 1 had the same
 /// tables as 2, which replaced functions only; version 3 holds weighted
 /// leases (R15): a lease's id is no longer unique per row, and a queued
@@ -20,9 +23,13 @@ use crate::error::storage;
 /// drain (`semaphore_pools.draining`). Version 4 keeps one row per slot,
 /// free or held (`semaphore_slots`), in place of a row per held slot
 /// (`semaphore_leases`), so that grants and returns on different slots of
-/// one pool commit in parallel (issue 22). Versions 1 to 3 are migrated in
-/// place ([`migrate`]).
-pub(crate) const VERSION: i32 = 4;
+/// one pool commit in parallel (issue 22). Version 5 binds leases to the
+/// store handles' sessions (`semaphore_sessions`: R16, amended; issue 37)
+/// in place of backends: `session` replaces `holder` and `holder_start`
+/// on slots and places. Versions 1 to 4 are migrated in place
+/// ([`migrate`]); their bound leases become unbound (left to their ttl),
+/// since the processes that held them are gone before a migration.
+pub(crate) const VERSION: i32 = 5;
 
 /// How long a queued head's row stays without being refreshed before other
 /// processes treat its process as gone (R11), in ms: three of the longest
@@ -52,6 +59,29 @@ type Shape = Vec<(String, Vec<Column<String>>)>;
 /// as `information_schema.columns` reports it, in the order of their names.
 const SHAPE: &[(&str, &[Column<&str>])] = &[
     POOLS,
+    SESSIONS,
+    (
+        "semaphore_slots",
+        &[
+            ("pool", "uuid", true),
+            ("position", "bigint", true),
+            ("lease", "uuid", false),
+            ("token", "bigint", false),
+            ("expires_at", "bigint", true),
+            ("owner", "text", false),
+            ("borrow_key", "text", false),
+            ("granted_to", "uuid", false),
+            ("session", "uuid", false),
+        ],
+    ),
+    STORE,
+    WAITERS,
+];
+
+/// Version 4's tables: version 5's without sessions, with a slot's and a
+/// place's holder backend in place of its session.
+const SHAPE_4: &[(&str, &[Column<&str>])] = &[
+    POOLS,
     (
         "semaphore_slots",
         &[
@@ -68,8 +98,27 @@ const SHAPE: &[(&str, &[Column<&str>])] = &[
         ],
     ),
     STORE,
-    WAITERS,
+    (
+        "semaphore_waiters",
+        &[
+            ("pool", "uuid", true),
+            ("waiter", "uuid", true),
+            ("ticket", "bigint", true),
+            ("alive_until", "bigint", true),
+            ("backend", "integer", false),
+            ("slots", "bigint", true),
+            ("ttl", "bigint", false),
+            ("owner", "text", false),
+            ("holder", "integer", false),
+            ("holder_start", "bigint", false),
+        ],
+    ),
 ];
+
+const SESSIONS: (&str, &[Column<&str>]) = (
+    "semaphore_sessions",
+    &[("id", "uuid", true), ("expires_at", "bigint", true)],
+);
 
 /// Version 3's tables (a row per held slot in `semaphore_leases`), with
 /// version 4's places: [`shape_3`] takes their new columns away.
@@ -108,8 +157,8 @@ const STORE: (&str, &[Column<&str>]) = (
 );
 
 /// A queued head's place; from version 4 with what a return needs to hand
-/// it a slot (its ttl, owner and holder).
-/// (Up to version 3 without the last four: [`shape_3`].)
+/// it a slot (its ttl, owner and, from version 5, session).
+/// (Up to version 3 without the last three: [`shape_3`].)
 const WAITERS: (&str, &[Column<&str>]) = (
     "semaphore_waiters",
     &[
@@ -121,52 +170,9 @@ const WAITERS: (&str, &[Column<&str>]) = (
         ("slots", "bigint", true),
         ("ttl", "bigint", false),
         ("owner", "text", false),
-        ("holder", "integer", false),
-        ("holder_start", "bigint", false),
+        ("session", "uuid", false),
     ],
 );
-
-/// The statements that take a version 1 or 2 schema to version 3, before
-/// the script replaces the functions: the functions whose arguments or
-/// rows changed are dropped (their successors differ in shape, which
-/// `CREATE OR REPLACE` refuses), with the composite type they return.
-const MIGRATE_TO_3: &str = "
-    DROP FUNCTION IF EXISTS {s}.semaphore_try_borrow_all(
-        uuid[], uuid[], bigint, uuid, text, text, bigint, integer);
-    DROP FUNCTION IF EXISTS {s}.semaphore_try_borrow(
-        uuid, uuid, bigint, uuid, text, text, bigint, integer, boolean);
-    DROP FUNCTION IF EXISTS {s}.semaphore_renew(uuid, uuid, bigint, bigint);
-    DROP FUNCTION IF EXISTS {s}.semaphore_force_return(uuid, bigint, bigint);
-    DROP FUNCTION IF EXISTS {s}.semaphore_register(uuid, bigint, bigint);
-    DROP TYPE IF EXISTS {s}.semaphore_attempt;
-    ALTER TABLE {s}.semaphore_leases DROP CONSTRAINT IF EXISTS semaphore_leases_lease_key;
-    ALTER TABLE {s}.semaphore_waiters ADD COLUMN IF NOT EXISTS slots bigint NOT NULL DEFAULT 1;
-    ALTER TABLE {s}.semaphore_leases ADD COLUMN IF NOT EXISTS holder integer,
-        ADD COLUMN IF NOT EXISTS holder_start bigint;
-    ALTER TABLE {s}.semaphore_pools ADD COLUMN IF NOT EXISTS draining boolean NOT NULL DEFAULT false;
-";
-
-/// The statements that take a version 3 schema to version 4, after the
-/// script has made the (empty) slot table: every held row moves over as it
-/// is, every position below a pool's highest held one gets a free row (a
-/// pool's rows are always 0 to n-1), and the old table goes; places get
-/// the columns of a hand-off (none for the places already taken: those
-/// heads look for themselves), and the return of version 3 goes.
-const MIGRATE_TO_4: &str = "
-    ALTER TABLE {s}.semaphore_waiters ADD COLUMN ttl bigint, ADD COLUMN owner text,
-        ADD COLUMN holder integer, ADD COLUMN holder_start bigint;
-    DROP FUNCTION IF EXISTS {s}.semaphore_return(uuid, uuid, bigint);
-    INSERT INTO {s}.semaphore_slots
-            (pool, position, lease, token, expires_at, owner, borrow_key, holder, holder_start)
-        SELECT pool, position, lease, token, expires_at, owner, borrow_key, holder, holder_start
-        FROM {s}.semaphore_leases;
-    INSERT INTO {s}.semaphore_slots (pool, position)
-        SELECT l.pool, g FROM (
-            SELECT pool, max(position) AS top FROM {s}.semaphore_leases GROUP BY pool) l,
-            generate_series(0::bigint, l.top) g
-        ON CONFLICT (pool, position) DO NOTHING;
-    DROP TABLE {s}.semaphore_leases;
-";
 
 /// A schema name the store accepts: 1 to 40 of `a-z`, `0-9`, `_`, not
 /// starting with a digit, so that it is quoted the same everywhere and its
@@ -280,10 +286,35 @@ async fn version(client: &Client, schema: &str) -> Result<Option<i32>> {
         })
 }
 
-/// Checks the schema and, if it holds none of our tables, creates them, in
-/// one transaction serialized with other processes doing the same. Refuses,
-/// changing nothing, tables of another shape or version.
-pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
+/// Checks the schema and, if `migrate`, creates the tables if it holds none
+/// of ours, or migrates them from an older version, in one transaction
+/// serialized with other processes doing the same. Refuses, changing
+/// nothing, tables of another shape or version, and, unless `migrate`,
+/// missing or older ones.
+pub(crate) async fn prepare(client: &Client, schema: &str, migrate: bool) -> Result<()> {
+    // The shape and version are read before the schema's lock, which only
+    // the script takes: another process may migrate or install between the
+    // read and the script (its migration then fails here on what it already
+    // changed), or commit while they are read (an old shape beside the new
+    // version). Each such refusal is looked at again once that process's
+    // transaction is over, which the lock waits for.
+    let mut tries = 0;
+    loop {
+        match prepare_once(client, schema, migrate).await {
+            Err(Error::SchemaMismatch { .. } | Error::Storage { .. }) if tries < 2 => {
+                tries += 1;
+                let wait = format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock(hashtext('semaphore-store:{schema}')); COMMIT;"
+                );
+                client.batch_execute(&wait).await.map_err(storage("open"))?;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// One look at the schema for [`prepare`].
+async fn prepare_once(client: &Client, schema: &str, migrate: bool) -> Result<()> {
     let expected = expected();
     let shape = found(client, schema).await?;
     if !shape.is_empty() {
@@ -293,6 +324,7 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
         let wanted = match version {
             Ok(Some(1 | 2)) => before_3(),
             Ok(Some(3)) => shape_3(),
+            Ok(Some(4)) => shape_of(SHAPE_4),
             _ => expected.clone(),
         };
         if shape != wanted {
@@ -303,7 +335,11 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
         }
         return match version? {
             Some(VERSION) => Ok(()),
-            Some(old @ 1..=3) => migrate(client, schema, old, &expected).await,
+            Some(old @ 1..=4) if !migrate => Err(not_migrated(
+                schema,
+                &format!("the store's tables at schema version {old}"),
+            )),
+            Some(old @ 1..=4) => migrate_from(client, schema, old, &expected).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),
@@ -313,6 +349,13 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
                 found: format!("{found:?}"),
             }),
         };
+    }
+    if !migrate {
+        return Err(not_migrated(
+            schema,
+            "none of the store's tables that this role can see (if they are there, the \
+             role lacks its grants: PostgresStore::grants, `semaphore migrate --grant ROLE`)",
+        ));
     }
     install(client, schema).await?;
     let made = found(client, schema).await?;
@@ -325,58 +368,17 @@ pub(crate) async fn prepare(client: &Client, schema: &str) -> Result<()> {
     Ok(())
 }
 
-/// The shape of version 3: [`SHAPE_3`], whose places lack what a hand-off
-/// needs.
-fn shape_3() -> Shape {
-    let mut shape = shape_of(SHAPE_3);
-    for (table, columns) in &mut shape {
-        if table == "semaphore_waiters" {
-            columns.retain(|c| !["ttl", "owner", "holder", "holder_start"].contains(&c.0.as_str()));
-        }
-    }
-    shape
-}
-
-/// The shape of versions 1 and 2: that of 3 without a queued head's weight
-/// or a lease's holder.
-fn before_3() -> Shape {
-    let mut shape = shape_3();
-    for (_, columns) in &mut shape {
-        columns
-            .retain(|c| !["slots", "holder", "holder_start", "draining"].contains(&c.0.as_str()));
-    }
-    shape
-}
-
-/// Versions 1 to 3 to 4, in one transaction serialized with other
-/// processes doing the same: from 1 or 2, [`MIGRATE_TO_3`] first (every
-/// lease of those is one row, so the leases need no change); then the
-/// script, then [`MIGRATE_TO_4`] and the version: all of it or none. The
-/// shape is checked again after.
-async fn migrate(client: &Client, schema: &str, old: i32, expected: &Shape) -> Result<()> {
-    let before = if old < 3 {
-        fill(MIGRATE_TO_3, schema)
-    } else {
-        String::new()
-    };
-    let after = fill(
-        &format!(
-            "{MIGRATE_TO_4}
-             UPDATE {{s}}.semaphore_store SET schema_version = {VERSION} WHERE id = 1 AND schema_version < {VERSION};"
+/// The refusal of a store that may not migrate (`PostgresOptions::migrate`
+/// is off) and found `found` in `schema`.
+fn not_migrated(schema: &str, found: &str) -> Error {
+    Error::SchemaMismatch {
+        expected: format!(
+            "the store's tables at schema version {VERSION} in schema {schema} (migrate it \
+             first, as a role that may create there: `semaphore migrate --postgres URL \
+             --postgres-schema {schema}`, or PostgresStore::migrate)"
         ),
-        schema,
-    );
-    run_script(client, schema, &before, &after)
-        .await
-        .map_err(storage("migrate"))?;
-    let migrated = found(client, schema).await?;
-    if &migrated != expected {
-        return Err(Error::SchemaMismatch {
-            expected: describe(expected),
-            found: describe(&migrated),
-        });
+        found: found.to_string(),
     }
-    Ok(())
 }
 
 /// Runs the script (idempotent: tables if missing, functions replaced) and

@@ -1,11 +1,12 @@
--- The PostgreSQL store's tables and functions, schema version 4 (version 1
+-- The PostgreSQL store's tables and functions, schema version 5 (version 1
 -- had the same tables; 2 replaced functions only: `semaphore_delete` locks
 -- the pool row first, heads refresh their place at every look; 3 holds
 -- weighted leases, R15, and a queued head records the slots it waits for;
--- a lease bound to its holder, R16, names the holder's session: its
--- backend pid and start, as pg_stat_activity shows them; 4 keeps a row per
--- slot, `semaphore_slots`, in place of a row per held slot, so that grants
--- on one pool need not serialize on its pool row: issue 22).
+-- a lease bound to its holder, R16, names the holder's backend; 4 keeps a
+-- row per slot, `semaphore_slots`, in place of a row per held slot, so
+-- that grants on one pool need not serialize on its pool row: issue 22;
+-- 5 binds leases to sessions with an end on the server's clock, kept by a
+-- heartbeat, in place of backends, R16 amended, issue 37).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
 -- Times are unix milliseconds on the server's clock (SPEC "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
@@ -17,6 +18,15 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_store (
 );
 CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tokens;
 CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tickets;
+-- R16, amended: a store handle's session, which its bound leases belong
+-- to. It lives while `expires_at` is in the future; a heartbeat moves it
+-- (semaphore_beat), a clean close deletes it (semaphore_close). An ended
+-- session never lives again, so neither do its leases; its row may be
+-- deleted any time after its end (a lease naming no row is not active).
+CREATE TABLE IF NOT EXISTS {s}.semaphore_sessions (
+    id uuid PRIMARY KEY,
+    expires_at bigint NOT NULL
+);
 CREATE TABLE IF NOT EXISTS {s}.semaphore_pools (
     pool uuid PRIMARY KEY,
     count bigint NOT NULL,
@@ -26,7 +36,7 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_pools (
 -- free slot and a return frees it, so grants and returns on different
 -- slots of one pool lock different rows and commit in parallel. A free row
 -- has no lease and `expires_at` 0; a row is active while `expires_at` is in
--- the future and its holder lives (R7, R16). A lease of n slots (R15) is n
+-- the future and its session lives (R7, R16). A lease of n slots (R15) is n
 -- rows under one lease id, token and expiry, its labels on its lowest row.
 -- A pool's rows are positions 0 to n-1, n the most slots it has held at
 -- once: a grant that finds every row held adds the next (R2). No column
@@ -44,9 +54,8 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_slots (
     expires_at bigint NOT NULL DEFAULT 0,
     owner text,
     borrow_key text,
-    holder integer,
-    holder_start bigint,
     granted_to uuid,
+    session uuid,
     PRIMARY KEY (pool, position)
 ) WITH (fillfactor = 50);
 CREATE TABLE IF NOT EXISTS {s}.semaphore_waiters (
@@ -58,14 +67,14 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_waiters (
     slots bigint NOT NULL DEFAULT 1,
     ttl bigint,
     owner text,
-    holder integer,
-    holder_start bigint,
+    session uuid,
     PRIMARY KEY (pool, waiter)
 );
 
 DO $$ BEGIN
     CREATE TYPE {s}.semaphore_attempt AS (
-        o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint);
+        o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint,
+        o_session uuid);
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
@@ -75,27 +84,66 @@ LANGUAGE sql VOLATILE AS $$
     SELECT coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)
 $$;
 
--- R16: whether the session that holds a bound lease still exists: its
--- backend pid with the same start (a reused pid is another session). Where
--- the start is hidden (another role's session without pg_read_all_stats),
--- the pid alone: liveness may only ever shorten a lease, never take one
--- from a live holder. True for an unbound lease (no holder). The function
--- behind pg_stat_activity, asked for one pid, costs a twentieth of the
--- view (which joins the catalogs for every session).
-CREATE OR REPLACE FUNCTION {s}.semaphore_alive(p_pid integer, p_start bigint) RETURNS boolean
+-- R16, amended: whether session p_session lives at p_now (its end is
+-- after it); true for an unbound lease (no session).
+CREATE OR REPLACE FUNCTION {s}.semaphore_alive(p_session uuid, p_now bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT p_pid IS NULL OR EXISTS (
-        SELECT 1 FROM pg_stat_get_activity(p_pid) a WHERE a.pid = p_pid
-            AND (a.backend_start IS NULL
-                OR floor(extract(epoch FROM a.backend_start) * 1000000)::bigint = p_start))
+    SELECT p_session IS NULL OR EXISTS (
+        SELECT 1 FROM {s}.semaphore_sessions x WHERE x.id = p_session AND x.expires_at > p_now)
 $$;
 
+-- When a lease that expires at p_expires, bound to p_session, ends: the
+-- earlier of its expiry and its session's end (0 for an ended session).
+CREATE OR REPLACE FUNCTION {s}.semaphore_end(p_expires bigint, p_session uuid) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN p_session IS NULL THEN p_expires ELSE least(p_expires, coalesce(
+        (SELECT x.expires_at FROM {s}.semaphore_sessions x WHERE x.id = p_session), 0)) END
+$$;
+
+-- R16, amended: one heartbeat of session p_session. If it lives, its end
+-- moves to now + p_timeout; if it has no row and p_open (a fresh id, or
+-- the retry of its first beat), it is created so. The step's reading of
+-- the clock if it lives after, NULL if it ended: an ended session never
+-- lives again. Opening also deletes sessions ended a minute ago or more.
+CREATE OR REPLACE FUNCTION {s}.semaphore_beat(
+    p_session uuid, p_timeout bigint, p_open boolean, p_now bigint) RETURNS bigint
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
+DECLARE v_now bigint := {s}.semaphore_now(p_now);
+BEGIN
+    UPDATE {s}.semaphore_sessions x SET expires_at = least(v_now + p_timeout, {max_ms})
+        WHERE x.id = p_session AND x.expires_at > v_now;
+    IF FOUND THEN
+        RETURN v_now;
+    END IF;
+    IF p_open THEN
+        DELETE FROM {s}.semaphore_sessions x WHERE x.expires_at < v_now - 60000;
+        INSERT INTO {s}.semaphore_sessions (id, expires_at)
+            VALUES (p_session, least(v_now + p_timeout, {max_ms}))
+            ON CONFLICT (id) DO NOTHING;
+        IF FOUND THEN
+            RETURN v_now;
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- R16, amended: ends session p_session at once (a clean close): its
+-- leases stop being active, and every process's waiters look again.
+CREATE OR REPLACE FUNCTION {s}.semaphore_close(p_session uuid) RETURNS void
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
+BEGIN
+    DELETE FROM {s}.semaphore_sessions x WHERE x.id = p_session;
+    IF FOUND THEN
+        PERFORM pg_notify('{channel}', '*');
+    END IF;
+END $$;
+
 -- R3, R7, R15, R16: slots held at p_now by the pool's active leases (not
--- expired, holder not gone), at any position.
+-- expired, session not ended), at any position.
 CREATE OR REPLACE FUNCTION {s}.semaphore_in_use(p_pool uuid, p_now bigint) RETURNS bigint
 LANGUAGE sql STABLE AS $$
     SELECT count(*) FROM {s}.semaphore_slots l WHERE l.pool = p_pool AND l.expires_at > p_now
-        AND {s}.semaphore_alive(l.holder, l.holder_start)
+        AND {s}.semaphore_alive(l.session, p_now)
 $$;
 
 -- The key of the pool's advisory lock, the gate: a borrow about to take a
@@ -123,11 +171,12 @@ $$;
 -- The lease a return handed to queued head p_waiter (by `granted_to`),
 -- if it is still active at p_now.
 CREATE OR REPLACE FUNCTION {s}.semaphore_handed(p_pool uuid, p_waiter uuid, p_now bigint)
-RETURNS TABLE (o_lease uuid, o_token bigint, o_expires_at bigint, o_position bigint)
+RETURNS TABLE (o_lease uuid, o_token bigint, o_expires_at bigint, o_position bigint,
+    o_session uuid)
 LANGUAGE sql STABLE AS $$
-    SELECT l.lease, l.token, l.expires_at, l.position FROM {s}.semaphore_slots l
+    SELECT l.lease, l.token, l.expires_at, l.position, l.session FROM {s}.semaphore_slots l
     WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.expires_at > p_now
-        AND {s}.semaphore_alive(l.holder, l.holder_start)
+        AND {s}.semaphore_alive(l.session, p_now)
 $$;
 
 -- Wakes waiters of every process if any head is queued on the pool.
@@ -161,7 +210,7 @@ END $$;
 -- count stay, and are not granted (R6).
 CREATE OR REPLACE FUNCTION {s}.semaphore_register(p_pool uuid, p_count bigint, p_now bigint)
 RETURNS TABLE (o_count bigint, o_in_use bigint, o_draining boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE v_now bigint; v_draining boolean;
 BEGIN
     INSERT INTO {s}.semaphore_pools AS p (pool, count) VALUES (p_pool, p_count)
@@ -176,7 +225,7 @@ END $$;
 -- state, or no row for no such pool. Wakes waiters either way.
 CREATE OR REPLACE FUNCTION {s}.semaphore_set_draining(p_pool uuid, p_draining boolean, p_now bigint)
 RETURNS TABLE (o_count bigint, o_in_use bigint, o_draining boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE v_now bigint; v_count bigint;
 BEGIN
     UPDATE {s}.semaphore_pools p SET draining = p_draining WHERE p.pool = p_pool
@@ -195,7 +244,7 @@ END $$;
 -- (each statement of a volatile function reads a fresh snapshot); a grant
 -- or return in flight on a slot row commits first, or finds the row gone.
 CREATE OR REPLACE FUNCTION {s}.semaphore_delete(p_pool uuid) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 BEGIN
     PERFORM 1 FROM {s}.semaphore_pools WHERE pool = p_pool FOR UPDATE;
     PERFORM {s}.semaphore_wake(p_pool);
@@ -208,7 +257,8 @@ END $$;
 -- R5, R6, R10, R11, R15: one borrow attempt of p_slots slots on one
 -- pool. status 0: granted (the new lease, or the keyed one, with its
 -- positions); 1: exhausted (expires_at is the earliest expiry); 2: no such
--- pool; 3: the pool drains. A borrower of n is granted only if n slots are
+-- pool; 3: the pool drains; 5: the session has ended; 6: the key names a
+-- lease kept with another request digest. A borrower of n is granted only if n slots are
 -- free beyond the weights of the heads queued ahead of it. A refused head
 -- keeps its place if p_keep_place; with no p_lease, an attempt only keeps
 -- the place, and grants nothing.
@@ -219,31 +269,54 @@ END $$;
 -- different slots commit in parallel. A row locked by a grant or a return
 -- in flight is held until that commits (R6 at the instant of this grant).
 -- A refusal that writes nothing (no new place, no place to refresh, no
--- lease of a gone holder to end) is decided from one snapshot, without a
+-- lease of an ended session to end) is decided from one snapshot, without a
 -- lock either: exact at that instant (R5), and a return in flight then
 -- comes after it. Everything else takes the slow path, under the pool
 -- row's lock (it adds rows as the pool grows).
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow(
     p_pool uuid, p_lease uuid, p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
     p_now bigint, p_backend integer, p_keep_place boolean, p_slots bigint,
-    p_holder integer, p_holder_start bigint, p_hold bigint)
-RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint)
-LANGUAGE plpgsql AS $$
+    p_session uuid, p_hold bigint, p_retried boolean)
+RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint,
+    o_expires_at bigint, o_session uuid)
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE
     v_count bigint; v_now bigint; v_held bigint; v_ticket bigint; v_alive bigint;
     v_ahead bigint; v_dropped bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
     v_positions bigint[]; v_draining boolean; v_dead boolean; v_handable boolean;
+    v_session uuid; v_stored text;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
+    -- R16, amended: no lease is born dead. The caller opens a new session
+    -- and asks again.
+    IF p_session IS NOT NULL AND NOT {s}.semaphore_alive(p_session, v_now) THEN
+        RETURN QUERY SELECT 5::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
+            NULL::uuid;
+        RETURN;
+    END IF;
+    -- Lost replies: a retry of an attempt whose answer was lost, under its
+    -- lease id, gets the lease that attempt was granted, if it is active.
+    IF p_retried AND p_lease IS NOT NULL THEN
+        SELECT array_agg(l.position ORDER BY l.position), min(l.token), min(l.expires_at),
+                min(l.session::text)::uuid
+            INTO v_positions, v_tok, v_exp, v_session FROM {s}.semaphore_slots l
+            WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
+                AND {s}.semaphore_alive(l.session, v_now);
+        IF v_positions IS NOT NULL THEN
+            DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+            RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp, v_session;
+            RETURN;
+        END IF;
+    END IF;
     IF p_waiter IS NOT NULL THEN
         -- A slot a return handed to this head (its place then went with
         -- it): its lease, found without writing. The lock waits out a
         -- hand-off in flight, so the statement after sees it.
         PERFORM pg_advisory_xact_lock_shared({s}.semaphore_waiter_key(p_waiter));
-        SELECT * INTO v_id, v_tok, v_exp, v_pos
+        SELECT * INTO v_id, v_tok, v_exp, v_pos, v_session
             FROM {s}.semaphore_handed(p_pool, p_waiter, v_now);
         IF FOUND THEN
-            RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp;
+            RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, v_session;
             RETURN;
         END IF;
         SELECT w.ticket, w.alive_until INTO v_ticket, v_alive
@@ -270,8 +343,8 @@ BEGIN
             BEGIN
                 UPDATE {s}.semaphore_slots l SET lease = p_lease,
                         token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
-                        owner = p_owner, borrow_key = NULL, holder = p_holder,
-                        holder_start = p_holder_start, granted_to = NULL
+                        owner = p_owner, borrow_key = NULL, session = p_session,
+                        granted_to = NULL
                     WHERE l.pool = p_pool AND l.position = (
                         SELECT f.position FROM {s}.semaphore_slots f
                         WHERE f.pool = p_pool AND f.position < v_count AND f.expires_at <= v_now
@@ -289,7 +362,7 @@ BEGIN
                     DELETE FROM {s}.semaphore_waiters w
                         WHERE w.pool = p_pool AND w.waiter = p_waiter;
                 END IF;
-                RETURN QUERY SELECT 0::smallint, p_lease, ARRAY[v_pos], v_tok, v_exp;
+                RETURN QUERY SELECT 0::smallint, p_lease, ARRAY[v_pos], v_tok, v_exp, p_session;
                 RETURN;
             END IF;
         END IF;
@@ -299,12 +372,13 @@ BEGIN
         SELECT p.count, p.draining INTO v_count, v_draining
             FROM {s}.semaphore_pools p WHERE p.pool = p_pool;
         IF FOUND AND NOT v_draining THEN
-            SELECT count(*), min(l.expires_at),
-                    bool_or(NOT {s}.semaphore_alive(l.holder, l.holder_start))
+            SELECT count(*), min({s}.semaphore_end(l.expires_at, l.session)),
+                    bool_or(NOT {s}.semaphore_alive(l.session, v_now))
                 INTO v_held, v_exp, v_dead
                 FROM {s}.semaphore_slots l WHERE l.pool = p_pool AND l.expires_at > v_now;
             IF v_count - v_held < p_slots AND NOT coalesce(v_dead, false) THEN
-                RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, v_exp;
+                RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, v_exp,
+                    NULL::uuid;
                 RETURN;
             END IF;
         END IF;
@@ -312,11 +386,13 @@ BEGIN
     SELECT p.count, p.draining INTO v_count, v_draining
         FROM {s}.semaphore_pools p WHERE p.pool = p_pool FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint;
+        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
+            NULL::uuid;
         RETURN;
     END IF;
     IF v_draining THEN
-        RETURN QUERY SELECT 3::smallint, p_pool, NULL::bigint[], NULL::bigint, NULL::bigint;
+        RETURN QUERY SELECT 3::smallint, p_pool, NULL::bigint[], NULL::bigint, NULL::bigint,
+            NULL::uuid;
         RETURN;
     END IF;
     IF p_waiter IS NOT NULL THEN
@@ -334,24 +410,37 @@ BEGIN
         v_ticket := NULL;
     END IF;
     IF p_key IS NOT NULL THEN
-        -- R16: a key whose lease died with its holder borrows anew.
-        SELECT l.lease, l.token, l.expires_at INTO v_id, v_tok, v_exp
+        -- R16: a key whose lease died with its session borrows anew. Keys
+        -- match by name (before a unit separator and the request digest);
+        -- one kept with another digest refuses this request (6), under the
+        -- pool row's lock, so that racing servers agree.
+        SELECT l.lease, l.token, l.expires_at, l.session, l.borrow_key
+                INTO v_id, v_tok, v_exp, v_session, v_stored
             FROM {s}.semaphore_slots l
-            WHERE l.pool = p_pool AND l.borrow_key = p_key AND l.expires_at > v_now
-                AND {s}.semaphore_alive(l.holder, l.holder_start);
+            WHERE l.pool = p_pool
+                AND split_part(l.borrow_key, chr(31), 1) = split_part(p_key, chr(31), 1)
+                AND l.expires_at > v_now AND {s}.semaphore_alive(l.session, v_now);
+        IF FOUND AND v_stored <> p_key THEN
+            RETURN QUERY SELECT 6::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+                NULL::bigint, NULL::uuid;
+            RETURN;
+        END IF;
         IF FOUND THEN
             DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
             RETURN QUERY SELECT 0::smallint, v_id,
                 ARRAY(SELECT l.position FROM {s}.semaphore_slots l
                       WHERE l.pool = p_pool AND l.lease = v_id ORDER BY l.position),
-                v_tok, v_exp;
+                v_tok, v_exp, v_session;
             RETURN;
         END IF;
     END IF;
     SELECT count(*) INTO v_held FROM {s}.semaphore_slots l
         WHERE l.pool = p_pool AND l.expires_at > v_now;
+    -- R15, amended: a head whose weight is over the count keeps its place
+    -- but is owed nothing while the count is below it.
     SELECT coalesce(sum(w.slots), 0) INTO v_ahead FROM {s}.semaphore_waiters w
-        WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807);
+        WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807)
+            AND w.slots <= v_count;
     IF v_ahead > 0 AND v_count - v_held >= p_slots THEN
         -- Heads whose store's listener connection is gone: their process died.
         WITH gone AS (
@@ -361,20 +450,20 @@ BEGIN
                 AND NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(w.backend) a
                                 WHERE a.pid = w.backend)
                 RETURNING w.slots)
-        SELECT coalesce(sum(gone.slots), 0) INTO v_dropped FROM gone;
+        SELECT coalesce(sum(gone.slots) FILTER (WHERE gone.slots <= v_count), 0)
+            INTO v_dropped FROM gone;
         v_ahead := v_ahead - v_dropped;
     END IF;
     IF v_count - v_held - v_ahead < p_slots THEN
-        -- R16: leases whose holder's session is gone are expired.
+        -- R16: leases whose session has ended are expired.
         -- (The slow path never waits for a slot row: a row a borrow in
         -- flight holds locked is left to a later look.)
         UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
-                owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL,
-                granted_to = NULL
+                owner = NULL, borrow_key = NULL, session = NULL, granted_to = NULL
             WHERE l.pool = p_pool AND l.position IN (
                 SELECT d.position FROM {s}.semaphore_slots d
-                WHERE d.pool = p_pool AND d.holder IS NOT NULL AND d.expires_at > v_now
-                    AND NOT {s}.semaphore_alive(d.holder, d.holder_start)
+                WHERE d.pool = p_pool AND d.session IS NOT NULL AND d.expires_at > v_now
+                    AND NOT {s}.semaphore_alive(d.session, v_now)
                 FOR UPDATE SKIP LOCKED);
         GET DIAGNOSTICS v_dropped = ROW_COUNT;
         v_held := v_held - v_dropped;
@@ -399,10 +488,10 @@ BEGIN
             UPDATE {s}.semaphore_slots l SET lease = p_lease, token = v_tok, expires_at = v_exp,
                     owner = CASE WHEN l.position = v_positions[1] THEN p_owner END,
                     borrow_key = CASE WHEN l.position = v_positions[1] THEN p_key END,
-                    holder = p_holder, holder_start = p_holder_start, granted_to = NULL
+                    session = p_session, granted_to = NULL
                 WHERE l.pool = p_pool AND l.position = ANY(v_positions);
             DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
-            RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp;
+            RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp, p_session;
             RETURN;
         END IF;
     END IF;
@@ -415,14 +504,12 @@ BEGIN
             v_handable := p_lease IS NOT NULL AND p_key IS NULL AND p_slots = 1
                 AND p_hold IS NULL;
             INSERT INTO {s}.semaphore_waiters
-                    (pool, waiter, ticket, alive_until, backend, slots, ttl, owner, holder,
-                     holder_start)
+                    (pool, waiter, ticket, alive_until, backend, slots, ttl, owner, session)
                 VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'),
                     v_now + coalesce(p_hold, {waiter_ttl}),
                     CASE WHEN p_hold IS NULL THEN p_backend END, p_slots,
                     CASE WHEN v_handable THEN p_ttl END,
-                    CASE WHEN v_handable THEN p_owner END, CASE WHEN v_handable THEN p_holder END,
-                    CASE WHEN v_handable THEN p_holder_start END)
+                    CASE WHEN v_handable THEN p_owner END, CASE WHEN v_handable THEN p_session END)
                 ON CONFLICT (pool, waiter) DO UPDATE SET alive_until = excluded.alive_until;
         ELSIF p_hold IS NOT NULL OR v_alive - v_now < {waiter_ttl} - {waiter_refresh} THEN
             UPDATE {s}.semaphore_waiters w SET alive_until = v_now + coalesce(p_hold, {waiter_ttl})
@@ -430,8 +517,10 @@ BEGIN
         END IF;
     END IF;
     RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-        (SELECT min(l.expires_at) FROM {s}.semaphore_slots l
-         WHERE l.pool = p_pool AND l.expires_at > v_now);
+        (SELECT min({s}.semaphore_end(l.expires_at, l.session)) FROM {s}.semaphore_slots l
+         WHERE l.pool = p_pool AND l.expires_at > v_now
+            AND {s}.semaphore_alive(l.session, v_now)),
+        NULL::uuid;
 END $$;
 
 -- All or nothing over several pools: rows as semaphore_try_borrow's, one per
@@ -440,9 +529,10 @@ END $$;
 -- never deadlock.
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow_all(
     p_pools uuid[], p_leases uuid[], p_ttl bigint, p_waiter uuid, p_key text, p_owner text,
-    p_now bigint, p_backend integer, p_slots bigint[], p_holder integer, p_holder_start bigint)
-RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint)
-LANGUAGE plpgsql AS $$
+    p_now bigint, p_backend integer, p_slots bigint[], p_session uuid, p_retried boolean)
+RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint,
+    o_expires_at bigint, o_session uuid)
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE
     v_rows {s}.semaphore_attempt[] := '{}';
     v_row {s}.semaphore_attempt;
@@ -455,7 +545,8 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM {s}.semaphore_pools p WHERE p.pool = t.x)
         ORDER BY t.n LIMIT 1;
     IF v_missing IS NOT NULL THEN
-        RETURN QUERY SELECT 2::smallint, v_missing, NULL::bigint[], NULL::bigint, NULL::bigint;
+        RETURN QUERY SELECT 2::smallint, v_missing, NULL::bigint[], NULL::bigint, NULL::bigint,
+            NULL::uuid;
         RETURN;
     END IF;
     IF p_waiter IS NOT NULL THEN
@@ -468,7 +559,7 @@ BEGIN
         FOR i IN 1 .. cardinality(p_pools) LOOP
             SELECT * INTO v_row FROM {s}.semaphore_try_borrow(
                 p_pools[i], p_leases[i], p_ttl, p_waiter, p_key, p_owner, p_now, p_backend, false,
-                p_slots[i], p_holder, p_holder_start, NULL);
+                p_slots[i], p_session, NULL, p_retried);
             v_blocked := v_blocked OR v_row.o_status <> 0;
             v_rows := v_rows || v_row;
         END LOOP;
@@ -481,7 +572,7 @@ BEGIN
             IF v_rows[i].o_status = 1 THEN
                 PERFORM {s}.semaphore_try_borrow(
                     p_pools[i], NULL, p_ttl, p_waiter, NULL, NULL, p_now, p_backend, true,
-                    p_slots[i], NULL, NULL, NULL);
+                    p_slots[i], NULL, NULL, false);
             END IF;
         END LOOP;
     END;
@@ -505,32 +596,31 @@ END $$;
 -- turns hand-offs off while it holds heads' own calls), first come first
 -- served (R11): the head of the shared queue, if another process's head
 -- is first, is one-slot without a key (its place keeps its ttl, owner and
--- holder), lives, and is not looking right now (its advisory lock): it
+-- session), lives, and is not looking right now (its advisory lock): it
 -- finds its lease by `granted_to` at its next look, read-only. Else, if
 -- nobody else is queued ahead, the caller's claimed head (p_grant, the
--- lease id, with p_waiter, p_ttl, p_owner, p_holder, p_holder_start), whose
+-- lease id, with p_waiter, p_ttl, p_owner, p_session), whose
 -- place if any goes. Either only if the pool grants and has room (no
 -- active slot at or above the count, R10); the grant takes the lowest free
 -- slot below the count not locked by a grant in flight (R6), a new token
 -- (R9). Otherwise the wake-up tells the heads to look, as before.
 CREATE OR REPLACE FUNCTION {s}.semaphore_return_lease(
     p_pool uuid, p_lease uuid, p_now bigint, p_hand_off boolean, p_grant uuid, p_waiter uuid,
-    p_ttl bigint, p_owner text, p_holder integer, p_holder_start bigint)
+    p_ttl bigint, p_owner text, p_session uuid)
 RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint,
-    o_expires_at bigint, o_returned boolean, o_handed boolean, o_free boolean)
-LANGUAGE plpgsql AS $$
+    o_expires_at bigint, o_returned boolean, o_handed boolean, o_free boolean, o_session uuid)
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE v_now bigint; v_count bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
-    v_head {s}.semaphore_waiters%ROWTYPE; v_free boolean := true;
+    v_head {s}.semaphore_waiters%ROWTYPE; v_free boolean := true; v_session uuid;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
-            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL,
-            granted_to = NULL
+            owner = NULL, borrow_key = NULL, session = NULL, granted_to = NULL
         WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
-        AND {s}.semaphore_alive(l.holder, l.holder_start);
+        AND {s}.semaphore_alive(l.session, v_now);
     IF NOT FOUND THEN
         RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-            NULL::bigint, false, false, false;
+            NULL::bigint, false, false, false, NULL::uuid;
         RETURN;
     END IF;
     -- Leaves with v_id set if a lease goes to the claimed head (p_grant),
@@ -542,7 +632,10 @@ BEGIN
             WHERE w.pool = p_pool AND w.alive_until > v_now ORDER BY w.ticket LIMIT 1;
         IF FOUND AND v_head.waiter IS DISTINCT FROM p_waiter THEN
             p_grant := NULL;
+            -- (Never to a head whose session ended: its lease would be
+            -- born dead.)
             EXIT hand_on WHEN v_head.ttl IS NULL
+                OR NOT {s}.semaphore_alive(v_head.session, v_now)
                 OR (v_head.backend IS NOT NULL AND NOT EXISTS (
                     SELECT 1 FROM pg_stat_get_activity(v_head.backend) a
                     WHERE a.pid = v_head.backend))
@@ -555,21 +648,20 @@ BEGIN
                 FOR UPDATE;
             EXIT hand_on WHEN NOT FOUND;
         ELSE
-            EXIT hand_on WHEN p_grant IS NULL;
+            EXIT hand_on WHEN p_grant IS NULL OR NOT {s}.semaphore_alive(p_session, v_now);
             -- The claimed head may have been handed a slot through the
             -- shared queue by a return in flight (its place was first
             -- then): that slot is its lease, and the one freed here stays
             -- free. The lock waits such a return out (it holds it), and
             -- keeps a later one from handing it another.
             PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(p_waiter));
-            SELECT * INTO v_id, v_tok, v_exp, v_pos
+            SELECT * INTO v_id, v_tok, v_exp, v_pos, v_session
                 FROM {s}.semaphore_handed(p_pool, p_waiter, v_now);
             EXIT hand_on WHEN FOUND;
             v_head.waiter := p_waiter;
             v_head.ttl := p_ttl;
             v_head.owner := p_owner;
-            v_head.holder := p_holder;
-            v_head.holder_start := p_holder_start;
+            v_head.session := p_session;
         END IF;
         SELECT p.count INTO v_count FROM {s}.semaphore_pools p
             WHERE p.pool = p_pool AND NOT p.draining
@@ -580,8 +672,7 @@ BEGIN
         v_exp := least(v_now + v_head.ttl, {max_ms});
         UPDATE {s}.semaphore_slots l SET lease = coalesce(p_grant, gen_random_uuid()),
                 token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
-                owner = v_head.owner, borrow_key = NULL, holder = v_head.holder,
-                holder_start = v_head.holder_start,
+                owner = v_head.owner, borrow_key = NULL, session = v_head.session,
                 granted_to = CASE WHEN p_grant IS NULL THEN v_head.waiter END
             WHERE l.pool = p_pool AND l.position = (
                 SELECT f.position FROM {s}.semaphore_slots f
@@ -592,43 +683,64 @@ BEGIN
         EXIT hand_on WHEN NOT FOUND;
         DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = v_head.waiter;
         v_free := false;
+        v_session := v_head.session;
         IF p_grant IS NULL THEN
             v_id := NULL;
         END IF;
     END;
     IF v_id IS NOT NULL THEN
-        RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, true, false, v_free;
+        RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, true, false, v_free,
+            v_session;
     ELSE
         RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
-            NULL::bigint, true, NOT v_free, v_free;
+            NULL::bigint, true, NOT v_free, v_free, NULL::uuid;
     END IF;
 END $$;
 
 -- Moves an active lease's expiry to now + ttl. status 0: renewed; 1: not
 -- active; 2: no such pool.
 CREATE OR REPLACE FUNCTION {s}.semaphore_renew(p_pool uuid, p_lease uuid, p_ttl bigint, p_now bigint)
-RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint, o_expires_at bigint)
-LANGUAGE plpgsql AS $$
-DECLARE v_now bigint; v_positions bigint[]; v_tok bigint; v_exp bigint;
+RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint,
+    o_expires_at bigint, o_session uuid)
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
+DECLARE v_now bigint; v_positions bigint[]; v_tok bigint; v_exp bigint; v_session uuid;
 BEGIN
     PERFORM 1 FROM {s}.semaphore_pools p WHERE p.pool = p_pool;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint;
+        RETURN QUERY SELECT 2::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
+            NULL::uuid;
         RETURN;
     END IF;
     v_now := {s}.semaphore_now(p_now);
     WITH renewed AS (
         UPDATE {s}.semaphore_slots l SET expires_at = least(v_now + p_ttl, {max_ms})
             WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
-            RETURNING l.position, l.token, l.expires_at)
-    SELECT array_agg(r.position ORDER BY r.position), min(r.token), min(r.expires_at)
-        INTO v_positions, v_tok, v_exp FROM renewed r;
+                AND {s}.semaphore_alive(l.session, v_now)
+            RETURNING l.position, l.token, l.expires_at, l.session)
+    SELECT array_agg(r.position ORDER BY r.position), min(r.token), min(r.expires_at),
+            min(r.session::text)::uuid
+        INTO v_positions, v_tok, v_exp, v_session FROM renewed r;
     IF v_positions IS NULL THEN
-        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint;
+        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
+            NULL::uuid;
         RETURN;
     END IF;
     PERFORM {s}.semaphore_wake(p_pool);
-    RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp;
+    RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp, v_session;
+END $$;
+
+-- R13, amended: unbinds an active lease from its session, so that it
+-- lives to its expiry whatever becomes of its holder; whether it was
+-- active.
+CREATE OR REPLACE FUNCTION {s}.semaphore_unbind(p_pool uuid, p_lease uuid, p_now bigint)
+RETURNS boolean
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
+DECLARE v_now bigint := {s}.semaphore_now(p_now);
+BEGIN
+    UPDATE {s}.semaphore_slots l SET session = NULL
+        WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
+        AND {s}.semaphore_alive(l.session, v_now);
+    RETURN FOUND;
 END $$;
 
 -- Ends the active lease holding a position (all its slots, R15), as a
@@ -636,7 +748,7 @@ END $$;
 CREATE OR REPLACE FUNCTION {s}.semaphore_force_return(p_pool uuid, p_position bigint, p_now bigint)
 RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint,
     o_expires_at bigint, o_owner text, o_key text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE v_now bigint; v_id uuid; v_positions bigint[]; v_tok bigint; v_exp bigint;
     v_owner text; v_key text;
 BEGIN
@@ -648,7 +760,8 @@ BEGIN
     END IF;
     v_now := {s}.semaphore_now(p_now);
     SELECT l.lease INTO v_id FROM {s}.semaphore_slots l
-        WHERE l.pool = p_pool AND l.position = p_position AND l.expires_at > v_now;
+        WHERE l.pool = p_pool AND l.position = p_position AND l.expires_at > v_now
+            AND {s}.semaphore_alive(l.session, v_now);
     IF v_id IS NOT NULL THEN
         -- Its rows locked first (and no other lock held while waiting for
         -- them), so a return or renewal in flight ends before they are read.
@@ -665,8 +778,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
-            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL,
-            granted_to = NULL
+            owner = NULL, borrow_key = NULL, session = NULL, granted_to = NULL
         WHERE l.pool = p_pool AND l.position = ANY(v_positions);
     PERFORM {s}.semaphore_wake(p_pool);
     RETURN QUERY SELECT 0::smallint, v_id, v_positions, v_tok, v_exp, v_owner, v_key;
@@ -676,14 +788,13 @@ END $$;
 -- that it never took (its borrow was dropped); wakes the next head if
 -- either was there.
 CREATE OR REPLACE FUNCTION {s}.semaphore_leave_queue(p_pool uuid, p_waiter uuid) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE v_left boolean;
 BEGIN
     DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
     v_left := FOUND;
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
-            owner = NULL, borrow_key = NULL, holder = NULL, holder_start = NULL,
-            granted_to = NULL
+            owner = NULL, borrow_key = NULL, session = NULL, granted_to = NULL
         WHERE l.pool = p_pool AND l.granted_to = p_waiter;
     v_left := v_left OR FOUND;
     IF NOT v_left THEN

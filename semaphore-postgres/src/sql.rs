@@ -11,7 +11,7 @@
 //! per statement, so every row is judged at one instant (R3).
 
 use semaphore_core::store::{BorrowRequest, from_unix_ms};
-use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions};
+use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions, SessionId};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -55,6 +55,10 @@ pub(crate) struct Sql {
     pub(crate) queue_heads: String,
     /// The wake-up after a return, in a transaction of its own.
     pub(crate) wake: String,
+    /// A session's heartbeat and its close (R16, amended).
+    pub(crate) beat: String,
+    pub(crate) close: String,
+    pub(crate) unbind: String,
     /// Whether statements are prepared once per connection and run by
     /// name ([`PostgresOptions::prepared_statements`](crate::PostgresOptions::prepared_statements)).
     pub(crate) prepared: bool,
@@ -75,14 +79,13 @@ pub(crate) struct ReturnArgs<'a> {
     /// Its ttl, in ms, and owner label.
     pub(crate) ttl: Option<i64>,
     pub(crate) owner: Option<&'a str>,
-    /// The holder session of its lease if bound (R16): pid and start (µs).
-    pub(crate) holder: Option<i32>,
-    pub(crate) holder_start: Option<i64>,
+    /// The session its lease is bound to (R16, amended), if bound.
+    pub(crate) session: Option<uuid::Uuid>,
 }
 
 impl<'a> ReturnArgs<'a> {
     /// A return of `lease` of `pool` that hands its slot to `head` (a
-    /// claimed head's request, bound to `holder` if it asks to be) where
+    /// claimed head's request, bound to `session` if it asks to be) where
     /// nobody in another process is queued ahead.
     pub(crate) fn new(
         pool: PoolId,
@@ -90,9 +93,9 @@ impl<'a> ReturnArgs<'a> {
         now: Option<i64>,
         hand_off: bool,
         head: Option<&'a BorrowRequest>,
-        holder: Option<(i32, i64)>,
+        session: Option<uuid::Uuid>,
     ) -> Self {
-        let holder = head.filter(|r| r.bound).and(holder);
+        let session = head.filter(|r| r.bound).and(session);
         Self {
             pool: *pool.as_uuid(),
             lease: *lease.as_uuid(),
@@ -102,13 +105,12 @@ impl<'a> ReturnArgs<'a> {
             waiter: head.and_then(|r| r.waiter).map(|w| *w.as_uuid()),
             ttl: head.map(|r| crate::primitives::ms(r.ttl)),
             owner: head.and_then(|r| r.owner.as_deref()),
-            holder: holder.map(|h| h.0),
-            holder_start: holder.map(|h| h.1),
+            session,
         }
     }
 
     /// The arguments with their types, for `query_typed`.
-    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 10] {
+    pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 9] {
         [
             (&self.pool, Type::UUID),
             (&self.lease, Type::UUID),
@@ -118,8 +120,7 @@ impl<'a> ReturnArgs<'a> {
             (&self.waiter, Type::UUID),
             (&self.ttl, Type::INT8),
             (&self.owner, Type::TEXT),
-            (&self.holder, Type::INT4),
-            (&self.holder_start, Type::INT8),
+            (&self.session, Type::UUID),
         ]
     }
 }
@@ -141,23 +142,17 @@ pub(crate) struct TryBorrowArgs<'a> {
     pub(crate) keep_place: bool,
     /// How many slots to grant as one lease (R15).
     pub(crate) slots: i64,
-    /// The holder session of a bound lease (R16): the listener's backend
-    /// pid and start (unix µs); `None` for a lease left to its ttl.
-    pub(crate) holder: Option<i32>,
-    pub(crate) holder_start: Option<i64>,
-    /// A held place's hold, in ms ([`BorrowRequest::hold`](semaphore_core::BorrowRequest::hold)):
+    /// The session of a bound lease (R16, amended); `None` for a lease
+    /// left to its ttl.
+    pub(crate) session: Option<uuid::Uuid>,
+    /// A held place's hold, in ms ([`BorrowRequest::hold`](semaphore_core::store::BorrowRequest::hold)):
     /// kept that long after each attempt, bound to no session.
     pub(crate) hold: Option<i64>,
+    /// The attempt repeats one whose answer was lost, under its lease id.
+    pub(crate) retried: bool,
 }
 
 impl TryBorrowArgs<'_> {
-    /// These arguments with the lease bound to `holder`'s session, or not.
-    pub(crate) fn bound(mut self, holder: Option<(i32, i64)>) -> Self {
-        self.holder = holder.map(|h| h.0);
-        self.holder_start = holder.map(|h| h.1);
-        self
-    }
-
     /// The arguments with their types, for `query_typed`.
     pub(crate) fn typed(&self) -> [(&(dyn ToSql + Sync), Type); 13] {
         [
@@ -171,9 +166,9 @@ impl TryBorrowArgs<'_> {
             (&self.backend, Type::INT4),
             (&self.keep_place, Type::BOOL),
             (&self.slots, Type::INT8),
-            (&self.holder, Type::INT4),
-            (&self.holder_start, Type::INT8),
+            (&self.session, Type::UUID),
             (&self.hold, Type::INT8),
+            (&self.retried, Type::BOOL),
         ]
     }
 }
@@ -189,8 +184,8 @@ pub(crate) const TRY_BORROW_ALL: &[Type] = &[
     Type::INT8,
     Type::INT4,
     Type::INT8_ARRAY,
-    Type::INT4,
-    Type::INT8,
+    Type::UUID,
+    Type::BOOL,
 ];
 
 impl Sql {
@@ -212,26 +207,25 @@ impl Sql {
                 "SELECT * FROM {s}.semaphore_try_borrow_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             ),
             return_lease: f(
-                "SELECT * FROM {s}.semaphore_return_lease($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                "SELECT * FROM {s}.semaphore_return_lease($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             ),
             renew: f("SELECT * FROM {s}.semaphore_renew($1, $2, $3, $4)"),
             // One row per lease, its rows' positions gathered (R15); the
             // labels are on its lowest row only.
-            holders: f(
-                "SELECT EXISTS (SELECT 1 FROM {s}.semaphore_pools WHERE pool = $1),
+            holders: f("WITH t AS (SELECT {s}.semaphore_now($2) AS now)
+                SELECT EXISTS (SELECT 1 FROM {s}.semaphore_pools WHERE pool = $1),
                     l.lease, l.positions, l.token, l.expires_at, l.owner, l.borrow_key
                 FROM (SELECT 1) one
                 LEFT JOIN (
-                    SELECT lease, array_agg(position ORDER BY position) AS positions,
-                        min(token) AS token, min(expires_at) AS expires_at,
-                        max(owner) AS owner, max(borrow_key) AS borrow_key
-                    FROM {s}.semaphore_slots
-                    WHERE pool = $1 AND expires_at > (SELECT {s}.semaphore_now($2))
-                        AND {s}.semaphore_alive(holder, holder_start)
-                    GROUP BY lease
+                    SELECT x.lease, array_agg(x.position ORDER BY x.position) AS positions,
+                        min(x.token) AS token, min(x.expires_at) AS expires_at,
+                        max(x.owner) AS owner, max(x.borrow_key) AS borrow_key
+                    FROM {s}.semaphore_slots x, t
+                    WHERE x.pool = $1 AND x.expires_at > t.now
+                        AND {s}.semaphore_alive(x.session, t.now)
+                    GROUP BY x.lease
                 ) l ON true
-                ORDER BY l.positions[1]",
-            ),
+                ORDER BY l.positions[1]"),
             force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
             set_draining: f("SELECT * FROM {s}.semaphore_set_draining($1, $2, $3)"),
             leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
@@ -242,6 +236,9 @@ impl Sql {
                     AND w.pool = $1 AND w.alive_until > t.now AND w.ticket <= me.ticket",
             ),
             wake: f("SELECT {s}.semaphore_returned($1, $2)"),
+            beat: f("SELECT {s}.semaphore_beat($1, $2, $3, $4)"),
+            close: f("SELECT {s}.semaphore_close($1)"),
+            unbind: f("SELECT {s}.semaphore_unbind($1, $2, $3)"),
             queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters
                 WHERE pool = $1 AND alive_until > (SELECT {s}.semaphore_now($2))"),
         }
@@ -249,24 +246,41 @@ impl Sql {
 }
 
 /// What one attempt row says (`status, lease, positions, token,
-/// expires_at`).
+/// expires_at, session`).
 pub(crate) enum Attempt {
     Granted(Lease),
+    /// The session the request named has ended (R16, amended): nothing was
+    /// granted; a new session is needed.
+    SessionEnded,
     /// Exhausted; the earliest expiry, if any lease is active.
     Exhausted(Option<std::time::SystemTime>),
     /// No such pool (for a multi-pool attempt, the one named).
     Missing(Option<PoolId>),
     /// The pool drains.
     Draining,
+    /// The key names a lease kept with another request digest.
+    KeyReused,
 }
 
 /// Decodes an attempt row of pool `pool`.
 pub(crate) fn attempt(row: &Row, pool: PoolId) -> Result<Attempt, tokio_postgres::Error> {
+    attempt_at(row, pool, 5)
+}
+
+/// Decodes an attempt row of pool `pool` whose session is in column
+/// `session_at`.
+pub(crate) fn attempt_at(
+    row: &Row,
+    pool: PoolId,
+    session_at: usize,
+) -> Result<Attempt, tokio_postgres::Error> {
     let status: i16 = row.try_get(0)?;
     Ok(match status {
-        0 => Attempt::Granted(lease(row, pool, 1)?),
+        0 => Attempt::Granted(lease(row, pool, 1)?.with_session(session(row, session_at)?)),
         1 => Attempt::Exhausted(row.try_get::<_, Option<i64>>(4)?.map(instant)),
         3 => Attempt::Draining,
+        5 => Attempt::SessionEnded,
+        6 => Attempt::KeyReused,
         _ => Attempt::Missing(
             row.try_get::<_, Option<uuid::Uuid>>(1)?
                 .map(PoolId::from_uuid),
@@ -291,6 +305,13 @@ pub(crate) fn lease(row: &Row, pool: PoolId, at: usize) -> Result<Lease, tokio_p
         token.unsigned_abs(),
         instant(row.try_get(at + 3)?),
     ))
+}
+
+/// The session in column `at`, if any.
+pub(crate) fn session(row: &Row, at: usize) -> Result<Option<SessionId>, tokio_postgres::Error> {
+    Ok(row
+        .try_get::<_, Option<uuid::Uuid>>(at)?
+        .map(SessionId::from_uuid))
 }
 
 /// A holder from columns `lease, positions, token, expires_at, owner,

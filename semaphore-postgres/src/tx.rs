@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use semaphore_core::store::Store;
-use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result};
+use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result, SessionId};
 use tokio_postgres::Transaction;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -78,22 +78,28 @@ impl PostgresStore {
         if pool.waiting() > 0 && options.key.is_none() {
             return Err(exhausted);
         }
+        let key = options
+            .key
+            .as_deref()
+            .map(|key| semaphore_core::store::stored_key(key, options.request_digest));
         let args = sql::TryBorrowArgs {
             pool: *pool.id().as_uuid(),
             lease: *LeaseId::new().as_uuid(),
             ttl: ms(ttl),
             waiter: None,
-            key: options.key.as_deref(),
+            key: key.as_deref(),
             owner: options.owner.as_deref(),
             now: self.now_param(),
             backend: self.listener_backend(),
             keep_place: false,
             slots: i64::from(options.slots),
-            holder: None,
-            holder_start: None,
+            session: options
+                .bound
+                .then(|| self.session.current().map(|s| *s.as_uuid()))
+                .flatten(),
             hold: None,
-        }
-        .bound(options.bound.then(|| self.holder()).flatten());
+            retried: false,
+        };
         let rows = tx
             .query_typed(&self.statements().try_borrow, &args.typed())
             .await
@@ -104,6 +110,10 @@ impl PostgresStore {
             Attempt::Exhausted(_) => Err(exhausted),
             Attempt::Missing(_) => Err(Error::PoolNotFound { pool: pool.id() }),
             Attempt::Draining => Err(Error::Draining { pool: pool.id() }),
+            Attempt::KeyReused => Err(Error::KeyReused { pool: pool.id() }),
+            Attempt::SessionEnded => {
+                Err(self.session_ended(args.session.map(SessionId::from_uuid)))
+            }
         }
     }
 

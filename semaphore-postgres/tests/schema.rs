@@ -48,14 +48,91 @@ async fn a_missing_database_is_named_in_the_error() {
     assert!(shown.contains("3D000"), "{shown}");
 }
 
-/// A schema written at version 1, 2 or 3 (a row per held slot in
-/// `semaphore_leases`; at 1 and 2 a lease id unique, queued heads without
-/// a weight, older functions; one lease held) is migrated in place to
-/// version 4 when a store of this version connects, keeping its lease, and
-/// then grants weighted leases.
+/// Turns the version 5 schema `schema` into version `old`'s shape, with
+/// pool `pool_id` (count 3) and one lease at position 0.
+async fn downgrade(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    old: i32,
+    pool_id: semaphore_postgres::PoolId,
+) {
+    client
+        .batch_execute(&format!(
+            "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
+             DROP TABLE \"{schema}\".semaphore_sessions;
+             ALTER TABLE \"{schema}\".semaphore_slots DROP COLUMN session,
+                 DROP COLUMN granted_to, ADD COLUMN holder integer,
+                 ADD COLUMN holder_start bigint, ADD COLUMN granted_to uuid;
+             ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN session,
+                 ADD COLUMN holder integer, ADD COLUMN holder_start bigint;
+             INSERT INTO \"{schema}\".semaphore_pools VALUES ('{}', 3);",
+            pool_id.as_uuid(),
+        ))
+        .await
+        .unwrap();
+    if old == 4 {
+        client
+            .batch_execute(&format!(
+                "INSERT INTO \"{schema}\".semaphore_slots
+                     (pool, position, lease, token, expires_at, holder, holder_start)
+                 VALUES ('{}', 0, gen_random_uuid(), 1, 9000000000000, 7, 7);",
+                pool_id.as_uuid(),
+            ))
+            .await
+            .unwrap();
+    } else {
+        client
+            .batch_execute(&format!(
+                "DROP TABLE \"{schema}\".semaphore_slots;
+             ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN ttl, DROP COLUMN owner,
+                 DROP COLUMN holder, DROP COLUMN holder_start;
+             CREATE TABLE \"{schema}\".semaphore_leases (
+                 pool uuid NOT NULL, position bigint NOT NULL, lease uuid NOT NULL,
+                 token bigint NOT NULL, expires_at bigint NOT NULL, owner text,
+                 borrow_key text, holder integer, holder_start bigint,
+                 PRIMARY KEY (pool, position));
+             CREATE INDEX semaphore_leases_lease ON \"{schema}\".semaphore_leases (lease);
+             INSERT INTO \"{schema}\".semaphore_leases VALUES
+                 ('{}', 0, gen_random_uuid(), 1, 9000000000000, NULL, NULL, 7, 7);",
+                pool_id.as_uuid()
+            ))
+            .await
+            .unwrap();
+    }
+    if old < 3 {
+        client
+            .batch_execute(&format!(
+                "ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN slots;
+                 ALTER TABLE \"{schema}\".semaphore_leases DROP COLUMN holder,
+                     DROP COLUMN holder_start;
+                 ALTER TABLE \"{schema}\".semaphore_pools DROP COLUMN draining;
+                 DROP INDEX \"{schema}\".semaphore_leases_lease;
+                 ALTER TABLE \"{schema}\".semaphore_leases
+                     ADD CONSTRAINT semaphore_leases_lease_key UNIQUE (lease);
+                 CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
+                 RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;
+                 DROP FUNCTION \"{schema}\".semaphore_renew;
+                 CREATE FUNCTION \"{schema}\".semaphore_renew(
+                     p_pool uuid, p_lease uuid, p_ttl bigint, p_now bigint)
+                 RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint,
+                     o_token bigint, o_expires_at bigint)
+                 LANGUAGE sql AS $$ SELECT 1::smallint, NULL::uuid, NULL::bigint,
+                     NULL::bigint, NULL::bigint $$;"
+            ))
+            .await
+            .unwrap();
+    }
+}
+
+/// A schema written at version 1, 2, 3 or 4 (up to 3 a row per held slot
+/// in `semaphore_leases`; at 1 and 2 a lease id unique, queued heads
+/// without a weight, older functions; up to 4 leases bound to backends, no
+/// sessions; one lease held) is migrated in place to version 5 when a
+/// store of this version connects, keeping its lease, and then grants
+/// weighted leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_2_or_3_schema_is_migrated() {
-    for old in [1, 2, 3] {
+async fn a_version_1_to_4_schema_is_migrated() {
+    for old in [1, 2, 3, 4] {
         let schema = TestServer::fresh_schema();
         drop(open(&schema).await.unwrap());
         let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
@@ -64,54 +141,12 @@ async fn a_version_1_2_or_3_schema_is_migrated() {
         tokio::spawn(connection);
         let version = format!("SELECT schema_version FROM \"{schema}\".semaphore_store");
         let pool_id = semaphore_postgres::PoolId::from_name("p");
-        client
-            .batch_execute(&format!(
-                "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
-                 DROP TABLE \"{schema}\".semaphore_slots;
-                 ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN ttl, DROP COLUMN owner,
-                     DROP COLUMN holder, DROP COLUMN holder_start;
-                 CREATE TABLE \"{schema}\".semaphore_leases (
-                     pool uuid NOT NULL, position bigint NOT NULL, lease uuid NOT NULL,
-                     token bigint NOT NULL, expires_at bigint NOT NULL, owner text,
-                     borrow_key text, holder integer, holder_start bigint,
-                     PRIMARY KEY (pool, position));
-                 CREATE INDEX semaphore_leases_lease ON \"{schema}\".semaphore_leases (lease);
-                 INSERT INTO \"{schema}\".semaphore_pools VALUES ('{}', 3);
-                 INSERT INTO \"{schema}\".semaphore_leases VALUES
-                     ('{}', 0, gen_random_uuid(), 1, 9000000000000, NULL, NULL);",
-                pool_id.as_uuid(),
-                pool_id.as_uuid()
-            ))
-            .await
-            .unwrap();
-        if old < 3 {
-            client
-                .batch_execute(&format!(
-                    "ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN slots;
-                     ALTER TABLE \"{schema}\".semaphore_leases DROP COLUMN holder,
-                         DROP COLUMN holder_start;
-                     ALTER TABLE \"{schema}\".semaphore_pools DROP COLUMN draining;
-                     DROP INDEX \"{schema}\".semaphore_leases_lease;
-                     ALTER TABLE \"{schema}\".semaphore_leases
-                         ADD CONSTRAINT semaphore_leases_lease_key UNIQUE (lease);
-                     CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
-                     RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;
-                     DROP FUNCTION \"{schema}\".semaphore_renew;
-                     CREATE FUNCTION \"{schema}\".semaphore_renew(
-                         p_pool uuid, p_lease uuid, p_ttl bigint, p_now bigint)
-                     RETURNS TABLE (o_status smallint, o_lease uuid, o_position bigint,
-                         o_token bigint, o_expires_at bigint)
-                     LANGUAGE sql AS $$ SELECT 1::smallint, NULL::uuid, NULL::bigint,
-                         NULL::bigint, NULL::bigint $$;"
-                ))
-                .await
-                .unwrap();
-        }
+        downgrade(&client, &schema, old, pool_id).await;
         let store = open(&schema)
             .await
             .unwrap_or_else(|e| panic!("the version {old} schema was refused: {e}"));
         let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-        assert_eq!(found, 4, "from version {old}");
+        assert_eq!(found, 5, "from version {old}");
         let pool = semaphore_postgres::Pool::new(std::sync::Arc::new(store), pool_id);
         assert_eq!(
             pool.inspect().await.unwrap().in_use,
@@ -131,5 +166,36 @@ async fn a_version_1_2_or_3_schema_is_migrated() {
             .await
             .expect("the old renew function was replaced");
         assert!(pool.delete().await.unwrap(), "the old function was kept");
+    }
+}
+
+/// Several processes that find a version 4 schema at once each migrate it
+/// or find it migrated: none fails (issue 38, hostile round: 3 of 4
+/// failed, on what another had already changed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_4_schema_opened_by_four_at_once_is_migrated_once() {
+    for _ in 0..3 {
+        let schema = TestServer::fresh_schema();
+        drop(open(&schema).await.unwrap());
+        let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        downgrade(
+            &client,
+            &schema,
+            4,
+            semaphore_postgres::PoolId::from_name("p"),
+        )
+        .await;
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                let schema = schema.clone();
+                tokio::spawn(async move { open(&schema).await.map(drop) })
+            })
+            .collect();
+        for opened in opens {
+            opened.await.unwrap().expect("a concurrent open failed");
+        }
     }
 }

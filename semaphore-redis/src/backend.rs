@@ -5,11 +5,12 @@ use std::sync::{Arc, LazyLock};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
 use semaphore_core::store::{Changes, DecidingClock, MAX_UNIX_MS};
-use semaphore_core::{Error, LeaseId, PoolId, Result};
+use semaphore_core::{Error, PoolId, Result, Session};
 
 use crate::error::{malformed, storage};
 use crate::holder::Holder;
 use crate::options::WAITER_TTL_MS;
+use crate::session::Beats;
 use crate::subscribe::{self, Subscriber};
 use crate::{RedisOptions, keys};
 
@@ -87,9 +88,20 @@ pub struct RedisStore {
     pub(crate) changes: Arc<Changes>,
     pub(crate) time: DecidingClock,
     pub(crate) restart_grace_ms: u64,
-    /// The connection this store's bound leases are bound to (R16).
+    /// The connection that marks this process's queued heads as alive
+    /// (R16, amended: a waiter's place is bound to a connection).
     pub(crate) holder: Holder,
+    /// The session this store's bound leases belong to (R16, amended).
+    pub(crate) session: Session,
     _subscriber: Subscriber,
+}
+
+/// The script an operation is in.
+pub(crate) fn script(kind: Kind) -> &'static Script {
+    match kind {
+        Kind::Grow => &GROW,
+        Kind::Shrink => &SHRINK,
+    }
 }
 
 /// Which of the two scripts an operation is in.
@@ -156,6 +168,19 @@ impl RedisStore {
         let changes = Arc::new(Changes::new());
         let channel = keys::channel(&options.prefix);
         let holder = Holder::spawn(client.clone());
+        let timeout =
+            semaphore_core::store::session_timeout(options.session_timeout, &options.time);
+        let session = Session::start(
+            Arc::new(Beats {
+                client: client.clone(),
+                prefix: options.prefix.clone(),
+                channel: channel.clone(),
+                time: options.time.clone(),
+                connection: tokio::sync::Mutex::new(None),
+            }),
+            timeout,
+            options.time.clone(),
+        );
         let subscriber = subscribe::spawn(subscribe::Setup {
             client,
             connection: connection.clone(),
@@ -164,39 +189,57 @@ impl RedisStore {
             poll: options.poll_interval,
             time: options.time.clone(),
         });
-        Ok(Self {
+        Self {
             connection,
             channel,
             prefix: options.prefix,
             changes,
             time: options.time,
-            // Capped like a ttl, so that the server's sums stay exact.
-            restart_grace_ms: u64::try_from(options.restart_grace.as_millis())
-                .unwrap_or(u64::MAX)
-                .min(MAX_UNIX_MS),
+            restart_grace_ms: grace_ms(options.restart_grace, timeout),
             holder,
+            session,
             _subscriber: subscriber,
         }
-        .with_holder_up()
-        .await)
+        .with_session_up()
+        .await
     }
 
-    /// This store, once its holder's connection is up, or after 2 s.
-    async fn with_holder_up(self) -> Self {
+    /// This store, once its session is open and the connection that marks
+    /// its waiters alive is up, or after 2 s (bound borrows retry until the
+    /// session opens); refused if the session cannot open at all.
+    async fn with_session_up(self) -> Result<Self> {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
             while self.holder.id().is_none() {
                 tokio::time::sleep(std::time::Duration::from_millis(2)).await;
             }
         })
         .await;
-        self
+        self.session
+            .open_within(std::time::Duration::from_secs(2))
+            .await?;
+        Ok(self)
     }
 
-    /// The client id of the connection this store's bound leases are bound
-    /// to (R16), `None` while it is down: a lease granted then is left to
-    /// its ttl.
+    /// The client id of the connection that marks this process's queued
+    /// heads as alive (R16, amended), `None` while it is down.
     pub fn holder_id(&self) -> Option<i64> {
         self.holder.id()
+    }
+
+    /// The error of a step that named session `id` and found it ended
+    /// (R16, amended): retryable, once the session is told, so that the
+    /// next attempt names a new one.
+    pub(crate) fn session_ended(&self, id: Option<semaphore_core::SessionId>) -> Error {
+        if let Some(id) = id {
+            self.session.ended_on_store(id);
+        }
+        Error::Storage {
+            operation: "borrow",
+            retryable: true,
+            source: "the store's session had ended (the server lost it or it was deleted); \
+                     a new one is being opened"
+                .into(),
+        }
     }
 
     /// The prefix of the store's keys.
@@ -236,11 +279,7 @@ impl RedisStore {
         op: &str,
         pools: impl IntoIterator<Item = PoolId>,
     ) -> ScriptInvocation<'static> {
-        let script: &'static Script = match kind {
-            Kind::Grow => &GROW,
-            Kind::Shrink => &SHRINK,
-        };
-        let mut invocation = script.prepare_invoke();
+        let mut invocation = script(kind).prepare_invoke();
         for pool in pools {
             for key in keys::of(&self.prefix, pool) {
                 invocation.key(key);
@@ -255,7 +294,9 @@ impl RedisStore {
             .arg(now)
             .arg(MAX_UNIX_MS)
             .arg(WAITER_TTL_MS)
-            .arg(&self.channel);
+            .arg(&self.channel)
+            .arg(&self.prefix)
+            .arg(self.restart_grace_ms);
         invocation
     }
 
@@ -270,39 +311,59 @@ impl RedisStore {
             return Err(Error::NoRuntime { operation });
         }
         let mut connection = self.connection.clone();
-        invocation
-            .invoke_async(&mut connection)
-            .await
-            .map_err(storage(operation))
+        match invocation.invoke_async(&mut connection).await {
+            // The connection was dropped under the call (a restart, a
+            // `CLIENT KILL`, an idle timeout): the manager reconnects, and
+            // the call is made once more. Every script is safe to repeat: a
+            // borrow finds the lease its first try granted under the same
+            // lease id, a return or renew of a lease already ended says so.
+            Err(e) if e.is_connection_dropped() && !e.is_timeout() => invocation
+                .invoke_async(&mut connection)
+                .await
+                .map_err(storage(operation)),
+            answer => answer.map_err(storage(operation)),
+        }
     }
 }
 
 impl RedisStore {
-    /// Returns `leases` of `pool` in the background, whatever became of
-    /// them: a borrow that timed out may still run once the server
-    /// answers again (a `CLIENT PAUSE`, a long script of someone else's),
-    /// and granted to nobody. The return goes on the same connection, so
-    /// the server runs it after the borrow; if the connection dropped, the
-    /// server dropped the borrow with it.
-    pub(crate) fn return_in_background(&self, pool: PoolId, leases: &[LeaseId]) {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return;
+    /// Refuses a ttl longer than the restart grace: a lease granted for it
+    /// could still be live when a restart that lost the data ends the
+    /// grace, and its slot would go to a second holder (SPEC fourth round,
+    /// "Restart grace, for every loss of state").
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `ttl`.
+    pub(crate) fn within_grace(&self, ttl: std::time::Duration) -> Result<()> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if self.restart_grace_ms == 0 || ttl_ms <= self.restart_grace_ms {
+            return Ok(());
         }
-        let calls: Vec<_> = leases
-            .iter()
-            .map(|lease| {
-                let mut call = self.invocation(Kind::Shrink, "return", [pool]);
-                call.arg(lease.as_uuid().to_string());
-                call
-            })
-            .collect();
-        let mut connection = self.connection.clone();
-        tokio::spawn(async move {
-            for call in calls {
-                let _: redis::RedisResult<Value> = call.invoke_async(&mut connection).await;
-            }
-        });
+        Err(Error::InvalidArgument {
+            field: "ttl",
+            allowed: format!(
+                "at most the Redis store's restart grace ({} ms), or a restart that lost the \
+                 data could hand a live lease's slot to another holder; raise \
+                 RedisOptions::restart_grace (semaphore: --redis-restart-grace) to the \
+                 longest ttl in use",
+                self.restart_grace_ms
+            ),
+            got: format!("{ttl_ms} ms"),
+        })
     }
+}
+
+/// The restart grace in ms: the one set, but at least the session timeout
+/// (so that a holder whose session a restart lost learns of it before the
+/// grace ends), capped like a ttl so that the server's sums stay exact; 0
+/// if it is off.
+fn grace_ms(grace: std::time::Duration, session: std::time::Duration) -> u64 {
+    if grace.is_zero() {
+        return 0;
+    }
+    u64::try_from(grace.max(session).as_millis())
+        .unwrap_or(u64::MAX)
+        .min(MAX_UNIX_MS)
 }
 
 /// Fails unless the server is Redis 7.0 or later (the scripts' flags).

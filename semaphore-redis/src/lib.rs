@@ -8,6 +8,7 @@ mod keys;
 mod options;
 mod primitives;
 mod reply;
+mod session;
 mod subscribe;
 
 #[cfg(feature = "test-util")]
@@ -21,8 +22,8 @@ pub use semaphore_core::describe_metrics;
 pub use semaphore_core::store::ServerClock;
 pub use semaphore_core::{
     BorrowOptions, BoxError, Clock, Enqueued, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet,
-    Limits, ManualClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet, PoolState,
-    QueuedBorrow, Result, Sleep, SystemClock, store,
+    Limits, ManualClock, MonotonicClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet,
+    PoolState, QueuedBorrow, Result, Session, SessionId, SessionState, Sleep, SystemClock, store,
 };
 #[cfg(feature = "tower")]
 pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};

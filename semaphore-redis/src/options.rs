@@ -31,7 +31,7 @@ pub(crate) const WAITER_TTL_MS: u64 = 3 * MAX_POLL_INTERVAL.as_millis() as u64;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
-    pub(crate) session_timeout: Duration,
+    pub(crate) session_timeout: Option<Duration>,
     pub(crate) prefix: String,
     pub(crate) poll_interval: Duration,
     pub(crate) response_timeout: Duration,
@@ -42,7 +42,7 @@ pub struct RedisOptions {
 impl Default for RedisOptions {
     fn default() -> Self {
         Self {
-            session_timeout: semaphore_core::store::DEFAULT_SESSION_TIMEOUT,
+            session_timeout: None,
             prefix: "semaphore".into(),
             poll_interval: Duration::from_secs(1),
             response_timeout: Duration::from_secs(5),
@@ -82,16 +82,20 @@ impl RedisOptions {
         self
     }
 
-    /// The restart grace: a pool created while the server has been up for
-    /// less than this grants nothing until this long after the server
-    /// started. Default 60 s; set it to the longest ttl your leases use.
+    /// The restart grace: after the server restarts or fails over (its run
+    /// id changes), nothing is granted until this long after the first
+    /// grant that notices; on a server that kept none of the store's keys,
+    /// until this long after it started. Default 60 s; at least the
+    /// session timeout. A ttl longer than it is refused
+    /// ([`Error::InvalidArgument`](semaphore_core::Error::InvalidArgument)
+    /// naming `ttl`): set it to the longest ttl your leases use.
     ///
-    /// Why: Redis often runs without persistence, and a restart then loses
-    /// every pool and lease while their holders still run. The pools come
-    /// back when the application registers them again, and without a grace
-    /// they would hand the held slots out a second time. A pool deleted
-    /// within the last day (whose last token is still kept) gets no grace,
-    /// and neither does any pool once the server has been up this long.
+    /// Why: Redis often runs without persistence, or with snapshots and
+    /// `appendfsync everysec`, and a restart or a failover then loses the
+    /// newest pools and leases while their holders still run. The pools
+    /// come back when the application registers them again, and without a
+    /// grace they would hand the held slots out a second time (SPEC fourth
+    /// round, "Restart grace, for every loss of state").
     /// `Duration::ZERO` turns it off (tests on a fresh server; a server
     /// whose data always survives a restart).
     pub fn restart_grace(mut self, grace: Duration) -> Self {
@@ -100,8 +104,10 @@ impl RedisOptions {
     }
 
     /// This process's clock, from which the store's view of the server's
-    /// clock is made (its readings plus a measured offset); the system
-    /// clock by default. It never decides expiry: the server does, so a
+    /// clock is made (an upper bound from its readings,
+    /// [`ServerClock`]); by default the
+    /// machine's monotonic clock, which does not step
+    /// ([`MonotonicClock`](semaphore_core::MonotonicClock)). It never decides expiry: the server does, so a
     /// process whose clock is off can neither over-issue nor take a live
     /// lease (SPEC "Time").
     pub fn clock(mut self, local: Arc<dyn Clock>) -> Self {
@@ -123,11 +129,12 @@ impl RedisOptions {
     /// which holds its bound leases, outlives its last heartbeat on the
     /// server's clock. A connection that drops and comes back within it
     /// keeps every bound lease; a process killed outright loses them
-    /// within it. The store heartbeats every third of it. Default 10 s;
-    /// at least [`MIN_SESSION_TIMEOUT`](semaphore_core::store::MIN_SESSION_TIMEOUT)
+    /// within it. The store heartbeats every third of it. Default 10 s
+    /// (in test mode, the longest there is); at least
+    /// [`MIN_SESSION_TIMEOUT`](semaphore_core::store::MIN_SESSION_TIMEOUT)
     /// (1 s), else refused at connect naming `session_timeout`.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+        self.session_timeout = Some(timeout);
         self
     }
 

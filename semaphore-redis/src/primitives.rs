@@ -31,33 +31,27 @@ fn waiter_label(waiter: Option<WaiterId>) -> String {
     label(waiter.map(|w| w.as_uuid().to_string()).as_deref())
 }
 
-/// Whether a call failed for want of an answer in time: the server may
-/// still run it.
-fn timed_out(e: &semaphore_core::Error) -> bool {
-    matches!(e, semaphore_core::Error::Storage { source, .. }
-        if source.downcast_ref::<redis::RedisError>().is_some_and(redis::RedisError::is_timeout))
-}
-
 fn u32_of(n: i64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// Owner liveness (R16): see [`holder`](crate::holder).
+fn session_label(session: Option<semaphore_core::SessionId>) -> String {
+    label(session.map(|s| s.as_uuid().to_string()).as_deref())
+}
+
+/// Waiter liveness (R16, amended): see [`holder`](crate::holder).
 impl RedisStore {
-    /// The holder argument of a borrow: this store's holder for a bound
-    /// request while its connection is up, else none.
-    pub(crate) fn holder_label(&self, bound: bool) -> String {
-        match bound.then(|| self.holder.id()).flatten() {
-            Some(id) => format!("+{id}"),
-            None => "-".to_string(),
-        }
+    /// The client id that marks this process's queued heads as alive.
+    pub(crate) fn connection_label(&self) -> String {
+        label(self.holder.id().map(|id| id.to_string()).as_deref())
     }
 
-    /// Frees the leases of `pool` bound to those of `holders` that are
-    /// gone (R16), waking its waiters; whether any of them was gone.
-    pub(crate) async fn reap_gone(&self, pool: PoolId, holders: &[i64]) -> Result<bool> {
+    /// Forgets the queued heads of `pool` whose connections, among
+    /// `connections`, the server no longer has (R16, amended: a killed
+    /// waiter holds back no one), waking its waiters; whether any was.
+    pub(crate) async fn reap_gone(&self, pool: PoolId, connections: &[i64]) -> Result<bool> {
         let own = self.holder.id();
-        let others: Vec<i64> = holders
+        let others: Vec<i64> = connections
             .iter()
             .copied()
             .filter(|id| Some(*id) != own)
@@ -66,14 +60,15 @@ impl RedisStore {
         if dead.is_empty() {
             return Ok(false);
         }
-        let mut call = self.invocation(Kind::Shrink, "reap_holders", [pool]);
+        let mut call = self.invocation(Kind::Shrink, "reap_waiters", [pool]);
         for id in &dead {
             call.arg(id.to_string());
         }
-        if int("reap_holders", &self.run("reap_holders", &call).await?)? > 0 {
+        if int("reap_waiters", &self.run("reap_waiters", &call).await?)? > 0 {
             self.changes.notify(pool);
+            return Ok(true);
         }
-        Ok(true)
+        Ok(false)
     }
 }
 
@@ -85,6 +80,10 @@ impl Store for RedisStore {
 
     fn changes(&self) -> &Changes {
         &self.changes
+    }
+
+    fn session(&self) -> Option<&semaphore_core::Session> {
+        Some(&self.session)
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
@@ -121,26 +120,18 @@ impl Store for RedisStore {
 
     /// Once more after freeing the leases of holders that are gone (R16).
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
-        let mut looked = false;
-        loop {
-            let call = self.invocation(Kind::Shrink, "inspect", [pool]);
-            let fields = items("inspect", self.run("inspect", &call).await?)?;
-            let [count, in_use, ..] = &fields[..] else {
-                return Err(not_found(pool));
-            };
-            let holders = reply::holder_ids("inspect", fields.get(2))?;
-            if !looked && self.reap_gone(pool, &holders).await? {
-                looked = true;
-                continue;
-            }
-            let draining = fields.get(3).map(|d| int("inspect", d)).transpose()? == Some(1);
-            return Ok(PoolState::new(
-                pool,
-                u32_of(int("inspect", count)?),
-                u32_of(int("inspect", in_use)?),
-            )
-            .with_draining(draining));
-        }
+        let call = self.invocation(Kind::Shrink, "inspect", [pool]);
+        let fields = items("inspect", self.run("inspect", &call).await?)?;
+        let [count, in_use, ..] = &fields[..] else {
+            return Err(not_found(pool));
+        };
+        let draining = fields.get(3).map(|d| int("inspect", d)).transpose()? == Some(1);
+        Ok(PoolState::new(
+            pool,
+            u32_of(int("inspect", count)?),
+            u32_of(int("inspect", in_use)?),
+        )
+        .with_draining(draining))
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
@@ -153,6 +144,7 @@ impl Store for RedisStore {
     /// A refusal that names holders that are gone frees their leases and
     /// tries once more (R16).
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        self.within_grace(request.ttl)?;
         let mut looked = false;
         loop {
             let mut call = self.invocation(Kind::Grow, "borrow", [request.pool]);
@@ -162,16 +154,16 @@ impl Store for RedisStore {
                 .arg(label(request.key.as_deref()))
                 .arg(label(request.owner.as_deref()))
                 .arg(request.slots)
-                .arg(self.holder_label(request.bound))
-                .arg(label(request.hold.map(|h| ms(h).to_string()).as_deref()));
+                .arg(session_label(request.session))
+                .arg(label(request.hold.map(|h| ms(h).to_string()).as_deref()))
+                .arg(self.connection_label());
+            // A call that timed out may still run once the server answers
+            // again: the core asks again under the same lease id, and
+            // returns it if it ends up holding another (SPEC "Lost replies").
             let value = self.run("borrow", &call).await;
-            if let Err(e) = &value
-                && timed_out(e)
-            {
-                self.return_in_background(request.pool, &[request.lease]);
-            }
             return match reply::attempt("borrow", request.pool, value?)? {
                 Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
+                Attempt::SessionEnded => Err(self.session_ended(request.session)),
                 Attempt::Exhausted(_, holders)
                     if !looked && self.reap_gone(request.pool, &holders).await? =>
                 {
@@ -183,6 +175,7 @@ impl Store for RedisStore {
                 }),
                 Attempt::Missing => Err(not_found(request.pool)),
                 Attempt::Draining => Err(Error::Draining { pool: request.pool }),
+                Attempt::KeyReused => Err(Error::KeyReused { pool: request.pool }),
                 Attempt::HadRoom => Err(malformed("borrow", "status 3")),
             };
         }
@@ -192,6 +185,7 @@ impl Store for RedisStore {
         let Some(head) = requests.first() else {
             return Ok(TryBorrowAll::Granted { leases: Vec::new() });
         };
+        self.within_grace(head.ttl)?;
         let mut call = self.invocation(Kind::Grow, "borrow_all", requests.iter().map(|r| r.pool));
         call.arg(requests.len())
             .arg(ms(head.ttl))
@@ -204,22 +198,15 @@ impl Store for RedisStore {
         for request in requests {
             call.arg(request.slots);
         }
-        call.arg(self.holder_label(head.bound));
-        let value = self.run("borrow", &call).await;
-        if let Err(e) = &value
-            && timed_out(e)
-        {
-            for request in requests {
-                self.return_in_background(request.pool, &[request.lease]);
-            }
-        }
-        let rows = items("borrow", value?)?;
+        call.arg(session_label(head.session))
+            .arg(self.connection_label());
+        let rows = items("borrow", self.run("borrow", &call).await?)?;
         let mut granted = Vec::with_capacity(requests.len());
         let mut blocked = Vec::new();
         for (row, request) in rows.into_iter().zip(requests) {
             let fields = items("borrow", row)?;
             if let [status, index, ..] = &fields[..]
-                && let status @ (2 | 4) = int("borrow", status)?
+                && let status @ (2 | 4 | 5 | 6) = int("borrow", status)?
             {
                 let i = usize::try_from(int("borrow", index)?).unwrap_or(0);
                 let pool = requests
@@ -227,20 +214,24 @@ impl Store for RedisStore {
                     .map_or(request.pool, |r| r.pool);
                 return Err(match status {
                     2 => not_found(pool),
-                    _ => Error::Draining { pool },
+                    4 => Error::Draining { pool },
+                    6 => Error::KeyReused { pool },
+                    _ => self.session_ended(head.session),
                 });
             }
             match reply::attempt("borrow", request.pool, redis::Value::Array(fields))? {
                 Attempt::Granted(lease) => granted.push(lease),
                 Attempt::Exhausted(at, holders) => {
-                    // R16: a gone holder's leases are freed for the next
+                    // R16: a gone waiter's place is forgotten for the next
                     // attempt, which the core makes when woken.
                     self.reap_gone(request.pool, &holders).await?;
                     blocked.push(at.map(from_unix_ms));
                 }
+                Attempt::SessionEnded => return Err(self.session_ended(head.session)),
                 Attempt::HadRoom => {}
                 Attempt::Missing => return Err(not_found(request.pool)),
                 Attempt::Draining => return Err(Error::Draining { pool: request.pool }),
+                Attempt::KeyReused => return Err(Error::KeyReused { pool: request.pool }),
             }
         }
         if blocked.is_empty() && granted.len() == requests.len() {
@@ -265,6 +256,7 @@ impl Store for RedisStore {
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
+        self.within_grace(ttl)?;
         let mut call = self.invocation(Kind::Shrink, "renew", [pool]);
         call.arg(lease.as_uuid().to_string()).arg(ms(ttl));
         match reply::attempt("renew", pool, self.run("renew", &call).await?)? {
@@ -272,34 +264,28 @@ impl Store for RedisStore {
                 self.changes.notify(pool);
                 Ok(Some(lease))
             }
-            Attempt::Exhausted(..) => Ok(None),
+            Attempt::Exhausted(..) | Attempt::SessionEnded => Ok(None),
             Attempt::Missing => Err(not_found(pool)),
-            Attempt::HadRoom | Attempt::Draining => Err(malformed("renew", "status 3 or 4")),
+            Attempt::HadRoom | Attempt::Draining | Attempt::KeyReused => {
+                Err(malformed("renew", "status 3, 4 or 6"))
+            }
         }
     }
 
     /// Once more after freeing the leases of holders that are gone (R16).
+    async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        let mut call = self.invocation(Kind::Shrink, "unbind", [pool]);
+        call.arg(lease.as_uuid().to_string());
+        Ok(int("unbind", &self.run("unbind", &call).await?)? == 1)
+    }
+
     async fn holders(&self, pool: PoolId) -> Result<Vec<Holder>> {
-        let mut looked = false;
-        loop {
-            let call = self.invocation(Kind::Shrink, "holders", [pool]);
-            let mut fields = items("holders", self.run("holders", &call).await?)?.into_iter();
-            let listed: Vec<(Holder, Option<i64>)> =
-                match fields.next().map(|s| int("holders", &s)).transpose()? {
-                    Some(0) => fields
-                        .map(|h| reply::holder("holders", pool, h))
-                        .collect::<Result<_>>()?,
-                    Some(2) => return Err(not_found(pool)),
-                    _ => return Err(malformed("holders", "an unknown status")),
-                };
-            let mut bound: Vec<i64> = listed.iter().filter_map(|(_, id)| *id).collect();
-            bound.sort_unstable();
-            bound.dedup();
-            if !looked && self.reap_gone(pool, &bound).await? {
-                looked = true;
-                continue;
-            }
-            return Ok(listed.into_iter().map(|(holder, _)| holder).collect());
+        let call = self.invocation(Kind::Shrink, "holders", [pool]);
+        let mut fields = items("holders", self.run("holders", &call).await?)?.into_iter();
+        match fields.next().map(|s| int("holders", &s)).transpose()? {
+            Some(0) => fields.map(|h| reply::holder("holders", pool, h)).collect(),
+            Some(2) => Err(not_found(pool)),
+            _ => Err(malformed("holders", "an unknown status")),
         }
     }
 
@@ -313,7 +299,7 @@ impl Store for RedisStore {
                     .next()
                     .ok_or_else(|| malformed("force_return", "no holder"))?;
                 self.changes.notify(pool);
-                Ok(Some(reply::holder("force_return", pool, holder)?.0))
+                Ok(Some(reply::holder("force_return", pool, holder)?))
             }
             Some(1) => Ok(None),
             Some(2) => Err(not_found(pool)),

@@ -2,13 +2,15 @@
 
 use redis::Value;
 use semaphore_core::store::from_unix_ms;
-use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, Positions, Result};
+use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, Positions, Result, SessionId};
 
 use crate::error::malformed;
 
 /// A borrow's or renew's answer for one pool.
 pub(crate) enum Attempt {
     Granted(Lease),
+    /// The session the request named has ended (R16, amended).
+    SessionEnded,
     /// Refused; when to look again (the earliest expiry), unix ms, and the
     /// holders of the pool's bound leases (R16).
     Exhausted(Option<u64>, Vec<i64>),
@@ -18,6 +20,8 @@ pub(crate) enum Attempt {
     HadRoom,
     /// The pool drains.
     Draining,
+    /// The key names a lease granted for another request digest.
+    KeyReused,
 }
 
 /// The items of an array reply.
@@ -74,6 +78,7 @@ fn lease(
         return Err(malformed(operation, "a short lease"));
     };
     let lowest = u32_of(operation, position)?;
+    let session_at = positions + 1;
     let positions = match fields.get(positions) {
         Some(Value::Array(all)) => {
             let all = all
@@ -86,13 +91,23 @@ fn lease(
         }
         _ => Positions::one(lowest),
     };
+    let session = match fields.get(session_at) {
+        None | Some(Value::Nil) => None,
+        Some(value) => Some(
+            text(operation, value)?
+                .and_then(|s| s.parse::<uuid::Uuid>().ok())
+                .map(SessionId::from_uuid)
+                .ok_or_else(|| malformed(operation, "a session that is not a UUID"))?,
+        ),
+    };
     Ok(Lease::holding(
         lease_id(operation, id)?,
         pool,
         positions,
         u64_of(operation, token)?,
         from_unix_ms(u64_of(operation, expiry)?),
-    ))
+    )
+    .with_session(session))
 }
 
 /// `[status, ...]`: 0 granted (`id, position, token, expiry, positions`),
@@ -114,22 +129,19 @@ pub(crate) fn attempt(operation: &'static str, pool: PoolId, value: Value) -> Re
         2 => Ok(Attempt::Missing),
         3 => Ok(Attempt::HadRoom),
         4 => Ok(Attempt::Draining),
+        5 => Ok(Attempt::SessionEnded),
+        6 => Ok(Attempt::KeyReused),
         n => Err(malformed(operation, &format!("status {n}"))),
     }
 }
 
 /// `[id, position, token, expiry, owner, key, positions, holder]` as a
 /// holder of `pool`, with the client id its lease is bound to (R16).
-pub(crate) fn holder(
-    operation: &'static str,
-    pool: PoolId,
-    value: Value,
-) -> Result<(Holder, Option<i64>)> {
+pub(crate) fn holder(operation: &'static str, pool: PoolId, value: Value) -> Result<Holder> {
     let fields = items(operation, value)?;
-    let lease = lease(operation, pool, &fields, 6)?;
+    let lease = lease(operation, pool, &fields, 6)?.with_session(None);
     let label = |i: usize| fields.get(i).map_or(Ok(None), |v| text(operation, v));
-    let bound = label(7)?.map(|id| client_id(operation, &id)).transpose()?;
-    Ok((Holder::new(lease, label(4)?, label(5)?), bound))
+    Ok(Holder::new(lease, label(4)?, label(5)?))
 }
 
 /// A list of client ids (R16), as the scripts write them: an array of

@@ -74,6 +74,21 @@ async fn a_killed_subscriber_reconnects_and_waiters_are_still_woken() {
     assert_eq!(lease.position, 0);
 }
 
+/// Every connection of the store killed (`CLIENT KILL TYPE normal`) while
+/// it holds a lease: its next call (the release) reconnects and is made
+/// again instead of failing with a broken pipe (issue 38, hostile round).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_on_a_killed_connection_is_made_again_on_a_new_one() {
+    let server = TestServer::start().unwrap();
+    let pool = Pool::new(store(&server, no_grace()).await, PoolId::from_name("k"));
+    pool.register(1).await.unwrap();
+    let held = pool.try_borrow(TTL).await.unwrap();
+    let killed = server.command("CLIENT KILL TYPE normal");
+    assert!(killed.starts_with(':'), "{killed}");
+    assert!(held.release().await.unwrap());
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0);
+}
+
 /// A stalled server (`CLIENT PAUSE`): calls fail with a retryable error
 /// after the response timeout, never a hang and never `Exhausted`; a
 /// borrow that timed out but ran once the pause ended holds nothing; then
@@ -104,7 +119,12 @@ async fn a_stalled_server_is_a_retryable_error_and_a_late_grant_is_returned() {
 async fn a_restart_that_lost_everything_neither_over_issues_nor_moves_tokens_back() {
     let server = TestServer::start().unwrap();
     let grace = Duration::from_secs(2);
-    let store = store(&server, RedisOptions::default().restart_grace(grace)).await;
+    // The grace is at least the session timeout: a short one; the leases'
+    // ttl is the grace (no longer is granted).
+    let options = RedisOptions::default()
+        .restart_grace(grace)
+        .session_timeout(Duration::from_secs(1));
+    let store = store(&server, options).await;
     let pool = Pool::new(store, PoolId::from_name("two"));
     // The server is younger than the grace: wait it out once, to hold leases.
     let held: Vec<_> = {
@@ -112,7 +132,7 @@ async fn a_restart_that_lost_everything_neither_over_issues_nor_moves_tokens_bac
         let mut held = Vec::new();
         for _ in 0..2 {
             held.push(
-                pool.borrow(TTL, Duration::from_secs(10))
+                pool.borrow(grace, Duration::from_secs(10))
                     .await
                     .unwrap()
                     .forget(),
@@ -133,12 +153,12 @@ async fn a_restart_that_lost_everything_neither_over_issues_nor_moves_tokens_bac
     .await;
     retry(|| pool.register(2)).await;
     // ...and grants nothing while the leases held before may be live.
-    match pool.try_borrow(TTL).await {
+    match pool.try_borrow(grace).await {
         Err(Error::Exhausted { .. }) => {}
         other => panic!("granted during the restart grace: {other:?}"),
     }
-    let lease = pool.borrow(TTL, Duration::from_secs(10)).await.unwrap();
-    let granted_at = lease.expires_at - TTL;
+    let lease = pool.borrow(grace, Duration::from_secs(10)).await.unwrap();
+    let granted_at = lease.expires_at - grace;
     assert!(
         granted_at >= restarted + grace - Duration::from_secs(1),
         "granted {:?} after the restart, within the grace",
@@ -222,5 +242,36 @@ async fn odd_labels_and_an_endless_grace_are_carried_exactly() {
     match young.try_borrow(TTL).await {
         Err(Error::Exhausted { .. }) => {}
         other => panic!("a young server granted within its grace: {other:?}"),
+    }
+}
+
+/// A ttl longer than the restart grace is refused (renewals likewise):
+/// such a lease could outlive a restart's grace and its slot go to a
+/// second holder (SPEC fourth round, "Restart grace, for every loss of
+/// state"; issue 38, hostile round: a 5-minute lease's slot was granted
+/// again 60 s after a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_longer_than_the_restart_grace_is_refused() {
+    let server = TestServer::start().unwrap();
+    let grace = Duration::from_secs(60);
+    let options = RedisOptions::default().restart_grace(grace);
+    let pool = Pool::new(store(&server, options).await, PoolId::from_name("grace"));
+    pool.register(1).await.unwrap();
+    for ttl in [grace + Duration::from_millis(1), Duration::from_secs(300)] {
+        match pool.try_borrow(ttl).await {
+            Err(Error::InvalidArgument {
+                field: "ttl",
+                allowed,
+                ..
+            }) => {
+                assert!(allowed.contains("restart_grace"), "{allowed}");
+            }
+            other => panic!("a ttl over the grace was granted: {other:?}"),
+        }
+    }
+    // Within it: refused only for the young server's grace, not the ttl.
+    match pool.try_borrow(grace).await {
+        Err(Error::Exhausted { .. }) | Ok(_) => {}
+        other => panic!("a ttl within the grace was refused: {other:?}"),
     }
 }

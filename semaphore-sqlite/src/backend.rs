@@ -291,6 +291,17 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Ends this handle's holder as a process killed outright would (R16):
+    /// its kernel lock is released, so other handles on the file treat its
+    /// bound leases as gone; later bound leases of this handle are left to
+    /// their ttl. For tests (feature `test-util`) of what a crash leaves.
+    #[cfg(feature = "test-util")]
+    pub fn abandon_holder(&self) {
+        self.holders.abandon();
+    }
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     fn clock(&self) -> &dyn Clock {
@@ -299,6 +310,12 @@ impl Store for SqliteStore {
 
     fn changes(&self) -> &Changes {
         &self.changes
+    }
+
+    /// None: a bound lease's holder is this process, held by a kernel lock
+    /// (R16, amended); it has no end but the process's.
+    fn session(&self) -> Option<&semaphore_core::Session> {
+        None
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
@@ -405,6 +422,11 @@ impl Store for SqliteStore {
             |returned| *returned,
         )
         .await
+    }
+
+    async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        self.write("unbind", move |c, now| sql::unbind(c, pool, lease, now))
+            .await
     }
 
     async fn return_held(&self, lease: Lease) -> Result<bool> {

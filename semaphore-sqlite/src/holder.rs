@@ -1,5 +1,6 @@
-//! Owner liveness (SPEC R16): a lease bound to its holder is freed as soon
-//! as the holder's process is gone, proven by a kernel lock, not guessed.
+//! Owner liveness (SPEC R16, amended): a lease bound to its holder is freed
+//! as soon as the holder's process is gone, proven by a kernel lock, not
+//! guessed; and nothing but the process's end can end the holder.
 //!
 //! Each store handle that grants a bound lease holds an exclusive `flock`
 //! on a file of its own, `<db>-holders/<holder id>`, from its first bound
@@ -7,20 +8,37 @@
 //! releases the lock the instant the process dies, however it dies
 //! (SIGKILL, a crash, the OOM killer), and a lock is tied to its open file,
 //! so pid reuse cannot fake a live holder. A process that finds a foreign
-//! holder's file unlocked (it takes the lock itself) or missing knows that
-//! holder is gone, drops the file, and treats its leases as expired. This is
-//! `flock(1)`'s guarantee, kept across the processes sharing the file.
+//! holder's file *unlocked* (it takes the lock itself) knows that holder is
+//! gone, and treats its leases as expired.
 //!
-//! A live holder never loses a lease this way: its file is created under a
-//! temporary name, locked, and only then renamed into place, and a file is
-//! removed only by one who holds its lock, which no one can while its holder
-//! lives. Where the directory cannot be made (a read-only location), leases
-//! are left to their ttl, which bounds them in every case.
+//! Deleting files cannot end a live holder:
+//! - A holder whose file is *missing* is not taken for gone: its leases
+//!   are left to their ttl. So `rm -rf <db>-holders` (a tmp cleaner, an
+//!   operator) frees nothing that a live process holds.
+//! - A handle checks its own file at every bound grant, and makes it again
+//!   if it was removed or replaced: under a temporary name, locked, then
+//!   renamed into place, so that no one ever sees it unlocked. The files it
+//!   made before stay open (and locked) for the handle's life, so that a
+//!   process that opened one before it was deleted still finds it locked.
+//! - A gone holder's file is removed only by the first bound grant of a
+//!   handle (its sweep), in the same transaction that ends that holder's
+//!   leases in every pool; a clean drop of a handle leaves its file,
+//!   unlocked, for that sweep.
+//!
+//! What this costs, written down: a holder that dies while its file is
+//! missing (deleted, and not yet made again by its next bound grant) has
+//! its leases left to their ttl; so has one whose file the sweep removed
+//! in a transaction that then failed. Where the directory cannot be made
+//! (a read-only location), leases are left to their ttl, which bounds them
+//! in every case.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+use rusqlite::{Connection, params};
 
 /// A holder's id, as stored in a lease row.
 pub(crate) type HolderId = [u8; 16];
@@ -30,24 +48,21 @@ pub(crate) type HolderId = [u8; 16];
 #[derive(Debug)]
 pub(crate) struct Holders {
     dir: PathBuf,
-    mine: OnceLock<Option<Mine>>,
+    mine: Mutex<Mine>,
 }
 
-/// This handle's holder: its id and the locked file that proves it lives.
-#[derive(Debug)]
-struct Mine {
-    id: HolderId,
-    path: PathBuf,
-    /// Held open, and so locked, for as long as the handle lives.
-    _file: File,
-}
-
-impl Drop for Mine {
-    fn drop(&mut self) {
-        // A clean exit leaves no file behind; a crash leaves one for the
-        // next look to find unlocked and remove.
-        let _ = fs::remove_file(&self.path);
-    }
+/// This handle's holder.
+#[derive(Debug, Default)]
+enum Mine {
+    /// Not made yet.
+    #[default]
+    Unmade,
+    /// The directory or the file cannot be made: bound leases are left to
+    /// their ttl.
+    Failed,
+    /// Its id, and every file it made, the current one last: held open,
+    /// and so locked, for as long as the handle lives.
+    Made { id: HolderId, files: Vec<File> },
 }
 
 impl Holders {
@@ -57,65 +72,99 @@ impl Holders {
         dir.push("-holders");
         Self {
             dir: PathBuf::from(dir),
-            mine: OnceLock::new(),
+            mine: Mutex::new(Mine::Unmade),
         }
     }
 
-    /// This handle's holder id, its lock taken on first use; `None` if the
-    /// directory or the file cannot be made, and then a bound lease is
-    /// left to its ttl. Blocking: file I/O on first use.
-    pub(crate) fn mine(&self) -> Option<HolderId> {
-        self.mine
-            .get_or_init(|| match self.create() {
-                Ok(mine) => Some(mine),
-                Err(e) => {
-                    tracing::warn!(
-                        target: "semaphore",
-                        dir = %self.dir.display(),
-                        "bound leases are left to their ttl: cannot make a holder file: {e}"
-                    );
-                    None
+    /// This handle's holder id, its lock taken on first use, its file
+    /// made again if it was removed; `None` if the directory or the file
+    /// cannot be made, and then a bound lease is left to its ttl. On first
+    /// use, also ends the leases of gone holders in `conn`'s transaction
+    /// and removes their files. Blocking: file I/O.
+    pub(crate) fn mine(&self, conn: &Connection) -> Option<HolderId> {
+        let mut mine = self.mine.lock();
+        match &mut *mine {
+            Mine::Failed => None,
+            Mine::Made { id, files } => {
+                let id = *id;
+                if !self.still_there(&id, files.last()) {
+                    match self.make(&id) {
+                        Ok(file) => files.push(file),
+                        Err(e) => warn(&self.dir, &e),
+                    }
                 }
-            })
-            .as_ref()
-            .map(|m| m.id)
+                Some(id)
+            }
+            Mine::Unmade => {
+                let id = *uuid::Uuid::new_v4().as_bytes();
+                let made = fs::create_dir_all(&self.dir).and_then(|()| {
+                    self.sweep(conn);
+                    self.make(&id)
+                });
+                match made {
+                    Ok(file) => {
+                        *mine = Mine::Made {
+                            id,
+                            files: vec![file],
+                        };
+                        Some(id)
+                    }
+                    Err(e) => {
+                        warn(&self.dir, &e);
+                        *mine = Mine::Failed;
+                        None
+                    }
+                }
+            }
+        }
     }
 
-    /// Whether holder `id` is known to be gone: its file is missing, or
-    /// unlocked (its process died). `false` for this handle's own holder
-    /// and whenever the file cannot be checked. A gone holder's file is
-    /// removed.
+    /// Lets go of this handle's holder as a process killed outright would:
+    /// its files close, unlocked, and later bound leases are left to their
+    /// ttl. For tests.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn abandon(&self) {
+        *self.mine.lock() = Mine::Failed;
+    }
+
+    /// Whether holder `id` is known to be gone: its file is there and
+    /// unlocked (its process died). `false` for this handle's own holder,
+    /// for a missing file, and whenever the file cannot be checked.
     pub(crate) fn is_gone(&self, id: &HolderId) -> bool {
-        if self
-            .mine
-            .get()
-            .and_then(Option::as_ref)
-            .is_some_and(|m| &m.id == id)
-        {
+        if matches!(&*self.mine.lock(), Mine::Made { id: mine, .. } if mine == id) {
             return false;
         }
-        let path = self.dir.join(name(id));
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            Err(e) => return e.kind() == io::ErrorKind::NotFound,
-        };
-        match file.try_lock() {
-            Ok(()) => {
-                let _ = fs::remove_file(&path);
-                true
-            }
-            Err(TryLockError::WouldBlock | TryLockError::Error(_)) => false,
-        }
+        self.unlocked(id)
     }
 
-    /// Makes the directory, removes the files of gone holders, and makes
-    /// this handle's file: created under a temporary name, locked, then
-    /// renamed into place, so that no one ever sees it unlocked.
-    fn create(&self) -> io::Result<Mine> {
+    /// Whether holder `id`'s file is there and unlocked.
+    fn unlocked(&self, id: &HolderId) -> bool {
+        let Ok(file) = File::open(self.dir.join(name(id))) else {
+            return false;
+        };
+        matches!(file.try_lock(), Ok(()))
+    }
+
+    /// Whether holder `id`'s file is still the one this handle locked.
+    fn still_there(&self, id: &HolderId, file: Option<&File>) -> bool {
+        let (Ok(on_disk), Some(Ok(held))) = (
+            fs::metadata(self.dir.join(name(id))),
+            file.map(File::metadata),
+        ) else {
+            return false;
+        };
+        on_disk.dev() == held.dev() && on_disk.ino() == held.ino()
+    }
+
+    /// Makes holder `id`'s file: created under a temporary name, locked,
+    /// then renamed into place, so that no one ever sees it unlocked.
+    fn make(&self, id: &HolderId) -> io::Result<File> {
         fs::create_dir_all(&self.dir)?;
-        self.sweep();
-        let id = *uuid::Uuid::new_v4().as_bytes();
-        let temporary = self.dir.join(format!(".{}.new", name(&id)));
+        let temporary = self.dir.join(format!(
+            ".{}.{}.new",
+            name(id),
+            uuid::Uuid::new_v4().simple()
+        ));
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -127,32 +176,46 @@ impl Holders {
                 TryLockError::WouldBlock => io::Error::other("a fresh file was locked"),
             });
         }
-        let path = self.dir.join(name(&id));
-        fs::rename(&temporary, &path)?;
-        Ok(Mine {
-            id,
-            path,
-            _file: file,
-        })
+        fs::rename(&temporary, self.dir.join(name(id)))?;
+        Ok(file)
     }
 
-    /// Removes the files of holders that are gone (their processes died
-    /// without removing them).
-    fn sweep(&self) {
+    /// Ends the leases of every gone holder (its file unlocked), in every
+    /// pool, in `conn`'s transaction, and removes its file.
+    fn sweep(&self, conn: &Connection) {
         let Ok(entries) = fs::read_dir(&self.dir) else {
             return;
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let id = name
+            let Some(id) = name
                 .to_str()
                 .and_then(|n| uuid::Uuid::try_parse(n).ok())
-                .map(|u| *u.as_bytes());
-            if let Some(id) = id {
-                self.is_gone(&id);
+                .map(|u| *u.as_bytes())
+            else {
+                continue;
+            };
+            // Called before this handle's own file exists: any unlocked
+            // file is a gone holder's.
+            if !self.unlocked(&id) {
+                continue;
+            }
+            let ended = conn
+                .prepare_cached("DELETE FROM semaphore_leases WHERE holder = ?1")
+                .and_then(|mut delete| delete.execute(params![id]));
+            if ended.is_ok() {
+                let _ = fs::remove_file(entry.path());
             }
         }
     }
+}
+
+fn warn(dir: &Path, e: &io::Error) {
+    tracing::warn!(
+        target: "semaphore",
+        dir = %dir.display(),
+        "bound leases are left to their ttl: cannot make a holder file: {e}"
+    );
 }
 
 /// A holder's file name: its id as 32 hex digits.
@@ -164,35 +227,68 @@ fn name(id: &HolderId) -> String {
 mod tests {
     use super::*;
 
+    fn database(dir: &Path) -> Connection {
+        let conn = Connection::open(dir.join("h.db")).unwrap();
+        conn.execute_batch("CREATE TABLE semaphore_leases (holder BLOB)")
+            .unwrap();
+        conn
+    }
+
     #[test]
     fn a_live_holder_is_never_gone_and_a_dropped_one_is() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("h.db");
+        let (db, conn) = (dir.path().join("h.db"), database(dir.path()));
         let (a, b) = (Holders::new(&db), Holders::new(&db));
-        let id = a.mine().expect("a holder file");
+        let id = a.mine(&conn).expect("a holder file");
         assert!(!a.is_gone(&id), "its own holder");
         assert!(!b.is_gone(&id), "locked by a live handle");
         assert!(!b.is_gone(&id), "and still after a look");
         drop(a);
         assert!(b.is_gone(&id), "unlocked once its handle is dropped");
-        assert!(b.is_gone(&[7; 16]), "a holder with no file");
+        assert!(
+            !b.is_gone(&[7; 16]),
+            "a holder with no file is not known gone"
+        );
     }
 
     #[test]
-    fn a_crashed_holders_file_is_found_unlocked_and_removed() {
+    fn deleting_the_directory_ends_no_live_holder_and_the_file_comes_back() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("h.db");
+        let (db, conn) = (dir.path().join("h.db"), database(dir.path()));
+        let (a, b) = (Holders::new(&db), Holders::new(&db));
+        let id = a.mine(&conn).expect("a holder file");
+        let holders = dir.path().join("h.db-holders");
+        // A process that opened the file just before it was deleted.
+        let early = File::open(holders.join(name(&id))).unwrap();
+        fs::remove_dir_all(&holders).unwrap();
+        assert!(!b.is_gone(&id), "a missing file is not a gone holder");
+        assert_eq!(a.mine(&conn), Some(id), "the next bound grant keeps its id");
+        assert!(holders.join(name(&id)).exists(), "and makes its file again");
+        assert!(!b.is_gone(&id), "locked again");
+        assert!(
+            matches!(early.try_lock(), Err(TryLockError::WouldBlock)),
+            "the deleted file stays locked while its handle lives"
+        );
+    }
+
+    #[test]
+    fn the_first_bound_grant_sweeps_gone_holders_and_their_leases() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, conn) = (dir.path().join("h.db"), database(dir.path()));
         let holders = dir.path().join("h.db-holders");
         fs::create_dir_all(&holders).unwrap();
         let id = [9u8; 16];
-        // What a SIGKILLed process leaves: its file, with no lock on it.
+        // What a SIGKILLed process leaves: its file, with no lock on it,
+        // and a lease bound to it.
         fs::write(holders.join(name(&id)), b"").unwrap();
+        conn.execute("INSERT INTO semaphore_leases VALUES (?1)", params![id])
+            .unwrap();
         let b = Holders::new(&db);
-        b.mine().expect("a holder file");
-        assert!(
-            !holders.join(name(&id)).exists(),
-            "the first use swept the dead holder's file"
-        );
-        assert!(b.is_gone(&id));
+        b.mine(&conn).expect("a holder file");
+        assert!(!holders.join(name(&id)).exists(), "its file is removed");
+        let left: i64 = conn
+            .query_row("SELECT count(*) FROM semaphore_leases", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 0, "and its lease ended");
     }
 }

@@ -45,8 +45,14 @@ pub(crate) fn forget_waiter(
 }
 
 /// Drops the heads queued ahead of `ticket` whose process is gone (see
-/// [`liveness`](crate::liveness)); the slots they were owed (R15).
-pub(crate) fn drop_dead_heads(conn: &Connection, key: &[u8], ticket: i64) -> rusqlite::Result<i64> {
+/// [`liveness`](crate::liveness)); the slots they were owed (R15; none for
+/// a head whose weight is over `count`, R15 amended).
+pub(crate) fn drop_dead_heads(
+    conn: &Connection,
+    key: &[u8],
+    ticket: i64,
+    count: i64,
+) -> rusqlite::Result<i64> {
     let dead: Vec<(Vec<u8>, i64)> = conn
         .prepare_cached(
             "SELECT waiter, pid, pid_ns, slots FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2",
@@ -69,7 +75,12 @@ pub(crate) fn drop_dead_heads(conn: &Connection, key: &[u8], ticket: i64) -> rus
         conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
             .execute(params![key, w])?;
     }
-    Ok(dead.iter().map(|(_, slots)| slots).sum())
+    // Only the weights that were owed (R15, amended: not those over the count).
+    Ok(dead
+        .iter()
+        .map(|(_, slots)| *slots)
+        .filter(|slots| *slots <= count)
+        .sum())
 }
 
 /// A refused head of `slots` slots joins the store's queue of `pool`, or

@@ -12,10 +12,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::holder::Holders;
 use crate::queue::{drop_dead_heads, forget_waiter, keep_place};
 use crate::time::{instant, plus};
-pub(crate) use leases::{holders, keyed};
+pub(crate) use leases::{Keyed, force_return, holders, keyed, unbind};
 use leases::{holders_of, in_use, keyed_holder, reap_gone, row};
 use semaphore_core::store::{BorrowRequest, TryBorrow, TryBorrowAll};
-use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, PoolState, Positions};
+use semaphore_core::{Error, Lease, LeaseId, PoolId, PoolState, Positions};
 
 fn count_of(conn: &Connection, pool: &PoolId) -> rusqlite::Result<Option<u32>> {
     Ok(pool_row(conn, pool)?.map(|(count, _)| count))
@@ -199,7 +199,21 @@ pub(crate) fn try_borrow(
         // The key's lease died with its holder: the key borrows anew.
         held -= reap_gone(conn, key, now, holders)?;
     }
-    if let Some(lease) = keyed(conn, pool, request.key.as_deref(), now)? {
+    // Lost replies: a retry under the same lease id gets what it was
+    // granted (a caller that lost the answer: SPEC fourth round).
+    let mine = match request.retried {
+        true => leases::by_id(conn, pool, request.lease, now)?,
+        false => None,
+    };
+    let keyed = match mine {
+        Some(lease) => Some(lease),
+        None => match keyed(conn, pool, request.key.as_deref(), now)? {
+            Keyed::Same(lease) => Some(lease),
+            Keyed::Reused => return Ok(Err(Error::KeyReused { pool })),
+            Keyed::No => None,
+        },
+    };
+    if let Some(lease) = keyed {
         if let Some(w) = &waiter {
             forget_waiter(conn, key, w)?;
         }
@@ -217,14 +231,17 @@ pub(crate) fn try_borrow(
         None => None,
     };
     let my_ticket = mine.map_or(i64::MAX, |m| m.0);
+    // R15, amended: a head whose weight exceeds the count keeps its place
+    // but is owed nothing while the count is below it.
     let mut ahead: i64 = conn
         .prepare_cached(
-            "SELECT COALESCE(SUM(slots), 0) FROM semaphore_waiters WHERE pool = ?1 AND ticket < ?2",
+            "SELECT COALESCE(SUM(slots), 0) FROM semaphore_waiters
+             WHERE pool = ?1 AND ticket < ?2 AND slots <= ?3",
         )?
-        .query_row(params![key, my_ticket], |r| r.get(0))?;
+        .query_row(params![key, my_ticket, count], |r| r.get(0))?;
     let n = i64::from(request.slots.max(1));
     if ahead > 0 && free >= n {
-        ahead -= drop_dead_heads(conn, key, my_ticket)?;
+        ahead -= drop_dead_heads(conn, key, my_ticket, i64::from(count))?;
     }
     if free - ahead < n {
         let freed = reap_gone(conn, key, now, holders)?;
@@ -240,7 +257,7 @@ pub(crate) fn try_borrow(
             )?
             .query_row([i64::try_from(floor).unwrap_or(i64::MAX)], |r| r.get(0))?;
         let expires_at = plus(now, request.ttl);
-        let holder = request.bound.then(|| holders.mine()).flatten();
+        let holder = request.bound.then(|| holders.mine(conn)).flatten();
         let mut insert = conn.prepare_cached(
             "INSERT INTO semaphore_leases (pool, position, lease, token, expires_at, owner, borrow_key, holder)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -434,29 +451,6 @@ pub(crate) fn renew(
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(Some(holders_of(rows, pool).pop().map(|h| h.lease)))
-}
-
-/// Ends the active lease holding `position` (all its slots, R15); `None` if
-/// the pool does not exist, `Some(None)` if no active lease holds the
-/// position.
-pub(crate) fn force_return(
-    conn: &Connection,
-    pool: PoolId,
-    position: u32,
-    now: i64,
-) -> rusqlite::Result<Option<Option<Holder>>> {
-    if count_of(conn, &pool)?.is_none() {
-        return Ok(None);
-    }
-    let rows = conn
-        .prepare_cached(
-            "DELETE FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?3 AND lease =
-                 (SELECT lease FROM semaphore_leases WHERE pool = ?1 AND position = ?2)
-             RETURNING lease, position, token, expires_at, owner, borrow_key",
-        )?
-        .query_map(params![pool.as_uuid().as_bytes(), position, now], row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(Some(holders_of(rows, pool).pop()))
 }
 
 mod leases;

@@ -90,7 +90,10 @@ impl SqliteStore {
         let mut request = BorrowRequest::new(pool.id(), LeaseId::new(), ttl);
         request.slots = options.slots;
         request.bound = options.bound;
-        request.key = options.key.as_deref().map(Into::into);
+        request.key = options
+            .key
+            .as_deref()
+            .map(|key| semaphore_core::store::stored_key(key, options.request_digest));
         request.owner = options.owner.as_deref().map(Into::into);
         let exhausted = Error::Exhausted {
             pool: pool.id(),
@@ -100,10 +103,13 @@ impl SqliteStore {
         // lease already held is answered then.
         let queued = pool.waiting() > 0;
         let answer = if queued {
-            sql::keyed(tx, pool.id(), request.key.as_deref(), now)
+            match sql::keyed(tx, pool.id(), request.key.as_deref(), now)
                 .map_err(storage("borrow"))?
-                .map(|lease| TryBorrow::Granted { lease })
-                .ok_or(exhausted)
+            {
+                sql::Keyed::Same(lease) => Ok(TryBorrow::Granted { lease }),
+                sql::Keyed::Reused => Err(Error::KeyReused { pool: pool.id() }),
+                sql::Keyed::No => Err(exhausted),
+            }
         } else {
             sql::in_savepoint(tx, |c| {
                 sql::try_borrow(c, &request, self.floor(), now, &self.holders)

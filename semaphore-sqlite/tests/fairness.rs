@@ -124,16 +124,20 @@ async fn a_weighted_waiter_of_one_process_is_not_overtaken_by_a_single_of_anothe
     assert_eq!(queued_in_file(&db), 0);
 }
 
-/// R16 on one file: a dropped handle's bound lease frees at once (its
-/// holder file's lock died with it), its unbound lease stays.
+/// R16 on one file: a crashed handle's bound lease frees at once (its
+/// holder file's lock died with it), its unbound and forgotten leases stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_handles_bound_lease_frees_and_its_unbound_one_stays() {
+async fn a_crashed_handles_bound_lease_frees_and_its_unbound_one_stays() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("live.db");
+    let first = std::sync::OnceLock::new();
     semaphore_core::conformance::r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay(
         || async {
-            Arc::new(SqliteStore::open(&db).unwrap()) as Arc<dyn semaphore_sqlite::store::Store>
+            let store = Arc::new(SqliteStore::open(&db).unwrap());
+            first.get_or_init(|| store.clone());
+            store as Arc<dyn semaphore_sqlite::store::Store>
         },
+        |_| first.get().unwrap().abandon_holder(),
         Duration::from_secs(10),
     )
     .await;

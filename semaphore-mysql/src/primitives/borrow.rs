@@ -7,7 +7,8 @@ use mysql_async::prelude::Queryable;
 use semaphore_core::store::{BorrowRequest, TryBorrow, TryBorrowAll};
 use semaphore_core::{Error, Lease, PoolId, Positions};
 
-use super::{GONE, Sql, Step, instant, key, plus};
+use super::keyed::Keyed;
+use super::{SessionEnded, Sql, Step, WAITER_GONE, instant, key, plus};
 use crate::leases::holders_of;
 use crate::options::WAITER_TTL_MS;
 
@@ -69,19 +70,39 @@ impl Step<'_> {
             highest = self.highest(tx, &pool).await?;
         }
         let waiter = request.waiter.map(|w| w.as_uuid().as_bytes().to_vec());
-        if let Some(lease) = self.keyed(tx, &pool, request.key.as_deref(), now).await? {
+        // Lost replies: a retry under the same lease id gets what it was
+        // granted, if that is still active.
+        let id = request.lease.as_uuid().as_bytes().to_vec();
+        if request.retried
+            && let Some(lease) = holders_of(self.rows_of(tx, &pool, &id, now).await?, pool)
+                .pop()
+                .map(|h| h.lease)
+        {
             if let Some(w) = &waiter {
                 self.leave_queue(tx, pool, w).await?;
             }
             return Ok(Ok(TryBorrow::Granted { lease }));
         }
+        match self.keyed(tx, &pool, request.key.as_deref(), now).await? {
+            Keyed::Same(lease) => {
+                if let Some(w) = &waiter {
+                    self.leave_queue(tx, pool, w).await?;
+                }
+                return Ok(Ok(TryBorrow::Granted { lease }));
+            }
+            Keyed::Reused => return Ok(Err(Error::KeyReused { pool })),
+            Keyed::No => {}
+        }
         let mut held = rows - expired;
         // The queued heads, in one look: those not seen for too long are
         // dropped; the borrower's own place; the slots owed ahead of it.
+        // A place whose process's connection is gone counts as lapsed
+        // (R16, amended: a killed waiter holds back no one).
         let queued: Vec<(Vec<u8>, i64, i64, u32)> = tx
             .exec(
                 format!(
-                    "SELECT waiter, ticket, alive_until, slots FROM {} WHERE pool = ?",
+                    "SELECT waiter, ticket, IF({WAITER_GONE}, 0, alive_until), slots FROM {} \
+                     WHERE pool = ?",
                     t.waiters
                 ),
                 (key(&pool),),
@@ -90,7 +111,7 @@ impl Step<'_> {
         if queued.iter().any(|q| q.2 <= now) {
             tx.exec_drop(
                 format!(
-                    "DELETE FROM {} WHERE pool = ? AND alive_until <= ?",
+                    "DELETE FROM {} WHERE pool = ? AND (alive_until <= ? OR {WAITER_GONE})",
                     t.waiters
                 ),
                 (key(&pool), now),
@@ -102,13 +123,15 @@ impl Step<'_> {
             .as_ref()
             .and_then(|w| alive().find(|q| &q.0 == w).map(|q| (q.1, q.2)));
         let my_ticket = mine.map_or(i64::MAX, |m| m.0);
+        // R15, amended: a place whose weight is over the count keeps its
+        // turn but is owed nothing while the count is below it.
         let ahead: i64 = alive()
-            .filter(|q| q.1 < my_ticket)
+            .filter(|q| q.1 < my_ticket && q.3 <= count)
             .map(|q| i64::from(q.3))
             .sum();
         let n = i64::from(request.slots.max(1));
         if i64::from(count) - held - ahead < n {
-            let freed = self.reap_gone(tx, &pool).await?;
+            let freed = self.reap_gone(tx, &pool, now).await?;
             if freed > 0 {
                 held -= freed;
                 highest = self.highest(tx, &pool).await?;
@@ -120,19 +143,45 @@ impl Step<'_> {
                 self.keep_place(tx, &pool, w, request, now, mine.map(|m| m.1))
                     .await?;
             }
+            // The earliest end of an active lease: its expiry, or its
+            // session's end (R16, amended).
             let next: Option<i64> = tx
                 .exec_first::<Option<i64>, _, _>(
                     format!(
-                        "SELECT MIN(expires_at) FROM {} WHERE pool = ? AND expires_at > ?",
-                        t.leases
+                        "SELECT MIN(IF(holder IS NULL, expires_at, LEAST(expires_at, \
+                         (SELECT x.expires_at FROM {} x WHERE x.id = holder)))) \
+                         FROM {} WHERE pool = ? AND expires_at > ? AND NOT {}",
+                        t.sessions,
+                        t.leases,
+                        t.gone_at("?")
                     ),
-                    (key(&pool), now),
+                    (key(&pool), now, now),
                 )
                 .await?
                 .flatten();
             return Ok(Ok(TryBorrow::Exhausted {
                 next_expiry: next.map(instant),
             }));
+        }
+        // R16, amended: no lease is born dead.
+        let session = request.session.map(|s| s.as_uuid().as_bytes().to_vec());
+        if let Some(session) = &session {
+            let alive: Option<i64> = tx
+                .exec_first(
+                    format!(
+                        "SELECT COUNT(*) FROM {} WHERE id = ? AND expires_at > ?",
+                        t.sessions
+                    ),
+                    (session.clone(), now),
+                )
+                .await?;
+            if alive.unwrap_or_default() == 0 {
+                return Ok(Err(Error::Storage {
+                    operation: "borrow",
+                    retryable: true,
+                    source: Box::new(SessionEnded),
+                }));
+            }
         }
         let positions = self
             .lowest_free(tx, &pool, held, highest, request.slots.max(1))
@@ -150,15 +199,6 @@ impl Step<'_> {
         .await?;
         let token = tx.last_insert_id().unwrap_or_default();
         let expires_at = plus(now, request.ttl);
-        // The holder is written only if its lock is held as the row is
-        // written: a holder connection lost a moment ago (a restart its ping
-        // has not seen yet) would make the new lease a dead holder's. The
-        // lease is then left to its ttl.
-        let holder = self
-            .holder
-            .filter(|_| request.bound)
-            .map(|h| h.as_bytes().to_vec());
-        let id = request.lease.as_uuid().as_bytes().to_vec();
         for (i, position) in positions.iter().enumerate() {
             // The labels go on the lowest position's row only.
             let (owner, borrow_key) = match i {
@@ -171,8 +211,7 @@ impl Step<'_> {
             tx.exec_drop(
                 format!(
                     "INSERT INTO {} (pool, position, lease, token, expires_at, owner, \
-                     borrow_key, holder) VALUES (?, ?, ?, ?, ?, ?, ?, IF(IS_USED_LOCK(\
-                     CONCAT('semaphore_holder_', LOWER(HEX(?)))) IS NULL, NULL, ?))",
+                     borrow_key, holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     t.leases
                 ),
                 (
@@ -183,8 +222,7 @@ impl Step<'_> {
                     expires_at,
                     owner,
                     borrow_key,
-                    holder.clone(),
-                    holder.clone(),
+                    session.clone(),
                 ),
             )
             .await?;
@@ -193,7 +231,8 @@ impl Step<'_> {
             self.leave_queue(tx, pool, w).await?;
         }
         Ok(Ok(TryBorrow::Granted {
-            lease: Lease::holding(request.lease, pool, positions, token, instant(expires_at)),
+            lease: Lease::holding(request.lease, pool, positions, token, instant(expires_at))
+                .with_session(request.session),
         }))
     }
 
@@ -209,27 +248,33 @@ impl Step<'_> {
         let pool = request.pool;
         let ttl = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
         let max = i64::try_from(semaphore_core::store::MAX_UNIX_MS).unwrap_or(i64::MAX);
-        type Answer = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+        type Answer = (
+            i64,
+            Option<i64>,
+            Option<i64>,
+            Option<String>,
+            Option<i64>,
+            Option<Vec<u8>>,
+        );
         let answer: Option<Answer> = conn
             .exec_first(
-                format!("CALL {}(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.t.borrow),
+                format!("CALL {}(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.t.borrow),
                 (
                     key(&pool),
                     request.lease.as_uuid().as_bytes().to_vec(),
                     ttl,
                     max,
                     request.slots.max(1),
-                    self.holder
-                        .filter(|_| request.bound)
-                        .map(|h| h.as_bytes().to_vec()),
+                    request.session.map(|s| s.as_uuid().as_bytes().to_vec()),
                     request.waiter.map(|w| w.as_uuid().as_bytes().to_vec()),
                     request.owner.as_deref().map(|o| o.as_bytes().to_vec()),
                     self.now_param(),
                     WAITER_TTL_MS,
+                    self.holder.map(|h| h.as_bytes().to_vec()),
                 ),
             )
             .await?;
-        let Some((status, token, expires_at, positions, next)) = answer else {
+        let Some((status, token, expires_at, positions, next, session)) = answer else {
             return Err(mysql_async::Error::Other(
                 "the borrow procedure answered no row".into(),
             ));
@@ -246,6 +291,9 @@ impl Step<'_> {
                         "the borrow procedure granted no position".into(),
                     ));
                 };
+                let session = session
+                    .and_then(|s| uuid::Uuid::from_slice(&s).ok())
+                    .map(semaphore_core::SessionId::from_uuid);
                 Ok(TryBorrow::Granted {
                     lease: Lease::holding(
                         request.lease,
@@ -253,13 +301,19 @@ impl Step<'_> {
                         positions,
                         token.unwrap_or_default().unsigned_abs(),
                         instant(expires_at.unwrap_or_default()),
-                    ),
+                    )
+                    .with_session(session),
                 })
             }
             1 => Ok(TryBorrow::Exhausted {
                 next_expiry: next.map(instant),
             }),
             3 => Err(Error::Draining { pool }),
+            5 => Err(Error::Storage {
+                operation: "borrow",
+                retryable: true,
+                source: Box::new(SessionEnded),
+            }),
             _ => Err(Error::PoolNotFound { pool }),
         })
     }
@@ -283,12 +337,19 @@ impl Step<'_> {
         let renewed = now.saturating_add(held.unwrap_or(WAITER_TTL_MS));
         match alive_until {
             None => {
+                // A held place is bound to no process; any other to this
+                // store's connection.
+                let holder = self
+                    .holder
+                    .filter(|_| held.is_none())
+                    .map(|h| h.as_bytes().to_vec());
                 tx.exec_drop(
                     format!(
-                        "INSERT INTO {} (pool, waiter, alive_until, slots) VALUES (?, ?, ?, ?)",
+                        "INSERT INTO {} (pool, waiter, alive_until, slots, holder) \
+                         VALUES (?, ?, ?, ?, ?)",
                         self.t.waiters
                     ),
-                    (key(pool), waiter.to_vec(), renewed, slots),
+                    (key(pool), waiter.to_vec(), renewed, slots, holder),
                 )
                 .await
             }
@@ -304,39 +365,6 @@ impl Step<'_> {
             }
             Some(_) => Ok(()),
         }
-    }
-
-    /// The active lease of `pool` borrowed with `borrow_key`, if any; one
-    /// whose holder is gone is reaped first, so that the key borrows anew.
-    async fn keyed(
-        &self,
-        tx: &mut Transaction<'_>,
-        pool: &PoolId,
-        borrow_key: Option<&str>,
-        now: i64,
-    ) -> Sql<Option<Lease>> {
-        let Some(borrow_key) = borrow_key else {
-            return Ok(None);
-        };
-        let found: Option<(Vec<u8>, bool)> = tx
-            .exec_first(
-                format!(
-                    "SELECT lease, {GONE} FROM {} \
-                     WHERE pool = ? AND borrow_key = ? AND expires_at > ?",
-                    self.t.leases
-                ),
-                (key(pool), borrow_key.as_bytes().to_vec(), now),
-            )
-            .await?;
-        let Some((id, gone)) = found else {
-            return Ok(None);
-        };
-        if gone {
-            self.reap_gone(tx, pool).await?;
-            return Ok(None);
-        }
-        let rows = self.rows_of(tx, pool, &id, now).await?;
-        Ok(holders_of(rows, *pool).pop().map(|h| h.lease))
     }
 
     /// The highest position held in `pool`, `None` if none is.

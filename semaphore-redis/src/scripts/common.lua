@@ -1,22 +1,30 @@
 -- The Redis store's primitives: what both scripts share.
 --
 -- KEYS: 8 per pool, all under the pool's hash tag {<pool id>} (one
--- cluster slot per pool): pool (hash: count, grace, ticket, draining ('1'
+-- cluster slot per pool): pool (hash: count, ticket, draining ('1'
 -- while the pool grants nothing new), 'w:' .. head
--- for a queued head waiting for more than one slot, and 'h:' .. holder for
--- each holder of bound leases, R16: how many it holds), leases (hash:
+-- for a queued head waiting for more than one slot, 'c:' .. head for the
+-- client id of the connection that marks its process alive, and 's:' ..
+-- session for each session of bound leases, R16 amended: how many it
+-- holds), leases (hash:
 -- lease id -> JSON record {p, t, e, o, k}, with ps, every position, for a
--- lease of several slots, R15, and h, the holder's client id, for a bound
--- lease), exp (zset: lease id by expiry), pos (zset:
+-- lease of several slots, R15, and s, its session, for a bound lease),
+-- exp (zset: lease id by expiry), pos (zset:
 -- one member per held position: the lease id at its lowest position, 'id:p'
 -- at its others; so in_use is its size), keys (hash: idempotency key ->
 -- lease id), queue (zset: queued head by ticket), alive (zset: queued head
 -- by the time its place lapses), token (string: the last fencing token,
 -- kept for a day after a delete).
 --
+-- Outside the pools: PREFIX:s:<session> (string: the session's end, ms;
+-- R16 amended: a bound lease is active only while its session's end is in
+-- the future), and PREFIX:run (hash: id, the server run id that last
+-- granted; until, the end of the restart grace it set).
+--
 -- ARGV: 1 the operation, 2 the test's now in unix ms or '' (the server's
 -- clock decides, SPEC "Time"), 3 the longest time stored (ms), 4 a queued
--- head's heartbeat (ms), 5 the wake-up channel; then the operation's own.
+-- head's heartbeat (ms), 5 the wake-up channel, 6 the key prefix, 7 the
+-- restart grace (ms); then the operation's own.
 --
 -- Times are unix ms; tokens are the server's clock in µs, or one more than
 -- the pool's last token if that is larger, so they grow across a delete and
@@ -27,7 +35,9 @@ local op = ARGV[1]
 local MAX_MS = tonumber(ARGV[3])
 local WAITER_TTL = tonumber(ARGV[4])
 local CHANNEL = ARGV[5]
-local A = 6
+local PREFIX = ARGV[6]
+local GRACE = tonumber(ARGV[7])
+local A = 8
 
 local function server_us()
     local t = redis.call('TIME')
@@ -59,6 +69,14 @@ local function K(i)
     }
 end
 
+-- The name of stored idempotency key `key`: the caller's key, without the
+-- request digest that follows a unit separator (\31). Keys are kept by it.
+local function key_name(key)
+    local i = string.find(key, '\31', 1, true)
+    if i then return string.sub(key, 1, i - 1) end
+    return key
+end
+
 local function record(k, id)
     local raw = redis.call('HGET', k.leases, id)
     if not raw then return nil end
@@ -77,24 +95,37 @@ local function member(id, p, low)
     return id .. ':' .. fmt(p)
 end
 
--- The holders of the pool's bound leases (R16): their client ids.
-local function holder_ids(k)
-    local ids = {}
+-- R16, amended: the end of session sid (ms), or nil if it has none.
+local function session_end(sid)
+    local e = redis.call('GET', PREFIX .. ':s:' .. sid)
+    if not e then return nil end
+    return tonumber(e)
+end
+
+-- Whether session sid lives now.
+local function alive(sid)
+    local e = session_end(sid)
+    return e ~= nil and e > now_ms
+end
+
+-- The pool's fields named prefix .. x: the x's.
+local function fields(k, prefix)
+    local out, n = {}, #prefix
     for _, field in ipairs(redis.call('HKEYS', k.pool)) do
-        if string.sub(field, 1, 2) == 'h:' then ids[#ids + 1] = string.sub(field, 3) end
+        if string.sub(field, 1, n) == prefix then out[#out + 1] = string.sub(field, n + 1) end
     end
-    return ids
+    return out
 end
 
 local function drop_lease(k, id, r)
-    if r and r.h then
-        local field = 'h:' .. r.h
+    if r and r.s then
+        local field = 's:' .. r.s
         if redis.call('HEXISTS', k.pool, field) == 1
             and redis.call('HINCRBY', k.pool, field, -1) <= 0 then
             redis.call('HDEL', k.pool, field)
         end
     end
-    if r and r.k then redis.call('HDEL', k.keys, r.k) end
+    if r and r.k then redis.call('HDEL', k.keys, key_name(r.k)) end
     redis.call('HDEL', k.leases, id)
     redis.call('ZREM', k.exp, id)
     redis.call('ZREM', k.pos, id)
@@ -108,14 +139,17 @@ local function draining(k)
     return redis.call('HGET', k.pool, 'draining') == '1'
 end
 
--- Forgets a queued head: its place, its heartbeat and its weight.
+-- Forgets a queued head: its place, its heartbeat, its weight and its
+-- connection.
 local function forget(k, w)
     redis.call('ZREM', k.queue, w)
     redis.call('ZREM', k.alive, w)
-    redis.call('HDEL', k.pool, 'w:' .. w)
+    redis.call('HDEL', k.pool, 'w:' .. w, 'c:' .. w)
 end
 
--- Forgets expired leases (R7) and queued heads whose process stopped asking.
+-- Forgets expired leases (R7), the leases of ended sessions (R16), and
+-- queued heads whose process stopped asking. The live sessions' ends:
+-- the earliest, or nil.
 local function reap(k)
     for _, id in ipairs(redis.call('ZRANGEBYSCORE', k.exp, '-inf', now_ms)) do
         drop_lease(k, id, record(k, id))
@@ -123,6 +157,24 @@ local function reap(k)
     for _, w in ipairs(redis.call('ZRANGEBYSCORE', k.alive, '-inf', now_ms)) do
         forget(k, w)
     end
+    local ended, earliest = {}, nil
+    for _, sid in ipairs(fields(k, 's:')) do
+        local e = session_end(sid)
+        if e == nil or e <= now_ms then
+            ended[sid] = true
+        elseif earliest == nil or e < earliest then
+            earliest = e
+        end
+    end
+    if next(ended) then
+        local all = redis.call('HGETALL', k.leases)
+        for i = 1, #all, 2 do
+            local r = cjson.decode(all[i + 1])
+            if r.s and ended[r.s] then drop_lease(k, all[i], r) end
+        end
+        for sid in pairs(ended) do redis.call('HDEL', k.pool, 's:' .. sid) end
+    end
+    return earliest
 end
 
 -- Tells every process's waiters, if a head of any is queued on the pool.
@@ -136,12 +188,13 @@ local function leave(k, waiter)
     if waiter then forget(k, waiter) end
 end
 
--- Replies carry every position last (R15): the lowest alone is field 3.
+-- Replies carry every position, then the session (R15, R16): the lowest
+-- position alone is field 3.
 local function lease_reply(id, r)
-    return {0, id, tonumber(r.p), tonumber(r.t), tonumber(r.e), positions(r)}
+    return {0, id, tonumber(r.p), tonumber(r.t), tonumber(r.e), positions(r), r.s or false}
 end
 
 local function holder_reply(id, r)
     return {id, tonumber(r.p), tonumber(r.t), tonumber(r.e), r.o or false, r.k or false,
-        positions(r), r.h or false}
+        positions(r)}
 end

@@ -2,31 +2,64 @@
 -- while the server is out of memory (no allow-oom flag), so nothing is
 -- ever half written.
 
--- The pool's count and restart grace; nil if there is no pool.
-local function load(k)
-    local p = redis.call('HMGET', k.pool, 'count', 'grace', 'draining')
-    if not p[1] then return nil end
-    reap(k)
-    return {count = tonumber(p[1]), grace = tonumber(p[2] or '0'), draining = p[3] == '1'}
+-- SPEC fourth round, restart grace: the end of the grace this server is
+-- in, by its own clock (ms), 0 for none. The server's run id changes with
+-- every restart and failover; the first grant after one finds another id
+-- in PREFIX:run and starts the grace: from now if our keys outlived the
+-- change (an RDB snapshot, AOF everysec, a replica's copy: the newest
+-- grants may be lost while their holders run), from the server's start if
+-- none did and it started less than the grace ago (no persistence).
+local function grace_end()
+    if GRACE == 0 then return 0 end
+    local run_key = PREFIX .. ':run'
+    local info = redis.call('INFO', 'server')
+    local run = string.match(info, 'run_id:(%w+)')
+    local seen = redis.call('HMGET', run_key, 'id', 'until')
+    if seen[1] == run then return tonumber(seen[2]) end
+    local real = math.floor(server_us() / 1000)
+    local grace = 0
+    if seen[1] then
+        grace = real + GRACE
+    else
+        local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+        local started = real - up * 1000
+        if started + GRACE > real then grace = started + GRACE end
+    end
+    redis.call('HSET', run_key, 'id', run, 'until', fmt(grace))
+    return grace
 end
 
--- Whether the pool is in its restart grace, by the server's clock.
+-- The pool's count, grace and drain, and the earliest end of a live
+-- session of its leases; nil if there is no pool.
+local function load(k)
+    local p = redis.call('HMGET', k.pool, 'count', 'draining')
+    if not p[1] then return nil end
+    local sessions = reap(k)
+    return {count = tonumber(p[1]), grace = grace_end(), draining = p[2] == '1',
+        sessions = sessions}
+end
+
+-- Whether the store is in its restart grace, by the server's clock.
 local function in_grace(st)
     return st.grace > 0 and math.floor(server_us() / 1000) < st.grace
 end
 
--- The active lease holding `key`, as a grant reply.
+-- The active lease under the name of `key`, as a grant reply; {6} if it
+-- was granted under another request digest (idempotency keys are atomic).
 local function keyed(k, key)
     if not key then return nil end
-    local id = redis.call('HGET', k.keys, key)
+    local id = redis.call('HGET', k.keys, key_name(key))
     if not id then return nil end
-    return lease_reply(id, record(k, id))
+    local r = record(k, id)
+    if not r then return nil end
+    if r.k ~= key then return {6} end
+    return lease_reply(id, r)
 end
 
 -- Free slots beyond those owed to the heads queued ahead of `waiter`
--- (R11), each owed its weight (R15).
+-- (R11), each owed its weight (R15; none if it is over the count), and
+-- those heads.
 local function room(k, st, waiter)
-    if in_grace(st) then return 0 end
     local held = redis.call('ZCARD', k.pos)
     local ticket = waiter and redis.call('ZSCORE', k.queue, waiter)
     local ahead = 0
@@ -37,9 +70,13 @@ local function room(k, st, waiter)
         heads = redis.call('ZRANGE', k.queue, 0, -1)
     end
     for _, w in ipairs(heads) do
-        ahead = ahead + tonumber(redis.call('HGET', k.pool, 'w:' .. w) or '1')
+        -- R15, amended: a head whose weight is over the count keeps its
+        -- place but is owed nothing while the count is below it.
+        local weight = tonumber(redis.call('HGET', k.pool, 'w:' .. w) or '1')
+        if weight <= st.count then ahead = ahead + weight end
     end
-    return st.count - held - ahead
+    if in_grace(st) then return 0, {} end
+    return st.count - held - ahead, heads
 end
 
 -- The n lowest positions no active lease holds (R6, R15).
@@ -74,7 +111,7 @@ end
 -- the order of its pools.
 local granted_token = 0
 
-local function grant(k, id, ttl, owner, key, n, holder)
+local function grant(k, id, ttl, owner, key, n, session)
     local ps = lowest_free(k, n)
     local last = tonumber(redis.call('GET', k.token) or '0')
     local token = math.max(last + 1, now_us, granted_token + 1)
@@ -83,95 +120,109 @@ local function grant(k, id, ttl, owner, key, n, holder)
     local exp = math.min(now_ms + ttl, MAX_MS)
     local r = {p = ps[1], t = fmt(token), e = fmt(exp), o = owner, k = key}
     if n > 1 then r.ps = ps end
-    if holder then
-        r.h = holder
-        redis.call('HINCRBY', k.pool, 'h:' .. holder, 1)
+    if session then
+        r.s = session
+        redis.call('HINCRBY', k.pool, 's:' .. session, 1)
     end
     redis.call('HSET', k.leases, id, cjson.encode(r))
     redis.call('ZADD', k.exp, exp, id)
     for _, p in ipairs(ps) do redis.call('ZADD', k.pos, p, member(id, p, ps[1])) end
-    if key then redis.call('HSET', k.keys, key, id) end
-    return {0, id, ps[1], token, exp, ps}
+    if key then redis.call('HSET', k.keys, key_name(key), id) end
+    return lease_reply(id, r)
 end
 
--- Keeps a refused head's place and weight, or refreshes its heartbeat:
--- alive for the store's waiter ttl, or for `hold` ms (a held place).
-local function queue(k, waiter, n, hold)
+-- Keeps a refused head's place, weight and connection, or refreshes its
+-- heartbeat: alive for the store's waiter ttl, or for `hold` ms (a held
+-- place, bound to no connection).
+local function queue(k, waiter, n, hold, conn)
     if not waiter then return end
     if not redis.call('ZSCORE', k.queue, waiter) then
         redis.call('ZADD', k.queue, redis.call('HINCRBY', k.pool, 'ticket', 1), waiter)
         if n > 1 then redis.call('HSET', k.pool, 'w:' .. waiter, n) end
+        if conn and not hold then redis.call('HSET', k.pool, 'c:' .. waiter, conn) end
     end
     redis.call('ZADD', k.alive, now_ms + (hold or WAITER_TTL), waiter)
 end
 
--- A refusal: when to look again (the earliest expiry, or the grace's end),
--- and the holders of bound leases, for the caller to ask which are gone
--- (R16).
-local function refusal(k, st)
+-- A refusal: when to look again (the earliest expiry or end of a live
+-- session, or the grace's end), and, if slots are free but owed to the
+-- heads ahead, the client ids of their connections, for the caller to ask
+-- which are gone (R16, amended: a killed waiter holds back no one).
+local function refusal(k, st, owed, heads)
     if in_grace(st) then return {1, false, false, false, st.grace, {}} end
     local first = redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES')
-    return {1, false, false, false, first[2] and tonumber(first[2]) or false, holder_ids(k)}
+    local at = first[2] and tonumber(first[2])
+    if st.sessions and (not at or st.sessions < at) then at = st.sessions end
+    local conns = {}
+    if owed then
+        for _, w in ipairs(heads) do
+            local c = redis.call('HGET', k.pool, 'c:' .. w)
+            if c then conns[#conns + 1] = c end
+        end
+    end
+    return {1, false, false, false, at or false, conns}
 end
 
 if op == 'register' then
-    -- R2. A pool created while the server is younger than the restart grace
-    -- (and not deleted within the last day) may be one whose keys a restart
-    -- lost while its leases still run: it grants nothing until the grace
-    -- has passed since the server started.
+    -- R2: {count, in_use, 0, draining}.
     local k = K(1)
-    local count, grace_ms = tonumber(ARGV[A]), tonumber(ARGV[A + 1])
+    local count = tonumber(ARGV[A])
     if redis.call('EXISTS', k.pool) == 0 then
-        local grace = 0
-        if grace_ms > 0 and redis.call('EXISTS', k.token) == 0 then
-            local info = redis.call('INFO', 'server')
-            local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-            local real = math.floor(server_us() / 1000)
-            local started = real - up * 1000
-            if started + grace_ms > real then grace = started + grace_ms end
-        end
-        redis.call('HSET', k.pool, 'count', count, 'grace', fmt(grace))
+        redis.call('HSET', k.pool, 'count', count)
         redis.call('PERSIST', k.token)
     else
         redis.call('HSET', k.pool, 'count', count)
         reap(k)
     end
     wake(k)
-    return {count, redis.call('ZCARD', k.pos), tonumber(redis.call('HGET', k.pool, 'grace')),
-        draining(k) and 1 or 0}
+    return {count, redis.call('ZCARD', k.pos), 0, draining(k) and 1 or 0}
 end
 
 if op == 'borrow' then
-    -- R5, R6, R10, R11, R15. {0, lease, position, token, expiry,
-    -- positions}, {1, _, _, _, next look}, {2} (no pool) or {4} (it drains).
+    -- R5, R6, R11, R15. {0, lease, position, token, expiry, positions,
+    -- session}, {1, _, _, _, next look, connections}, {2} (no pool), {4}
+    -- (it drains) or {5} (the session named has ended).
     local k = K(1)
     local st = load(k)
     if not st then return {2} end
     if st.draining then return {4} end
     local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
-    local n, holder = tonumber(ARGV[A + 5]), opt(ARGV[A + 6])
-    local hold = ARGV[A + 7] and opt(ARGV[A + 7])
+    local n, session = tonumber(ARGV[A + 5]), opt(ARGV[A + 6])
+    local hold = opt(ARGV[A + 7])
     hold = hold and tonumber(hold)
+    local conn = opt(ARGV[A + 8])
+    -- Lost replies: a retry finds the lease it was granted.
+    local mine = record(k, id)
+    if mine then
+        leave(k, waiter)
+        return lease_reply(id, mine)
+    end
     local found = keyed(k, key)
     if found then
+        if found[1] == 6 then return found end
         leave(k, waiter)
         return found
     end
-    if room(k, st, waiter) >= n then
+    local free, heads = room(k, st, waiter)
+    if free >= n then
+        -- R16, amended: no lease is born dead.
+        if session and not alive(session) then return {5} end
         leave(k, waiter)
-        return grant(k, id, ttl, owner, key, n, holder)
+        return grant(k, id, ttl, owner, key, n, session)
     end
-    queue(k, waiter, n, hold)
-    return refusal(k, st)
+    queue(k, waiter, n, hold, conn)
+    return refusal(k, st, st.count - redis.call('ZCARD', k.pos) >= n, heads)
 end
 
 if op == 'borrow_all' then
     -- All or nothing over n pools: one reply per pool as borrow's, or {{2,
     -- i}} for the first unknown pool. When refused, the pools that had room
-    -- answer {3}. After the n lease ids come the n weights, then the holder.
+    -- answer {3}. After the n lease ids come the n weights, then the
+    -- session and the connection.
     local n, ttl = tonumber(ARGV[A]), tonumber(ARGV[A + 1])
-    local holder = opt(ARGV[A + 5 + 2 * n])
+    local session = opt(ARGV[A + 5 + 2 * n])
+    local conn = opt(ARGV[A + 6 + 2 * n])
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
     local ks, sts = {}, {}
     for i = 1, n do
@@ -184,12 +235,18 @@ if op == 'borrow_all' then
     end
     local replies, need, blocked = {}, {}, false
     for i = 1, n do
-        replies[i] = keyed(ks[i], key)
+        local id = ARGV[A + 4 + i]
+        local mine = record(ks[i], id)
+        replies[i] = (mine and lease_reply(id, mine)) or keyed(ks[i], key)
+        if replies[i] and replies[i][1] == 6 then return {{6, i}} end
         if not replies[i] then
             local pool = ks[i].pool
-            need[pool] = (need[pool] or 0) + tonumber(ARGV[A + 4 + n + i])
-            if room(ks[i], sts[i], waiter) < need[pool] then
-                replies[i] = refusal(ks[i], sts[i])
+            local weight = tonumber(ARGV[A + 4 + n + i])
+            need[pool] = (need[pool] or 0) + weight
+            local free, heads = room(ks[i], sts[i], waiter)
+            if free < need[pool] then
+                local owed = sts[i].count - redis.call('ZCARD', ks[i].pos) >= need[pool]
+                replies[i] = refusal(ks[i], sts[i], owed, heads)
                 blocked = true
             end
         end
@@ -199,14 +256,16 @@ if op == 'borrow_all' then
             if not replies[i] then
                 replies[i] = {3}
             elseif replies[i][1] == 1 then
-                queue(ks[i], waiter, tonumber(ARGV[A + 4 + n + i]))
+                queue(ks[i], waiter, tonumber(ARGV[A + 4 + n + i]), nil, conn)
             end
         end
         return replies
     end
+    -- R16, amended: no lease is born dead.
+    if session and not alive(session) then return {{5, 1}} end
     for i = 1, n do
-        replies[i] = keyed(ks[i], key)
-            or grant(ks[i], ARGV[A + 4 + i], ttl, owner, key, tonumber(ARGV[A + 4 + n + i]), holder)
+        replies[i] = replies[i]
+            or grant(ks[i], ARGV[A + 4 + i], ttl, owner, key, tonumber(ARGV[A + 4 + n + i]), session)
         leave(ks[i], waiter)
     end
     return replies

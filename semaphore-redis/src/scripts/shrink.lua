@@ -1,6 +1,7 @@
 -- The primitives that only end, move or read: inspect, delete, return,
--- renew, holders, force_return, leave_queue, place. Flagged allow-oom, so that a
--- server out of memory can still be given slots back.
+-- renew, unbind, holders, force_return, leave_queue, place, and a
+-- session's beat and close. Flagged allow-oom, so that a server out of
+-- memory can still be given slots back and keep its sessions.
 
 -- How long a deleted pool's last token is kept (ms): a pool registered
 -- again within it continues above it; after it, the server's clock has
@@ -10,13 +11,12 @@ local TOMBSTONE_MS = 86400000
 local function exists(k) return redis.call('EXISTS', k.pool) == 1 end
 
 if op == 'inspect' then
-    -- R3: {count, in_use, holders of bound leases}, or {} if there is no
-    -- pool.
+    -- R3: {count, in_use, {}, draining}, or {} if there is no pool.
     local k = K(1)
     local count = redis.call('HGET', k.pool, 'count')
     if not count then return {} end
     reap(k)
-    return {tonumber(count), redis.call('ZCARD', k.pos), holder_ids(k), draining(k) and 1 or 0}
+    return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0}
 end
 
 if op == 'set_draining' then
@@ -28,27 +28,49 @@ if op == 'set_draining' then
     redis.call('HSET', k.pool, 'draining', ARGV[A])
     reap(k)
     wake(k)
-    return {tonumber(count), redis.call('ZCARD', k.pos), holder_ids(k), draining(k) and 1 or 0}
+    return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0}
 end
 
-if op == 'reap_holders' then
-    -- R16: ends every lease bound to one of the holders named (gone, as
-    -- the server's client list said); the slots freed.
+if op == 'reap_waiters' then
+    -- R16, amended: forgets every queued head whose connection is one of
+    -- those named (gone, as the server's client list said); how many.
     local k = K(1)
     if not exists(k) then return 0 end
     local dead = {}
     for i = A, #ARGV do dead[ARGV[i]] = true end
-    local freed = 0
-    local all = redis.call('HGETALL', k.leases)
-    for i = 1, #all, 2 do
-        local r = cjson.decode(all[i + 1])
-        if r.h and dead[r.h] then
-            freed = freed + #positions(r)
-            drop_lease(k, all[i], r)
+    local dropped = 0
+    for _, w in ipairs(redis.call('ZRANGE', k.queue, 0, -1)) do
+        local c = redis.call('HGET', k.pool, 'c:' .. w)
+        if c and dead[c] then
+            forget(k, w)
+            dropped = dropped + 1
         end
     end
-    if freed > 0 then wake(k) end
-    return freed
+    if dropped > 0 then wake(k) end
+    return dropped
+end
+
+if op == 'beat' then
+    -- R16, amended: one heartbeat of the session whose key is KEYS[1]: if
+    -- it lives, its end moves to now + ARGV[A] ms; if it has no key and
+    -- ARGV[A + 1] is '1' (a fresh id), it is made so. Now if it lives
+    -- after, false if it has ended: an ended session never lives again.
+    -- The key outlives its end by a minute, then the server drops it.
+    local key, timeout = KEYS[1], tonumber(ARGV[A])
+    local e = redis.call('GET', key)
+    if (e and tonumber(e) > now_ms) or (not e and ARGV[A + 1] == '1') then
+        local ends = math.min(now_ms + timeout, MAX_MS)
+        redis.call('SET', key, fmt(ends), 'PX', fmt(timeout + 60000))
+        return now_ms
+    end
+    return false
+end
+
+if op == 'close' then
+    -- R16, amended: ends the session whose key is KEYS[1] at once; every
+    -- process's waiters look again.
+    if redis.call('DEL', KEYS[1]) == 1 then redis.call('PUBLISH', CHANNEL, '*') end
+    return 1
 end
 
 if op == 'delete' then
@@ -69,7 +91,7 @@ if op == 'return' then
     local r = record(k, id)
     if not r then return 0 end
     drop_lease(k, id, r)
-    if tonumber(r.e) > now_ms then
+    if tonumber(r.e) > now_ms and not (r.s and not alive(r.s)) then
         wake(k)
         return 1
     end
@@ -84,12 +106,34 @@ if op == 'renew' then
     local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
     local r = record(k, id)
     if not r or tonumber(r.e) <= now_ms then return {1} end
+    if r.s and not alive(r.s) then
+        drop_lease(k, id, r)
+        return {1}
+    end
     local exp = math.min(now_ms + ttl, MAX_MS)
     r.e = fmt(exp)
     redis.call('HSET', k.leases, id, cjson.encode(r))
     redis.call('ZADD', k.exp, exp, id)
     wake(k)
     return lease_reply(id, r)
+end
+
+if op == 'unbind' then
+    -- R13, amended: unbinds an active lease from its session; 1 if it was
+    -- active.
+    local k = K(1)
+    if not exists(k) then return 0 end
+    reap(k)
+    local id = ARGV[A]
+    local r = record(k, id)
+    if not r then return 0 end
+    if r.s then
+        local field = 's:' .. r.s
+        if redis.call('HINCRBY', k.pool, field, -1) <= 0 then redis.call('HDEL', k.pool, field) end
+        r.s = nil
+        redis.call('HSET', k.leases, id, cjson.encode(r))
+    end
+    return 1
 end
 
 if op == 'holders' then

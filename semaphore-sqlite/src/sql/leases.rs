@@ -3,6 +3,7 @@
 //! held by a holder that is gone).
 
 use rusqlite::{Connection, OptionalExtension, params};
+use semaphore_core::store::{KEY_DIGEST_SEPARATOR, key_name};
 use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions};
 
 use super::count_of;
@@ -56,8 +57,24 @@ pub(super) fn reap_gone(
     Ok(freed)
 }
 
-/// The holder the active lease borrowed with `borrow_key` is bound to, if
-/// that lease exists and is bound.
+/// The rows of `pool` whose key has the name of stored key ?2 (the key
+/// itself, or the name followed by a request digest: a range of the key
+/// index, ?3 to ?4), active at ?5.
+const BY_KEY_NAME: &str = "pool = ?1 AND (borrow_key = ?2 OR (borrow_key > ?3 AND borrow_key < ?4))
+     AND expires_at > ?5";
+
+/// The bounds of [`BY_KEY_NAME`] for stored key `borrow_key`.
+fn name_range(borrow_key: &str) -> (&str, String, String) {
+    let name = key_name(borrow_key);
+    (
+        name,
+        format!("{name}{KEY_DIGEST_SEPARATOR}"),
+        format!("{name}\u{20}"),
+    )
+}
+
+/// The holder the active lease borrowed under the name of `borrow_key` is
+/// bound to, if that lease exists and is bound.
 pub(super) fn keyed_holder(
     conn: &Connection,
     key: &[u8],
@@ -67,43 +84,81 @@ pub(super) fn keyed_holder(
     let Some(borrow_key) = borrow_key else {
         return Ok(None);
     };
+    let (name, low, high) = name_range(borrow_key);
     Ok(conn
-        .prepare_cached(
-            "SELECT holder FROM semaphore_leases
-             WHERE pool = ?1 AND borrow_key = ?2 AND expires_at > ?3",
-        )?
-        .query_row(params![key, borrow_key, now], |r| r.get(0))
+        .prepare_cached(&format!(
+            "SELECT holder FROM semaphore_leases WHERE {BY_KEY_NAME}"
+        ))?
+        .query_row(params![key, name, low, high, now], |r| r.get(0))
         .optional()?
         .flatten())
 }
 
-/// The active lease of `pool` borrowed with `borrow_key`, if any.
+/// What a request's stored key finds among a pool's active leases.
+pub(crate) enum Keyed {
+    /// No active lease has a key of its name.
+    No,
+    /// The lease borrowed under this very key, as it stands.
+    Same(Lease),
+    /// A lease borrowed under the name with another request digest
+    /// (`Error::KeyReused`).
+    Reused,
+}
+
+/// The active lease of `pool` borrowed under the name of `borrow_key`, if
+/// any, and whether its stored key is `borrow_key`.
 pub(crate) fn keyed(
     conn: &Connection,
     pool: PoolId,
     borrow_key: Option<&str>,
     now: i64,
-) -> rusqlite::Result<Option<Lease>> {
+) -> rusqlite::Result<Keyed> {
     let Some(borrow_key) = borrow_key else {
-        return Ok(None);
+        return Ok(Keyed::No);
     };
     let key = pool.as_uuid().as_bytes();
-    let Some(id) = conn
-        .prepare_cached(
-            "SELECT lease FROM semaphore_leases
-             WHERE pool = ?1 AND borrow_key = ?2 AND expires_at > ?3",
-        )?
-        .query_row(params![key, borrow_key, now], |r| r.get::<_, [u8; 16]>(0))
+    let (name, low, high) = name_range(borrow_key);
+    let Some((id, stored)) = conn
+        .prepare_cached(&format!(
+            "SELECT lease, borrow_key FROM semaphore_leases WHERE {BY_KEY_NAME}"
+        ))?
+        .query_row(params![key, name, low, high, now], |r| {
+            Ok((r.get::<_, [u8; 16]>(0)?, r.get::<_, String>(1)?))
+        })
         .optional()?
     else {
-        return Ok(None);
+        return Ok(Keyed::No);
     };
+    if stored != borrow_key {
+        return Ok(Keyed::Reused);
+    }
     let rows = conn
         .prepare_cached(
             "SELECT lease, position, token, expires_at, owner, borrow_key FROM semaphore_leases
              WHERE pool = ?1 AND lease = ?2 AND expires_at > ?3",
         )?
         .query_map(params![key, id, now], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(holders_of(rows, pool)
+        .pop()
+        .map_or(Keyed::No, |h| Keyed::Same(h.lease)))
+}
+
+/// The active lease of `pool` with id `lease`, if any: what a retried
+/// attempt (its answer lost) was granted.
+pub(crate) fn by_id(
+    conn: &Connection,
+    pool: PoolId,
+    lease: LeaseId,
+    now: i64,
+) -> rusqlite::Result<Option<Lease>> {
+    let key = pool.as_uuid().as_bytes();
+    let rows = conn
+        .prepare_cached(
+            "SELECT lease, position, token, expires_at, owner, borrow_key FROM semaphore_leases
+             WHERE pool = ?1 AND lease = ?2 AND expires_at > ?3",
+        )?
+        .query_map(params![key, lease.as_uuid().as_bytes(), now], row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(holders_of(rows, pool).pop().map(|h| h.lease))
 }
@@ -193,4 +248,49 @@ pub(crate) fn holders(
         rows.push(row(r)?);
     }
     Ok(Some(holders_of(rows, pool)))
+}
+
+/// Unbinds lease `lease` of `pool` from its holder if it is active (R13,
+/// amended): it then lives to its expiry whatever becomes of the process;
+/// whether it was active.
+pub(crate) fn unbind(
+    conn: &Connection,
+    pool: PoolId,
+    lease: LeaseId,
+    now: i64,
+) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE semaphore_leases SET holder = NULL
+             WHERE lease = ?1 AND pool = ?2 AND expires_at > ?3",
+        )?
+        .execute(params![
+            lease.as_uuid().as_bytes(),
+            pool.as_uuid().as_bytes(),
+            now
+        ])?;
+    Ok(changed > 0)
+}
+
+/// Ends the active lease holding `position` (all its slots, R15); `None` if
+/// the pool does not exist, `Some(None)` if no active lease holds the
+/// position.
+pub(crate) fn force_return(
+    conn: &Connection,
+    pool: PoolId,
+    position: u32,
+    now: i64,
+) -> rusqlite::Result<Option<Option<Holder>>> {
+    if count_of(conn, &pool)?.is_none() {
+        return Ok(None);
+    }
+    let rows = conn
+        .prepare_cached(
+            "DELETE FROM semaphore_leases WHERE pool = ?1 AND expires_at > ?3 AND lease =
+                 (SELECT lease FROM semaphore_leases WHERE pool = ?1 AND position = ?2)
+             RETURNING lease, position, token, expires_at, owner, borrow_key",
+        )?
+        .query_map(params![pool.as_uuid().as_bytes(), position, now], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Some(holders_of(rows, pool).pop()))
 }
