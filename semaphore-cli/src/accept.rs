@@ -7,9 +7,17 @@
 //!   requests cannot hold connections open.
 //! - At most `connections` connections are served at once; past that, new
 //!   ones wait in the kernel's accept queue until one closes.
+//! - With `per_address`, at most that many of them come from one client
+//!   address; more from it are closed at once, so that one client cannot
+//!   take every connection (off by default: behind a proxy every client
+//!   has the proxy's address).
+//! - A request's body has a deadline too (`--body-timeout`, see
+//!   [`body_deadline`](crate::body_deadline)).
 //! - Every socket goes through [`JsonErrors`],
 //!   so that hyper's own answers to unparsable requests carry the JSON body.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +35,47 @@ pub(crate) struct Limits {
     pub(crate) connections: usize,
     /// The longest a request head may take to arrive.
     pub(crate) header_timeout: Duration,
+    /// Connections served at once from one client address, if capped.
+    pub(crate) per_address: Option<usize>,
+}
+
+/// The connections open from each client address, for
+/// [`Limits::per_address`].
+#[derive(Default)]
+struct PerAddress(parking_lot::Mutex<HashMap<IpAddr, usize>>);
+
+impl PerAddress {
+    /// Counts one more connection from `address`, unless it has `cap`.
+    fn open(self: &Arc<Self>, address: IpAddr, cap: usize) -> Option<AddressSlot> {
+        let mut open = self.0.lock();
+        let n = open.entry(address).or_default();
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot {
+            table: self.clone(),
+            address,
+        })
+    }
+}
+
+/// One open connection from an address; counted until dropped.
+struct AddressSlot {
+    table: Arc<PerAddress>,
+    address: IpAddr,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.0.lock();
+        if let Some(n) = open.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.address);
+            }
+        }
+    }
 }
 
 /// Accepts and serves connections until the future is dropped; dropping it
@@ -38,6 +87,7 @@ pub(crate) async fn serve(
     limits: Limits,
 ) -> std::io::Result<()> {
     let open = Arc::new(Semaphore::new(limits.connections.max(1)));
+    let per_address = Arc::new(PerAddress::default());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
@@ -49,8 +99,8 @@ pub(crate) async fn serve(
         };
         // Reap the tasks of closed connections as we go.
         while connections.try_join_next().is_some() {}
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) if is_per_connection(&e) => continue,
             Err(e) => {
                 // Out of file descriptors and the like: pause, then go on.
@@ -59,10 +109,19 @@ pub(crate) async fn serve(
                 continue;
             }
         };
+        let address_slot = match limits.per_address {
+            Some(cap) => match per_address.open(peer.ip(), cap) {
+                Some(slot) => Some(slot),
+                // Over its share: closed at once (dropped).
+                None => continue,
+            },
+            None => None,
+        };
         let service = TowerToHyperService::new(router.clone());
         let connection = http.serve_connection(TokioIo::new(JsonErrors::new(stream)), service);
         connections.spawn(async move {
             let _ = connection.await;
+            drop(address_slot);
             drop(permit);
         });
     }

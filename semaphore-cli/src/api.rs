@@ -37,7 +37,7 @@ pub(crate) fn router(app: App) -> Router {
         .routes(routes!(readyz))
         .routes(routes!(metrics))
         .split_for_parts();
-    let document = crate::openapi::pretty(&document);
+    let document = crate::openapi::pretty(&crate::openapi::with_layer_answers(document));
     router
         .route(
             "/openapi.json",
@@ -153,30 +153,16 @@ pub(crate) async fn borrow(
     if let Some(slots) = &request.slots {
         options = options.slots(wire::slots(slots, app.limits.max_count)?);
     }
-    if let Some(key) = headers.get("idempotency-key") {
-        let key = key
-            .to_str()
-            .ok()
-            .filter(|k| (1..=255).contains(&k.len()))
-            .ok_or_else(|| {
-                ApiError::bad_request(
-                    "Idempotency-Key must be 1 to 255 bytes of printable text",
-                    Some("Idempotency-Key"),
-                )
-            })?;
-        let stored = crate::idempotency::stored(key, &request);
-        // The same key with another body is not a retry (one extra read,
-        // only for requests that carry a key).
-        let holders = app.track(pool.holders().await)?;
-        if crate::idempotency::conflicts(&holders, key, &stored) {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
-                "this Idempotency-Key was used with a different request body; \
-                 use a new key for a new request",
-            ));
-        }
-        options = options.key(stored);
+    if let Some(key) = crate::idempotency::header(&headers)? {
+        let asked = crate::idempotency::Request {
+            route: "borrow",
+            ttl: request.ttl.to_string(),
+            wait: request.wait.as_ref().map(ToString::to_string),
+            owner: request.owner.as_deref(),
+            slots: request.slots.as_ref().map(ToString::to_string),
+            wait_while_draining: request.wait_while_draining,
+        };
+        options = crate::idempotency::keyed(options, key, &asked);
     }
     if let Some(owner) = request.owner {
         options = options.owner(owner);
@@ -291,7 +277,8 @@ pub(crate) async fn healthz(State(app): State<App>) -> Result<Response, ApiError
                     StatusCode::SERVICE_UNAVAILABLE,
                     "store_broken",
                     "the store fails and retrying will not help: restart the server",
-                ));
+                )
+                .not_retryable());
             }
             _ => app.broken.store(false, Ordering::Relaxed),
         }

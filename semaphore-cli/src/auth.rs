@@ -2,10 +2,11 @@
 //! request but `/healthz` and `/readyz` must carry `Authorization: Bearer
 //! <token>`, compared in constant time (`subtle`); else 401 with the seed's
 //! JSON error. The token is read from a file, never the command line (which
-//! every user of the machine can read in `ps`), and never logged.
+//! every user of the machine can read in `ps`), and never logged; SIGHUP
+//! reads the file again (a rotated token takes effect without a restart).
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -16,46 +17,91 @@ use subtle::ConstantTimeEq;
 use crate::error::ApiError;
 use crate::exit::{Exit, code};
 
-/// The token every request must bear.
+/// The token every request must bear, and the file it came from.
 #[derive(Clone)]
-pub(crate) struct Token(Arc<[u8]>);
+pub(crate) struct Token {
+    current: Arc<RwLock<Arc<[u8]>>>,
+    path: PathBuf,
+}
 
 impl Token {
-    /// The token in `path`: its text without surrounding whitespace, 16 to
-    /// 4096 visible ASCII characters (what a header carries unchanged).
+    /// The token in `path` (see [`load`]).
     ///
     /// # Errors
     /// Exit 66 if the file cannot be read, 64 if its token is unusable.
     pub(crate) fn read(path: &Path) -> Result<Self, Exit> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Exit::new(
-                code::NOINPUT,
-                format!("reading --auth-token-file {}: {e}", path.display()),
-            )
-        })?;
-        let token = text.trim();
-        if !(16..=4096).contains(&token.len()) || !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(Exit::new(
-                code::USAGE,
-                format!(
-                    "--auth-token-file {}: the token must be 16 to 4096 visible ASCII \
-                     characters (e.g. openssl rand -hex 32)",
-                    path.display()
-                ),
-            ));
-        }
-        Ok(Self(token.as_bytes().into()))
+        Ok(Self {
+            current: Arc::new(RwLock::new(load(path)?)),
+            path: path.to_path_buf(),
+        })
     }
 
-    /// Whether `request` bears this token.
+    /// Reads the file again and uses its token from now on; a file that
+    /// cannot be read or holds an unusable token leaves the old one in
+    /// use, and says why on standard error.
+    pub(crate) fn reload(&self) {
+        match load(&self.path) {
+            Ok(token) => {
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = token;
+                eprintln!("semaphore serve: the auth token was read again");
+            }
+            Err(e) => eprintln!("semaphore serve: keeping the auth token: {}", e.message),
+        }
+    }
+}
+
+/// The token in `path`: its text without surrounding whitespace, 16 to
+/// 4096 visible ASCII characters (what a header carries unchanged).
+fn load(path: &Path) -> Result<Arc<[u8]>, Exit> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Exit::new(
+            code::NOINPUT,
+            format!("reading --auth-token-file {}: {e}", path.display()),
+        )
+    })?;
+    let token = text.trim();
+    if !(16..=4096).contains(&token.len()) || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Exit::new(
+            code::USAGE,
+            format!(
+                "--auth-token-file {}: the token must be 16 to 4096 visible ASCII \
+                 characters (e.g. openssl rand -hex 32)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(token.as_bytes().into())
+}
+
+impl Token {
+    /// Whether `request` bears this token: `Authorization: Bearer TOKEN`,
+    /// the scheme in any case (RFC 7235, 2.1), compared in constant time
+    /// whatever the length given (the token's length is not leaked
+    /// either: every byte of the token is compared, the given value padded
+    /// or cut to it, and the lengths compared apart).
     fn borne_by(&self, request: &Request) -> bool {
         let Some(value) = request.headers().get(header::AUTHORIZATION) else {
             return false;
         };
-        let Some(given) = value.as_bytes().strip_prefix(b"Bearer ") else {
+        let value = value.as_bytes();
+        let Some(space) = value.iter().position(|b| *b == b' ') else {
             return false;
         };
-        bool::from(given.ct_eq(&self.0))
+        let (scheme, rest) = value.split_at(space);
+        if !scheme.eq_ignore_ascii_case(b"bearer") {
+            return false;
+        }
+        let given = rest.trim_ascii();
+        let token = self
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let padded: Vec<u8> = (0..token.len())
+            .map(|i| given.get(i).copied().unwrap_or(0))
+            .collect();
+        let same_length = (given.len() as u64).ct_eq(&(token.len() as u64));
+        bool::from(padded.ct_eq(&token) & same_length)
     }
 }
 

@@ -33,8 +33,10 @@ pub(crate) enum Command {
     ///
     /// CMD and every process it starts share a process group. A guardian
     /// process ends that group with SIGKILL the moment `semaphore run`
-    /// dies (SIGKILL included), and with SIGTERM (then SIGKILL 5 s later)
-    /// if the lease runs out while `semaphore run` is stopped or hung.
+    /// dies (SIGKILL included), and then returns the lease; and, if the
+    /// lease cannot be kept (`semaphore run` stopped or hung, the store out
+    /// of reach), it ends the group before the lease's local deadline:
+    /// SIGTERM --kill-after before it, SIGKILL at it.
     /// Processes that leave the group (setsid, daemons) are not followed;
     /// processes CMD leaves running when it exits are not ended. The
     /// guardian is this same program; if it cannot start, nothing runs.
@@ -67,6 +69,24 @@ pub(crate) enum Command {
     /// List a pool's holders: positions (0,1 for a lease of two slots),
     /// token, owner, expiry (ms), lease id.
     Holders(PoolArgs),
+    /// Make the store's tables (and PostgreSQL's functions), or migrate
+    /// them to this version, then exit: the step a deployment runs once per
+    /// release as a role that may create, so that its processes may
+    /// connect as a role that may not (PostgreSQL: --postgres-no-migrate;
+    /// --grant ROLE grants that role what it needs).
+    Migrate(MigrateArgs),
+}
+
+/// `migrate`'s arguments.
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// PostgreSQL: grant ROLE what a store needs at run time on the schema
+    /// (USAGE on it, DML on its tables, its sequences, EXECUTE on its
+    /// functions), after migrating. May be repeated.
+    #[arg(long, value_name = "ROLE")]
+    pub(crate) grant: Vec<String>,
 }
 
 /// `borrow`'s arguments.
@@ -137,6 +157,12 @@ pub(crate) struct StoreArgs {
     #[arg(long)]
     pub(crate) postgres_prepared_statements: bool,
 
+    /// Connect to PostgreSQL without making or migrating the store's
+    /// tables (a runtime role with no CREATE right): a schema that is not
+    /// at this version is refused; run `semaphore migrate` first.
+    #[arg(long)]
+    pub(crate) postgres_no_migrate: bool,
+
     /// A Redis URL (redis://host:port/db), for jobs on many machines.
     #[arg(long, value_name = "URL", conflicts_with = "mysql")]
     pub(crate) redis: Option<String>,
@@ -159,6 +185,14 @@ pub(crate) struct StoreArgs {
     /// holders still run. Set it to the longest ttl in use; 0s turns it off.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
     pub(crate) redis_restart_grace: Duration,
+
+    /// How long the store's session, which this process's leases belong
+    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; SPEC R16):
+    /// a network blip or a server restart shorter than this ends no lease,
+    /// and a process killed outright loses its slots after it. At least 1s.
+    /// Default 10s; for `run`, 30s.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) session_timeout: Option<Duration>,
 }
 
 /// Which pool: by name (the same name means the same pool everywhere) or
@@ -223,8 +257,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "inf", value_parser = wait)]
     pub(crate) wait: Duration,
 
-    /// The lease's ttl; it is renewed every ttl/3 while CMD runs.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    /// The lease's ttl; it is renewed every ttl/3 while CMD runs. At least
+    /// 1s.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = run_ttl)]
     pub(crate) ttl: Duration,
 
     /// Hold N slots as one lease (SPEC R15): the N lowest free positions,
@@ -241,12 +276,24 @@ pub(crate) struct RunArgs {
 
     /// Devices, one per position (0,2,5): CMD gets CUDA_VISIBLE_DEVICES set
     /// to the device of each of its positions (2,5 for positions 1 and 2).
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = device_name)]
     pub(crate) devices: Option<Vec<String>>,
 
     /// The exit code when the wait elapses with no slot (default 75).
     #[arg(short = 'E', value_name = "CODE")]
     pub(crate) exhausted_code: Option<u8>,
+
+    /// How long CMD gets between SIGTERM and SIGKILL when the lease may be
+    /// lost (a renewal or heartbeat that cannot land): SIGTERM goes this
+    /// long before the lease's local deadline, SIGKILL at it, so that CMD
+    /// is dead before anyone else can be granted its slot (SPEC R17).
+    /// Default 5s, or less with a short --ttl or --session-timeout; one
+    /// given must fit within two thirds of the shorter of --ttl and the
+    /// session timeout, less a margin (a tenth of it, at most 1s) and two
+    /// tellings of the deadline to the guardian (a third of it, at most
+    /// 2s): at most 17s with the defaults, 233ms with --session-timeout 1s.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) kill_after: Option<Duration>,
 
     /// Run CMD ARGS as one `sh -c` line instead of executing argv directly.
     #[arg(long)]
@@ -312,6 +359,12 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) postgres_prepared_statements: bool,
 
+    /// Connect to PostgreSQL without making or migrating the store's
+    /// tables (a runtime role with no CREATE right): a schema that is not
+    /// at this version is refused; run `semaphore migrate` first.
+    #[arg(long)]
+    pub(crate) postgres_no_migrate: bool,
+
     /// A Redis URL (redis://host:port/db): every server on it serves the
     /// same pools.
     #[arg(long, value_name = "URL", conflicts_with_all = ["mysql", "memory"])]
@@ -319,7 +372,9 @@ pub(crate) struct ServeArgs {
 
     /// A MySQL or MariaDB URL (mysql://user:password@host:port/database):
     /// every server on it serves the same pools. MySQL has no
-    /// notifications: a server learns of another's returns within 100 ms.
+    /// notifications: a server sees another's returns at its next poll
+    /// (every 100 ms), so a wake-up across servers takes up to 100 ms plus
+    /// the poll's round trip to the database.
     #[arg(long, value_name = "URL", conflicts_with = "memory")]
     pub(crate) mysql: Option<String>,
 
@@ -336,6 +391,14 @@ pub(crate) struct ServeArgs {
     /// holders still run. Set it to the longest ttl in use; 0s turns it off.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
     pub(crate) redis_restart_grace: Duration,
+
+    /// How long the store's session, which this process's leases belong
+    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; SPEC R16):
+    /// a network blip or a server restart shorter than this ends no lease,
+    /// and a process killed outright loses its slots after it. At least 1s.
+    /// Default 10s; for `run`, 30s.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) session_timeout: Option<Duration>,
 
     /// Keep pools in this process's memory only (lost on exit).
     #[arg(long)]
@@ -367,6 +430,18 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub(crate) header_timeout: Duration,
 
+    /// The longest a client may take to send a request's body, from the
+    /// end of its head; it is answered 408 and its connection closed after
+    /// that.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    pub(crate) body_timeout: Duration,
+
+    /// The most connections served at once from one client address (off by
+    /// default: behind a proxy or a NAT every client has the same address).
+    /// More from that address are closed at once.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_connections_per_address: Option<u32>,
+
     /// The largest count a pool may be registered with.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub(crate) max_count: u32,
@@ -395,4 +470,26 @@ fn alias(text: &str) -> Result<(String, uuid::Uuid), String> {
 
 fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 30s, 5m, 1h30m)"))
+}
+
+/// `run`'s `--ttl`: a duration of at least [`crate::run::MIN_TTL`].
+fn run_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = duration(text)?;
+    if ttl < crate::run::MIN_TTL {
+        return Err(format!(
+            "--ttl must be at least {} for `semaphore run`: a shorter lease cannot be \
+             renewed and guarded while the command runs",
+            humantime::format_duration(crate::run::MIN_TTL)
+        ));
+    }
+    Ok(ttl)
+}
+
+/// A device name in `--devices`: not empty (`0,,1` is a typo, not a device).
+fn device_name(name: &str) -> Result<String, String> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("a device name is empty (as in 0,,1): name one device per slot".into());
+    }
+    Ok(name.to_owned())
 }

@@ -12,9 +12,11 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
     match command {
         Command::Serve(_) => Err(Exit::new(code::SOFTWARE, "serve is run by main")),
         Command::Run(args) => {
-            let (pool, name) = pool(&args.store, &args.name).await?;
-            crate::run::run(args, pool, name).await
+            let choice = choice(&args.store)?.with_default_session(crate::run::SESSION_TIMEOUT);
+            let (pool, name) = pool_on(&choice, &args.name).await?;
+            crate::run::run(args, pool, name, choice).await
         }
+        Command::Migrate(args) => migrate(&args).await,
         Command::Register(args) => {
             let (pool, _) = pool(&args.pool.store, &args.pool.name).await?;
             let state = pool.register(args.count).await.map_err(Exit::from_store)?;
@@ -155,25 +157,83 @@ fn print_state(args: &PoolArgs, s: semaphore_core::PoolState) {
     }
 }
 
+/// `semaphore migrate`: makes or migrates the store's tables, and grants
+/// the roles named (PostgreSQL).
+async fn migrate(args: &crate::cli::MigrateArgs) -> Result<u8, Exit> {
+    let choice = choice(&args.store)?;
+    match &choice {
+        crate::store::Choice::Postgres { url, schema, .. } => {
+            let options = semaphore_postgres::PostgresOptions::default().schema(schema);
+            semaphore_postgres::PostgresStore::migrate(url, options)
+                .await
+                .map_err(Exit::from_store)?;
+            for role in &args.grant {
+                let grants = semaphore_postgres::PostgresStore::grants(schema, role)
+                    .map_err(|e| Exit::new(code::USAGE, e.to_string()))?;
+                grant(url, &grants).await?;
+                println!("granted {role} the store's run-time rights on schema {schema}");
+            }
+        }
+        _ if !args.grant.is_empty() => {
+            return Err(Exit::new(
+                code::USAGE,
+                "--grant is for PostgreSQL: other stores have no roles to grant",
+            ));
+        }
+        other => {
+            drop(other.open(Some(1)).await.map_err(Exit::from_store)?);
+        }
+    }
+    println!("{}: the store's tables are at this version", choice.shown());
+    Ok(0)
+}
+
+/// Runs `grants` on the PostgreSQL server at `url`, as one script.
+async fn grant(url: &str, grants: &str) -> Result<(), Exit> {
+    use semaphore_postgres::tokio_postgres::{self, NoTls};
+    let storage = |e: tokio_postgres::Error| {
+        Exit::from_store(semaphore_core::Error::Storage {
+            operation: "migrate",
+            retryable: false,
+            source: Box::new(e),
+        })
+    };
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.map_err(storage)?;
+    let driver = tokio::spawn(connection);
+    let granted = client.batch_execute(grants).await.map_err(storage);
+    drop(client);
+    let _ = driver.await;
+    granted
+}
+
 /// The pool a command names, on the store it names (no limit on the wait:
 /// `--wait inf` means it), and the name to show.
 async fn pool(store: &StoreArgs, name: &PoolName) -> Result<(Pool, String), Exit> {
+    pool_on(&choice(store)?, name).await
+}
+
+/// The store the flags (or the environment) name.
+fn choice(store: &StoreArgs) -> Result<crate::store::Choice, Exit> {
     let flags = crate::store::Flags {
         sqlite: store.sqlite.clone(),
         postgres: store.postgres.clone(),
         schema: store.postgres_schema.clone(),
         prepared: store.postgres_prepared_statements,
+        no_migrate: store.postgres_no_migrate,
         redis: store.redis.clone(),
         prefix: store.redis_prefix.clone(),
         grace: store.redis_restart_grace,
         mysql: store.mysql.clone(),
         mysql_prefix: store.mysql_prefix.clone(),
+        session: store.session_timeout,
         ..Default::default()
     };
-    let store = crate::store::Choice::from(flags)?
-        .open(Some(2))
-        .await
-        .map_err(Exit::from_store)?;
+    crate::store::Choice::from(flags)
+}
+
+/// The pool `name` on the store `choice`, and the name to show.
+async fn pool_on(choice: &crate::store::Choice, name: &PoolName) -> Result<(Pool, String), Exit> {
+    let store = choice.open(Some(2)).await.map_err(Exit::from_store)?;
     let (id, shown) = match (&name.pool, name.pool_id) {
         (Some(name), _) => (PoolId::from_name(name), name.clone()),
         (None, Some(id)) => (PoolId::from_uuid(id), id.to_string()),

@@ -25,6 +25,7 @@ pub(crate) struct ErrorBody {
     /// `exhausted`, `lease_not_active`, `too_large`,
     /// `unsupported_media_type`, `method_not_allowed`, `no_route`,
     /// `idempotency_key_reused`, `ticket_not_found`, `too_many_tickets`,
+    /// `body_timeout`,
     /// `storage`, `store_broken`, `clock_skew`, `schema_mismatch`,
     /// `draining`, `pool_draining`, `shutting_down`, `unauthorized`,
     /// `internal`.
@@ -51,6 +52,12 @@ impl ApiError {
                 retryable,
             },
         }
+    }
+
+    /// The same error, saying that a retry will not help.
+    pub(crate) fn not_retryable(mut self) -> Self {
+        self.body.retryable = false;
+        self
     }
 
     pub(crate) fn bad_request(error: impl Into<String>, field: Option<&'static str>) -> Self {
@@ -98,6 +105,12 @@ impl From<Error> for ApiError {
                 err.body.retryable = true;
                 err
             }
+            Error::KeyReused { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was used with a different request body; use a new key \
+                 for a new request",
+            ),
             Error::LeaseExpired { .. } | Error::LeaseNotFound { .. } => Self::new(
                 StatusCode::NOT_FOUND,
                 "lease_not_active",

@@ -52,11 +52,24 @@ where
     }
 }
 
-/// The body of a request that must be JSON: refuses another content type
-/// (415) and a body over the limit (413).
+/// The body of a request that must be JSON: refuses another content type,
+/// and a body sent without one (415: a browser posts a form or `text/plain`
+/// from any page without asking first, SPEC fourth round), and a body over
+/// the limit (413).
 fn json_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    if let Some(kind) = headers.get(header::CONTENT_TYPE) {
-        let kind = kind.to_str().unwrap_or("");
+    let Some(kind) = headers.get(header::CONTENT_TYPE) else {
+        let body = body.map_err(too_large)?;
+        if body.is_empty() {
+            return Ok(body);
+        }
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the body must be JSON: send Content-Type: application/json".to_string(),
+        ));
+    };
+    let kind = kind.to_str().unwrap_or("");
+    {
         let essence = kind
             .split(';')
             .next()
@@ -71,17 +84,20 @@ fn json_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result
             ));
         }
     }
-    body.map_err(|e| {
-        let status = e.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "too_large"
-        } else {
-            "bad_request"
-        };
-        ApiError::new(
-            status,
-            code,
-            format!("cannot read the body (at most {BODY_LIMIT} bytes): {e}"),
-        )
-    })
+    body.map_err(too_large)
+}
+
+/// A body that could not be read: too large (413), or cut short (400).
+fn too_large(e: BytesRejection) -> ApiError {
+    let status = e.status();
+    let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        "too_large"
+    } else {
+        "bad_request"
+    };
+    ApiError::new(
+        status,
+        code,
+        format!("cannot read the body (at most {BODY_LIMIT} bytes): {e}"),
+    )
 }

@@ -47,6 +47,12 @@ pub(crate) struct HeldTicket {
     /// Keep the place while the pool drains.
     #[serde(rename = "d", default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) wait_while_draining: bool,
+    /// The `Idempotency-Key`'s name, as kept with the lease (32 hex digits).
+    #[serde(rename = "k", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) key: Option<String>,
+    /// The request digest kept with the key.
+    #[serde(rename = "b", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) digest: Option<uuid::Uuid>,
 }
 
 impl HeldTicket {
@@ -89,30 +95,59 @@ impl HeldTicket {
         if let Some(owner) = &self.owner {
             options = options.owner(owner.clone());
         }
+        if let Some(key) = &self.key {
+            options = options.key(key.clone());
+        }
+        if let Some(digest) = self.digest {
+            options = options.request_digest(digest.as_u128());
+        }
         options
     }
 }
 
-/// `enqueue` on a shared store: the lease at once, or a held ticket.
+/// The namespace of the waiter ids of keyed held tickets.
+const KEYED_WAITERS: uuid::Uuid = uuid::Uuid::from_u128(0x2b7e_91c4_0d3a_4e6f_8a15_c9d2_7f40_b613);
+
+/// `enqueue` on a shared store: the lease at once, or a held ticket. With
+/// an `Idempotency-Key` (`keyed`), the place's waiter id comes from the
+/// pool, the key and the request digest, so that a retried enqueue takes
+/// the same place (the same ticket), and its lease is kept with the key.
 pub(crate) async fn enqueue(
     app: &App,
     pool: &Pool,
     ttl: Duration,
     options: BorrowOptions,
+    keyed: Option<crate::idempotency::Keyed>,
 ) -> Result<Response, ApiError> {
+    let waiter = match &keyed {
+        Some(k) => uuid::Uuid::new_v5(
+            &KEYED_WAITERS,
+            format!("{}:{}:{:032x}", pool.id().as_uuid(), k.name, k.digest).as_bytes(),
+        ),
+        None => *WaiterId::new().as_uuid(),
+    };
     let ticket = HeldTicket {
-        waiter: *WaiterId::new().as_uuid(),
+        waiter,
         ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         slots: options.slots,
         owner: options.owner.clone(),
         wait_while_draining: options.wait_while_draining,
+        key: keyed.as_ref().map(|k| k.name.clone()),
+        digest: keyed.as_ref().map(|k| uuid::Uuid::from_u128(k.digest)),
     };
+    let options = ticket.options();
     let hold = app.tickets.hold();
     let taken = pool.wait_held(ticket.waiter(), hold, ttl, Duration::ZERO, options);
-    match app.track(taken.await)? {
-        Some(guard) => Ok(granted(app, &guard.forget())),
-        None => answer_queued(app, pool, &ticket).await,
+    if let Some(guard) = app.track(taken.await)? {
+        return Ok(granted(app, &guard.forget()));
     }
+    let place = app.track(pool.held_place(ticket.waiter()).await)?;
+    if place.is_some_and(|place| place > crate::tickets::MAX_TICKETS_PER_POOL as u64) {
+        // Past the pool's cap: the place goes, and nobody holds a ticket.
+        app.track(pool.leave_held(ticket.waiter()).await)?;
+        return Err(crate::tickets::too_many());
+    }
+    Ok(answer_queued_at(app, &ticket, place))
 }
 
 /// `wait` on a held ticket: polls its place for up to `wait`.
@@ -127,7 +162,7 @@ pub(crate) async fn wait(
     // cancelled, or its lease was returned. Polling it would queue anew at
     // the back, which the client must choose to do.
     if app.track(pool.held_place(ticket.waiter()).await)?.is_none() {
-        return match app.track(pool.held_lease(ticket.waiter()).await)? {
+        return match app.track(pool.held_lease(ticket.waiter(), &ticket.options()).await)? {
             Some(lease) => Ok(granted(app, &lease)),
             None => Err(unknown_ticket()),
         };
@@ -161,16 +196,19 @@ pub(crate) async fn cancel(
 }
 
 async fn answer_queued(app: &App, pool: &Pool, ticket: &HeldTicket) -> Result<Response, ApiError> {
-    // Just asked for it: a place is there, unless a poll on another server
-    // was granted meanwhile (the next poll answers that lease).
-    let place = app
-        .track(pool.held_place(ticket.waiter()).await)?
-        .unwrap_or(1);
-    Ok(queued(
+    let place = app.track(pool.held_place(ticket.waiter()).await)?;
+    Ok(answer_queued_at(app, ticket, place))
+}
+
+/// 202 with the ticket at `place`, just asked for: a place is there, unless
+/// a poll on another server was granted meanwhile (the next poll answers
+/// that lease).
+fn answer_queued_at(app: &App, ticket: &HeldTicket, place: Option<u64>) -> Response {
+    queued(
         app,
         ticket.encode(),
-        usize::try_from(place).unwrap_or(usize::MAX),
-    ))
+        usize::try_from(place.unwrap_or(1)).unwrap_or(usize::MAX),
+    )
 }
 
 #[cfg(test)]
@@ -185,6 +223,8 @@ mod tests {
             slots: 2,
             owner: Some("job 7/a".into()),
             wait_while_draining: true,
+            key: Some("0f".repeat(16)),
+            digest: Some(uuid::Uuid::new_v4()),
         };
         let text = ticket.encode();
         assert!(HeldTicket::looks_held(&text));

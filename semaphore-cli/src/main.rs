@@ -8,6 +8,7 @@ mod accept;
 mod api;
 mod app;
 mod auth;
+mod body_deadline;
 mod cli;
 mod commands;
 mod error;
@@ -34,7 +35,14 @@ fn main() -> std::process::ExitCode {
         .nth(1)
         .is_some_and(|word| word == run::guard::SUBCOMMAND)
     {
-        return std::process::ExitCode::from(run::guard::main());
+        return std::process::ExitCode::from(run::guardian::main());
+    }
+    // And the process it starts to return the lease once the wrapper died.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|word| word == run::guard::RETURNER)
+    {
+        return std::process::ExitCode::from(run::returner::returner_main());
     }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
@@ -47,6 +55,11 @@ fn main() -> std::process::ExitCode {
             });
         }
     };
+    // Before the runtime's threads exist, so that they inherit the block.
+    let drain_signals = match cli.command {
+        cli::Command::Serve(_) => serve::DrainSignals::block(),
+        _ => serve::DrainSignals::none(),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -58,7 +71,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     let code = match cli.command {
-        cli::Command::Serve(args) => match runtime.block_on(serve::serve(args)) {
+        cli::Command::Serve(args) => match runtime.block_on(serve::serve(args, drain_signals)) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("semaphore serve: {e}");

@@ -66,6 +66,60 @@ impl Modify for BearerAuth {
     }
 }
 
+/// `document` with the answers of the layers around the routes on its
+/// operations: `401` on every one but the probes' (`/healthz`, `/readyz`),
+/// what a server run with `--auth-token-file` answers a request without
+/// the token (issue 38, item 8); `408` on every one, a body that did not
+/// arrive within `--body-timeout` (item 2).
+pub(crate) fn with_layer_answers(
+    mut document: utoipa::openapi::OpenApi,
+) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let error = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build()
+    };
+    let unauthorized = error(
+        "Only when the server runs with --auth-token-file: the request did not bear \
+         `Authorization: Bearer <token>`.",
+    );
+    let slow = error(
+        "The body did not arrive within --body-timeout (`body_timeout`); the connection \
+         closes.",
+    );
+    for (path, item) in document.paths.paths.iter_mut() {
+        let probe = path == "/healthz" || path == "/readyz";
+        for operation in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let responses = &mut operation.responses.responses;
+            if !probe {
+                responses
+                    .entry("401".to_string())
+                    .or_insert_with(|| unauthorized.clone().into());
+            }
+            responses
+                .entry("408".to_string())
+                .or_insert_with(|| slow.clone().into());
+        }
+    }
+    document
+}
+
 /// `document` as pretty JSON, as served and as committed.
 pub(crate) fn pretty(document: &utoipa::openapi::OpenApi) -> String {
     document

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use nix::sys::signal::{SigSet, Signal};
 use semaphore_core::Limits;
 use tokio::sync::watch;
 
@@ -43,18 +44,20 @@ impl ServeError {
     }
 }
 
-pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
+pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), ServeError> {
     let choice = crate::store::Choice::from(crate::store::Flags {
         memory: args.memory,
         sqlite: args.sqlite.clone(),
         postgres: args.postgres.clone(),
         schema: args.postgres_schema.clone(),
         prepared: args.postgres_prepared_statements,
+        no_migrate: args.postgres_no_migrate,
         redis: args.redis.clone(),
         prefix: args.redis_prefix.clone(),
         grace: args.redis_restart_grace,
         mysql: args.mysql.clone(),
         mysql_prefix: args.mysql_prefix.clone(),
+        session: args.session_timeout,
     })
     .map_err(ServeError::Usage)?;
     let shown = choice.shown();
@@ -67,7 +70,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         .with_max_wait(args.max_wait);
     let (down, shutdown) = watch::channel(false);
     let (drain, draining) = watch::channel(false);
-    tokio::spawn(drain_signals(drain));
+    drain_signals(signals, drain);
     let aliases = args
         .alias
         .iter()
@@ -101,14 +104,22 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<(), ServeError> {
     let limits = crate::accept::Limits {
         connections: args.max_connections as usize,
         header_timeout: args.header_timeout,
+        per_address: args.max_connections_per_address.map(|n| n as usize),
     };
     let mut router = api::router(app);
     if let Some(token) = auth {
+        tokio::spawn(reload_on_hangup(token.clone()));
         router = router.layer(axum::middleware::from_fn_with_state(
             token,
             crate::auth::require,
         ));
     }
+    // Outermost: every body is read within its deadline, before anything
+    // else looks at the request.
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        args.body_timeout,
+        crate::body_deadline::read_within,
+    ));
     let mut accepting = std::pin::pin!(crate::accept::serve(listener, router, limits));
     tokio::select! {
         result = &mut accepting => result.map_err(ServeError::Io)?,
@@ -136,37 +147,78 @@ async fn drop_tickets_on_drain(
     }
 }
 
+/// SIGUSR1 and SIGUSR2, blocked in every thread before the runtime starts
+/// and taken one at a time by one thread of their own (`sigwait`).
+///
+/// A handler in each thread (tokio's) runs two signals sent back to back
+/// on two threads at once, in either order: `kill -USR1; kill -USR2` left
+/// the server draining in 4 of 10 tries. Taken by `sigwait`, a signal
+/// sent after the other was taken comes after it, and two pending at once
+/// come lowest number first (the kernel's order: USR1, then USR2).
+pub(crate) struct DrainSignals(Option<SigSet>);
+
+impl DrainSignals {
+    /// Blocks SIGUSR1 and SIGUSR2 in this thread and so in every thread it
+    /// starts later (the runtime's): call it before building the runtime.
+    /// Processes started from the server inherit the block.
+    pub(crate) fn block() -> Self {
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGUSR1);
+        set.add(Signal::SIGUSR2);
+        Self(set.thread_block().ok().map(|()| set))
+    }
+
+    /// None blocked: for the commands other than `serve`.
+    pub(crate) fn none() -> Self {
+        Self(None)
+    }
+}
+
 /// SIGUSR1 starts draining (no new grants; returns and renewals go on;
 /// `/readyz` answers 503), SIGUSR2 ends it.
-async fn drain_signals(drain: watch::Sender<bool>) {
+fn drain_signals(signals: DrainSignals, drain: watch::Sender<bool>) {
+    let Some(set) = signals.0 else {
+        eprintln!("semaphore serve: cannot block SIGUSR1 and SIGUSR2: drain by signal is off");
+        return;
+    };
+    let taken = std::thread::Builder::new()
+        .name("drain-signals".into())
+        .spawn(move || {
+            while let Ok(signal) = set.wait() {
+                let on = signal == Signal::SIGUSR1;
+                if drain.send_replace(on) != on {
+                    eprintln!(
+                        "semaphore serve: {}",
+                        if on {
+                            "draining: new borrows answer 503, returns and renewals go on"
+                        } else {
+                            "no longer draining"
+                        }
+                    );
+                }
+            }
+        });
+    if let Err(e) = taken {
+        eprintln!(
+            "semaphore serve: cannot start the drain signals' thread ({e}): drain by signal is off"
+        );
+    }
+}
+
+/// SIGHUP reads the auth token's file again.
+async fn reload_on_hangup(token: crate::auth::Token) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut start), Ok(mut stop)) = (
-            signal(SignalKind::user_defined1()),
-            signal(SignalKind::user_defined2()),
-        ) else {
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
             return;
         };
-        loop {
-            let on = tokio::select! {
-                _ = start.recv() => true,
-                _ = stop.recv() => false,
-            };
-            if drain.send_replace(on) != on {
-                eprintln!(
-                    "semaphore serve: {}",
-                    if on {
-                        "draining: new borrows answer 503, returns and renewals go on"
-                    } else {
-                        "no longer draining"
-                    }
-                );
-            }
+        while hangups.recv().await.is_some() {
+            token.reload();
         }
     }
     #[cfg(not(unix))]
-    drop(drain);
+    drop(token);
 }
 
 /// SIGTERM or Ctrl-C (SIGINT).

@@ -11,6 +11,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use semaphore_core::store::Store;
 use semaphore_memory::MemoryStore;
@@ -31,15 +32,22 @@ pub(crate) enum Choice {
         schema: String,
         /// `--postgres-prepared-statements`.
         prepared: bool,
+        /// `--session-timeout`; `None`: the store's default.
+        session: Option<Duration>,
+        /// Whether connecting may make or migrate the tables (not
+        /// `--postgres-no-migrate`).
+        migrate: bool,
     },
     Redis {
         url: String,
         prefix: String,
-        grace: std::time::Duration,
+        grace: Duration,
+        session: Option<Duration>,
     },
     Mysql {
         url: String,
         prefix: String,
+        session: Option<Duration>,
     },
 }
 
@@ -51,11 +59,15 @@ pub(crate) struct Flags {
     pub(crate) postgres: Option<String>,
     pub(crate) schema: String,
     pub(crate) prepared: bool,
+    /// `--postgres-no-migrate`.
+    pub(crate) no_migrate: bool,
     pub(crate) redis: Option<String>,
     pub(crate) prefix: String,
-    pub(crate) grace: std::time::Duration,
+    pub(crate) grace: Duration,
     pub(crate) mysql: Option<String>,
     pub(crate) mysql_prefix: String,
+    /// `--session-timeout`, for the stores that keep sessions.
+    pub(crate) session: Option<Duration>,
 }
 
 impl Choice {
@@ -66,6 +78,8 @@ impl Choice {
             url,
             schema: flags.schema.clone(),
             prepared: flags.prepared,
+            session: flags.session,
+            migrate: !flags.no_migrate,
         };
         if flags.memory {
             return Ok(Choice::Memory);
@@ -80,6 +94,7 @@ impl Choice {
             url,
             prefix: flags.prefix.clone(),
             grace: flags.grace,
+            session: flags.session,
         };
         if let Some(url) = flags.redis {
             return Ok(redis(url));
@@ -87,6 +102,7 @@ impl Choice {
         let mysql = |url| Choice::Mysql {
             url,
             prefix: flags.mysql_prefix.clone(),
+            session: flags.session,
         };
         if let Some(url) = flags.mysql.clone() {
             return Ok(mysql(url));
@@ -133,26 +149,168 @@ impl Choice {
                 url,
                 schema,
                 prepared,
+                session,
+                migrate,
             } => {
                 let mut options = PostgresOptions::default()
                     .schema(schema)
-                    .prepared_statements(*prepared);
+                    .prepared_statements(*prepared)
+                    .migrate(*migrate);
                 if let Some(size) = pool_size {
                     options = options.pool_size(size);
                 }
+                if let Some(timeout) = session {
+                    options = options.session_timeout(*timeout);
+                }
                 Arc::new(PostgresStore::connect_with(url, options).await?)
             }
-            Choice::Redis { url, prefix, grace } => {
-                let options = RedisOptions::default().prefix(prefix).restart_grace(*grace);
+            Choice::Redis {
+                url,
+                prefix,
+                grace,
+                session,
+            } => {
+                let mut options = RedisOptions::default().prefix(prefix).restart_grace(*grace);
+                if let Some(timeout) = session {
+                    options = options.session_timeout(*timeout);
+                }
                 Arc::new(RedisStore::connect_with(url, options).await?)
             }
-            Choice::Mysql { url, prefix } => {
+            Choice::Mysql {
+                url,
+                prefix,
+                session,
+            } => {
                 let mut options = MysqlOptions::default().table_prefix(prefix);
                 if let Some(size) = pool_size {
                     options = options.pool_size(size);
                 }
+                if let Some(timeout) = session {
+                    options = options.session_timeout(*timeout);
+                }
                 Arc::new(MysqlStore::connect_with(url, options).await?)
             }
+        })
+    }
+
+    /// The session timeout the store keeps its sessions with, `None` for
+    /// a store without sessions (R16, amended).
+    pub(crate) fn session_timeout(&self) -> Option<Duration> {
+        let default = semaphore_core::store::DEFAULT_SESSION_TIMEOUT;
+        match self {
+            Choice::Memory | Choice::Sqlite(_) => None,
+            Choice::Postgres { session, .. }
+            | Choice::Redis { session, .. }
+            | Choice::Mysql { session, .. } => Some(session.unwrap_or(default)),
+        }
+    }
+
+    /// The same store with session timeout `timeout` unless one was set.
+    pub(crate) fn with_default_session(mut self, timeout: Duration) -> Self {
+        if let Choice::Postgres { session, .. }
+        | Choice::Redis { session, .. }
+        | Choice::Mysql { session, .. } = &mut self
+        {
+            session.get_or_insert(timeout);
+        }
+        self
+    }
+
+    /// The choice as one line of hex words, to hand to `semaphore run`'s
+    /// guardian through its pipe (never on a command line, where others
+    /// could read a password in it): the store's kind, then its fields.
+    pub(crate) fn to_line(&self) -> String {
+        use std::os::unix::ffi::OsStrExt;
+        if let Choice::Sqlite(path) = self {
+            return format!("{} {}", hex(b"sqlite"), hex(path.as_os_str().as_bytes()));
+        }
+        let words: Vec<String> = match self {
+            Choice::Memory | Choice::Sqlite(_) => vec!["memory".into()],
+            Choice::Postgres {
+                url,
+                schema,
+                prepared,
+                session,
+                migrate,
+            } => vec![
+                "postgres".into(),
+                url.clone(),
+                schema.clone(),
+                prepared.to_string(),
+                ms(*session),
+                migrate.to_string(),
+            ],
+            Choice::Redis {
+                url,
+                prefix,
+                grace,
+                session,
+            } => vec![
+                "redis".into(),
+                url.clone(),
+                prefix.clone(),
+                grace.as_millis().to_string(),
+                ms(*session),
+            ],
+            Choice::Mysql {
+                url,
+                prefix,
+                session,
+            } => vec!["mysql".into(), url.clone(), prefix.clone(), ms(*session)],
+        };
+        words
+            .iter()
+            .map(|w| hex(w.as_bytes()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// [`to_line`](Choice::to_line) read back; `None` if it is not one.
+    pub(crate) fn from_line(line: &str) -> Option<Self> {
+        use std::os::unix::ffi::OsStringExt;
+        let raw: Vec<Vec<u8>> = line
+            .split_whitespace()
+            .map(unhex)
+            .collect::<Option<Vec<_>>>()?;
+        if let [kind, path] = &raw[..]
+            && kind == b"sqlite"
+        {
+            return Some(Choice::Sqlite(
+                std::ffi::OsString::from_vec(path.clone()).into(),
+            ));
+        }
+        let words: Vec<String> = raw
+            .into_iter()
+            .map(String::from_utf8)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let session = |w: &String| -> Option<Option<Duration>> {
+            if w.is_empty() {
+                return Some(None);
+            }
+            w.parse().ok().map(|ms| Some(Duration::from_millis(ms)))
+        };
+        Some(match &words[..] {
+            [kind] if kind == "memory" => Choice::Memory,
+            [kind, url, schema, prepared, s, migrate] if kind == "postgres" => Choice::Postgres {
+                url: url.clone(),
+                schema: schema.clone(),
+                prepared: prepared == "true",
+                session: session(s)?,
+                migrate: migrate == "true",
+            },
+            [kind, url, prefix, grace, s] if kind == "redis" => Choice::Redis {
+                url: url.clone(),
+                prefix: prefix.clone(),
+                grace: Duration::from_millis(grace.parse().ok()?),
+                session: session(s)?,
+            },
+            [kind, url, prefix, s] if kind == "mysql" => Choice::Mysql {
+                url: url.clone(),
+                prefix: prefix.clone(),
+                session: session(s)?,
+            },
+            _ => return None,
         })
     }
 
@@ -167,6 +325,27 @@ impl Choice {
             Choice::Mysql { prefix, .. } => format!("mysql tables {prefix}_*"),
         }
     }
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or(String::new(), |d| d.as_millis().to_string())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "-".into();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(word: &str) -> Option<Vec<u8>> {
+    if word == "-" {
+        return Some(Vec::new());
+    }
+    (0..word.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(word.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// `semaphore.db` in the user's data directory ($XDG_DATA_HOME, else
@@ -186,4 +365,42 @@ fn default_db() -> Result<PathBuf, Exit> {
     std::fs::create_dir_all(&dir)
         .map_err(|e| Exit::new(code::IOERR, format!("creating {}: {e}", dir.display())))?;
     Ok(dir.join("semaphore.db"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_choice_survives_its_line() {
+        use std::os::unix::ffi::OsStringExt;
+        let odd = PathBuf::from(std::ffi::OsString::from_vec(b"/tmp/a b\n\xff.db".to_vec()));
+        for choice in [
+            Choice::Memory,
+            Choice::Sqlite(odd),
+            Choice::Postgres {
+                url: "postgresql://u:p w@h/db".into(),
+                schema: "s".into(),
+                prepared: true,
+                session: Some(Duration::from_secs(30)),
+                migrate: false,
+            },
+            Choice::Redis {
+                url: "redis://h/".into(),
+                prefix: "p".into(),
+                grace: Duration::from_secs(60),
+                session: None,
+            },
+            Choice::Mysql {
+                url: "mysql://root@h/db".into(),
+                prefix: "".into(),
+                session: Some(Duration::from_secs(2)),
+            },
+        ] {
+            let line = choice.to_line();
+            assert!(!line.contains('\n'), "{line}");
+            assert_eq!(Choice::from_line(&line), Some(choice));
+        }
+        assert_eq!(Choice::from_line("zz"), None);
+    }
 }

@@ -10,7 +10,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use semaphore_core::{BorrowOptions, Enqueued, Lease, PoolId};
+use semaphore_core::{BorrowOptions, Enqueued, Error, Lease, PoolId};
 use tokio::time::Instant;
 
 use crate::app::App;
@@ -54,7 +54,11 @@ pub(crate) fn granted(app: &App, lease: &Lease) -> Response {
 }
 
 #[utoipa::path(post, path = "/l/{id}/enqueue", tag = "two-phase",
-    params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
+    params(
+        ("id" = uuid::Uuid, Path, description = "The pool's secret UUID"),
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
+            description = "A retry with the same key and body gets the same lease or ticket (1-255 bytes, printable)"),
+    ),
     request_body = wire::Enqueue,
     responses(
         (status = 200, description = "A slot was free: the lease", body = wire::Granted),
@@ -63,16 +67,29 @@ pub(crate) fn granted(app: &App, lease: &Lease) -> Response {
         (status = 404, description = "No such pool", body = crate::error::ErrorBody),
         (status = 413, description = "Body too large", body = crate::error::ErrorBody),
         (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
+        (status = 422, description = "The Idempotency-Key was used with another body", body = crate::error::ErrorBody),
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
-        (status = 503, description = "The server shuts down or drains, the pool drains, or the server keeps too many tickets", body = crate::error::ErrorBody),
+        (status = 503, description = "The server shuts down or drains, the pool drains, or the pool or the server keeps too many tickets (1,000 per pool)", body = crate::error::ErrorBody),
     ))]
 pub(crate) async fn enqueue(
     State(app): State<App>,
     PoolPath(id): PoolPath,
+    headers: axum::http::HeaderMap,
     JsonObject(request): JsonObject<wire::Enqueue>,
 ) -> Result<Response, ApiError> {
     let pool = app.pool(id);
     let ttl = wire::seconds("ttl", &request.ttl, true)?;
+    let keyed = crate::idempotency::header(&headers)?.map(|key| {
+        let asked = crate::idempotency::Request {
+            route: "enqueue",
+            ttl: request.ttl.to_string(),
+            wait: None,
+            owner: request.owner.as_deref(),
+            slots: request.slots.as_ref().map(ToString::to_string),
+            wait_while_draining: request.wait_while_draining,
+        };
+        crate::idempotency::derive(key, &asked)
+    });
     // The lease is the client's: not bound to this server (R16).
     let mut options = BorrowOptions::new()
         .bound(false)
@@ -90,23 +107,39 @@ pub(crate) async fn enqueue(
         return Err(ApiError::draining());
     }
     if app.tickets.in_store() {
-        return crate::held::enqueue(&app, &pool, ttl, options).await;
+        return crate::held::enqueue(&app, &pool, ttl, options, keyed).await;
+    }
+    if let Some(keyed) = &keyed {
+        // A retry of an enqueue that was queued: its ticket again.
+        match app.tickets.by_key(id, keyed) {
+            Some(Ok(ticket)) => return again(&app, id, ticket).await,
+            Some(Err(())) => return Err(Error::KeyReused { pool: id }.into()),
+            None => options = keyed.options(options),
+        }
     }
     match app.track(pool.enqueue(ttl, options).await)? {
         Enqueued::Granted(guard) => Ok(granted(&app, &guard.forget())),
         Enqueued::Queued(borrow) => {
             let place = borrow.place().unwrap_or(1);
-            let ticket = app.tickets.insert(borrow, place).ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "too_many_tickets",
-                    "this server keeps as many tickets as it may; borrow with a wait, or \
-                     retry later",
-                )
-            })?;
+            let ticket = app
+                .tickets
+                .insert(borrow, place, keyed)
+                .ok_or_else(crate::tickets::too_many)?;
             Ok(queued(&app, ticket.to_string(), place))
         }
     }
+}
+
+/// A retried enqueue's ticket `ticket_id` of pool `id`: its lease if a poll
+/// collected one (while active), or the ticket at its place.
+async fn again(app: &App, id: PoolId, ticket_id: uuid::Uuid) -> Result<Response, ApiError> {
+    let poll = app.tickets.poll(id, ticket_id).ok_or_else(unknown_ticket)?;
+    let handed = poll.ticket.granted.lock().clone();
+    if let Some(lease) = handed {
+        return still_held(app, id, ticket_id, &lease).await;
+    }
+    let place = poll.ticket.place.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(queued(app, ticket_id.to_string(), place))
 }
 
 #[utoipa::path(post, path = "/l/{id}/wait", tag = "two-phase",
@@ -141,8 +174,9 @@ pub(crate) async fn wait(
     let (mut shutdown, mut draining) = (app.shutdown.clone(), app.draining.clone());
     let poll = app.tickets.poll(id, ticket_id).ok_or_else(unknown_ticket)?;
     let ticket = &poll.ticket;
-    if let Some(lease) = ticket.granted.lock().clone() {
-        return Ok(granted(&app, &lease));
+    let handed = ticket.granted.lock().clone();
+    if let Some(lease) = handed {
+        return still_held(&app, id, ticket_id, &lease).await;
     }
     let deadline = Instant::now() + wait.min(Duration::from_secs(86_400 * 365));
     let answer = async {
@@ -194,6 +228,31 @@ pub(crate) async fn wait(
             ticket.place.load(std::sync::atomic::Ordering::Relaxed),
         ),
     })
+}
+
+/// A repeated poll of a ticket whose lease a poll handed over: that lease
+/// again while it is active (with its expiry now, after renewals), and 404
+/// once it was returned or expired, as on a shared store: a ticket is
+/// spent with its lease, and a position granted since to someone else is
+/// never answered as this ticket's.
+async fn still_held(
+    app: &App,
+    id: PoolId,
+    ticket_id: uuid::Uuid,
+    lease: &Lease,
+) -> Result<Response, ApiError> {
+    let holders = app.track(app.pool(id).holders().await)?;
+    match holders.iter().find(|h| h.lease.token == lease.token) {
+        Some(holder) => {
+            let mut lease = lease.clone();
+            lease.expires_at = holder.lease.expires_at;
+            Ok(granted(app, &lease))
+        }
+        None => {
+            drop(app.tickets.remove(id, ticket_id));
+            Err(unknown_ticket())
+        }
+    }
 }
 
 #[utoipa::path(delete, path = "/l/{id}/tickets/{ticket}", tag = "two-phase",

@@ -72,6 +72,29 @@ async fn only_the_bearer_of_the_token_is_served() {
         assert_eq!(answer.status(), 200, "{path}");
     }
     assert_eq!(put(Some(TOKEN)).await.unwrap().status(), 200);
+    // The scheme is case-insensitive (RFC 7235); the token is not.
+    for header in [
+        format!("bearer {TOKEN}"),
+        format!("BEARER {TOKEN}"),
+        format!("Bearer  {TOKEN}"),
+    ] {
+        let answer = http
+            .put(&pool)
+            .json(&serde_json::json!({"count": 1}))
+            .header("Authorization", &header)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{header}");
+    }
+    let answer = http
+        .put(&pool)
+        .json(&serde_json::json!({"count": 1}))
+        .header("Authorization", format!("Bearer {}", TOKEN.to_uppercase()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 401);
 
     child.kill().unwrap();
     child.wait().unwrap();
@@ -96,4 +119,61 @@ fn a_short_token_is_refused_at_start() {
     assert_eq!(output.status.code(), Some(64));
     let said = String::from_utf8_lossy(&output.stderr);
     assert!(said.contains("--auth-token-file"), "{said}");
+}
+
+/// Issue 38, item 8: SIGHUP reads the token file again, so a rotated token
+/// takes effect without a restart; a file rewritten with an unusable token
+/// keeps the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reads_the_token_file_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, TOKEN).unwrap();
+    let mut child = serve(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let base = line
+        .strip_prefix("listening on ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let http = reqwest::Client::new();
+    let pool = format!("{base}/l/{}", uuid::Uuid::new_v4());
+    let status = |token: &'static str| {
+        let request = http
+            .put(&pool)
+            .json(&serde_json::json!({"count": 1}))
+            .header("Authorization", format!("Bearer {token}"));
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    const NEXT: &str = "9a8b7c6d5e4f30211f2e3d4c5b6a7988";
+    assert_eq!(status(TOKEN).await, 200);
+    assert_eq!(status(NEXT).await, 401);
+
+    let hangup = |pid: u32| {
+        std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap()
+    };
+    std::fs::write(&file, "short").unwrap();
+    hangup(child.id());
+    std::fs::write(&file, NEXT).unwrap();
+    hangup(child.id());
+    let patience = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while status(NEXT).await != 200 {
+        assert!(
+            std::time::Instant::now() < patience,
+            "the new token was never read"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(status(TOKEN).await, 401, "the old token still works");
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

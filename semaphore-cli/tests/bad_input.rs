@@ -210,3 +210,36 @@ async fn oversized(server: &Server, path: &str) -> (u16, Value) {
     let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
+
+/// SPEC fourth round, HTTP (issue 38, item 3): a body sent without a
+/// Content-Type, as a browser's form or `text/plain` post from any page
+/// would be (no preflight), is a 415 with the JSON error, and borrows
+/// nothing; with `application/json` the same body borrows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_without_a_content_type_is_refused_and_borrows_nothing() {
+    let server = Server::start(&["--memory"]);
+    let id = pool_id();
+    let pool = format!("/l/{id}");
+    server.call("PUT", &pool, Some(json!({"count": 1}))).await;
+    let response = server
+        .http
+        .post(server.url(&format!("{pool}/borrow")))
+        .body(r#"{"ttl": 86400}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 415);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], "unsupported_media_type", "{body}");
+    let (_, state) = server.call("GET", &pool, None).await;
+    assert_eq!(state["in_use"], 0, "{state}");
+    let (status, _) = raw(
+        &server,
+        "POST",
+        &format!("{pool}/borrow"),
+        "application/json",
+        br#"{"ttl": 5}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(status, 200);
+}

@@ -68,6 +68,65 @@ fn a_half_sent_request_is_closed() {
 
 /// With one connection allowed, a second client is served only after the
 /// first one's connection is closed (here by the header timeout).
+/// A client that sends a whole head announcing 100 bytes of body and then
+/// one byte is answered 408 `body_timeout` and disconnected after the body
+/// timeout, on a route that reads a body and on one that takes none,
+/// instead of holding the connection for as long as it likes (issue 38,
+/// item 2).
+#[test]
+fn a_slow_body_is_answered_408_and_closed() {
+    let server = Server::start(&["--memory", "--body-timeout", "1s", "--header-timeout", "1h"]);
+    let id = pool_id();
+    for head in [
+        format!("PUT /l/{id} HTTP/1.1\r\n"),
+        "GET /healthz HTTP/1.1\r\n".to_string(),
+    ] {
+        let request = format!(
+            "{head}Host: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+        );
+        let (status, body) = raw(&server, request.as_bytes());
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (408, Some("body_timeout")),
+            "{head}: {body}"
+        );
+    }
+}
+
+/// With `--max-connections-per-address 2`, a third connection from the
+/// same address is closed at once while two are open (they could stay for
+/// the hour-long header timeout), and served once one of them closes.
+#[test]
+fn one_address_gets_its_share_of_connections() {
+    let server = Server::start(&[
+        "--memory",
+        "--max-connections-per-address",
+        "2",
+        "--header-timeout",
+        "1h",
+    ]);
+    let address = address(&server);
+    let first = connect(&address);
+    let _second = connect(&address);
+    let mut third = connect(&address);
+    let _ = third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut answer = Vec::new();
+    // Closed without an answer (a reset or an end of file), not left open.
+    match third.read_to_end(&mut answer) {
+        Ok(_) => assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer)),
+        Err(e) => assert_ne!(e.kind(), std::io::ErrorKind::WouldBlock, "left open: {e}"),
+    }
+    drop(first);
+    // The share frees as the server sees the close: poll until it serves.
+    common::process::until(Duration::from_secs(30), "a connection served", || {
+        let mut socket = connect(&address);
+        let _ = socket.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut answer = Vec::new();
+        let _ = socket.read_to_end(&mut answer);
+        answer.starts_with(b"HTTP/1.1 200")
+    });
+}
+
 #[test]
 fn connections_over_the_cap_wait_for_one_to_close() {
     let server = Server::start(&[

@@ -24,6 +24,26 @@ async fn the_served_openapi_document_matches_the_committed_snapshot() {
     ] {
         assert!(document["paths"][path].is_object(), "{path} is missing");
     }
+    // Each operation declares the parameters its path names: a generator
+    // drops an operation that does not (openapi-python-client did, when a
+    // second `params(...)` replaced the first).
+    for (path, item) in document["paths"].as_object().unwrap() {
+        let named: Vec<&str> = path
+            .split('/')
+            .filter_map(|part| part.strip_prefix('{')?.strip_suffix('}'))
+            .collect();
+        for (method, operation) in item.as_object().unwrap() {
+            let declared: Vec<&str> = operation["parameters"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .filter(|p| p["in"] == "path")
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            assert_eq!(declared, named, "{method} {path}: path parameters");
+        }
+    }
     if std::env::var_os("SEMAPHORE_BLESS").is_some() {
         std::fs::write(SNAPSHOT, &served).unwrap();
     }

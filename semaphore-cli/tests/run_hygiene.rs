@@ -198,3 +198,298 @@ fn in_an_orphaned_group_a_stop_of_the_command_is_not_followed() {
     let output = wrapper.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(3), "the command's own code");
 }
+
+/// SPEC R17: a command that ignores SIGTERM, under a wrapper stopped past
+/// its lease, is dead before the lease's local deadline: the guardian
+/// sends SIGTERM `--kill-after` before it and SIGKILL at it, so a second
+/// run granted the slot never finds it running.
+#[test]
+fn a_command_that_ignores_sigterm_is_dead_before_the_slot_is_granted_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let pidfile = dir.path().join("first.pid");
+    let line = format!(
+        "trap '' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pidfile.display()
+    );
+    let first = run(
+        &db,
+        &[
+            "--pool",
+            "p",
+            "--count",
+            "1",
+            "--ttl",
+            "5s",
+            "--kill-after",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &line,
+        ],
+    )
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let command = read_pid(&pidfile);
+    kill("STOP", &first.id().to_string());
+
+    let check = format!("test ! -d /proc/{command} || grep -q ') Z' /proc/{command}/stat");
+    let second = run(
+        &db,
+        &["--pool", "p", "--wait", "60s", "--", "sh", "-c", &check],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "the second run got the slot while the first command still ran"
+    );
+    kill("CONT", &first.id().to_string());
+    let output = first.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(70));
+}
+
+/// `--kill-after` that cannot fit before a healthy lease's deadline is a
+/// usage error that says what to change, and nothing is borrowed.
+#[test]
+fn a_kill_after_longer_than_the_lease_allows_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("u.db");
+    let output = run(
+        &db,
+        &[
+            "--pool",
+            "p",
+            "--count",
+            "1",
+            "--ttl",
+            "3s",
+            "--kill-after",
+            "5s",
+            "--",
+            "true",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--kill-after"), "{stderr}");
+}
+
+/// SPEC R17 with a guardian held up: stopped (SIGSTOP) while the wrapper
+/// goes on telling it deadlines, then the wrapper stopped too, until the
+/// lease is gone and another run has had the slot. Continued, the
+/// guardian reads the deadlines it missed; they are times on a clock both
+/// read, already past, so it kills the command at once, with no SIGTERM
+/// period as if they were new (the command writes a mark on SIGTERM).
+#[test]
+fn a_guardian_held_up_past_the_deadline_kills_at_once_when_it_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("h.db");
+    let (pidfile, mark) = (dir.path().join("c.pid"), dir.path().join("termed"));
+    let line = format!(
+        "trap 'echo term >> {}' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        mark.display(),
+        pidfile.display()
+    );
+    let first = run(
+        &db,
+        &[
+            "--pool", "p", "--count", "1", "--ttl", "2s", "--", "sh", "-c", &line,
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let command = read_pid(&pidfile);
+    let guardian = group_of(command);
+    kill("STOP", &guardian.to_string());
+    until(GUARD, "the guardian stopping", || stopped(guardian));
+    // Deadlines pile up in its pipe meanwhile.
+    std::thread::sleep(Duration::from_secs(1));
+    kill("STOP", &first.id().to_string());
+
+    let second = run(&db, &["--pool", "p", "--wait", "60s", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(0), "the lease never ended");
+
+    kill("CONT", &guardian.to_string());
+    until(GUARD, "the resumed guardian ending the command", || {
+        ended(command)
+    });
+    assert!(
+        !mark.exists(),
+        "the guardian took a stale deadline for a new one (SIGTERM, then a wait)"
+    );
+    kill("CONT", &first.id().to_string());
+    let output = first.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("did not confirm the lease in time"),
+        "the guardian's message was lost: {stderr}"
+    );
+}
+
+/// With `--kill-after 0s` SIGKILL follows at once, ending the guardian
+/// with the group: what it tells the user is written before, not from a
+/// thread that dies with it.
+#[test]
+fn the_guardians_message_survives_its_own_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let pidfile = dir.path().join("c.pid");
+    let line = format!(
+        "echo $$ > {}; while :; do sleep 0.05; done",
+        pidfile.display()
+    );
+    let first = run(
+        &db,
+        &[
+            "--pool",
+            "p",
+            "--count",
+            "1",
+            "--ttl",
+            "2s",
+            "--kill-after",
+            "0s",
+            "--",
+            "sh",
+            "-c",
+            &line,
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let command = read_pid(&pidfile);
+    kill("STOP", &first.id().to_string());
+    until(GUARD, "the guardian ending the command", || ended(command));
+    kill("CONT", &first.id().to_string());
+    let output = first.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(70), "{stderr}");
+    assert!(
+        stderr.contains("did not confirm the lease in time"),
+        "the guardian's message was lost: {stderr}"
+    );
+}
+
+/// A command the guardian sent SIGTERM (its wrapper stopped past the
+/// kill-after point) that then exits 0 of its own, after the wrapper was
+/// continued and went on telling the guardian new deadlines: the run
+/// still exits 70, as the guardian says it ended the command.
+#[test]
+fn a_command_the_guardian_ended_exits_70_though_the_wrapper_went_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("e.db");
+    let (pidfile, mark, go) = (
+        dir.path().join("c.pid"),
+        dir.path().join("termed"),
+        dir.path().join("go"),
+    );
+    let line = format!(
+        "trap 'echo > {mark}; while [ ! -e {go} ]; do sleep 0.02; done; exit 0' TERM; \
+         echo $$ > {pid}; while :; do sleep 0.05; done",
+        mark = mark.display(),
+        go = go.display(),
+        pid = pidfile.display()
+    );
+    let first = run(
+        &db,
+        &[
+            "--pool", "p", "--count", "1", "--ttl", "12s", "--", "sh", "-c", &line,
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    read_pid(&pidfile);
+    kill("STOP", &first.id().to_string());
+    until(Duration::from_secs(30), "the guardian's SIGTERM", || {
+        mark.exists()
+    });
+    kill("CONT", &first.id().to_string());
+    // The wrapper renews and tells the guardian new deadlines (once a
+    // second); the command then exits 0 of its own.
+    std::thread::sleep(Duration::from_millis(1500));
+    std::fs::write(&go, "").unwrap();
+    let output = first.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(70),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// `semaphore __guard` run by hand in a shell without job control (so in
+/// the shell's process group) refuses to run: it kills nothing, even on
+/// the end of its input, and the shell goes on.
+#[test]
+fn a_guardian_run_by_hand_kills_nothing() {
+    let output = std::process::Command::new("setsid")
+        .args([
+            "-w",
+            "bash",
+            "-c",
+            "echo x | \"$0\" __guard; echo \"survived $?\"",
+            common::BIN,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout} {stderr}");
+    assert!(stdout.contains("survived 64"), "{stdout} {stderr}");
+    assert!(stderr.contains("refusing"), "{stderr}");
+}
+
+/// A guardian that leads a process group of its own but was not told by a
+/// wrapper which group to guard (or was told another) ends nothing: not on
+/// a deadline, not on the end of its input, though another process is in
+/// its group.
+#[test]
+fn a_guardian_not_told_its_own_group_kills_nothing() {
+    use std::io::{BufRead, BufReader, Write};
+    for told in ["", "group 1\n"] {
+        let mut guardian = std::process::Command::new(common::BIN)
+            .arg("__guard")
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        BufReader::new(guardian.stdout.as_mut().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        assert_eq!(ready, "ready\n");
+        let mut member = std::process::Command::new("sleep")
+            .arg("60")
+            .process_group(guardian.id() as i32)
+            .spawn()
+            .unwrap();
+        let mut input = guardian.stdin.take().unwrap();
+        // A deadline long past, then the end of the input.
+        let _ = write!(input, "{told}kill-after 0\ndeadline 0\n");
+        drop(input);
+        let output = guardian.wait_with_output().unwrap();
+        assert!(!output.status.success(), "{told:?}: {output:?}");
+        assert!(
+            member.try_wait().unwrap().is_none(),
+            "{told:?}: the guardian killed a process of its group: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        member.kill().unwrap();
+        member.wait().unwrap();
+    }
+}

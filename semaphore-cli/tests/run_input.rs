@@ -63,6 +63,85 @@ async fn too_few_devices_are_refused_before_borrowing() {
     drop(held);
 }
 
+/// The pool can grow while a run waits: a position past `--devices` gets no
+/// device, so the run returns the lease and fails with 64 rather than run
+/// the command with `CUDA_VISIBLE_DEVICES=""` (issue 38, item 9).
+#[tokio::test]
+async fn a_position_without_a_device_after_the_wait_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("g.db");
+    let ran = dir.path().join("ran");
+    let pool = pool(&db, "gpus");
+    pool.register(2).await.unwrap();
+    let held = futures_held(&pool, 2).await;
+    let child = run(
+        &db,
+        &[
+            "--pool",
+            "gpus",
+            "--devices",
+            "0,1",
+            "--wait",
+            "60s",
+            "--",
+            "touch",
+        ],
+    )
+    .arg(&ran)
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Past the check before the wait: queued in the file.
+    let file = rusqlite::Connection::open(&db).unwrap();
+    common::process::until(Duration::from_secs(30), "the run queueing", || {
+        file.query_row("SELECT count(*) FROM semaphore_waiters", [], |row| {
+            row.get::<_, i64>(0)
+        })
+        .unwrap_or(0)
+            == 1
+    });
+    pool.register(3).await.unwrap();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(64), "{said}");
+    assert!(said.contains("position 2"), "{said}");
+    assert!(!ran.exists(), "the command ran without a device");
+    assert_eq!(
+        pool.inspect().await.unwrap().in_use,
+        2,
+        "the lease was kept"
+    );
+    drop(held);
+}
+
+/// An empty name in `--devices` (`0,,1`) is a usage error, not a device.
+#[test]
+fn an_empty_device_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("e.db");
+    let output = run(
+        &db,
+        &[
+            "--pool",
+            "p",
+            "--count",
+            "3",
+            "--devices",
+            "0,,1",
+            "--",
+            "true",
+        ],
+    )
+    .output()
+    .unwrap();
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(64), "{said}");
+    assert!(said.contains("empty"), "{said}");
+}
+
 async fn futures_held(pool: &Pool, n: usize) -> Vec<semaphore_sqlite::Lease> {
     let mut held = Vec::new();
     for _ in 0..n {
@@ -254,4 +333,16 @@ async fn serve_and_inspect_share_one_default_file() {
     assert!(output.status.success(), "{}", stderr(&output));
     let state: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(state["count"], 3);
+}
+
+/// `serve --help` states the MySQL wake-up bound it can keep: the poll
+/// interval plus the poll's round trip, not "within 100 ms" (measured
+/// 100.6-103.4 ms; issue 38, item 10).
+#[test]
+fn serve_help_states_the_mysql_wake_up_bound_it_keeps() {
+    let output = semaphore(&["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{help}");
+    assert!(!help.contains("within 100 ms"), "{help}");
+    assert!(help.contains("100 ms plus the poll's round trip"), "{help}");
 }

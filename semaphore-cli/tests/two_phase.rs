@@ -351,3 +351,71 @@ async fn a_draining_server_drops_its_tickets_and_grants_them_nothing() {
         (404, Some("ticket_not_found"))
     );
 }
+
+/// A ticket is spent with its lease, on every store: asked again while the
+/// lease is active it answers that lease; once the lease was returned and
+/// its position granted to another client, it answers 404, not the old
+/// lease (issue 38, item 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_whose_lease_was_returned_is_spent_on_every_store() {
+    let dir = tempfile::tempdir().unwrap();
+    for server in servers(&dir, &[]) {
+        let pool = format!("/l/{}", pool_id());
+        let call = |path: &str, body: Value| post(&server, format!("{pool}{path}"), body);
+        server.call("PUT", &pool, Some(json!({"count": 1}))).await;
+        let (_, held) = call("/borrow", json!({"ttl": 60})).await;
+        let (status, queued) = call("/enqueue", json!({"ttl": 60})).await;
+        assert_eq!(status, 202, "{queued}");
+        let ticket = queued["ticket"].clone();
+        call("/return", json!({"lease": held["lease"]})).await;
+        let poll = json!({"ticket": ticket, "wait": 30});
+        let (status, lease) = call("/wait", poll.clone()).await;
+        assert_eq!((status, &lease["position"]), (200, &json!(0)), "{lease}");
+        let (status, again) = call("/wait", poll.clone()).await;
+        assert_eq!((status, &again["lease"]), (200, &lease["lease"]), "{again}");
+        call("/return", json!({"lease": lease["lease"]})).await;
+        let (status, other) = call("/borrow", json!({"ttl": 60})).await;
+        assert_eq!((status, &other["position"]), (200, &json!(0)), "{other}");
+        let (status, spent) = call("/wait", poll).await;
+        assert_eq!(
+            (status, spent["code"].as_str()),
+            (404, Some("ticket_not_found")),
+            "{spent}"
+        );
+    }
+}
+
+/// One pool keeps at most 1,000 tickets, on every store: the next enqueue
+/// on it answers 503 `too_many_tickets`, while another pool's enqueue is
+/// still queued (one pool's clients cannot use up the server's tickets, nor
+/// grow a shared store's queue without bound; issue 38, item 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pools_tickets_are_capped_and_other_pools_still_enqueue() {
+    let dir = tempfile::tempdir().unwrap();
+    for server in servers(&dir, &[]) {
+        let (full, other) = (format!("/l/{}", pool_id()), format!("/l/{}", pool_id()));
+        for pool in [&full, &other] {
+            server.call("PUT", pool, Some(json!({"count": 1}))).await;
+            server
+                .call("POST", &format!("{pool}/borrow"), Some(json!({"ttl": 600})))
+                .await;
+        }
+        let enqueue = |pool: &str| post(&server, format!("{pool}/enqueue"), json!({"ttl": 60}));
+        for _ in 0..1_000 {
+            let (status, body) = enqueue(&full).await;
+            assert_eq!(status, 202, "{body}");
+        }
+        let (status, body) = enqueue(&full).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (503, Some("too_many_tickets")),
+            "{body}"
+        );
+        let (status, body) = enqueue(&other).await;
+        assert_eq!(status, 202, "{body}");
+    }
+}
+
+async fn post(server: &Server, path: String, body: Value) -> (u16, Value) {
+    server.call("POST", &path, Some(body)).await
+}

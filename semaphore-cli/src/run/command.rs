@@ -84,7 +84,7 @@ impl Cmd {
             .process_group(group.as_raw())
             .kill_on_drop(true);
         if let Some(devices) = devices {
-            // check_devices made sure there is one for every position.
+            // check_positions made sure there is one for every position.
             let visible: Vec<&str> = lease
                 .positions
                 .iter()

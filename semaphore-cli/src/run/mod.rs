@@ -16,14 +16,26 @@
 //!   command's group, followed by SIGCONT so that a stopped command acts on
 //!   them.
 //! - A guardian process ([`guard`]) ends the command's group the moment
-//!   `semaphore run` dies, SIGKILL included, and when the lease runs out
-//!   while `semaphore run` cannot renew it (stopped on its own, hung).
-//! - If a renewal finds the lease lost, the command gets SIGTERM, then
-//!   SIGKILL after a grace period, and `semaphore run` exits 70.
+//!   `semaphore run` dies, SIGKILL included, and then returns the lease
+//!   itself; and it ends the command before the lease's local deadline
+//!   (SPEC R17) when `semaphore run` cannot renew it or its session cannot
+//!   heartbeat (stopped on its own, hung, the store out of reach): SIGTERM
+//!   `--kill-after` before the deadline, SIGKILL at it.
+//! - If a renewal finds the lease lost, the command gets SIGTERM (once:
+//!   from the guardian if its deadline came first, else from here, the
+//!   guardian told to send none), then SIGKILL after `--kill-after`, and
+//!   `semaphore run` exits 70. It exits 70 too when the guardian ended the
+//!   command, whatever the command then exited with.
+//! - The margin, the SIGTERM period and how often the guardian is told the
+//!   deadline follow the lease's window, the shorter of its ttl and its
+//!   session timeout ([`Timing`]); `--ttl` is at least [`MIN_TTL`].
 
 mod command;
 pub(crate) mod guard;
+pub(crate) mod guardian;
+pub(crate) mod returner;
 mod terminal;
+mod timing;
 
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -37,12 +49,27 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::RunArgs;
 use crate::exit::{Exit, code};
+use crate::store::Choice;
 use command::Cmd;
-use guard::{GRACE, Guard};
+use guard::Guard;
 use terminal::Terminal;
+pub(crate) use timing::MIN_TTL;
+use timing::Timing;
 
-pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, Exit> {
+/// The session timeout `semaphore run` keeps its store's session with
+/// unless `--session-timeout` says otherwise: long enough that a
+/// heartbeat late by seconds leaves the command `--kill-after` (5 s by
+/// default) before its lease's local deadline.
+pub(crate) const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(crate) async fn run(
+    args: RunArgs,
+    pool: Pool,
+    name: String,
+    choice: Choice,
+) -> Result<u8, Exit> {
     let cmd = Cmd::resolve(&args)?;
+    let timing = Timing::of(args.ttl, choice.session_timeout(), args.kill_after)?;
     if let Some(count) = args.count {
         pool.register(count).await.map_err(Exit::from_store)?;
     }
@@ -59,11 +86,28 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
         }
         Err(e) => return Err(Exit::from_store(e)),
     };
+    if let Some(devices) = &args.devices {
+        // The pool's count may have grown while this borrow waited: a
+        // position past the list gets no device, and the command must not
+        // run without one (R15).
+        if let Err(e) = check_positions(devices, &lease.positions) {
+            let _ = lease.release().await;
+            return Err(e);
+        }
+    }
     lease.keep_alive();
     // Listening before the command starts: a stop or a signal that came
     // before would be missed.
     let signals = Signals::listen()?;
-    let mut guard = Guard::start().await.map_err(|e| {
+    let mut guard = Guard::start(
+        timing.kill_after,
+        timing.margin,
+        &choice,
+        pool.id(),
+        lease.id,
+    )
+    .await
+    .map_err(|e| {
         Exit::new(
             code::SOFTWARE,
             format!(
@@ -75,7 +119,7 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
     // The guardian knows the deadline before the command exists: a wrapper
     // stopped right after starting it (Ctrl-Z) would otherwise leave the
     // command unguarded past the lease (seen in CI under load).
-    guard.deadline(lease.time_left(), args.ttl);
+    guard.deadline(&lease);
     let child = match cmd.spawn(&lease, &name, args.devices.as_deref(), guard.group()) {
         Ok(child) => child,
         Err(e) => {
@@ -84,7 +128,7 @@ pub(crate) async fn run(args: RunArgs, pool: Pool, name: String) -> Result<u8, E
             return Err(e);
         }
     };
-    let mut job = Job::new(child, guard, args.ttl);
+    let mut job = Job::new(child, guard, args.ttl, timing);
     let status = job.supervise(&lease, signals).await;
     job.close().await;
     let _ = lease.release().await;
@@ -108,6 +152,26 @@ async fn check_devices(devices: &[String], pool: &Pool, count: Option<u32>) -> R
         ));
     }
     Ok(())
+}
+
+/// Every granted position must have a device: checked after the grant,
+/// since the pool's count can grow while a borrow waits.
+fn check_positions(devices: &[String], positions: &[u32]) -> Result<(), Exit> {
+    match positions
+        .iter()
+        .find(|p| devices.get(**p as usize).is_none())
+    {
+        None => Ok(()),
+        Some(position) => Err(Exit::new(
+            code::USAGE,
+            format!(
+                "the lease holds position {position} but --devices names {} device(s) \
+                 (the pool grew while this borrow waited): name one device per slot; \
+                 the lease was returned",
+                devices.len()
+            ),
+        )),
+    }
 }
 
 /// The signals `semaphore run` acts on while the command runs.
@@ -151,10 +215,11 @@ struct Job {
     guard: Guard,
     terminal: Option<Terminal>,
     ttl: Duration,
+    timing: Timing,
 }
 
 impl Job {
-    fn new(child: tokio::process::Child, guard: Guard, ttl: Duration) -> Self {
+    fn new(child: tokio::process::Child, guard: Guard, ttl: Duration, timing: Timing) -> Self {
         // The pid is there until the child is waited for.
         let pid = Pid::from_raw(child.id().map_or(0, |id| id as i32));
         let group = guard.group();
@@ -169,6 +234,7 @@ impl Job {
             guard,
             terminal,
             ttl,
+            timing,
         }
     }
 
@@ -184,9 +250,7 @@ impl Job {
         {
             return self.end(&reason).await;
         }
-        let mut tell_guard = tokio::time::interval(
-            (self.ttl / 6).clamp(Duration::from_millis(10), Duration::from_secs(1)),
-        );
+        let mut tell_guard = tokio::time::interval(self.timing.tell);
         let lost = lease.lost();
         tokio::pin!(lost);
         loop {
@@ -195,8 +259,17 @@ impl Job {
                     let status = status.map_err(|e| {
                         Exit::new(code::SOFTWARE, format!("waiting for the command: {e}"))
                     })?;
-                    if self.guard.passed() || lease.is_lost() {
-                        // Ended by the guardian, or ran on past the lease.
+                    if self.guard.acted() {
+                        // Ended by the guardian (it says so before it
+                        // signals), whatever the command made of it.
+                        return Err(Exit::new(
+                            code::LEASE_LOST,
+                            "the lease could not be confirmed in time; the guardian ended \
+                             the command",
+                        ));
+                    }
+                    if lease.is_lost() || !lease.is_held() {
+                        // Ran on past the lease.
                         return Err(lease_lost());
                     }
                     return Ok(exit_code(status));
@@ -213,7 +286,7 @@ impl Job {
                     }
                 }
                 reason = &mut lost => return self.end(&reason).await,
-                _ = tell_guard.tick() => self.guard.deadline(lease.time_left(), self.ttl),
+                _ = tell_guard.tick() => self.guard.deadline(lease),
             }
         }
     }
@@ -267,18 +340,23 @@ impl Job {
         if let Some(terminal) = self.terminal.as_ref().filter(|t| t.ours()) {
             terminal.give(self.group);
         }
-        self.guard.deadline(lease.time_left(), self.ttl);
+        self.guard.deadline(lease);
         let _ = killpg(self.group, Signal::SIGCONT);
         Ok(())
     }
 
     /// Ends the command after the lease was lost: SIGTERM (and SIGCONT, so
-    /// that a stopped command acts on it), SIGKILL after the grace period.
+    /// that a stopped command acts on it), SIGKILL after `--kill-after`.
+    /// The guardian is told first and sends no SIGTERM of its own; if it
+    /// already sent one (its deadline came first), none goes from here.
     async fn end(&mut self, reason: &Error) -> Result<u8, Exit> {
         eprintln!("semaphore run: the lease was lost ({reason}); stopping the command");
-        let _ = killpg(self.group, Signal::SIGTERM);
-        let _ = killpg(self.group, Signal::SIGCONT);
-        if tokio::time::timeout(GRACE, self.child.wait())
+        let kill_after = self.timing.kill_after;
+        if self.guard.end(kill_after).await {
+            let _ = killpg(self.group, Signal::SIGTERM);
+            let _ = killpg(self.group, Signal::SIGCONT);
+        }
+        if tokio::time::timeout(kill_after, self.child.wait())
             .await
             .is_err()
         {
@@ -303,11 +381,16 @@ fn lease_lost() -> Exit {
 
 /// Renews the lease after a stop: `Err` with the reason if it is gone.
 async fn confirm(lease: &LeaseGuard<Pool>, ttl: Duration) -> Result<(), Arc<Error>> {
-    if lease.is_lost() || lease.time_left().is_zero() {
+    if lease.is_lost() {
+        return Err(lease.lost().await);
+    }
+    if lease.time_left().is_zero() {
+        // Renewed since the grant: its end is not the grant's expiry, and
+        // it has passed by now.
         return Err(Arc::new(Error::LeaseExpired {
             pool: lease.pool().id(),
             lease: lease.id,
-            expired_at: lease.expires_at,
+            expired_at: lease.pool().store().clock().now(),
         }));
     }
     tokio::select! {

@@ -22,11 +22,20 @@ pub struct Server {
 impl Server {
     /// Starts `semaphore serve --listen 127.0.0.1:0` with `store_args`.
     pub fn start(store_args: &[&str]) -> Server {
+        Self::spawn(store_args, Stdio::inherit())
+    }
+
+    /// [`Server::start`] with the server's stderr piped to `child.stderr`.
+    pub fn start_with_stderr(store_args: &[&str]) -> Server {
+        Self::spawn(store_args, Stdio::piped())
+    }
+
+    fn spawn(store_args: &[&str], stderr: Stdio) -> Server {
         let mut child = Command::new(BIN)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(store_args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("starting semaphore serve");
         let mut line = String::new();
