@@ -1,0 +1,478 @@
+//! The checker: a pure function from the logs of a run (every holder's
+//! events and the nemesis's faults) to a [`Report`].
+//!
+//! A lease is named by its holder's pid and its token. Its *act interval*
+//! on a position runs from its first `act` to its last. The invariants:
+//!
+//! - **(a) no overlap.** On each position, no two act intervals of
+//!   different leases overlap: two holders never act on one slot at once
+//!   (R10, and R17 from the holders' side).
+//! - **(b) tokens grow.** On each position, leases act in token order: a
+//!   lease never acts after a lease with a greater token acted (R9,
+//!   fencing: a stale holder never acts after a newer one).
+//! - **(c) the holder knows first (R17).** Let N be the lease with a
+//!   greater token on one of lease L's positions whose grant was received
+//!   first, at `g`. Then L never acts at or after `g` (`acted after next
+//!   grant`: whatever its process went through); and unless L's holder
+//!   released it before `g`, the holder was told (`is_held()` said `false`,
+//!   or `lost()` resolved) by `g`, give or take `told_slack` (the holders
+//!   look every 2-5 ms), unless its process was stopped or dead around `g`
+//!   (the faults log says when; `told late`).
+//! - **(d) tokens are unique.** No token is granted twice (R9).
+
+mod downtime;
+#[cfg(test)]
+mod tests;
+mod text;
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::event::{Event, FaultRecord, Phase, Via};
+use downtime::Downtime;
+use text::context;
+
+/// What the checker reads.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// Every holder's events, in any order.
+    pub events: Vec<Event>,
+    /// The nemesis's faults, in any order.
+    pub faults: Vec<FaultRecord>,
+    /// Log lines that did not parse (cut short by a kill).
+    pub skipped_lines: usize,
+}
+
+/// How strict the checker is.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// How long after the next grant a holder's `told` may come, for the
+    /// holder looks only every few milliseconds (ns).
+    pub told_slack_ns: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            told_slack_ns: 100_000_000,
+        }
+    }
+}
+
+/// One lease, as the violations name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    /// Its holder's pid.
+    pub pid: u32,
+    /// Its token.
+    pub token: u64,
+    /// Its positions.
+    pub positions: Vec<u32>,
+    /// When its grant was received.
+    pub granted: u64,
+    /// Its first act, if any.
+    pub first_act: Option<u64>,
+    /// Its last act, if any.
+    pub last_act: Option<u64>,
+    /// When its holder was first told, if it was.
+    pub told: Option<u64>,
+    /// When its holder started to release it, if it did.
+    pub release: Option<u64>,
+}
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// (a) Two leases acted on one position at once.
+    Overlap {
+        /// The position.
+        position: u32,
+        /// The lease whose interval started first.
+        a: LeaseRef,
+        /// The lease whose interval started inside `a`'s.
+        b: LeaseRef,
+    },
+    /// (b) A lease acted after a lease with a greater token had acted.
+    TokenOrder {
+        /// The position.
+        position: u32,
+        /// The lease with the greater token, which acted first.
+        newer: LeaseRef,
+        /// The lease with the smaller token, which acted after it.
+        older: LeaseRef,
+    },
+    /// (c) A lease acted at or after the grant of the next lease on one of
+    /// its positions.
+    ActedAfterNextGrant {
+        /// The lease that acted.
+        lease: LeaseRef,
+        /// The next lease.
+        next: LeaseRef,
+        /// The first act at or after `next`'s grant.
+        act: u64,
+    },
+    /// (c) A running holder was not told by the grant of the next lease on
+    /// one of its positions (plus the slack).
+    ToldLate {
+        /// The lease.
+        lease: LeaseRef,
+        /// The next lease.
+        next: LeaseRef,
+    },
+    /// (d) One token granted twice.
+    DuplicateToken {
+        /// One grant.
+        a: LeaseRef,
+        /// Another.
+        b: LeaseRef,
+    },
+}
+
+impl Violation {
+    /// When it showed: the act, grant or first act that broke the
+    /// invariant.
+    pub fn t(&self) -> u64 {
+        match self {
+            Violation::Overlap { b, .. } => b.first_act.unwrap_or(b.granted),
+            Violation::TokenOrder { older, .. } => older.first_act.unwrap_or(older.granted),
+            Violation::ActedAfterNextGrant { act, .. } => *act,
+            Violation::ToldLate { next, .. } => next.granted,
+            Violation::DuplicateToken { b, .. } => b.granted,
+        }
+    }
+
+    /// The holder processes it involves.
+    pub fn pids(&self) -> [u32; 2] {
+        match self {
+            Violation::Overlap { a, b, .. } | Violation::DuplicateToken { a, b } => [a.pid, b.pid],
+            Violation::TokenOrder { newer, older, .. } => [newer.pid, older.pid],
+            Violation::ActedAfterNextGrant { lease, next, .. }
+            | Violation::ToldLate { lease, next } => [lease.pid, next.pid],
+        }
+    }
+
+    /// The invariant's short name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Violation::Overlap { .. } => "overlap",
+            Violation::TokenOrder { .. } => "token order",
+            Violation::ActedAfterNextGrant { .. } => "acted after next grant",
+            Violation::ToldLate { .. } => "told late",
+            Violation::DuplicateToken { .. } => "duplicate token",
+        }
+    }
+}
+
+/// The checker's answer: counts for the summary, and the violations.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The earliest time in the history: times print relative to it.
+    pub origin: u64,
+    /// Holder processes seen.
+    pub processes: usize,
+    /// Grants received.
+    pub grants: usize,
+    /// Grants of more than one slot.
+    pub multi_slot_grants: usize,
+    /// Acts.
+    pub acts: usize,
+    /// Acts whose lease has no grant in the logs (ignored).
+    pub orphan_acts: usize,
+    /// Leases whose holder was told, by how it learned first.
+    pub told: BTreeMap<&'static str, usize>,
+    /// Releases started.
+    pub releases: usize,
+    /// What the releases answered (`true`, `false`, `error`, `timeout`).
+    pub released: BTreeMap<String, usize>,
+    /// Failed operations, by operation.
+    pub failed: BTreeMap<String, usize>,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<&'static str, usize>,
+    /// Leases taken over by another before their holder's release whose
+    /// holder was stopped or dead then (excused from being told).
+    pub excused: usize,
+    /// Leases taken over by another before their holder's release.
+    pub taken_over: usize,
+    /// Log lines that did not parse.
+    pub skipped_lines: usize,
+    /// The broken invariants.
+    pub violations: Vec<Violation>,
+    /// For each violation (same index), the faults that touched its
+    /// holders or the server in the [`RECENT`] before it, in words.
+    pub context: Vec<String>,
+}
+
+/// How far back a violation's context looks for faults: a ttl (3 s) and a
+/// session timeout (2 s) of the suite's settings.
+pub const RECENT: u64 = 5_000_000_000;
+
+impl Report {
+    /// Violations by kind.
+    pub fn violations_by_kind(&self) -> BTreeMap<&'static str, usize> {
+        let mut by = BTreeMap::new();
+        for v in &self.violations {
+            *by.entry(v.kind()).or_insert(0) += 1;
+        }
+        by
+    }
+}
+
+#[derive(Debug, Default)]
+struct Lease {
+    pid: u32,
+    token: u64,
+    positions: Vec<u32>,
+    granted: u64,
+    acts: Vec<u64>,
+    told: Option<(u64, Via)>,
+    release: Option<u64>,
+}
+
+impl Lease {
+    fn r(&self) -> LeaseRef {
+        LeaseRef {
+            pid: self.pid,
+            token: self.token,
+            positions: self.positions.clone(),
+            granted: self.granted,
+            first_act: self.acts.first().copied(),
+            last_act: self.acts.last().copied(),
+            told: self.told.map(|(t, _)| t),
+            release: self.release,
+        }
+    }
+}
+
+/// Checks a history; see the module's docs for the invariants.
+pub fn check(history: &History, options: &Options) -> Report {
+    let mut report = Report {
+        skipped_lines: history.skipped_lines,
+        ..Report::default()
+    };
+    report.origin = history
+        .events
+        .iter()
+        .map(Event::t)
+        .chain(history.faults.iter().map(|f| f.t))
+        .min()
+        .unwrap_or(0);
+    for f in &history.faults {
+        if f.phase == Phase::Start {
+            *report.faults.entry(f.kind.name()).or_insert(0) += 1;
+        }
+    }
+
+    let mut events: Vec<&Event> = history.events.iter().collect();
+    events.sort_by_key(|e| e.t());
+    let mut leases: HashMap<(u32, u64), Lease> = HashMap::new();
+    let mut pids = std::collections::HashSet::new();
+    let mut duplicates = Vec::new();
+    let mut by_token: HashMap<u64, u32> = HashMap::new();
+    for e in events {
+        pids.insert(e.pid());
+        match e {
+            Event::Grant {
+                t,
+                pid,
+                token,
+                positions,
+                ..
+            } => {
+                report.grants += 1;
+                if positions.len() > 1 {
+                    report.multi_slot_grants += 1;
+                }
+                match by_token.get(token) {
+                    Some(&first) => duplicates.push((first, *pid, *token)),
+                    None => {
+                        by_token.insert(*token, *pid);
+                    }
+                }
+                leases.insert(
+                    (*pid, *token),
+                    Lease {
+                        pid: *pid,
+                        token: *token,
+                        positions: positions.clone(),
+                        granted: *t,
+                        ..Lease::default()
+                    },
+                );
+            }
+            Event::Act { t, pid, token, .. } => {
+                report.acts += 1;
+                match leases.get_mut(&(*pid, *token)) {
+                    Some(lease) => lease.acts.push(*t),
+                    None => report.orphan_acts += 1,
+                }
+            }
+            Event::Told {
+                t, pid, token, via, ..
+            } => {
+                if let Some(lease) = leases.get_mut(&(*pid, *token))
+                    && lease.told.is_none()
+                {
+                    lease.told = Some((*t, *via));
+                }
+            }
+            Event::Release { t, pid, token } => {
+                report.releases += 1;
+                if let Some(lease) = leases.get_mut(&(*pid, *token)) {
+                    lease.release.get_or_insert(*t);
+                }
+            }
+            Event::Released { outcome, .. } => {
+                let key = match outcome.as_str() {
+                    "true" | "false" => outcome.clone(),
+                    o if o.starts_with("timeout") => "timeout".into(),
+                    _ => "error".into(),
+                };
+                *report.released.entry(key).or_insert(0) += 1;
+            }
+            Event::Failed { op, error, .. } => {
+                let key = if error.contains("exhausted") {
+                    format!("{op} (exhausted)")
+                } else {
+                    op.clone()
+                };
+                *report.failed.entry(key).or_insert(0) += 1;
+            }
+            Event::Start { .. } | Event::Exit { .. } => {}
+        }
+    }
+    report.processes = pids.len();
+    for lease in leases.values() {
+        if let Some((_, via)) = lease.told {
+            let name = match via {
+                Via::IsHeld => "is_held",
+                Via::Lost => "lost",
+            };
+            *report.told.entry(name).or_insert(0) += 1;
+        }
+    }
+    for (first, second, token) in duplicates {
+        report.violations.push(Violation::DuplicateToken {
+            a: leases[&(first, token)].r(),
+            b: leases[&(second, token)].r(),
+        });
+    }
+
+    // The leases of each position, in token order.
+    let mut by_position: BTreeMap<u32, Vec<&Lease>> = BTreeMap::new();
+    for lease in leases.values() {
+        for &p in &lease.positions {
+            by_position.entry(p).or_default().push(lease);
+        }
+    }
+    for list in by_position.values_mut() {
+        list.sort_by_key(|l| (l.token, l.pid));
+    }
+
+    for (&position, list) in &by_position {
+        // (a) and (b): act intervals in order of their first act.
+        let mut acting: Vec<&&Lease> = list.iter().filter(|l| !l.acts.is_empty()).collect();
+        acting.sort_by_key(|l| (l.acts[0], l.token));
+        let mut longest: Option<&Lease> = None;
+        let mut newest: Option<&Lease> = None;
+        for &&lease in &acting {
+            let first = lease.acts[0];
+            if let Some(a) = longest
+                && first <= *a.acts.last().unwrap_or(&0)
+            {
+                report.violations.push(Violation::Overlap {
+                    position,
+                    a: a.r(),
+                    b: lease.r(),
+                });
+            }
+            if let Some(n) = newest
+                && lease.token < n.token
+                && first > *n.acts.last().unwrap_or(&0)
+            {
+                report.violations.push(Violation::TokenOrder {
+                    position,
+                    newer: n.r(),
+                    older: lease.r(),
+                });
+            }
+            if longest.is_none_or(|a| lease.acts.last() > a.acts.last()) {
+                longest = Some(lease);
+            }
+            if newest.is_none_or(|n| lease.token > n.token) {
+                newest = Some(lease);
+            }
+        }
+    }
+
+    // (c): for each position, the earliest-received grant among the leases
+    // from each index on (in token order).
+    let mut earliest_after: BTreeMap<u32, Vec<Option<&Lease>>> = BTreeMap::new();
+    for (&position, list) in &by_position {
+        let mut suffix: Vec<Option<&Lease>> = vec![None; list.len() + 1];
+        for i in (0..list.len()).rev() {
+            suffix[i] = match suffix[i + 1] {
+                Some(best) if best.granted <= list[i].granted => Some(best),
+                _ => Some(list[i]),
+            };
+        }
+        earliest_after.insert(position, suffix);
+    }
+    let downtime = Downtime::of(history);
+    let slack = options.told_slack_ns;
+    let mut ordered: Vec<&Lease> = leases.values().collect();
+    ordered.sort_by_key(|l| (l.granted, l.pid));
+    for lease in ordered {
+        let mut next: Option<&Lease> = None;
+        for p in &lease.positions {
+            let list = &by_position[p];
+            let i = list.partition_point(|l| l.token <= lease.token);
+            if let Some(candidate) = earliest_after[p][i]
+                && next.is_none_or(|n| candidate.granted < n.granted)
+            {
+                next = Some(candidate);
+            }
+        }
+        let Some(next) = next else { continue };
+        let g = next.granted;
+        let released_first = lease.release.is_some_and(|r| r <= g);
+        if !released_first {
+            report.taken_over += 1;
+        }
+        if let Some(&act) = lease.acts.iter().find(|&&t| t >= g) {
+            report.violations.push(Violation::ActedAfterNextGrant {
+                lease: lease.r(),
+                next: next.r(),
+                act,
+            });
+            continue;
+        }
+        if released_first {
+            continue;
+        }
+        let from = g.max(lease.granted);
+        if lease
+            .told
+            .is_some_and(|(t, _)| t <= from.saturating_add(slack))
+        {
+            continue;
+        }
+        if downtime.down_during(
+            lease.pid,
+            from.saturating_sub(slack),
+            from.saturating_add(slack),
+        ) {
+            report.excused += 1;
+            continue;
+        }
+        report.violations.push(Violation::ToldLate {
+            lease: lease.r(),
+            next: next.r(),
+        });
+    }
+    report.violations.sort_by_key(Violation::t);
+    report.context = report
+        .violations
+        .iter()
+        .map(|v| context(history, v, report.origin))
+        .collect();
+    report
+}

@@ -1,0 +1,449 @@
+//! The nemesis: one random fault that fits the store every 0.5-3 s, each
+//! logged in `faults.jsonl` and healed after its time (or at the end of
+//! the run). Its choices follow the run's seed.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::holders::Holders;
+use super::{Config, ns, secs};
+use crate::clock::now_ns;
+use crate::event::{FaultKind, FaultRecord, Log, Phase};
+use crate::proxy::Proxy;
+use crate::server::{Server, StoreKind};
+
+/// A fault in progress that heals (or ends) later.
+#[derive(Debug, Clone)]
+enum Heal {
+    /// A proxy fault: heal the slot's proxy.
+    Proxy(usize),
+    /// A stopped holder: `SIGCONT` it.
+    Stop(u32),
+    /// The server's idle-session timeout: reset it.
+    IdleTimeout,
+}
+
+/// A fault in progress: what it is, whom it hit, how it heals.
+#[derive(Debug)]
+struct Active {
+    kind: FaultKind,
+    slot: Option<u32>,
+    pid: Option<u32>,
+    heal: Heal,
+}
+
+/// The nemesis's shared state: its faults log and the faults in progress.
+pub(super) struct Nemesis {
+    log: Log,
+    active: Mutex<HashMap<u64, Active>>,
+    next_id: Mutex<u64>,
+    proxies: Vec<Option<Proxy>>,
+    server: Arc<Server>,
+    problems: Mutex<Vec<String>>,
+}
+
+impl Nemesis {
+    /// The nemesis of a run, its faults log in `dir`, no fault in
+    /// progress.
+    ///
+    /// # Panics
+    /// If the faults log cannot be made.
+    pub(super) fn new(dir: &Path, proxies: Vec<Option<Proxy>>, server: Arc<Server>) -> Arc<Self> {
+        Arc::new(Nemesis {
+            log: Log::open(&dir.join("faults.jsonl")).expect("the faults log"),
+            active: Mutex::new(HashMap::new()),
+            next_id: Mutex::new(0),
+            proxies,
+            server,
+            problems: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The problems met injecting or healing faults so far, taken.
+    pub(super) fn take_problems(&self) -> Vec<String> {
+        self.problems
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
+    }
+
+    /// Injects faults until `end` (ns): one every 0.5-3 s, on a free holder
+    /// or on the server, if it fits, is among the configured ones, and
+    /// would not outlast the nemesis. Between faults, replaces the holders
+    /// that exited early.
+    pub(super) async fn unleash(
+        self: &Arc<Self>,
+        holders: &mut Holders<'_>,
+        problems: &mut Vec<String>,
+        end: u64,
+    ) {
+        let config = holders.config;
+        let mut rng = fastrand::Rng::with_seed(config.seed);
+        let mut server_busy_until = 0u64;
+        let kinds = kinds(config);
+        loop {
+            let pause = rand_duration(&mut rng, 500, 3000);
+            let now = now_ns();
+            if now + ns(pause) >= end {
+                tokio::time::sleep(Duration::from_nanos(end.saturating_sub(now))).await;
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            holders.reap_early_exits(problems);
+            if kinds.is_empty() {
+                continue;
+            }
+            let fault = kinds[rng.usize(..kinds.len())];
+            let now = now_ns();
+            let on_holder = on_holder(fault);
+            let free = holders.free(now);
+            if on_holder && free.is_empty() || !on_holder && server_busy_until > now {
+                continue;
+            }
+            if now + ns(longest(fault, config.ttl)) >= end {
+                continue;
+            }
+            let i = if on_holder {
+                free[rng.usize(..free.len())]
+            } else {
+                0
+            };
+            match fault {
+                FaultKind::Blip | FaultKind::Partition | FaultKind::Cut => {
+                    self.proxy_fault(fault, holders, i, &mut rng, now);
+                }
+                FaultKind::Stop => self.stop(holders, i, &mut rng, now),
+                FaultKind::Kill => self.kill(holders, i, problems, now),
+                FaultKind::Restart => server_busy_until = self.restart(problems).await,
+                FaultKind::IdleTimeout => {
+                    server_busy_until = self.idle_timeout(&mut rng, problems, now).await;
+                }
+                FaultKind::ServerKill => {
+                    server_busy_until = self.server_kill(holders, &mut rng, problems).await;
+                }
+                FaultKind::DeleteSidecars => server_busy_until = self.delete_sidecars(),
+            }
+        }
+    }
+
+    /// `blip`, `partition` or `cut` of slot `i`'s proxy.
+    fn proxy_fault(
+        self: &Arc<Self>,
+        fault: FaultKind,
+        holders: &mut Holders<'_>,
+        i: usize,
+        rng: &mut fastrand::Rng,
+        now: u64,
+    ) {
+        let slot = &holders.slots[i];
+        let (target, target_pid) = (Some(slot.index), Some(slot.pid));
+        let Some(proxy) = slot.proxy.clone() else {
+            return;
+        };
+        let d = match fault {
+            FaultKind::Blip => rand_duration(rng, 100, 3000),
+            FaultKind::Partition => rand_duration(rng, 3000, 5000),
+            _ => rand_duration(rng, 2500, 6000),
+        };
+        self.record(now_ns(), fault, Phase::Start, target, target_pid, secs(d));
+        match fault {
+            FaultKind::Blip => proxy.blip(d),
+            FaultKind::Partition => proxy.partition(d),
+            _ => proxy.cut(),
+        }
+        self.heal_later(
+            Active {
+                kind: fault,
+                slot: target,
+                pid: target_pid,
+                heal: Heal::Proxy(i),
+            },
+            d,
+        );
+        holders.slots[i].busy_until = now + ns(d) + ns(Duration::from_secs(1));
+    }
+
+    /// `stop`: `SIGSTOP` of slot `i`'s holder for ttl + 0.3-2 s.
+    fn stop(
+        self: &Arc<Self>,
+        holders: &mut Holders<'_>,
+        i: usize,
+        rng: &mut fastrand::Rng,
+        now: u64,
+    ) {
+        let fault = FaultKind::Stop;
+        let slot = &holders.slots[i];
+        let (target, pid) = (Some(slot.index), slot.pid);
+        let target_pid = Some(pid);
+        let d = holders.config.ttl + rand_duration(rng, 300, 2000);
+        self.record(now_ns(), fault, Phase::Start, target, target_pid, secs(d));
+        if let Err(e) = kill(Pid::from_raw(pid as i32), Signal::SIGSTOP) {
+            self.problem(format!("SIGSTOP of {pid}: {e}"));
+        }
+        self.heal_later(
+            Active {
+                kind: fault,
+                slot: target,
+                pid: target_pid,
+                heal: Heal::Stop(pid),
+            },
+            d,
+        );
+        holders.slots[i].busy_until = now + ns(d) + ns(Duration::from_secs(1));
+    }
+
+    /// `kill`: `SIGKILL` of slot `i`'s holder; a new one takes its place.
+    fn kill(&self, holders: &mut Holders<'_>, i: usize, problems: &mut Vec<String>, now: u64) {
+        let slot = &holders.slots[i];
+        self.record(
+            now_ns(),
+            FaultKind::Kill,
+            Phase::Start,
+            Some(slot.index),
+            Some(slot.pid),
+            "SIGKILL".into(),
+        );
+        if let Err(e) = holders.kill_and_replace(i) {
+            problems.push(e);
+        }
+        holders.slots[i].busy_until = now + ns(Duration::from_secs(1));
+    }
+
+    /// `restart` of the server. Returns until when the server is busy.
+    async fn restart(&self, problems: &mut Vec<String>) -> u64 {
+        let fault = FaultKind::Restart;
+        self.record(now_ns(), fault, Phase::Start, None, None, String::new());
+        let result = self.server.restart().await;
+        let detail = result.clone().unwrap_or_else(|e| e);
+        if let Err(e) = result {
+            problems.push(format!("restarting the server: {e}"));
+        }
+        self.record(now_ns(), fault, Phase::End, None, None, detail);
+        now_ns() + ns(Duration::from_secs(2))
+    }
+
+    /// `idle_timeout` on the server for 3-6 s. Returns until when the
+    /// server is busy.
+    async fn idle_timeout(
+        self: &Arc<Self>,
+        rng: &mut fastrand::Rng,
+        problems: &mut Vec<String>,
+        now: u64,
+    ) -> u64 {
+        let fault = FaultKind::IdleTimeout;
+        let d = rand_duration(rng, 3000, 6000);
+        self.record(now_ns(), fault, Phase::Start, None, None, secs(d));
+        match self.server.idle_timeout(true).await {
+            Ok(_) => self.heal_later(
+                Active {
+                    kind: fault,
+                    slot: None,
+                    pid: None,
+                    heal: Heal::IdleTimeout,
+                },
+                d,
+            ),
+            Err(e) => {
+                problems.push(format!("setting the idle-session timeout: {e}"));
+                self.record(now_ns(), fault, Phase::End, None, None, e);
+            }
+        }
+        now + ns(d) + ns(Duration::from_secs(1))
+    }
+
+    /// `server_kill`: the server kills its client connections. Returns
+    /// until when the server is busy.
+    async fn server_kill(
+        &self,
+        holders: &Holders<'_>,
+        rng: &mut fastrand::Rng,
+        problems: &mut Vec<String>,
+    ) -> u64 {
+        let fault = FaultKind::ServerKill;
+        // On PostgreSQL, one holder's connections half of the time; else
+        // every client connection.
+        let only = (holders.config.store == StoreKind::Postgres && rng.bool()).then(|| {
+            let j = rng.usize(..holders.slots.len());
+            (holders.slots[j].index, holders.slots[j].pid)
+        });
+        let t = now_ns();
+        match self.server.kill_connections(only.map(|(s, _)| s)).await {
+            Ok(d) => self.record(
+                t,
+                fault,
+                Phase::Start,
+                only.map(|o| o.0),
+                only.map(|o| o.1),
+                d,
+            ),
+            Err(e) => {
+                self.record(t, fault, Phase::Start, None, None, format!("failed: {e}"));
+                problems.push(format!("killing connections on the server: {e}"));
+            }
+        }
+        now_ns() + ns(Duration::from_secs(1))
+    }
+
+    /// `delete_sidecars` (SQLite). Returns until when the server is busy.
+    fn delete_sidecars(&self) -> u64 {
+        let t = now_ns();
+        let detail = self.server.delete_sidecars().unwrap_or_else(|e| e);
+        self.record(
+            t,
+            FaultKind::DeleteSidecars,
+            Phase::Start,
+            None,
+            None,
+            detail,
+        );
+        now_ns() + ns(Duration::from_secs(1))
+    }
+
+    fn record(
+        &self,
+        t: u64,
+        kind: FaultKind,
+        phase: Phase,
+        slot: Option<u32>,
+        pid: Option<u32>,
+        detail: String,
+    ) {
+        self.log.write(&FaultRecord {
+            t,
+            kind,
+            phase,
+            slot,
+            pid,
+            detail,
+        });
+    }
+
+    fn problem(&self, p: String) {
+        self.problems
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(p);
+    }
+
+    /// Registers a fault to heal, and heals it after `after` unless the
+    /// end of the run healed it first.
+    fn heal_later(self: &Arc<Self>, active: Active, after: Duration) {
+        let id = {
+            let mut next = self.next_id.lock().unwrap_or_else(|e| e.into_inner());
+            *next += 1;
+            *next
+        };
+        self.active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, active);
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            me.heal(id).await;
+        });
+    }
+
+    async fn heal(&self, id: u64) {
+        let Some(a) = self
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+        else {
+            return;
+        };
+        let detail = match &a.heal {
+            Heal::Proxy(i) => {
+                if let Some(p) = &self.proxies[*i] {
+                    p.heal();
+                }
+                String::new()
+            }
+            Heal::Stop(pid) => match kill(Pid::from_raw(*pid as i32), Signal::SIGCONT) {
+                Ok(()) => "SIGCONT".into(),
+                Err(e) => format!("SIGCONT: {e}"),
+            },
+            Heal::IdleTimeout => match self.server.idle_timeout(false).await {
+                Ok(d) => d,
+                Err(e) => {
+                    self.problem(format!("resetting the idle-session timeout: {e}"));
+                    e
+                }
+            },
+        };
+        self.record(now_ns(), a.kind, Phase::End, a.slot, a.pid, detail);
+    }
+
+    /// Heals every fault still in progress.
+    pub(super) async fn heal_all(&self) {
+        let ids: Vec<u64> = self
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        for id in ids {
+            self.heal(id).await;
+        }
+        for p in self.proxies.iter().flatten() {
+            p.heal();
+        }
+    }
+}
+
+/// The faults the nemesis picks from: those that fit the store, and are
+/// among the configured ones if any are.
+fn kinds(config: &Config) -> Vec<FaultKind> {
+    let fitting: &[FaultKind] = if config.store.networked() {
+        &[
+            FaultKind::Blip,
+            FaultKind::Partition,
+            FaultKind::Cut,
+            FaultKind::Stop,
+            FaultKind::Kill,
+            FaultKind::Restart,
+            FaultKind::IdleTimeout,
+            FaultKind::ServerKill,
+        ]
+    } else {
+        &[FaultKind::Stop, FaultKind::Kill, FaultKind::DeleteSidecars]
+    };
+    fitting
+        .iter()
+        .copied()
+        .filter(|k| config.faults.as_ref().is_none_or(|only| only.contains(k)))
+        .collect()
+}
+
+/// Whether `fault` hits one holder (else the server).
+fn on_holder(fault: FaultKind) -> bool {
+    matches!(
+        fault,
+        FaultKind::Blip | FaultKind::Partition | FaultKind::Cut | FaultKind::Stop | FaultKind::Kill
+    )
+}
+
+/// The longest `fault` lasts: one that would outlast the nemesis is not
+/// started.
+fn longest(fault: FaultKind, ttl: Duration) -> Duration {
+    match fault {
+        FaultKind::Blip => Duration::from_secs(3),
+        FaultKind::Partition => Duration::from_secs(5),
+        FaultKind::Cut => Duration::from_secs(6),
+        FaultKind::Stop => ttl + Duration::from_secs(2),
+        FaultKind::IdleTimeout => Duration::from_secs(6),
+        _ => Duration::ZERO,
+    }
+}
+
+fn rand_duration(rng: &mut fastrand::Rng, from_ms: u64, to_ms: u64) -> Duration {
+    Duration::from_millis(rng.u64(from_ms..=to_ms))
+}

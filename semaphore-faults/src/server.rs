@@ -1,0 +1,420 @@
+//! The throwaway servers of the store crates' `testing` modules, as the
+//! orchestrator uses them: where a proxy forwards, what URL a holder gets,
+//! and the server-side faults (restart, idle-session timeout, connection
+//! kills; SQLite's side files).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_mysql::mysql_async;
+use semaphore_mysql::mysql_async::prelude::Queryable;
+use semaphore_postgres::tokio_postgres;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+use crate::proxy::Upstream;
+
+/// The store a run exercises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// `semaphore-postgres`, on a throwaway PostgreSQL.
+    Postgres,
+    /// `semaphore-redis`, on a throwaway `redis-server`.
+    Redis,
+    /// `semaphore-mysql`, on a throwaway MariaDB.
+    Mysql,
+    /// `semaphore-sqlite`, on a file in a temporary directory.
+    Sqlite,
+}
+
+impl StoreKind {
+    /// The name the holder binary takes (`--store`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Postgres => "postgres",
+            StoreKind::Redis => "redis",
+            StoreKind::Mysql => "mysql",
+            StoreKind::Sqlite => "sqlite",
+        }
+    }
+
+    /// Whether holders reach it over the network (through proxies).
+    pub fn networked(self) -> bool {
+        self != StoreKind::Sqlite
+    }
+}
+
+/// How long a server-side fault's statement may take.
+const ADMIN_BOUND: Duration = Duration::from_secs(15);
+
+/// A running server (or SQLite file) for one run.
+#[derive(Debug)]
+pub(crate) enum Server {
+    Postgres {
+        server: Arc<semaphore_postgres::testing::TestServer>,
+        socket: PathBuf,
+    },
+    Redis {
+        server: Arc<semaphore_redis::testing::TestServer>,
+        socket: PathBuf,
+    },
+    Mysql {
+        server: Arc<semaphore_mysql::testing::TestServer>,
+        socket: PathBuf,
+        database: String,
+    },
+    Sqlite {
+        _dir: tempfile::TempDir,
+        db: PathBuf,
+    },
+}
+
+fn after<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    text.find(prefix).map(|i| &text[i + prefix.len()..])
+}
+
+impl Server {
+    /// Starts a throwaway server of `kind` (blocking: seconds).
+    pub(crate) fn start(kind: StoreKind) -> Result<Self, String> {
+        Ok(match kind {
+            StoreKind::Postgres => {
+                let server = semaphore_postgres::testing::TestServer::start()?;
+                // "host=/tmp/semaphore-pg-... user=postgres dbname=postgres"
+                let host = server
+                    .url()
+                    .split_whitespace()
+                    .find_map(|kv| kv.strip_prefix("host="))
+                    .ok_or_else(|| format!("no host= in {:?}", server.url()))?;
+                let socket = Path::new(host).join(".s.PGSQL.5432");
+                Server::Postgres {
+                    server: Arc::new(server),
+                    socket,
+                }
+            }
+            StoreKind::Redis => {
+                let server = semaphore_redis::testing::TestServer::start()?;
+                let socket = server
+                    .url()
+                    .strip_prefix("redis+unix://")
+                    .map(PathBuf::from)
+                    .ok_or_else(|| format!("not a unix socket URL: {:?}", server.url()))?;
+                Server::Redis {
+                    server: Arc::new(server),
+                    socket,
+                }
+            }
+            StoreKind::Mysql => {
+                let server = semaphore_mysql::testing::TestServer::start()?;
+                // "mysql://root@localhost/semaphore_test?socket=/tmp/.../mysqld.sock"
+                let url = server.url().to_string();
+                let socket = after(&url, "?socket=")
+                    .map(PathBuf::from)
+                    .ok_or_else(|| format!("no socket in {url:?}"))?;
+                let database = after(&url, "@localhost/")
+                    .and_then(|rest| rest.split('?').next())
+                    .ok_or_else(|| format!("no database in {url:?}"))?
+                    .to_string();
+                Server::Mysql {
+                    server: Arc::new(server),
+                    socket,
+                    database,
+                }
+            }
+            StoreKind::Sqlite => {
+                let dir = tempfile::Builder::new()
+                    .prefix("semaphore-faults-sqlite-")
+                    .tempdir()
+                    .map_err(|e| format!("a temporary directory: {e}"))?;
+                let db = dir.path().join("faults.db");
+                Server::Sqlite { _dir: dir, db }
+            }
+        })
+    }
+
+    /// Where a holder's proxy forwards; `None` for SQLite.
+    pub(crate) fn upstream(&self) -> Option<Upstream> {
+        match self {
+            Server::Postgres { socket, .. }
+            | Server::Redis { socket, .. }
+            | Server::Mysql { socket, .. } => Some(Upstream::Unix(socket.clone())),
+            Server::Sqlite { .. } => None,
+        }
+    }
+
+    /// A schema, key prefix or table prefix no other run uses.
+    pub(crate) fn fresh_namespace(&self) -> String {
+        match self {
+            Server::Postgres { .. } => semaphore_postgres::testing::TestServer::fresh_schema(),
+            Server::Redis { .. } => semaphore_redis::testing::TestServer::fresh_prefix(),
+            Server::Mysql { .. } => semaphore_mysql::testing::TestServer::fresh_prefix(),
+            Server::Sqlite { .. } => "-".into(),
+        }
+    }
+
+    /// The URL (and, for PostgreSQL, the listener's URL) a holder in
+    /// `slot` uses, through the proxy on `port`.
+    pub(crate) fn holder_url(&self, port: u16, slot: u32) -> (String, Option<String>) {
+        match self {
+            Server::Postgres { .. } => {
+                let url = format!(
+                    "host=127.0.0.1 port={port} user=postgres dbname=postgres \
+                     application_name=faults-holder-{slot}"
+                );
+                (url.clone(), Some(url))
+            }
+            Server::Redis { .. } => (format!("redis://127.0.0.1:{port}/"), None),
+            // prefer_socket=false: else mysql_async looks up the server's
+            // socket and goes around the proxy.
+            Server::Mysql { database, .. } => (
+                format!("mysql://root@127.0.0.1:{port}/{database}?prefer_socket=false"),
+                None,
+            ),
+            Server::Sqlite { db, .. } => (db.display().to_string(), None),
+        }
+    }
+
+    /// Creates the store's tables in `namespace` and registers `pool` with
+    /// `count` slots, straight to the server, so that the holders do not
+    /// race to create them.
+    /// The Redis store's restart grace is `ttl`, as the holders' (a pool
+    /// registered with the default grace of 60 s on a young server would
+    /// grant nothing for a minute).
+    pub(crate) async fn prepare(
+        &self,
+        namespace: &str,
+        pool: &str,
+        count: u32,
+        ttl: Duration,
+    ) -> Result<(), String> {
+        use semaphore_sqlite::store::Store;
+        let store: Arc<dyn Store> = match self {
+            Server::Postgres { server, .. } => Arc::new(
+                semaphore_postgres::PostgresStore::connect_with(
+                    server.url(),
+                    semaphore_postgres::PostgresOptions::default().schema(namespace),
+                )
+                .await
+                .map_err(|e| e.to_string())?,
+            ),
+            Server::Redis { server, .. } => Arc::new(
+                semaphore_redis::RedisStore::connect_with(
+                    server.url(),
+                    semaphore_redis::RedisOptions::default()
+                        .prefix(namespace)
+                        .restart_grace(ttl),
+                )
+                .await
+                .map_err(|e| e.to_string())?,
+            ),
+            Server::Mysql { server, .. } => Arc::new(
+                semaphore_mysql::MysqlStore::connect_with(
+                    server.url(),
+                    semaphore_mysql::MysqlOptions::default().table_prefix(namespace),
+                )
+                .await
+                .map_err(|e| e.to_string())?,
+            ),
+            Server::Sqlite { db, .. } => {
+                Arc::new(semaphore_sqlite::SqliteStore::open(db).map_err(|e| e.to_string())?)
+            }
+        };
+        semaphore_sqlite::Pool::new(store, semaphore_sqlite::PoolId::from_name(pool))
+            .register(count)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Restarts the server with its testing module (blocking work, run on
+    /// tokio's blocking pool).
+    pub(crate) async fn restart(self: &Arc<Self>) -> Result<String, String> {
+        let me = self.clone();
+        let restarted = tokio::task::spawn_blocking(move || match &*me {
+            Server::Postgres { server, .. } => server.restart(),
+            Server::Redis { server, .. } => server.restart(),
+            Server::Mysql { server, .. } => server.restart(),
+            Server::Sqlite { .. } => {}
+        });
+        match timeout(Duration::from_secs(120), restarted).await {
+            Ok(Ok(())) => Ok(String::new()),
+            Ok(Err(e)) => Err(format!("the restart failed: {e}")),
+            Err(_) => Err("the restart took more than 120 s".into()),
+        }
+    }
+
+    /// Sets the server's idle-session timeout short (`on`), or back to its
+    /// default.
+    pub(crate) async fn idle_timeout(&self, on: bool) -> Result<String, String> {
+        let bounded = timeout(ADMIN_BOUND, async {
+            match self {
+                Server::Postgres { server, .. } => {
+                    let statement = if on {
+                        "ALTER SYSTEM SET idle_session_timeout = '1s'"
+                    } else {
+                        "ALTER SYSTEM RESET idle_session_timeout"
+                    };
+                    pg_admin(server.url(), &[statement, "SELECT pg_reload_conf()"]).await?;
+                    Ok(statement.to_string())
+                }
+                Server::Mysql { server, .. } => {
+                    let statement = if on {
+                        "SET GLOBAL wait_timeout = 2, GLOBAL interactive_timeout = 2"
+                    } else {
+                        "SET GLOBAL wait_timeout = DEFAULT, GLOBAL interactive_timeout = DEFAULT"
+                    };
+                    let mut conn = mysql_admin(server.url()).await?;
+                    conn.query_drop(statement)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let _ = conn.disconnect().await;
+                    Ok(statement.to_string())
+                }
+                Server::Redis { socket, .. } => {
+                    let command = if on {
+                        "CONFIG SET timeout 1"
+                    } else {
+                        "CONFIG SET timeout 0"
+                    };
+                    let answer = redis_command(socket, command).await?;
+                    Ok(format!("{command}: {}", answer.trim()))
+                }
+                Server::Sqlite { .. } => Ok(String::new()),
+            }
+        });
+        bounded.await.unwrap_or_else(|_| Err("timed out".into()))
+    }
+
+    /// Kills client connections on the server: every one, or (PostgreSQL,
+    /// which tells them apart by `application_name`) those of one slot.
+    pub(crate) async fn kill_connections(&self, slot: Option<u32>) -> Result<String, String> {
+        let bounded = timeout(ADMIN_BOUND, async {
+            match self {
+                Server::Postgres { server, .. } => {
+                    let only = slot
+                        .map(|s| format!(" AND application_name = 'faults-holder-{s}'"))
+                        .unwrap_or_default();
+                    let sql = format!(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid(){only}"
+                    );
+                    let answers = pg_admin(server.url(), &[&sql]).await?;
+                    Ok(format!(
+                        "pg_terminate_backend of {} backends{}",
+                        answers.first().map_or("?", String::as_str),
+                        slot.map(|s| format!(" of slot {s}")).unwrap_or_default()
+                    ))
+                }
+                Server::Mysql { server, .. } => {
+                    let mut conn = mysql_admin(server.url()).await?;
+                    let ids: Vec<u64> = conn
+                        .query(
+                            "SELECT ID FROM information_schema.PROCESSLIST \
+                             WHERE ID <> CONNECTION_ID() AND USER = 'root'",
+                        )
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let mut killed = 0;
+                    for id in &ids {
+                        // One may have ended meanwhile: not an error here.
+                        if conn
+                            .query_drop(format!("KILL CONNECTION {id}"))
+                            .await
+                            .is_ok()
+                        {
+                            killed += 1;
+                        }
+                    }
+                    let _ = conn.disconnect().await;
+                    Ok(format!(
+                        "KILL CONNECTION of {killed} of {} connections",
+                        ids.len()
+                    ))
+                }
+                Server::Redis { socket, .. } => {
+                    let answer = redis_command(socket, "CLIENT KILL TYPE normal").await?;
+                    Ok(format!("CLIENT KILL TYPE normal: {}", answer.trim()))
+                }
+                Server::Sqlite { .. } => Ok(String::new()),
+            }
+        });
+        bounded.await.unwrap_or_else(|_| Err("timed out".into()))
+    }
+
+    /// SQLite: deletes every side file and directory the store keeps
+    /// besides the database, `-wal` and `-shm`: `<db>-holders/` (the
+    /// holders' lock files), `<db>-semaphore-writer` and
+    /// `<db>-semaphore-turnstile` (the writers' queue).
+    pub(crate) fn delete_sidecars(&self) -> Result<String, String> {
+        let Server::Sqlite { db, .. } = self else {
+            return Ok(String::new());
+        };
+        let side = |suffix: &str| {
+            let mut p = db.as_os_str().to_owned();
+            p.push(suffix);
+            PathBuf::from(p)
+        };
+        let mut removed = Vec::new();
+        let holders = side("-holders");
+        if std::fs::remove_dir_all(&holders).is_ok() {
+            removed.push("-holders/".to_string());
+        }
+        for suffix in ["-semaphore-writer", "-semaphore-turnstile"] {
+            if std::fs::remove_file(side(suffix)).is_ok() {
+                removed.push(suffix.to_string());
+            }
+        }
+        Ok(format!("removed {}", removed.join(" ")))
+    }
+}
+
+/// Runs `statements` on a fresh connection of its own (an idle-session
+/// timeout would end a kept one), each as a simple query; the first
+/// column of the first row of each.
+async fn pg_admin(url: &str, statements: &[&str]) -> Result<Vec<String>, String> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(connection);
+    let mut answers = Vec::new();
+    for statement in statements {
+        let messages = client
+            .simple_query(statement)
+            .await
+            .map_err(|e| format!("{statement}: {e}"))?;
+        let first = messages.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+            _ => None,
+        });
+        answers.push(first.unwrap_or_default());
+    }
+    drop(client);
+    let _ = driver.await;
+    Ok(answers)
+}
+
+async fn mysql_admin(url: &str) -> Result<mysql_async::Conn, String> {
+    let opts = mysql_async::Opts::from_url(url).map_err(|e| e.to_string())?;
+    mysql_async::Conn::new(opts)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// One inline command to Redis on its unix socket; the first reply as
+/// read.
+async fn redis_command(socket: &Path, command: &str) -> Result<String, String> {
+    let mut stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("{command}\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).await.map_err(|e| e.to_string())?;
+    let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+    if answer.starts_with('-') {
+        return Err(format!("{command}: {}", answer.trim()));
+    }
+    Ok(answer)
+}
