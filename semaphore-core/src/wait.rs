@@ -25,7 +25,6 @@
 //! ([`Changes::weigh`]); once the count reaches its weight it is no longer
 //! aside and, being ahead of everyone queued after it, is served first.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -34,12 +33,14 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::{BorrowRequest, Lease, LeaseId, PoolId, Store, TryBorrow, WaiterId};
+use crate::{BorrowRequest, LeaseId, PoolId, Store, TryBorrow, WaiterId};
 
 mod claim;
+mod queue;
 mod signal;
 mod ticket;
 pub use claim::Claim;
+use queue::{Queue, Waiter};
 pub(crate) use ticket::{Ticket, WaiterIdCell};
 
 /// A store's change notification and the in-process wait queues of its pools.
@@ -69,72 +70,6 @@ pub struct Changes {
     /// notifications while armed.
     #[cfg(feature = "conformance")]
     hand_offs_paused: AtomicBool,
-}
-
-#[derive(Default)]
-struct Queue {
-    /// Front is the head: the one waiter allowed to ask the store.
-    waiters: VecDeque<Arc<Waiter>>,
-    /// The head found the pool draining and waits for the drain's end
-    /// (`wait_while_draining`), or this process drained it; cleared by the
-    /// next change told of. Borrowers that do not wait for a drain fail at
-    /// once instead of queueing behind the head.
-    draining: bool,
-}
-
-/// One queued borrower, as its queues see it.
-struct Waiter {
-    notify: signal::Signal,
-    /// What to grant it in a hand-off; `None` for a multi-pool borrower,
-    /// which only the store's all-or-nothing step may serve.
-    request: Option<HandOff>,
-    /// Set by hand-offs under the queues' lock; taken by the ticket.
-    state: Mutex<Handed>,
-    /// Still in its queues; cleared (under the queues' lock) when a
-    /// hand-off takes it out.
-    queued: AtomicBool,
-    /// When it joined its queues, by the store's clock.
-    since: SystemTime,
-    /// Its sequence number among every waiter that joined, from 1.
-    seq: u64,
-    /// It fails when its pool drains (not `wait_while_draining`): woken by
-    /// [`Changes::found_draining`].
-    leaves_on_drain: bool,
-    /// Its id as the store's queue knows it (R11), made when first needed:
-    /// by its first attempt from the queue, or by a [`Claim`].
-    id: std::sync::OnceLock<WaiterId>,
-    /// Its weight was above the pool's count when last weighed
-    /// ([`Changes::weigh`]): it keeps its place but is not the head (R15,
-    /// amended). Changed under the queues' lock.
-    aside: AtomicBool,
-}
-
-/// What a hand-off left a waiter.
-#[derive(Default)]
-struct Handed {
-    /// The lease granted to it.
-    lease: Option<Lease>,
-    /// It became the head of a pool that a hand-off left full: the
-    /// earliest expiry then (`Some(None)`: no lease will expire), so that
-    /// it can set its timer without asking the store. A plain change clears
-    /// it: the head must then ask.
-    next_expiry: Option<Option<SystemTime>>,
-    /// A store call of its own is in flight: no claim names it.
-    asking: bool,
-    /// A return's claim in flight names it to the store
-    /// ([`Changes::claim_head`]): it does not ask the store until that
-    /// claim delivers a lease or lets go.
-    claimed: bool,
-    /// It asked the store: the store's queue may hold a place of its.
-    asked: bool,
-    /// A claim delivered it a lease that the claim's step granted after it
-    /// had asked: a place of its may be left in the store's queue (the
-    /// step ended only the named borrower's), which its ticket's place
-    /// then leaves.
-    leave_place: bool,
-    /// The pool its queue's head found draining, for it to fail with
-    /// ([`Changes::found_draining`]).
-    drained: Option<PoolId>,
 }
 
 /// What a queued single-pool borrower asks for, for a store to grant it
@@ -175,20 +110,6 @@ impl Seat {
     /// The waiter's sequence number, 0 until it joins.
     pub(crate) fn seq(&self) -> u64 {
         self.seq.load(Ordering::Acquire)
-    }
-}
-
-impl Waiter {
-    /// Whether it is set aside: see [`Changes::weigh`].
-    fn is_aside(&self) -> bool {
-        self.aside.load(Ordering::Acquire)
-    }
-
-    /// Wakes it to ask the store: anything it was told of the pool's
-    /// expiry may be stale.
-    fn wake_to_ask(&self) {
-        self.state.lock().next_expiry = None;
-        self.notify.notify_one();
     }
 }
 
@@ -386,6 +307,24 @@ impl Changes {
             .is_some_and(|q| q.head_index().is_some())
     }
 
+    /// Whether the queued borrower `waiter` of `pool` is not its queue's
+    /// head: another is (R11), such as one set aside that a raise of the
+    /// count just brought back ahead of it (R15, amended). A store that
+    /// grants in place refuses such an attempt, which may have left the
+    /// borrower's check of its turn before the raise. `false` if it is not
+    /// queued in this process.
+    pub fn passed_over(&self, pool: PoolId, waiter: WaiterId) -> bool {
+        if !self.has_waiters() {
+            return false;
+        }
+        let queues = self.queues.lock();
+        let Some(queue) = queues.get(&pool) else {
+            return false;
+        };
+        let is = |w: &Arc<Waiter>| w.id.get() == Some(&waiter);
+        queue.waiters.iter().any(is) && !queue.head().is_some_and(is)
+    }
+
     /// Tells the queue of `pool` its count, as a store or a waiter just
     /// read it (R15, amended): each single-pool waiter for more slots than
     /// `count` is set aside (it keeps its place, but the head is the first
@@ -527,43 +466,5 @@ impl fmt::Debug for Changes {
             map.entry(pool, &queue.waiters.len());
         }
         map.finish()
-    }
-}
-
-impl Queue {
-    /// Where the head is: the first waiter not set aside.
-    fn head_index(&self) -> Option<usize> {
-        self.waiters.iter().position(|w| !w.is_aside())
-    }
-
-    /// The head: the one waiter allowed to ask the store.
-    fn head(&self) -> Option<&Arc<Waiter>> {
-        self.waiters.iter().find(|w| !w.is_aside())
-    }
-
-    /// Wakes the head to ask the store, and the first waiter set aside to
-    /// check the count for all of them (R15, amended).
-    fn notify_head(&self) {
-        if let Some(head) = self.head() {
-            head.wake_to_ask();
-        }
-        if let Some(aside) = self.waiters.iter().find(|w| w.is_aside()) {
-            aside.notify.notify_one();
-        }
-    }
-
-    /// See [`Changes::weigh`]; under the queues' lock.
-    fn weigh(&self, count: u32) {
-        let head = self.head().cloned();
-        for waiter in &self.waiters {
-            if let Some(asked) = &waiter.request {
-                waiter.aside.store(asked.slots > count, Ordering::Release);
-            }
-        }
-        if let Some(now) = self.head()
-            && !head.is_some_and(|head| Arc::ptr_eq(&head, now))
-        {
-            now.wake_to_ask();
-        }
     }
 }

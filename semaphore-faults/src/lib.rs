@@ -25,4 +25,4 @@ mod server;
 mod stall;
 
 pub use run::{Config, Outcome, run, run_and_assert};
-pub use server::StoreKind;
+pub use server::{Server, StoreKind};

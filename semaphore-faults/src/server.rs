@@ -13,7 +13,7 @@ use semaphore_postgres::tokio_postgres;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
-use crate::proxy::Upstream;
+use crate::proxy::{Proxy, Upstream};
 
 /// The store a run exercises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,22 +50,35 @@ const ADMIN_BOUND: Duration = Duration::from_secs(15);
 
 /// A running server (or SQLite file) for one run.
 #[derive(Debug)]
-pub(crate) enum Server {
+pub enum Server {
+    /// A throwaway PostgreSQL server.
     Postgres {
+        /// The server.
         server: Arc<semaphore_postgres::testing::TestServer>,
+        /// Its unix socket, where proxies forward.
         socket: PathBuf,
     },
+    /// A throwaway Redis server.
     Redis {
+        /// The server.
         server: Arc<semaphore_redis::testing::TestServer>,
+        /// Its unix socket, where proxies forward.
         socket: PathBuf,
     },
+    /// A throwaway MariaDB server.
     Mysql {
+        /// The server.
         server: Arc<semaphore_mysql::testing::TestServer>,
+        /// Its unix socket, where proxies forward.
         socket: PathBuf,
+        /// The database the store's tables go in.
         database: String,
     },
+    /// A SQLite file in a temporary directory.
     Sqlite {
+        /// The directory, removed on drop.
         _dir: tempfile::TempDir,
+        /// The database file.
         db: PathBuf,
     },
 }
@@ -76,7 +89,7 @@ fn after<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
 
 impl Server {
     /// Starts a throwaway server of `kind` (blocking: seconds).
-    pub(crate) fn start(kind: StoreKind) -> Result<Self, String> {
+    pub fn start(kind: StoreKind) -> Result<Self, String> {
         Ok(match kind {
             StoreKind::Postgres => {
                 let server = semaphore_postgres::testing::TestServer::start()?;
@@ -132,8 +145,42 @@ impl Server {
         })
     }
 
+    /// A throwaway networked server of `kind` with `pool` registered
+    /// (`count` slots, a Redis restart grace of `ttl`) in a fresh
+    /// namespace, and a proxy in front of it: the start of a test of one
+    /// fault. Panics if the server cannot start (a test's set-up).
+    pub async fn proxied(
+        kind: StoreKind,
+        pool: &str,
+        count: u32,
+        ttl: Duration,
+    ) -> (Server, String, Proxy) {
+        let server = tokio::task::spawn_blocking(move || Server::start(kind))
+            .await
+            .expect("the server's start")
+            .unwrap_or_else(|e| panic!("starting a {} server: {e}", kind.name()));
+        let namespace = server.fresh_namespace();
+        server
+            .prepare(&namespace, pool, count, ttl)
+            .await
+            .unwrap_or_else(|e| panic!("registering {pool}: {e}"));
+        let upstream = server.upstream().expect("a networked store");
+        let proxy = Proxy::start(upstream).await.expect("a proxy");
+        (server, namespace, proxy)
+    }
+
+    /// The server's own URL (unix socket), or the SQLite file's path.
+    pub fn url(&self) -> String {
+        match self {
+            Server::Postgres { server, .. } => server.url().to_string(),
+            Server::Redis { server, .. } => server.url().to_string(),
+            Server::Mysql { server, .. } => server.url().to_string(),
+            Server::Sqlite { db, .. } => db.display().to_string(),
+        }
+    }
+
     /// Where a holder's proxy forwards; `None` for SQLite.
-    pub(crate) fn upstream(&self) -> Option<Upstream> {
+    pub fn upstream(&self) -> Option<Upstream> {
         match self {
             Server::Postgres { socket, .. }
             | Server::Redis { socket, .. }
@@ -143,7 +190,7 @@ impl Server {
     }
 
     /// A schema, key prefix or table prefix no other run uses.
-    pub(crate) fn fresh_namespace(&self) -> String {
+    pub fn fresh_namespace(&self) -> String {
         match self {
             Server::Postgres { .. } => semaphore_postgres::testing::TestServer::fresh_schema(),
             Server::Redis { .. } => semaphore_redis::testing::TestServer::fresh_prefix(),
@@ -154,7 +201,7 @@ impl Server {
 
     /// The URL (and, for PostgreSQL, the listener's URL) a holder in
     /// `slot` uses, through the proxy on `port`.
-    pub(crate) fn holder_url(&self, port: u16, slot: u32) -> (String, Option<String>) {
+    pub fn holder_url(&self, port: u16, slot: u32) -> (String, Option<String>) {
         match self {
             Server::Postgres { .. } => {
                 let url = format!(
@@ -180,7 +227,7 @@ impl Server {
     /// The Redis store's restart grace is `ttl`, as the holders' (a pool
     /// registered with the default grace of 60 s on a young server would
     /// grant nothing for a minute).
-    pub(crate) async fn prepare(
+    pub async fn prepare(
         &self,
         namespace: &str,
         pool: &str,

@@ -11,23 +11,14 @@ use semaphore_sqlite::store::Store;
 use semaphore_sqlite::{Pool, PoolId};
 
 use crate::StoreKind;
-use crate::proxy::Proxy;
 use crate::server::Server;
 
 /// A store of `kind` through a proxy; a lease is borrowed, the proxy
 /// stalls, and the lease's release must end (with an error) well within
 /// a guard of three call timeouts.
 async fn release_ends_while_stalled(kind: StoreKind) {
-    let server = tokio::task::spawn_blocking(move || Server::start(kind))
-        .await
-        .unwrap()
-        .unwrap();
-    let namespace = server.fresh_namespace();
-    server
-        .prepare(&namespace, "stalled", 1, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let proxy = Proxy::start(server.upstream().unwrap()).await.unwrap();
+    let (server, namespace, proxy) =
+        Server::proxied(kind, "stalled", 1, Duration::from_secs(60)).await;
     let (url, _) = server.holder_url(proxy.port(), 0);
     let store: Arc<dyn Store> = match kind {
         StoreKind::Postgres => Arc::new(

@@ -96,6 +96,14 @@ impl MemoryStore {
             if request.key.is_some() && table.key_reused(request, now) {
                 return Err(Error::KeyReused { pool: request.pool });
             }
+            // A queued borrower asks only as its queue's head; one that
+            // is no longer the head (a raise of the count brought back a
+            // borrower ahead of it, R15 amended) waits its turn again.
+            if let Some(waiter) = request.waiter
+                && self.changes.passed_over(request.pool, waiter)
+            {
+                return Ok(TryBorrow::Exhausted { next_expiry: None });
+            }
             Ok(table.grant(request, now, || self.next_token()))
         })?
     }
