@@ -17,7 +17,11 @@ impl Pool {
     /// while it waits for its `n` (R11), in this process and across the
     /// processes sharing a store. An `n` above the pool's current count
     /// waits for the count to be raised, as a borrow on a pool of count 0
-    /// does (R2), and holds back the borrowers behind it meanwhile.
+    /// does (R2), but keeps its place without holding back anyone behind
+    /// it meanwhile; once the count reaches `n` it is served before those
+    /// queued after it (R15, amended). This last part does not hold for
+    /// a multi-pool borrow ([`PoolSet`](crate::PoolSet)), whose head holds
+    /// back its queues as before.
     ///
     /// # Errors
     /// Those of [`borrow`](Pool::borrow), and [`Error::InvalidArgument`](crate::Error::InvalidArgument)
