@@ -1,5 +1,5 @@
 //! Cases for idempotency keys, owner labels, the admin listing, forced
-//! returns and the waiter count (SPEC "Beyond the basic model").
+//! returns and the waiter count (rule "Beyond the basic model").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,7 +115,7 @@ pub async fn key_retry_does_not_wait_behind_queued_borrowers(f: Fixture) {
     waiter.abort();
 }
 
-/// SPEC fourth round, "Idempotency keys are atomic": sixteen borrowers
+/// rule "Idempotency keys are atomic": sixteen borrowers
 /// race with one key and two request digests. One lease is granted; each
 /// borrower with its digest gets that very lease, each with the other is
 /// refused with `KeyReused`, as is a borrow with no digest, also queued
@@ -176,7 +176,10 @@ pub async fn key_is_kept_with_its_request_digest_atomically(f: Fixture) {
     assert!(matches!(other, Err(Error::KeyReused { .. })), "{other:?}");
     let again = pool.borrow_with(SEC * 60, SEC * 3600, keyed(winner)).await;
     assert_eq!(again.unwrap().forget(), lease);
+    // Gone before the return: a waiter still running when aborted would
+    // otherwise be handed the freed slot and finish with it, forgotten.
     waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
     assert!(pool.return_lease(lease.id).await.unwrap());
     let anew = pool
         .borrow_with(SEC * 60, SEC * 3600, keyed(1 - winner))
