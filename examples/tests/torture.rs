@@ -1,4 +1,4 @@
-//! Process torture on one SQLite file (SPEC R7, R9, R10): 8 processes loop
+//! Process torture on one SQLite file (R7, R9, R10): 8 processes loop
 //! borrow / work / return with random ttls and waits, while this test kills
 //! a random one with SIGKILL every 150-450 ms and starts a replacement.
 //! From the processes' logs: no over-issue, no position held twice at once,

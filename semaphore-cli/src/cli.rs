@@ -100,7 +100,7 @@ pub(crate) struct BorrowArgs {
     /// How long to wait for a slot: a duration or inf.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = wait)]
     pub(crate) wait: Duration,
-    /// Hold N slots as one lease (SPEC R15); SEMAPHORE_POSITIONS lists them.
+    /// Hold N slots as one lease (R15); SEMAPHORE_POSITIONS lists them.
     #[arg(long, value_name = "N", default_value_t = 1,
         value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) slots: u32,
@@ -187,7 +187,7 @@ pub(crate) struct StoreArgs {
     pub(crate) redis_restart_grace: Duration,
 
     /// How long the store's session, which this process's leases belong
-    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; SPEC R16):
+    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; R16):
     /// a network blip or a server restart shorter than this ends no lease,
     /// and a process killed outright loses its slots after it. At least 1s.
     /// Default 10s; for `run`, 30s.
@@ -262,7 +262,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = run_ttl)]
     pub(crate) ttl: Duration,
 
-    /// Hold N slots as one lease (SPEC R15): the N lowest free positions,
+    /// Hold N slots as one lease (R15): the N lowest free positions,
     /// given to CMD as SEMAPHORE_POSITIONS (0,1); waits until N are free
     /// at once, ahead of any later borrower.
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -286,7 +286,7 @@ pub(crate) struct RunArgs {
     /// How long CMD gets between SIGTERM and SIGKILL when the lease may be
     /// lost (a renewal or heartbeat that cannot land): SIGTERM goes this
     /// long before the lease's local deadline, SIGKILL at it, so that CMD
-    /// is dead before anyone else can be granted its slot (SPEC R17).
+    /// is dead before anyone else can be granted its slot (R17).
     /// Default 5s, or less with a short --ttl or --session-timeout; one
     /// given must fit within two thirds of the shorter of --ttl and the
     /// session timeout, less a margin (a tenth of it, at most 1s) and two
@@ -393,7 +393,7 @@ pub(crate) struct ServeArgs {
     pub(crate) redis_restart_grace: Duration,
 
     /// How long the store's session, which this process's leases belong
-    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; SPEC R16):
+    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; R16):
     /// a network blip or a server restart shorter than this ends no lease,
     /// and a process killed outright loses its slots after it. At least 1s.
     /// Default 10s; for `run`, 30s.
@@ -472,14 +472,19 @@ fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 30s, 5m, 1h30m)"))
 }
 
-/// `run`'s `--ttl`: a duration of at least [`crate::run::MIN_TTL`].
+/// The shortest `--ttl` `semaphore run` takes: below it, renewals every
+/// ttl/3 and the guardian's margin and SIGTERM period leave a healthy
+/// command no room (R17).
+pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// `run`'s `--ttl`: a duration of at least [`MIN_TTL`].
 fn run_ttl(text: &str) -> Result<Duration, String> {
     let ttl = duration(text)?;
-    if ttl < crate::run::MIN_TTL {
+    if ttl < MIN_TTL {
         return Err(format!(
             "--ttl must be at least {} for `semaphore run`: a shorter lease cannot be \
              renewed and guarded while the command runs",
-            humantime::format_duration(crate::run::MIN_TTL)
+            humantime::format_duration(MIN_TTL)
         ));
     }
     Ok(ttl)

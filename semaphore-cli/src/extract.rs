@@ -54,7 +54,7 @@ where
 
 /// The body of a request that must be JSON: refuses another content type,
 /// and a body sent without one (415: a browser posts a form or `text/plain`
-/// from any page without asking first, SPEC fourth round), and a body over
+/// from any page without asking first, rule "HTTP"), and a body over
 /// the limit (413).
 fn json_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     let Some(kind) = headers.get(header::CONTENT_TYPE) else {

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::two_phase::{granted, queued, unknown_ticket};
+use crate::ticket_answer::{granted, queued, unknown_ticket};
 use crate::wire;
 
 /// What tells a held ticket from a server-kept one (a bare UUID), with

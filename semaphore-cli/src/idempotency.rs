@@ -10,7 +10,7 @@
 //! server of a shared store derives the same pair and the kept key has a
 //! fixed length whatever the client sent. The store compares the digest in
 //! the step that grants ([`BorrowOptions::request_digest`]), so that two
-//! servers racing with one key and two bodies cannot both grant (SPEC,
+//! servers racing with one key and two bodies cannot both grant (rule
 //! "Idempotency keys are atomic").
 
 use semaphore_core::BorrowOptions;

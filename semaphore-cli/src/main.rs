@@ -22,6 +22,7 @@ mod parse_errors;
 mod run;
 mod serve;
 mod store;
+mod ticket_answer;
 mod tickets;
 mod two_phase;
 mod wire;

@@ -8,8 +8,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use semaphore_core::{BorrowOptions, Enqueued, Error, Lease, PoolId};
 use tokio::time::Instant;
 
@@ -17,16 +16,8 @@ use crate::app::App;
 use crate::error::ApiError;
 use crate::extract::{JsonObject, PoolPath};
 use crate::held::HeldTicket;
+use crate::ticket_answer::{granted, queued, unknown_ticket};
 use crate::wire;
-
-pub(crate) fn unknown_ticket() -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "ticket_not_found",
-        "no such ticket: it was not polled within poll_within, was cancelled, ended with an \
-         error, or was made by a server that does not share this one's store; enqueue again",
-    )
-}
 
 /// The held ticket `text` names on a shared store (`None` on a memory
 /// store, whose tickets are UUIDs this server keeps). A ticket this server
@@ -38,19 +29,6 @@ fn held_ticket(app: &App, text: &str) -> Result<Option<HeldTicket>, ApiError> {
         (false, None) if !HeldTicket::looks_held(text) => Ok(None),
         _ => Err(unknown_ticket()),
     }
-}
-
-pub(crate) fn queued(app: &App, ticket: String, place: usize) -> Response {
-    let body = wire::Queued {
-        ticket,
-        place,
-        poll_within: app.tickets.hold().as_secs_f64(),
-    };
-    (StatusCode::ACCEPTED, Json(body)).into_response()
-}
-
-pub(crate) fn granted(app: &App, lease: &Lease) -> Response {
-    Json(wire::Granted::new(lease, app.now())).into_response()
 }
 
 #[utoipa::path(post, path = "/l/{id}/enqueue", tag = "two-phase",
@@ -283,7 +261,7 @@ pub(crate) async fn delete_ticket(
     params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
     request_body = wire::Cancel,
     responses(
-        (status = 200, description = "As `DELETE /l/{id}/tickets/{ticket}`, the SPEC's route, which this one predates", body = wire::Cancelled),
+        (status = 200, description = "As `DELETE /l/{id}/tickets/{ticket}`, the documented route, which this one predates", body = wire::Cancelled),
         (status = 400, description = "Bad input", body = crate::error::ErrorBody),
         (status = 413, description = "Body too large", body = crate::error::ErrorBody),
         (status = 415, description = "Not JSON", body = crate::error::ErrorBody),

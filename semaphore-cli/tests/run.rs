@@ -1,4 +1,4 @@
-//! `semaphore run` with real processes and real files (SPEC "CLI").
+//! `semaphore run` with real processes and real files (the CLI's README).
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -1,5 +1,5 @@
 //! A 0.5 s network blip between a `semaphore run` and its store ends
-//! nothing (SPEC R16, amended: a connection that drops and comes back
+//! nothing (R16, amended: a connection that drops and comes back
 //! within the session timeout keeps the session and every lease bound to
 //! it): a second run that waits for the slot is let in only after the
 //! first command has ended (issue 37; on dd70244 the second run got in

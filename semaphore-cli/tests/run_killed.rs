@@ -1,6 +1,6 @@
 //! A `semaphore run` wrapper killed outright (SIGKILL) on a networked
 //! store: its guardian kills the command's group and then returns the
-//! lease itself (SPEC R17), so the slot comes back long before the
+//! lease itself (R17), so the slot comes back long before the
 //! wrapper's session would end (30 s for `run`). Real processes, real
 //! servers.
 

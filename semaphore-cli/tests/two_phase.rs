@@ -232,7 +232,7 @@ async fn a_cancelled_ticket_leaves_the_queue_and_bad_tickets_are_refused() {
         .await;
     assert_eq!((status, body["cancelled"].as_bool()), (200, Some(true)));
     assert_eq!(server.waiting(&id).await, 0);
-    // The SPEC's route for the same: the ticket is gone.
+    // The rules' route for the same: the ticket is gone.
     let tickets = format!("{pool}/tickets/{}", cancel["ticket"].as_str().unwrap());
     let (status, body) = server.call("DELETE", &tickets, None).await;
     assert_eq!((status, body["cancelled"].as_bool()), (200, Some(false)));

@@ -1,4 +1,4 @@
-//! Weighted borrows over HTTP (SPEC R15): `"slots": n` on
+//! Weighted borrows over HTTP (R15): `"slots": n` on
 //! `POST /l/{id}/borrow`, `positions` in the answer and the holders
 //! listing, against a real `semaphore serve` on 127.0.0.1.
 

@@ -1,4 +1,4 @@
-//! The wait loop shared by single and multi-pool borrows (SPEC R5, R11,
+//! The wait loop shared by single and multi-pool borrows (R5, R11,
 //! R12).
 
 use std::sync::Arc;
@@ -58,7 +58,7 @@ pub(crate) fn acquire<A: Answer>(
         // Lease ids of an attempt that failed after it may have been
         // granted (a lost answer): the next attempt asks under them, so
         // that the store answers the grant it made; whatever this borrow
-        // does not end up holding of them is returned (SPEC "Lost replies").
+        // does not end up holding of them is returned (rule "Lost replies").
         let mut unsure = Unsure::new(store, pools);
         // A single-pool borrow of more than one slot checks the count when
         // refused: above it, it is set aside (R15, amended).

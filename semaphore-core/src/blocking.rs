@@ -1,4 +1,4 @@
-//! The blocking API, for code with no async runtime (SPEC "Beyond the basic
+//! The blocking API, for code with no async runtime (rule "Beyond the basic
 //! model"), in the style of tokio's `blocking_*` methods: the same calls and
 //! rules as the async ones, driven to completion on the library's own
 //! runtime while the calling thread waits.

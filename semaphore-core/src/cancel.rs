@@ -1,4 +1,4 @@
-//! What a dropped call leaves behind is cleaned up here (SPEC R12, R13).
+//! What a dropped call leaves behind is cleaned up here (R12, R13).
 //!
 //! Two cases: a borrow dropped while its store call is in flight (the store
 //! may still grant, so the grant is returned once it lands), and a guard

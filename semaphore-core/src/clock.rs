@@ -1,5 +1,5 @@
 //! Time: the [`Clock`] trait, [`SystemClock`] and [`ManualClock`]
-//! (SPEC "Architecture": time comes from a clock the store is given).
+//! (rule "Stores": time comes from a clock the store is given).
 //!
 //! The shape follows governor's `clock.rs`: a real clock for production and a
 //! fake one that tests advance, so that expiry (R7) is tested without sleeping.
@@ -20,7 +20,7 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// Expiries are wall-clock times because a SQLite file is shared by processes
 /// that share no monotonic clock. The core reads `now` from the store's clock
 /// to time its waits and hands it to the store; which clock *decides* expiry
-/// is the store's (SPEC "Time", and the [`Store`](crate::store::Store) contract):
+/// is the store's (rule "Time", and the [`Store`](crate::store::Store) contract):
 /// for a store shared by processes or machines, the one clock they share,
 /// read inside the deciding step.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
@@ -223,7 +223,7 @@ pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
 }
 
 /// `t` truncated to whole milliseconds since the Unix epoch, the resolution
-/// at which stores keep times (SPEC "SQLite store": integer unix ms).
+/// at which stores keep times (rule "Stores": integer unix ms).
 ///
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};

@@ -1,4 +1,4 @@
-//! Running clean-up that nobody awaits (SPEC R12, R13): a dropped borrow's
+//! Running clean-up that nobody awaits (R12, R13): a dropped borrow's
 //! late grant, a dropped guard's return, a dropped head's place in a shared
 //! queue.
 //!

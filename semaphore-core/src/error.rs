@@ -1,4 +1,4 @@
-//! The one error type of the library (SPEC R14).
+//! The one error type of the library (R14).
 
 use std::time::{Duration, SystemTime};
 
@@ -8,7 +8,7 @@ use crate::{Lease, LeaseId, PoolId};
 /// [`Error::Storage`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Everything that can go wrong, as variants a caller acts on (SPEC R14).
+/// Everything that can go wrong, as variants a caller acts on (R14).
 ///
 /// - [`InvalidArgument`](Error::InvalidArgument): fix the call; retrying the
 ///   same call fails the same way.
@@ -69,7 +69,7 @@ pub enum Error {
 
     /// The pool is draining: it grants nothing new until an operator sets it
     /// back ([`Pool::set_draining`](crate::Pool::set_draining)); returns and
-    /// renewals go on (SPEC "HTTP, drain"; the HTTP service's `503`). A
+    /// renewals go on (rule "Drain"; the HTTP service's `503`). A
     /// borrow that waits fails with it at once when the drain starts, unless
     /// it was made with
     /// [`BorrowOptions::wait_while_draining`](crate::BorrowOptions::wait_while_draining).
@@ -82,7 +82,7 @@ pub enum Error {
     /// The idempotency key names an active lease granted for another
     /// request (another [`BorrowOptions::request_digest`](crate::BorrowOptions::request_digest)):
     /// this borrow cannot be a retry of that one, and is refused in the
-    /// store's step that would have granted it (SPEC fourth round,
+    /// store's step that would have granted it (rule
     /// "Idempotency keys are atomic"; the HTTP service's `422`). Use another
     /// key.
     #[error(
@@ -162,7 +162,7 @@ pub enum Error {
     },
 
     /// The clock this store was given disagrees with the clock that decides
-    /// expiry for everyone sharing the store (SPEC "Time": the machine's
+    /// expiry for everyone sharing the store (rule "Time": the machine's
     /// clock for a SQLite file) by more than `tolerance`. The call was
     /// refused and nothing changed: a process whose clock is off would
     /// otherwise time its waits by the wrong instants. Give the store the

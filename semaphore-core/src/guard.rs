@@ -1,4 +1,4 @@
-//! [`LeaseGuard`]: a lease that returns itself when dropped (SPEC R13).
+//! [`LeaseGuard`]: a lease that returns itself when dropped (R13).
 
 use std::fmt;
 use std::ops::Deref;

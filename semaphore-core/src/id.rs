@@ -1,4 +1,4 @@
-//! Identifiers: [`PoolId`] and [`LeaseId`] (SPEC R1).
+//! Identifiers: [`PoolId`] and [`LeaseId`] (R1).
 
 use std::fmt;
 use std::str::FromStr;
@@ -13,7 +13,7 @@ use crate::Error;
 /// disagree on which pool a name means.
 pub const POOL_NAMESPACE: Uuid = Uuid::from_u128(0x6f1d3c2a_8b4e_4d7a_9c51_2e8f0a7b3d64);
 
-/// The identity of a pool (SPEC R1): a UUID.
+/// The identity of a pool (R1): a UUID.
 ///
 /// Two forms:
 /// - [`PoolId::from_name`] derives a stable v5 UUID from a name, so that every
@@ -64,7 +64,7 @@ impl PoolId {
 }
 
 /// The identity of one lease: a random v4 UUID made by the library, never by
-/// the caller (SPEC vocabulary, "lease").
+/// the caller (rule "Words").
 ///
 /// It is the credential that returns the lease early
 /// ([`Pool::return_lease`](crate::Pool::return_lease)), so treat it as a
@@ -77,7 +77,7 @@ pub struct LeaseId(Uuid);
 impl LeaseId {
     /// A fresh random (v4) lease id. Only the core calls this, before it asks
     /// a store to grant, so that a borrow cancelled during the store call can
-    /// still return its lease (SPEC R12).
+    /// still return its lease (R12).
     pub fn new() -> Self {
         Self(Uuid::new_v4())
     }
@@ -94,7 +94,7 @@ impl LeaseId {
 }
 
 /// The identity of a borrower while it waits at the head of its pool's
-/// queue in this process (SPEC R11, R12).
+/// queue in this process (R11, R12).
 ///
 /// The core passes it in [`BorrowRequest::waiter`](crate::store::BorrowRequest::waiter) on
 /// every attempt made from the queue, so that a store shared by several

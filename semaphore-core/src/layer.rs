@@ -1,5 +1,5 @@
 //! A tower layer that runs each HTTP request under a lease of a [`Pool`]:
-//! tower's `ConcurrencyLimit`, with the limit kept in any store (SPEC
+//! tower's `ConcurrencyLimit`, with the limit kept in any store (rule
 //! "Beyond the basic model").
 
 use std::future::Future;

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 pub use crate::positions::Positions;
 use crate::{LeaseId, PoolId, SessionId};
 
-/// One or more held slots of one pool (SPEC vocabulary, "lease"; R5, R6,
+/// One or more held slots of one pool (rule "Words"; R5, R6,
 /// R9, R15).
 ///
 /// A lease is *active* from its grant until the earlier of its return and
@@ -102,7 +102,7 @@ impl Lease {
     }
 }
 
-/// A pool as of one instant (SPEC R3). It never shows lease ids.
+/// A pool as of one instant (R3). It never shows lease ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]

@@ -15,7 +15,8 @@
 //! (`semaphore-memory`, `semaphore-sqlite`, `semaphore-postgres`), which
 //! re-exports the user API and the [`store`] module.
 //!
-//! Rules cited as "R1".."R16" are those of the project's SPEC.
+//! Rules cited as "R1".."R17", or by name ("Time", "Lost replies"), are
+//! written down in [`rules`], the contract every store keeps.
 //!
 //! # Several slots, and holders that die
 //! A borrow may take `n` slots as one lease ([`Pool::borrow_n`],
@@ -118,6 +119,8 @@ mod limits;
 mod options;
 mod pool;
 mod positions;
+#[doc = include_str!("../RULES.md")]
+pub mod rules {}
 mod server_clock;
 mod session;
 mod set;

@@ -1,5 +1,5 @@
 //! [`Limits`]: the ranges that arguments are checked and clamped against
-//! (SPEC "Limits", R2, R5).
+//! (rule "Limits", R2, R5).
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use crate::{Error, Result};
 ///
 /// | field | default | why |
 /// | --- | --- | --- |
-/// | `max_count` | 1000 | the SPEC's default |
+/// | `max_count` | 1000 | the rules' default |
 /// | `max_ttl` | 24 hours | long batch jobs fit; a crashed holder's slot still comes back within a day |
 /// | `max_wait` | 1 hour | longer waits are better served by retrying |
 /// | `max_owner_len` | 64 bytes | a host name and a process id fit; a listing stays readable |

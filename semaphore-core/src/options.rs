@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::{Limits, Result};
 
 /// Optional parts of a borrow: the number of slots (R15), an idempotency
-/// key and an owner label (SPEC "Beyond the basic model"). Pass them to
+/// key and an owner label (rule "Beyond the basic model"). Pass them to
 /// [`Pool::borrow_with`](crate::Pool::borrow_with) or
 /// [`PoolSet::borrow_with`](crate::PoolSet::borrow_with).
 ///
@@ -42,7 +42,7 @@ pub struct BorrowOptions {
     /// the same digest gets the same lease; one with another digest (or
     /// none, where the lease has one) is refused with
     /// [`Error::KeyReused`](crate::Error::KeyReused) in that same step,
-    /// however many processes race (SPEC fourth round, "Idempotency keys are
+    /// however many processes race (rule "Idempotency keys are
     /// atomic"; the IETF idempotency-key draft's 422). Ignored without a
     /// key.
     pub request_digest: Option<u128>,

@@ -1,4 +1,4 @@
-//! [`Pool`]: the handle users call (SPEC R2-R13).
+//! [`Pool`]: the handle users call (R2-R13).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -1,4 +1,4 @@
-//! [`Positions`]: the slots one lease holds (SPEC R6, R15).
+//! [`Positions`]: the slots one lease holds (R6, R15).
 
 use std::fmt;
 use std::ops::Deref;

@@ -1,6 +1,6 @@
 //! [`ServerClock`]: a process's view of a database server's clock, and
 //! [`DecidingClock`]: which clock decides, for the stores whose server
-//! decides expiry (SPEC "Time").
+//! decides expiry (rule "Time").
 //!
 //! The view is conservative (R17): it reads the latest the server's clock
 //! can show now, never less. A reading `S` of the server's clock, taken in
@@ -32,7 +32,7 @@ use crate::{Clock, ManualClock, MonotonicClock, Sleep};
 pub const RATE_MARGIN_PPM: i64 = 1000;
 
 /// This process's view of a database server's clock, which decides expiry
-/// for every machine (SPEC "Time"): a local clock plus what its readings of
+/// for every machine (rule "Time"): a local clock plus what its readings of
 /// the server's clock bound.
 ///
 /// [`now`](Clock::now) is an upper bound of the server's clock (see the
@@ -175,7 +175,7 @@ impl Clock for ServerClock {
 }
 
 /// Which clock decides expiry for a store whose server decides, and which
-/// one times the core's waits (SPEC "Time").
+/// one times the core's waits (rule "Time").
 #[derive(Debug, Clone)]
 pub enum DecidingClock {
     /// The server's clock decides, read inside each atomic step; the view

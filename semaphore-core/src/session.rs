@@ -1,4 +1,4 @@
-//! Sessions (SPEC R16 as amended, R17): what a networked store's bound
+//! Sessions (R16 as amended, R17): what a networked store's bound
 //! leases belong to, kept alive by a heartbeat, and how a holder knows,
 //! without asking, that its session still vouches for them.
 //!
@@ -55,7 +55,7 @@ pub enum SessionState {
 /// (see [`Session::start`]).
 ///
 /// # Contract
-/// Each call is one atomic step on the store's deciding clock (SPEC
+/// Each call is one atomic step on the store's deciding clock (rule
 /// "Time"), like a [`Store`](crate::store::Store) primitive. An ended
 /// session never lives again: a beat of a session whose end has passed, or
 /// that was closed, changes nothing and answers `None`, so that no lease
@@ -281,6 +281,23 @@ impl Session {
         });
         if lost {
             self.shared.wake.notify_one();
+        }
+    }
+
+    /// The error of a borrow step that named session `id` and found it
+    /// ended (R16, amended): retryable, once this session is told
+    /// ([`ended_on_store`](Session::ended_on_store)), so that the core's
+    /// next attempt names a new session.
+    pub fn ended_error(&self, id: Option<SessionId>) -> crate::Error {
+        if let Some(id) = id {
+            self.ended_on_store(id);
+        }
+        crate::Error::Storage {
+            operation: "borrow",
+            retryable: true,
+            source: "the store's session had ended (the server lost it or it was deleted); \
+                     a new one is being opened"
+                .into(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! [`PoolSet`]: one slot from each of several pools, all or nothing
-//! (SPEC "Beyond the basic model").
+//! (rule "Beyond the basic model").
 
 use std::fmt;
 use std::ops::Deref;

@@ -1,4 +1,4 @@
-//! Slot allocation, defined once (SPEC R6, R7, R10): the reference
+//! Slot allocation, defined once (R6, R7, R10): the reference
 //! [`lowest_free`] and [`SlotTable`], the in-process bookkeeping that
 //! in-process stores call.
 

@@ -1,5 +1,5 @@
 //! For store authors: the [`Store`] trait, the atomic primitives a storage
-//! backend provides (SPEC "Architecture"), and the kit to write one with:
+//! backend provides (rule "Stores"), and the kit to write one with:
 //! slot allocation ([`lowest_free`], [`SlotTable`]), the wait engine's
 //! change notification ([`Changes`]), waiter ids, and the time helpers every
 //! store needs to keep times as unix milliseconds ([`unix_ms`],
@@ -17,8 +17,13 @@ pub use crate::wait::{Changes, Claim};
 pub use ::async_trait::async_trait;
 
 mod keys;
+mod shared;
 mod timeouts;
 pub use keys::{KEY_DIGEST_SEPARATOR, key_name, stored_key};
+pub use shared::{
+    LeaseRow, MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, PlaceStep, WAITER_TTL, WAITER_TTL_MS,
+    check_poll_interval, check_pool_size, check_prefix, holders_from_rows, millis, place_step,
+};
 pub use timeouts::{
     CALL_TIMEOUT, DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, bounded, check_session_timeout,
     session_timeout,
@@ -33,7 +38,7 @@ use crate::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result, Session, S
 /// One borrow attempt, as the core hands it to [`Store::try_borrow`].
 ///
 /// It carries no time: the store reads its deciding clock inside its atomic
-/// step (SPEC "Time": this process's for the memory store, the machine's
+/// step (rule "Time": this process's for the memory store, the machine's
 /// for SQLite, the server's for PostgreSQL) and grants for [`ttl`](Self::ttl)
 /// from that reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +77,7 @@ pub struct BorrowRequest {
     pub session: Option<SessionId>,
     /// Set when the attempt repeats one whose answer was lost (it failed
     /// with a storage error, so it may have been granted), under the same
-    /// lease id (SPEC "Lost replies"): a store that may lose answers (a
+    /// lease id (rule "Lost replies"): a store that may lose answers (a
     /// networked one) then first looks for an active lease with this id in
     /// the pool, and answers it as it stands if there is one. A store may
     /// also look on every attempt.
@@ -104,7 +109,7 @@ pub struct BorrowRequest {
     /// the store answers with that lease if its stored key is this one,
     /// and fails with [`Error::KeyReused`](crate::Error::KeyReused) if not
     /// (another request's digest), whether or not a slot is free, in the
-    /// step that would have granted (SPEC fourth round, "Idempotency keys
+    /// step that would have granted (rule "Idempotency keys
     /// are atomic").
     pub key: Option<Arc<str>>,
     /// The owner label, checked; kept with the lease for
@@ -236,7 +241,7 @@ impl TryBorrowAll {
 ///   the store behave as if run one at a time (R10, R14). A failure leaves
 ///   nothing half done and is [`Error::Storage`](crate::Error::Storage) with
 ///   the right `retryable` flag.
-/// - **One clock decides** (SPEC "Time"). No time comes in as an
+/// - **One clock decides** (rule "Time"). No time comes in as an
 ///   argument: each step reads the clock that decides for everyone sharing
 ///   the store, inside the step, and judges expiry and sets expiries by
 ///   that one reading: this process's clock (the one [`Store::clock`]
@@ -310,7 +315,7 @@ impl TryBorrowAll {
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The clock all times handed to this store come from, and by which the
     /// core times its waits: the deciding clock itself, or this process's
-    /// best view of it (SPEC "Time"). Every wake re-checks the store, so a
+    /// best view of it (rule "Time"). Every wake re-checks the store, so a
     /// view that is slightly off costs latency, never correctness.
     fn clock(&self) -> &dyn Clock;
 
@@ -364,11 +369,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// [`return_lease`](Store::return_lease) for a caller that holds the
     /// whole lease (a guard does), so that a store may find it by its
-    /// position: the same result, for `lease.pool` and `lease.id`. A store
-    /// with nothing to gain from the position calls `return_lease`; the
-    /// SQLite store looks the row up by `(pool, position)` instead of
-    /// scanning the pool's leases for the id.
-    async fn return_held(&self, lease: Lease) -> Result<bool>;
+    /// position: the same result, for `lease.pool` and `lease.id`. By
+    /// default it calls `return_lease`; the SQLite store looks the row up
+    /// by `(pool, position)` instead of scanning the pool's leases for the
+    /// id.
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id).await
+    }
 
     /// Sets lease `lease` of `pool`, if it is active, to expire `ttl`
     /// (checked and clamped, whole ms) after the step's reading of the

@@ -1,4 +1,4 @@
-//! Instrumentation behind the `tracing` and `metrics` features (SPEC
+//! Instrumentation behind the `tracing` and `metrics` features (rule
 //! "Beyond the basic model"); without them every function here is empty
 //! and inlines to nothing.
 //!

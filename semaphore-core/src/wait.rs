@@ -1,5 +1,5 @@
 //! The wait engine's queues and the store's change notification
-//! ([`Changes`]; SPEC R5, R11, R12).
+//! ([`Changes`]; R5, R11, R12).
 //!
 //! Each pool with waiters has a FIFO queue in the process. Only the waiter
 //! at its head asks the store; the rest wait in memory, which keeps the
@@ -261,7 +261,7 @@ impl Changes {
     /// are woken, and those
     /// that do not wait for a drain fail with
     /// [`Error::Draining`](crate::Error::Draining) at once instead of at
-    /// the end of their wait (SPEC "HTTP, drain"), as do those that come
+    /// the end of their wait (rule "Drain"), as do those that come
     /// until the next change is told of ([`enqueue`](Changes::enqueue)).
     pub(crate) fn found_draining(&self, pool: PoolId) {
         let mut queues = self.queues.lock();

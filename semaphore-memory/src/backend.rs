@@ -81,7 +81,7 @@ impl Default for MemoryStore {
 
 impl MemoryStore {
     /// The deciding clock's reading for one step, to whole milliseconds
-    /// (SPEC "Time": this process's clock decides for the memory store).
+    /// (rule "Time": this process's clock decides for the memory store).
     fn now(&self) -> SystemTime {
         truncate_ms(self.clock.now())
     }

@@ -1,5 +1,5 @@
 //! The model-based property test of the shared suite, run against
-//! [`MemoryStore`]: random sequences compared step by step with the SPEC's
+//! [`MemoryStore`]: random sequences compared step by step with the rules'
 //! model (`PROPTEST_CASES`, default 10,000).
 
 use std::sync::Arc;

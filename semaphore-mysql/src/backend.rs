@@ -40,20 +40,21 @@ const INIT: [&str; 3] = [
 
 /// A [`Store`] in one MySQL (8.0 or later) or MariaDB (10.6 or later)
 /// database, shared by any number of processes on any number of machines
-/// (SPEC "Architecture" and R1-R16; the design of
+/// (rule "Stores" and R1-R16; the design of
 /// `mysql-counting-semaphore.txt`).
 ///
 /// - **One transaction per primitive**, InnoDB, `READ COMMITTED`: the
 ///   pool's row is locked first (`SELECT ... FOR UPDATE`), so that steps
 ///   on one pool serialize while steps on different pools run in parallel;
 ///   a multi-pool borrow locks its pools' rows in id order, so two never
-///   deadlock. A step is several statements (a round trip each) in that
-///   transaction. A borrow without a key is one round trip: a call of the
-///   store's borrow procedure (`PREFIX_borrow_4`, created with the tables),
-///   which runs the same steps in a transaction of its own; a return is
-///   one statement in autocommit. A dropped future rolls its transaction
-///   back.
-/// - **The server's clock decides** (SPEC "Time"): `SYSDATE(3)`, read
+///   deadlock. A borrow is one round trip: a call of the store's borrow
+///   procedure (`PREFIX_borrow_5`, created with the tables, the one place
+///   the borrow is written), in a transaction of its own; a multi-pool
+///   borrow calls its step once per pool in one transaction. A return is
+///   one statement in autocommit; the other primitives are a few
+///   statements in one transaction. A dropped future rolls its
+///   transaction back.
+/// - **The server's clock decides** (rule "Time"): `SYSDATE(3)`, read
 ///   after the lock, judges expiry and sets expiries. Clients whose clocks
 ///   disagree can neither over-issue nor take a live lease;
 ///   [`Store::clock`] is this process's view of the server's clock.
@@ -81,7 +82,7 @@ const INIT: [&str; 3] = [
 ///   [`Error::Storage`]; a lost connection is never [`Error::Exhausted`].
 ///
 /// Needs a tokio runtime. The user needs `CREATE` and `CREATE ROUTINE` on
-/// the database the first time (the tables and the procedure are made if
+/// the database the first time (the tables and the procedures are made if
 /// missing), then `SELECT`, `INSERT`, `UPDATE`, `DELETE` and `EXECUTE`.
 ///
 /// ```no_run
@@ -224,7 +225,7 @@ impl MysqlStore {
 
     /// This process's view of the server's clock, which times its waits;
     /// `None` in test mode (a manual clock).
-    pub fn server_clock(&self) -> Option<&crate::ServerClock> {
+    pub fn server_clock(&self) -> Option<&crate::store::ServerClock> {
         self.time.server().map(|view| &**view)
     }
 
@@ -381,13 +382,9 @@ impl Store for MysqlStore {
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        // The procedure keeps places with the store's own waiter ttl only.
         let result = async {
-            if request.key.is_none() && request.hold.is_none() {
-                return autocommit!(self, "borrow", |step, conn| step
-                    .call_borrow(&mut conn, request));
-            }
-            in_tx!(self, "borrow", |step, tx| step.try_borrow(&mut tx, request))
+            autocommit!(self, "borrow", |step, conn| step
+                .call_borrow(&mut conn, request))
         }
         .await;
         self.told(request.session, result)
@@ -409,10 +406,6 @@ impl Store for MysqlStore {
             self.changes.notify(pool);
         }
         Ok(returned)
-    }
-
-    async fn return_held(&self, lease: Lease) -> Result<bool> {
-        self.return_lease(lease.pool, lease.id).await
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {

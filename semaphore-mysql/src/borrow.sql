@@ -1,24 +1,39 @@
--- The uncontended borrow as one call (one round trip): the same steps as
--- `primitives::Step::try_borrow` without a key, in a transaction of its
--- own. `{p}` is the table prefix. The name carries the body's revision:
--- a store that finds an older one (its processes still call it) creates
--- its own beside it. A call repeated with the same lease id
--- (its answer was lost) gets the lease it granted. A bound lease names
--- its session (p_session, R16 amended), which must live; a place names
--- the named lock of its store's connection (p_conn): a place whose lock is
--- free is a gone process's. Status 0 granted, 1 exhausted, 2 no pool, 3
--- draining, 5 the session has ended.
-CREATE PROCEDURE {p}_borrow_4(
+-- The borrow, written once (R5, R6, R9, R10, R11, R15, R16 amended, rules
+-- "Lost replies" and "Idempotency keys are atomic"). `{p}` is the table
+-- prefix. Names carry the bodies' revision: a store that finds older ones
+-- (processes of an earlier release still call them) creates its own
+-- beside them. The procedures are separated by lines of `-- ====`.
+--
+-- `{p}_borrow_step_5` is the step itself, with no transaction control: it
+-- locks the pool's row, and answers in its OUT parameters. Status 0
+-- granted (the lease's id, token, expiry, positions and session), 1
+-- exhausted (the earliest end of an active lease), 2 no pool, 3 draining,
+-- 4 the key names a lease of another request, 5 the session has ended.
+--
+-- A call repeated with the same lease id (its answer was lost) gets the
+-- lease it granted; a keyed call whose key names an active lease of the
+-- same request (`p_key`, the key and its request digest) gets that lease,
+-- and one of another request (the same `p_key_name`) status 4. A bound
+-- lease names its session (`p_session`), which must live; a place in the
+-- queue names the named lock of its store's connection (`p_conn`), and a
+-- place whose lock is free is a gone process's, unless it is held
+-- (`p_hold` ms after every look, bound to no process). The token is above
+-- `p_above` too: the leases of a multi-pool borrow get rising tokens.
+CREATE PROCEDURE {p}_borrow_step_5(
     IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_ttl BIGINT, IN p_max BIGINT,
     IN p_slots INT UNSIGNED, IN p_session BINARY(16), IN p_waiter BINARY(16),
-    IN p_owner VARBINARY(1024), IN p_now BIGINT, IN p_waiter_ttl BIGINT,
-    IN p_conn BINARY(16))
-proc: BEGIN
+    IN p_owner VARBINARY(1024), IN p_key BLOB, IN p_key_name BLOB, IN p_now BIGINT,
+    IN p_waiter_ttl BIGINT, IN p_hold BIGINT, IN p_conn BINARY(16), IN p_above BIGINT,
+    OUT o_status INT, OUT o_lease BINARY(16), OUT o_token BIGINT, OUT o_expires BIGINT,
+    OUT o_positions TEXT, OUT o_next BIGINT, OUT o_session BINARY(16))
+step: BEGIN
     DECLARE v_count BIGINT;
     DECLARE v_draining BOOLEAN;
     DECLARE v_now, v_rows, v_expired, v_highest, v_ticket, v_alive, v_ahead, v_held,
-        v_token, v_expires, v_freed, v_stale BIGINT;
-    DECLARE v_session BINARY(16);
+        v_freed, v_stale BIGINT;
+    DECLARE v_answer, v_keyed BINARY(16);
+    DECLARE v_keyed_gone BOOLEAN;
+    DECLARE v_stored BLOB;
     DECLARE v_positions TEXT DEFAULT '';
     DECLARE v_next, v_taken INT UNSIGNED DEFAULT 0;
     DECLARE v_found INT DEFAULT 0;
@@ -26,38 +41,60 @@ proc: BEGIN
     DECLARE v_mine BIGINT DEFAULT 0;
     DECLARE taken CURSOR FOR SELECT position FROM {p}_leases WHERE pool = p_pool ORDER BY position;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-    START TRANSACTION;
+    SET o_status = 2, o_lease = NULL, o_token = NULL, o_expires = NULL, o_positions = NULL,
+        o_next = NULL, o_session = NULL;
     SELECT count, draining, COALESCE(p_now, CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED))
         INTO v_count, v_draining, v_now FROM {p}_pools WHERE pool = p_pool FOR UPDATE;
     IF v_count IS NULL THEN
-        ROLLBACK;
-        SELECT 2, NULL, NULL, NULL, NULL, NULL;
-        LEAVE proc;
+        LEAVE step;
     END IF;
     IF v_draining THEN
-        ROLLBACK;
-        SELECT 3, NULL, NULL, NULL, NULL, NULL;
-        LEAVE proc;
+        SET o_status = 3;
+        LEAVE step;
     END IF;
     -- One look at the pool's leases: how many, how many expired, the
-    -- highest position, and whether this lease id is among them (a retry
-    -- of a call whose answer was lost gets the lease it granted).
+    -- highest position, and whether this lease id is among the active.
     SELECT COUNT(*), COALESCE(SUM(expires_at <= v_now), 0), MAX(position),
             COALESCE(SUM(lease = p_lease AND expires_at > v_now AND (holder IS NULL
                 OR EXISTS (SELECT 1 FROM {p}_sessions x
                            WHERE x.id = holder AND x.expires_at > v_now))), 0)
         INTO v_rows, v_expired, v_highest, v_mine FROM {p}_leases WHERE pool = p_pool;
     IF v_mine > 0 THEN
+        SET v_answer = p_lease;
+    ELSEIF p_key_name IS NOT NULL THEN
+        -- The active lease borrowed under the key's name, with or without
+        -- a request digest.
+        SELECT lease, holder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {p}_sessions x
+                    WHERE x.id = holder AND x.expires_at > v_now), borrow_key
+            INTO v_keyed, v_keyed_gone, v_stored
+            FROM {p}_leases WHERE pool = p_pool AND expires_at > v_now
+            AND (borrow_key = p_key_name OR (borrow_key > CONCAT(p_key_name, CHAR(31))
+                                             AND borrow_key < CONCAT(p_key_name, ' ')))
+            LIMIT 1;
+        IF v_keyed IS NOT NULL AND v_keyed_gone THEN
+            -- Its holder is gone: its slots free, the key borrows anew.
+            DELETE FROM {p}_leases WHERE pool = p_pool AND holder IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM {p}_sessions x
+                                WHERE x.id = holder AND x.expires_at > v_now);
+            SELECT COUNT(*), COALESCE(SUM(expires_at <= v_now), 0), MAX(position)
+                INTO v_rows, v_expired, v_highest FROM {p}_leases WHERE pool = p_pool;
+        ELSEIF v_keyed IS NOT NULL AND v_stored = p_key THEN
+            SET v_answer = v_keyed;
+        ELSEIF v_keyed IS NOT NULL THEN
+            SET o_status = 4;
+            LEAVE step;
+        END IF;
+    END IF;
+    IF v_answer IS NOT NULL THEN
         IF p_waiter IS NOT NULL THEN
             DELETE FROM {p}_waiters WHERE pool = p_pool AND waiter = p_waiter;
         END IF;
-        COMMIT;
-        SELECT 0, MIN(token), MIN(expires_at), GROUP_CONCAT(position ORDER BY position), NULL,
-                MIN(holder)
-            FROM {p}_leases WHERE pool = p_pool AND lease = p_lease;
-        LEAVE proc;
+        SELECT MIN(token), MIN(expires_at), GROUP_CONCAT(position ORDER BY position), MIN(holder)
+            INTO o_token, o_expires, o_positions, o_session
+            FROM {p}_leases WHERE pool = p_pool AND lease = v_answer;
+        SET o_status = 0, o_lease = v_answer;
+        LEAVE step;
     END IF;
     IF v_expired > 0 THEN
         DELETE FROM {p}_leases WHERE pool = p_pool AND expires_at <= v_now;
@@ -67,10 +104,9 @@ proc: BEGIN
     -- One look at the queue: its stale places, this waiter's own live one,
     -- and the slots owed to the live places ahead of it (all of them for
     -- a borrower that is not queued; none to a place whose weight is over
-    -- the count, R15 amended). Stale places are deleted only if
-    -- there are any.
-    -- A place whose store's connection is gone (its named lock free) is
-    -- stale too (R16, amended: a killed waiter holds back no one).
+    -- the count, R15 amended). Stale places are deleted only if there are
+    -- any. A place whose store's connection is gone (its named lock free)
+    -- is stale too (R16, amended: a killed waiter holds back no one).
     SELECT COALESCE(SUM(w.alive_until <= v_now OR (w.holder IS NOT NULL AND IS_FREE_LOCK(
                 CONCAT('semaphore_holder_', LOWER(HEX(w.holder)))) <=> 1)), 0),
             COALESCE(SUM(IF(w.alive_until > v_now AND NOT (w.holder IS NOT NULL AND IS_FREE_LOCK(
@@ -102,44 +138,47 @@ proc: BEGIN
         END IF;
     END IF;
     IF v_count - v_held - v_ahead < p_slots THEN
+        -- Refused: the waiter joins the queue, or refreshes its place once
+        -- less than half its life is left (a held place at every look).
         IF p_waiter IS NOT NULL THEN
             IF v_ticket IS NULL THEN
                 INSERT INTO {p}_waiters (pool, waiter, alive_until, slots, holder)
-                    VALUES (p_pool, p_waiter, v_now + p_waiter_ttl, p_slots, p_conn)
+                    VALUES (p_pool, p_waiter, v_now + COALESCE(p_hold, p_waiter_ttl), p_slots,
+                            IF(p_hold IS NULL, p_conn, NULL))
                     ON DUPLICATE KEY UPDATE alive_until = VALUES(alive_until);
-            ELSEIF v_alive - v_now < p_waiter_ttl DIV 2 THEN
-                UPDATE {p}_waiters SET alive_until = v_now + p_waiter_ttl
+            ELSEIF p_hold IS NOT NULL OR v_alive - v_now < p_waiter_ttl DIV 2 THEN
+                UPDATE {p}_waiters SET alive_until = v_now + COALESCE(p_hold, p_waiter_ttl)
                     WHERE pool = p_pool AND waiter = p_waiter;
             END IF;
         END IF;
-        COMMIT;
-        SELECT 1, NULL, NULL, NULL,
-            (SELECT MIN(IF(l.holder IS NULL, l.expires_at, LEAST(l.expires_at,
-                    (SELECT x.expires_at FROM {p}_sessions x WHERE x.id = l.holder))))
+        -- The earliest end of an active lease: its expiry, or its
+        -- session's end (R16, amended).
+        SET o_status = 1, o_next = (SELECT MIN(IF(l.holder IS NULL, l.expires_at,
+                    LEAST(l.expires_at, (SELECT x.expires_at FROM {p}_sessions x
+                                         WHERE x.id = l.holder))))
              FROM {p}_leases l WHERE l.pool = p_pool AND l.expires_at > v_now
              AND (l.holder IS NULL OR EXISTS (SELECT 1 FROM {p}_sessions x
-                                              WHERE x.id = l.holder AND x.expires_at > v_now))),
-            NULL;
-        LEAVE proc;
+                                              WHERE x.id = l.holder AND x.expires_at > v_now)));
+        LEAVE step;
     END IF;
     -- R16, amended: no lease is born dead.
     IF p_session IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {p}_sessions x
             WHERE x.id = p_session AND x.expires_at > v_now) THEN
-        ROLLBACK;
-        SELECT 5, NULL, NULL, NULL, NULL, NULL;
-        LEAVE proc;
+        SET o_status = 5;
+        LEAVE step;
     END IF;
 
-    -- R9: above the pool's last token and the store's floor. Every write
-    -- of either for this pool holds this pool's row, as this does.
+    -- R9: above the pool's last token, the store's floor and `p_above`.
+    -- Every write of the first two for this pool holds this pool's row, as
+    -- this does.
     UPDATE {p}_pools SET last_token = LAST_INSERT_ID(GREATEST(last_token,
-            (SELECT s.last_token FROM {p}_store s WHERE s.id = 1)) + 1)
+            (SELECT s.last_token FROM {p}_store s WHERE s.id = 1), p_above) + 1)
         WHERE pool = p_pool;
-    SET v_token = LAST_INSERT_ID();
-    SET v_expires = LEAST(v_now + p_ttl, p_max);
-    SET v_session = p_session;
+    SET o_token = LAST_INSERT_ID();
+    SET o_expires = LEAST(v_now + p_ttl, p_max);
+    -- R6, R15: the lowest free positions, gaps first in position order;
+    -- the labels on the lowest.
     IF v_highest IS NOT NULL AND v_highest + 1 <> v_held THEN
-        -- Gaps first, in position order.
         SET v_done = 0;
         OPEN taken;
         gaps: LOOP
@@ -148,9 +187,11 @@ proc: BEGIN
                 LEAVE gaps;
             END IF;
             WHILE v_next < v_taken AND v_found < p_slots DO
-                INSERT INTO {p}_leases (pool, position, lease, token, expires_at, owner, holder)
-                    VALUES (p_pool, v_next, p_lease, v_token, v_expires,
-                            IF(v_found = 0, p_owner, NULL), v_session);
+                INSERT INTO {p}_leases (pool, position, lease, token, expires_at, owner,
+                        borrow_key, holder)
+                    VALUES (p_pool, v_next, p_lease, o_token, o_expires,
+                            IF(v_found = 0, p_owner, NULL), IF(v_found = 0, p_key, NULL),
+                            p_session);
                 SET v_positions = CONCAT(v_positions, IF(v_found = 0, '', ','), v_next);
                 SET v_found = v_found + 1;
                 SET v_next = v_next + 1;
@@ -162,9 +203,10 @@ proc: BEGIN
         SET v_next = v_held;
     END IF;
     WHILE v_found < p_slots DO
-        INSERT INTO {p}_leases (pool, position, lease, token, expires_at, owner, holder)
-            VALUES (p_pool, v_next, p_lease, v_token, v_expires,
-                    IF(v_found = 0, p_owner, NULL), v_session);
+        INSERT INTO {p}_leases (pool, position, lease, token, expires_at, owner, borrow_key,
+                holder)
+            VALUES (p_pool, v_next, p_lease, o_token, o_expires,
+                    IF(v_found = 0, p_owner, NULL), IF(v_found = 0, p_key, NULL), p_session);
         SET v_positions = CONCAT(v_positions, IF(v_found = 0, '', ','), v_next);
         SET v_found = v_found + 1;
         SET v_next = v_next + 1;
@@ -172,6 +214,43 @@ proc: BEGIN
     IF p_waiter IS NOT NULL THEN
         DELETE FROM {p}_waiters WHERE pool = p_pool AND waiter = p_waiter;
     END IF;
+    SET o_status = 0, o_lease = p_lease, o_positions = v_positions, o_session = p_session;
+END
+-- ====
+-- A borrow as one call in a transaction of its own: one round trip.
+CREATE PROCEDURE {p}_borrow_5(
+    IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_ttl BIGINT, IN p_max BIGINT,
+    IN p_slots INT UNSIGNED, IN p_session BINARY(16), IN p_waiter BINARY(16),
+    IN p_owner VARBINARY(1024), IN p_key BLOB, IN p_key_name BLOB, IN p_now BIGINT,
+    IN p_waiter_ttl BIGINT, IN p_hold BIGINT, IN p_conn BINARY(16))
+BEGIN
+    DECLARE o_status INT;
+    DECLARE o_lease, o_session BINARY(16);
+    DECLARE o_token, o_expires, o_next BIGINT;
+    DECLARE o_positions TEXT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    START TRANSACTION;
+    CALL {p}_borrow_step_5(p_pool, p_lease, p_ttl, p_max, p_slots, p_session, p_waiter,
+        p_owner, p_key, p_key_name, p_now, p_waiter_ttl, p_hold, p_conn, 0,
+        o_status, o_lease, o_token, o_expires, o_positions, o_next, o_session);
     COMMIT;
-    SELECT 0, v_token, v_expires, v_positions, NULL, v_session;
+    SELECT o_status, o_lease, o_token, o_expires, o_positions, o_next, o_session;
+END
+-- ====
+-- A borrow inside the caller's transaction (a multi-pool borrow's), its
+-- token above `p_above`.
+CREATE PROCEDURE {p}_borrow_in_5(
+    IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_ttl BIGINT, IN p_max BIGINT,
+    IN p_slots INT UNSIGNED, IN p_session BINARY(16), IN p_waiter BINARY(16),
+    IN p_owner VARBINARY(1024), IN p_key BLOB, IN p_key_name BLOB, IN p_now BIGINT,
+    IN p_waiter_ttl BIGINT, IN p_hold BIGINT, IN p_conn BINARY(16), IN p_above BIGINT)
+BEGIN
+    DECLARE o_status INT;
+    DECLARE o_lease, o_session BINARY(16);
+    DECLARE o_token, o_expires, o_next BIGINT;
+    DECLARE o_positions TEXT;
+    CALL {p}_borrow_step_5(p_pool, p_lease, p_ttl, p_max, p_slots, p_session, p_waiter,
+        p_owner, p_key, p_key_name, p_now, p_waiter_ttl, p_hold, p_conn, p_above,
+        o_status, o_lease, o_token, o_expires, o_positions, o_next, o_session);
+    SELECT o_status, o_lease, o_token, o_expires, o_positions, o_next, o_session;
 END

@@ -20,13 +20,6 @@ use crate::schema::Tables;
 
 pub(crate) type Sql<T> = mysql_async::Result<T>;
 
-/// Whether a queued head's process is gone (R16, amended: a waiter's
-/// place is bound to its store's connection): its place names the named
-/// lock that connection keeps (`GET_LOCK`), and the lock is free. `<=> 1`:
-/// an error (`NULL`) is never "gone".
-pub(crate) const WAITER_GONE: &str =
-    "(holder IS NOT NULL AND IS_FREE_LOCK(CONCAT('semaphore_holder_', LOWER(HEX(holder)))) <=> 1)";
-
 /// The deciding instant, unix ms, as a statement computes it: the test's
 /// (the first parameter), or the server's clock as the statement runs.
 pub(crate) const NOW: &str = "COALESCE(?, CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED))";
@@ -100,26 +93,6 @@ impl Step<'_> {
         self.time
             .now_param()
             .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
-    }
-
-    /// R16: deletes the leases of `pool` whose session has ended at
-    /// `now`; the slots that freed.
-    pub(crate) async fn reap_gone(
-        &self,
-        tx: &mut Transaction<'_>,
-        pool: &PoolId,
-        now: i64,
-    ) -> Sql<i64> {
-        tx.exec_drop(
-            format!(
-                "DELETE FROM {} WHERE pool = ? AND {}",
-                self.t.leases,
-                self.t.gone_at("?")
-            ),
-            (key(pool), now),
-        )
-        .await?;
-        Ok(i64::try_from(tx.affected_rows()).unwrap_or(i64::MAX))
     }
 
     /// Slots held at `now` by active leases (R7), those of gone holders
@@ -438,4 +411,3 @@ impl Step<'_> {
 }
 
 mod borrow;
-mod keyed;

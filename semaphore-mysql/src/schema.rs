@@ -24,8 +24,10 @@
 //!   id of the named lock the head's store keeps on a connection of its
 //!   own (version 3): a head whose lock is free is gone.
 //!
-//! - `P_borrow_4`: the uncontended borrow as one stored procedure (one round
-//!   trip), `borrow.sql`.
+//! - `P_borrow_step_5`, `P_borrow_5`, `P_borrow_in_5`: the borrow as stored
+//!   procedures, the one place it is written (`borrow.sql`): the step, and
+//!   one call of it in a transaction of its own (one round trip) or in the
+//!   caller's (a multi-pool borrow).
 //!
 //! Labels are `VARBINARY`/`BLOB`, compared byte for byte: a key never
 //! matches another that differs only in case, whatever the collation.
@@ -53,8 +55,11 @@ pub(crate) struct Tables {
     pub(crate) leases: String,
     pub(crate) waiters: String,
     pub(crate) sessions: String,
-    /// The borrow procedure's name.
+    /// The borrow procedures' names: one call in a transaction of its own,
+    /// one inside the caller's, and the step both call.
     pub(crate) borrow: String,
+    pub(crate) borrow_in: String,
+    borrow_step: String,
     prefix: String,
 }
 
@@ -66,7 +71,9 @@ impl Tables {
             leases: format!("{prefix}_leases"),
             waiters: format!("{prefix}_waiters"),
             sessions: format!("{prefix}_sessions"),
-            borrow: format!("{prefix}_borrow_4"),
+            borrow: format!("{prefix}_borrow_5"),
+            borrow_in: format!("{prefix}_borrow_in_5"),
+            borrow_step: format!("{prefix}_borrow_step_5"),
             prefix: prefix.to_string(),
         }
     }
@@ -261,28 +268,34 @@ async fn migrate_from_2(conn: &mut Conn, tables: &Tables) -> Result<()> {
     tx.commit().await.map_err(storage("open"))
 }
 
-/// Creates the borrow procedure if it is missing. Two processes may both
-/// find it missing: the one that loses the race is told it exists (1304).
+/// Creates the borrow procedures (`borrow.sql`) that are missing. Two
+/// processes may both find one missing: the one that loses the race is
+/// told it exists (1304).
 ///
 /// # Errors
 /// [`Error::Storage`] if the server refused (the user needs `CREATE
 /// ROUTINE` the first time, and `EXECUTE`).
 async fn create_procedure(conn: &mut Conn, tables: &Tables) -> Result<()> {
-    let found: Option<i64> = conn
-        .exec_first(
-            "SELECT COUNT(*) FROM information_schema.ROUTINES \
-             WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ?",
-            (&tables.borrow,),
-        )
-        .await
-        .map_err(storage("open"))?;
-    if found.unwrap_or_default() > 0 {
-        return Ok(());
+    let script = include_str!("borrow.sql").replace("{p}", &tables.prefix);
+    let bodies = script.split("\n-- ====\n");
+    let names = [&tables.borrow_step, &tables.borrow, &tables.borrow_in];
+    for (name, body) in names.into_iter().zip(bodies) {
+        let found: Option<i64> = conn
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.ROUTINES \
+                 WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ?",
+                (name,),
+            )
+            .await
+            .map_err(storage("open"))?;
+        if found.unwrap_or_default() > 0 {
+            continue;
+        }
+        match conn.query_drop(body).await {
+            Ok(()) => {}
+            Err(mysql_async::Error::Server(e)) if e.code == 1304 => {}
+            Err(e) => return Err(storage("open")(e)),
+        }
     }
-    let body = include_str!("borrow.sql").replace("{p}", &tables.prefix);
-    match conn.query_drop(body).await {
-        Ok(()) => Ok(()),
-        Err(mysql_async::Error::Server(e)) if e.code == 1304 => Ok(()),
-        Err(e) => Err(storage("open")(e)),
-    }
+    Ok(())
 }

@@ -1,4 +1,4 @@
-//! Faults on a real server (SPEC R14, R16): every connection killed and a
+//! Faults on a real server (R14, R16): every connection killed and a
 //! restart, each on a throwaway server of its own; a borrow whose answer
 //! was lost, sent again.
 

@@ -24,7 +24,7 @@ use semaphore_core::store::DecidingClock as Time;
 const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A [`Store`](semaphore_core::store::Store) in one PostgreSQL database, shared by any number of
-/// processes on any number of machines (SPEC "PostgreSQL store").
+/// processes on any number of machines (rule "Stores").
 ///
 /// - **One round trip per primitive.** Each is one statement in autocommit
 ///   calling a server-side function. No transaction is ever held open
@@ -36,7 +36,7 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   locks the pool row, so grants on different slots commit in parallel.
 ///   Keyed and weighted borrows, queue places and the leases of gone
 ///   holders take the pool row's lock.
-/// - **The server's clock decides** (SPEC "Time"): `clock_timestamp()`,
+/// - **The server's clock decides** (rule "Time"): `clock_timestamp()`,
 ///   read in the deciding call, judges expiry and sets `expires_at`. Clients whose
 ///   clocks disagree by any amount can neither over-issue nor take a live
 ///   lease. [`Store::clock`](semaphore_core::store::Store::clock) is this process's view of the server's clock,
@@ -316,7 +316,7 @@ impl PostgresStore {
 
     /// This process's view of the server's clock, which times its waits;
     /// `None` in test mode (a manual clock).
-    pub fn server_clock(&self) -> Option<&crate::ServerClock> {
+    pub fn server_clock(&self) -> Option<&crate::store::ServerClock> {
         match &self.time {
             Time::Server(view) => Some(view),
             Time::Manual(_) => None,
@@ -413,22 +413,6 @@ impl PostgresStore {
     /// test mode (the server reads its own clock).
     pub(crate) fn now_param(&self) -> Option<i64> {
         self.time.now_param().map(|ms| ms as i64)
-    }
-
-    /// The error of a step that named session `id` and found it ended
-    /// (R16, amended): retryable, once the session is told, so that the
-    /// next attempt names a new one.
-    pub(crate) fn session_ended(&self, id: Option<semaphore_core::SessionId>) -> Error {
-        if let Some(id) = id {
-            self.session.ended_on_store(id);
-        }
-        Error::Storage {
-            operation: "borrow",
-            retryable: true,
-            source: "the store's session had ended (the server lost it or it was deleted); \
-                     a new one is being opened"
-                .into(),
-        }
     }
 
     pub(crate) fn backend(&self) -> Option<i32> {

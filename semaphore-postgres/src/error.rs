@@ -1,5 +1,5 @@
 //! Mapping the driver's and the connection pool's errors onto the core's
-//! (SPEC R14, "PostgreSQL store").
+//! (R14, rule "Stores").
 
 use std::fmt;
 

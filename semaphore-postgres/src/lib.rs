@@ -15,20 +15,12 @@ mod tx;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
-pub use error::PostgresError;
-pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, PostgresOptions};
-// The user API, and the store authors' kit in `store`.
 pub use backend::PostgresStore;
-#[cfg(feature = "metrics")]
-pub use semaphore_core::describe_metrics;
-pub use semaphore_core::store::ServerClock;
-pub use semaphore_core::{
-    BorrowOptions, BoxError, Clock, Enqueued, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet,
-    Limits, ManualClock, MonotonicClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet,
-    PoolState, QueuedBorrow, Result, Session, SessionId, SessionState, Sleep, SystemClock, store,
-};
-#[cfg(feature = "tower")]
-pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
+pub use error::PostgresError;
+pub use options::PostgresOptions;
+// The core whole: the user API, the rules and the store authors' kit
+// (`store`), so that one dependency is enough.
+pub use semaphore_core::*;
 
 /// The drivers this store is built on, re-exported so that one dependency
 /// is enough and the versions always match.

@@ -1,4 +1,4 @@
-//! Wake-up across machines (SPEC "PostgreSQL store"): `LISTEN` on one
+//! Wake-up across machines (rule "Stores"): `LISTEN` on one
 //! dedicated connection per store, which every function that can let a
 //! waiter in (`semaphore_wake`) notifies at commit.
 //!
@@ -9,7 +9,7 @@
 //! store's view of the server's clock, and records its backend's pid so
 //! that other processes can tell, from `pg_stat_activity`, that a queued
 //! head's process has died (a waiter's place may be bound to its
-//! connection: SPEC R16, amended; leases belong to the store's session).
+//! connection: R16, amended; leases belong to the store's session).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};

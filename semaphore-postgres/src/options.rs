@@ -1,23 +1,10 @@
 //! [`PostgresOptions`]: how [`PostgresStore`](crate::PostgresStore)
 //! connects and where it keeps its tables.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use semaphore_core::{Clock, Error, Result};
-
-use semaphore_core::store::{DecidingClock as Time, ServerClock};
-
-/// The shortest [`PostgresOptions::poll_interval`].
-pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
-
-/// The longest [`PostgresOptions::poll_interval`]: it is also the heartbeat
-/// of a waiting process's place in the cross-machine queue, which others
-/// drop after three of these (4.5 s) without one.
-pub const MAX_POLL_INTERVAL: Duration = Duration::from_millis(1500);
-
-// A queued head's row outlives three of the longest poll intervals.
-const _: () = assert!(crate::schema::WAITER_TTL_MS == 3 * MAX_POLL_INTERVAL.as_millis() as i64);
+use semaphore_core::Result;
+use semaphore_core::store::{DecidingClock as Time, check_poll_interval, check_pool_size};
 
 /// Options for [`PostgresStore::connect_with`](crate::PostgresStore::connect_with).
 ///
@@ -63,7 +50,7 @@ impl PostgresOptions {
     /// The schema that holds the store's tables (all named `semaphore_*`)
     /// and functions; created if missing. Default `public`. 1 to 40 of
     /// `a-z`, `0-9`, `_`, not starting with a digit; anything else is
-    /// refused at connect with [`Error::InvalidArgument`] naming `schema`.
+    /// refused at connect with [`Error::InvalidArgument`](semaphore_core::Error::InvalidArgument) naming `schema`.
     /// Stores in different schemas share nothing, not even tokens.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
@@ -79,7 +66,7 @@ impl PostgresOptions {
 
     /// How long a call waits for a free connection of the pool, or for a
     /// new one to connect, before it fails with a retryable
-    /// [`Error::Storage`]. Default 5 s. A borrow's own `wait` is separate:
+    /// [`Error::Storage`](semaphore_core::Error::Storage). Default 5 s. A borrow's own `wait` is separate:
     /// it is spent between calls, never holding a connection.
     pub fn pool_timeout(mut self, timeout: Duration) -> Self {
         self.pool_timeout = timeout;
@@ -89,7 +76,8 @@ impl PostgresOptions {
     /// How often waiters re-check the tables when no notification arrives:
     /// the fallback for lost notifications, and the heartbeat of a waiting
     /// process's place in the cross-machine queue. Default 1 s; allowed
-    /// [`MIN_POLL_INTERVAL`] to [`MAX_POLL_INTERVAL`], else refused at
+    /// [`MIN_POLL_INTERVAL`](semaphore_core::store::MIN_POLL_INTERVAL) to
+    /// [`MAX_POLL_INTERVAL`](semaphore_core::store::MAX_POLL_INTERVAL), else refused at
     /// connect naming `poll_interval`.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
@@ -140,56 +128,12 @@ impl PostgresOptions {
         self
     }
 
-    /// This process's clock, from which the store's view of the server's
-    /// clock is made (its readings plus a measured offset); the system
-    /// clock by default. It never decides expiry: the server does, so a
-    /// process whose clock is off can neither over-issue nor take a live
-    /// lease (SPEC "Time").
-    pub fn clock(mut self, local: Arc<dyn Clock>) -> Self {
-        self.time = Time::Server(Arc::new(ServerClock::new(local)));
-        self
-    }
-
-    /// Test mode (feature `test-util`): `clock` decides expiry, passed into
-    /// every statement in place of the server's clock, and times every wait,
-    /// so that tests move time without sleeping. Every store on the schema
-    /// must then share this clock: never use it on a production schema.
-    #[cfg(feature = "test-util")]
-    pub fn manual_clock(mut self, clock: Arc<semaphore_core::ManualClock>) -> Self {
-        self.time = Time::Manual(clock);
-        self
-    }
-
-    /// The session timeout (R16, amended): how long the store's session,
-    /// which holds its bound leases, outlives its last heartbeat on the
-    /// server's clock. A connection that drops and comes back within it
-    /// keeps every bound lease; a process killed outright loses them
-    /// within it. The store heartbeats every third of it. Default 10 s
-    /// (in test mode, the longest there is); at least
-    /// [`MIN_SESSION_TIMEOUT`](semaphore_core::store::MIN_SESSION_TIMEOUT)
-    /// (1 s), else refused at connect naming `session_timeout`.
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = Some(timeout);
-        self
-    }
-
     pub(crate) fn check(&self) -> Result<()> {
         semaphore_core::store::check_session_timeout(self.session_timeout)?;
         crate::schema::check_name(&self.schema)?;
-        if !(MIN_POLL_INTERVAL..=MAX_POLL_INTERVAL).contains(&self.poll_interval) {
-            return Err(Error::InvalidArgument {
-                field: "poll_interval",
-                allowed: format!("{MIN_POLL_INTERVAL:?}..={MAX_POLL_INTERVAL:?}"),
-                got: format!("{:?}", self.poll_interval),
-            });
-        }
-        if self.pool_size == 0 {
-            return Err(Error::InvalidArgument {
-                field: "pool_size",
-                allowed: "1 or more".into(),
-                got: "0".into(),
-            });
-        }
-        Ok(())
+        check_poll_interval(self.poll_interval)?;
+        check_pool_size(self.pool_size)
     }
 }
+
+semaphore_core::networked_store_options!(PostgresOptions, "statement", "schema");

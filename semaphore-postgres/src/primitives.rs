@@ -12,7 +12,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::PostgresStore;
 use crate::error::storage;
-use crate::sql::{self, Attempt};
+use crate::sql::{self, Attempt, ms};
 
 pub(crate) fn first<'a>(rows: &'a [Row], operation: &'static str) -> Result<&'a Row> {
     rows.first().ok_or_else(|| Error::Storage {
@@ -33,16 +33,6 @@ fn state(pool: PoolId, row: &Row, operation: &'static str) -> Result<PoolState> 
         u32::try_from(in_use).unwrap_or(u32::MAX),
     )
     .with_draining(draining))
-}
-
-pub(crate) fn ms(d: Duration) -> i64 {
-    // Beyond MAX_UNIX_MS every expiry saturates anyway; capped, the server's
-    // `now + ttl` cannot overflow a bigint.
-    i64::try_from(
-        d.as_millis()
-            .min(u128::from(semaphore_core::store::MAX_UNIX_MS)),
-    )
-    .unwrap_or(i64::MAX)
 }
 
 #[async_trait]
@@ -145,7 +135,7 @@ impl Store for PostgresStore {
             Attempt::Missing(_) => Err(Error::PoolNotFound { pool: request.pool }),
             Attempt::Draining => Err(Error::Draining { pool: request.pool }),
             Attempt::KeyReused => Err(Error::KeyReused { pool: request.pool }),
-            Attempt::SessionEnded => Err(self.session_ended(request.session)),
+            Attempt::SessionEnded => Err(self.session.ended_error(request.session)),
         }
     }
 
@@ -188,7 +178,7 @@ impl Store for PostgresStore {
                 Attempt::Exhausted(at) => blocked.push(at),
                 Attempt::Draining => return Err(Error::Draining { pool: request.pool }),
                 Attempt::KeyReused => return Err(Error::KeyReused { pool: request.pool }),
-                Attempt::SessionEnded => return Err(self.session_ended(head.session)),
+                Attempt::SessionEnded => return Err(self.session.ended_error(head.session)),
                 Attempt::Missing(pool) => {
                     return Err(Error::PoolNotFound {
                         pool: pool.unwrap_or(request.pool),
@@ -208,11 +198,6 @@ impl Store for PostgresStore {
             self.changes.notify(pool);
         }
         Ok(returned)
-    }
-
-    /// By id: `lease` is indexed, and the positions gain nothing.
-    async fn return_held(&self, lease: Lease) -> Result<bool> {
-        self.return_lease(lease.pool, lease.id).await
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {

@@ -1,5 +1,5 @@
 //! The store's tables and functions, their version, and the check that a
-//! database holds what this version expects (SPEC "PostgreSQL store").
+//! database holds what this version expects (rule "Stores").
 //!
 //! The version lives in `semaphore_store`, a table of the store's own. A
 //! schema whose `semaphore_` tables have another shape, or a version this
@@ -32,10 +32,8 @@ use migrate::{before_3, migrate_from, shape_3};
 pub(crate) const VERSION: i32 = 5;
 
 /// How long a queued head's row stays without being refreshed before other
-/// processes treat its process as gone (R11), in ms: three of the longest
-/// poll intervals, so a head that looks once per interval keeps its place
-/// even when a look comes late by up to two intervals.
-pub(crate) const WAITER_TTL_MS: i64 = 4_500;
+/// processes treat its process as gone (R11), in ms.
+pub(crate) use semaphore_core::store::WAITER_TTL_MS;
 
 /// A head's look refreshes its row once the last refresh is older than
 /// this (ms): every look at any allowed poll interval, but not every one of

@@ -8,7 +8,7 @@
 -- 5 binds leases to sessions with an end on the server's clock, kept by a
 -- heartbeat, in place of backends, R16 amended, issue 37).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
--- Times are unix milliseconds on the server's clock (SPEC "Time"); each
+-- Times are unix milliseconds on the server's clock (rule "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
 -- passes an explicit `p_now`.
 

@@ -1,4 +1,4 @@
-//! The store handle's session (SPEC R16, amended): its record in
+//! The store handle's session (R16, amended): its record in
 //! `semaphore_sessions`, heartbeated on a connection of its own.
 //!
 //! The heartbeat has its own connection, made from the listener's
@@ -16,7 +16,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config, NoTls};
 
 use crate::error::storage;
-use crate::primitives::ms;
+use crate::sql::ms;
 use crate::sql::{Sql, instant};
 
 const OPERATION: &str = "session";

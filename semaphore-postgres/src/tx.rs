@@ -1,4 +1,4 @@
-//! Leases inside a transaction the application owns (SPEC "Beyond the basic
+//! Leases inside a transaction the application owns (rule "Beyond the basic
 //! model": the lease and the application's own write commit or roll back
 //! together).
 
@@ -11,7 +11,8 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::PostgresStore;
 use crate::error::storage;
-use crate::primitives::{first, ms};
+use crate::primitives::first;
+use crate::sql::ms;
 use crate::sql::{self, Attempt};
 
 /// # Caller-owned transactions
@@ -111,9 +112,9 @@ impl PostgresStore {
             Attempt::Missing(_) => Err(Error::PoolNotFound { pool: pool.id() }),
             Attempt::Draining => Err(Error::Draining { pool: pool.id() }),
             Attempt::KeyReused => Err(Error::KeyReused { pool: pool.id() }),
-            Attempt::SessionEnded => {
-                Err(self.session_ended(args.session.map(SessionId::from_uuid)))
-            }
+            Attempt::SessionEnded => Err(self
+                .session
+                .ended_error(args.session.map(SessionId::from_uuid))),
         }
     }
 

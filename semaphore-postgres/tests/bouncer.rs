@@ -1,5 +1,5 @@
 //! The shared conformance suite through a real PgBouncer in transaction
-//! mode (SPEC "PostgreSQL store": primitives work through PgBouncer in
+//! mode (rule "Stores": primitives work through PgBouncer in
 //! transaction mode; the listener connects to the server directly).
 
 use std::sync::{Arc, OnceLock};

@@ -1,4 +1,4 @@
-//! Faults on a real server (issue 12, SPEC R14): a restart mid-run, the
+//! Faults on a real server (issue 12, R14): a restart mid-run, the
 //! listener's connection killed, a statement timeout, the connection pool
 //! exhausted. Each gives a retryable storage error (never `Exhausted`),
 //! over-issues nothing, and the store recovers by itself.

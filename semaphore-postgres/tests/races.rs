@@ -65,8 +65,9 @@ async fn delete_during_borrows_leaves_no_lease_behind() {
 /// for as long as it waits (its row is refreshed at each look).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_polling_at_the_longest_interval_keeps_its_place() {
+    use semaphore_postgres::store::MAX_POLL_INTERVAL;
     use semaphore_postgres::store::{BorrowRequest, Store, TryBorrow, WaiterId};
-    use semaphore_postgres::{LeaseId, MAX_POLL_INTERVAL, ManualClock};
+    use semaphore_postgres::{LeaseId, ManualClock};
     let clock = Arc::new(ManualClock::new());
     let connect = |clock: Arc<ManualClock>, schema: String| async move {
         let options = PostgresOptions::default()

@@ -1,35 +1,19 @@
 //! [`RedisStore`]: one Redis server shared by processes on many machines.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, ScriptInvocation, Value};
+use redis::{ScriptInvocation, Value};
 use semaphore_core::store::{Changes, DecidingClock, MAX_UNIX_MS};
 use semaphore_core::{Error, PoolId, Result, Session};
 
 use crate::error::{malformed, storage};
 use crate::holder::Holder;
-use crate::options::WAITER_TTL_MS;
+use crate::scripts::{self, Common, Kind, script};
 use crate::session::Beats;
 use crate::subscribe::{self, Subscriber};
 use crate::{RedisOptions, keys};
-
-/// The scripts: those that add (refused whole when the server is out of
-/// memory) and those that only end, move or read (allowed then).
-static GROW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        "#!lua\n",
-        include_str!("scripts/common.lua"),
-        include_str!("scripts/grow.lua")
-    ))
-});
-static SHRINK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        "#!lua flags=allow-oom\n",
-        include_str!("scripts/common.lua"),
-        include_str!("scripts/shrink.lua")
-    ))
-});
+use semaphore_core::store::WAITER_TTL_MS;
 
 /// A [`Store`](semaphore_core::store::Store) on one Redis server (7.0 or
 /// later), shared by any number of processes on any number of machines.
@@ -37,7 +21,7 @@ static SHRINK: LazyLock<Script> = LazyLock::new(|| {
 /// - **One round trip per primitive**: each is one `EVALSHA` of one of the
 ///   store's two Lua scripts (loaded again on `NOSCRIPT`), atomic on the
 ///   server.
-/// - **The server's clock decides** (SPEC "Time"): the scripts read `TIME`,
+/// - **The server's clock decides** (rule "Time"): the scripts read `TIME`,
 ///   so clients whose clocks disagree can neither over-issue nor take a
 ///   live lease. [`Store::clock`](semaphore_core::store::Store::clock) is
 ///   this process's view of the server's clock, refreshed every minute.
@@ -96,21 +80,6 @@ pub struct RedisStore {
     _subscriber: Subscriber,
 }
 
-/// The script an operation is in.
-pub(crate) fn script(kind: Kind) -> &'static Script {
-    match kind {
-        Kind::Grow => &GROW,
-        Kind::Shrink => &SHRINK,
-    }
-}
-
-/// Which of the two scripts an operation is in.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Kind {
-    Grow,
-    Shrink,
-}
-
 impl RedisStore {
     /// Connects to the server at `url` with [`RedisOptions::default`].
     ///
@@ -154,7 +123,7 @@ impl RedisStore {
             .await
             .map_err(storage("connect"))?;
         check_version(&mut connection).await?;
-        for script in [&*GROW, &*SHRINK] {
+        for script in [script(Kind::Grow), script(Kind::Shrink)] {
             script
                 .load_async(&mut connection)
                 .await
@@ -226,22 +195,6 @@ impl RedisStore {
         self.holder.id()
     }
 
-    /// The error of a step that named session `id` and found it ended
-    /// (R16, amended): retryable, once the session is told, so that the
-    /// next attempt names a new one.
-    pub(crate) fn session_ended(&self, id: Option<semaphore_core::SessionId>) -> Error {
-        if let Some(id) = id {
-            self.session.ended_on_store(id);
-        }
-        Error::Storage {
-            operation: "borrow",
-            retryable: true,
-            source: "the store's session had ended (the server lost it or it was deleted); \
-                     a new one is being opened"
-                .into(),
-        }
-    }
-
     /// The prefix of the store's keys.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -279,25 +232,17 @@ impl RedisStore {
         op: &str,
         pools: impl IntoIterator<Item = PoolId>,
     ) -> ScriptInvocation<'static> {
-        let mut invocation = script(kind).prepare_invoke();
-        for pool in pools {
-            for key in keys::of(&self.prefix, pool) {
-                invocation.key(key);
-            }
-        }
-        let now = self
-            .time
-            .now_param()
-            .map_or(String::new(), |ms| ms.to_string());
-        invocation
-            .arg(op)
-            .arg(now)
-            .arg(MAX_UNIX_MS)
-            .arg(WAITER_TTL_MS)
-            .arg(&self.channel)
-            .arg(&self.prefix)
-            .arg(self.restart_grace_ms);
-        invocation
+        let keys = pools
+            .into_iter()
+            .flat_map(|pool| keys::of(&self.prefix, pool));
+        let common = Common {
+            time: &self.time,
+            waiter_ttl_ms: WAITER_TTL_MS,
+            channel: &self.channel,
+            prefix: &self.prefix,
+            grace_ms: self.restart_grace_ms,
+        };
+        scripts::invocation(kind, op, keys, &common)
     }
 
     /// Runs `invocation`: one round trip (two if the server lost the
@@ -329,7 +274,7 @@ impl RedisStore {
 impl RedisStore {
     /// Refuses a ttl longer than the restart grace: a lease granted for it
     /// could still be live when a restart that lost the data ends the
-    /// grace, and its slot would go to a second holder (SPEC fourth round,
+    /// grace, and its slot would go to a second holder (rule
     /// "Restart grace, for every loss of state").
     ///
     /// # Errors

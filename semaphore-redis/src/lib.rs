@@ -8,6 +8,7 @@ mod keys;
 mod options;
 mod primitives;
 mod reply;
+mod scripts;
 mod session;
 mod subscribe;
 
@@ -15,18 +16,10 @@ mod subscribe;
 pub mod testing;
 
 pub use backend::RedisStore;
-pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, RedisOptions};
-// The user API, and the store authors' kit in `store`.
-#[cfg(feature = "metrics")]
-pub use semaphore_core::describe_metrics;
-pub use semaphore_core::store::ServerClock;
-pub use semaphore_core::{
-    BorrowOptions, BoxError, Clock, Enqueued, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet,
-    Limits, ManualClock, MonotonicClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet,
-    PoolState, QueuedBorrow, Result, Session, SessionId, SessionState, Sleep, SystemClock, store,
-};
-#[cfg(feature = "tower")]
-pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
+pub use options::RedisOptions;
+// The core whole: the user API, the rules and the store authors' kit
+// (`store`), so that one dependency is enough.
+pub use semaphore_core::*;
 
 /// The client this store is built on, re-exported so that one dependency
 /// is enough and the versions always match.

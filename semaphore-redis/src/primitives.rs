@@ -10,9 +10,9 @@ use semaphore_core::store::{
 use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
 use crate::RedisStore;
-use crate::backend::Kind;
 use crate::error::malformed;
 use crate::reply::{self, Attempt, int, items, not_found};
+use crate::scripts::Kind;
 
 /// A ttl in whole ms, capped as the core caps it.
 fn ms(d: Duration) -> u64 {
@@ -159,11 +159,11 @@ impl Store for RedisStore {
                 .arg(self.connection_label());
             // A call that timed out may still run once the server answers
             // again: the core asks again under the same lease id, and
-            // returns it if it ends up holding another (SPEC "Lost replies").
+            // returns it if it ends up holding another (rule "Lost replies").
             let value = self.run("borrow", &call).await;
             return match reply::attempt("borrow", request.pool, value?)? {
                 Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
-                Attempt::SessionEnded => Err(self.session_ended(request.session)),
+                Attempt::SessionEnded => Err(self.session.ended_error(request.session)),
                 Attempt::Exhausted(_, holders)
                     if !looked && self.reap_gone(request.pool, &holders).await? =>
                 {
@@ -216,7 +216,7 @@ impl Store for RedisStore {
                     2 => not_found(pool),
                     4 => Error::Draining { pool },
                     6 => Error::KeyReused { pool },
-                    _ => self.session_ended(head.session),
+                    _ => self.session.ended_error(head.session),
                 });
             }
             match reply::attempt("borrow", request.pool, redis::Value::Array(fields))? {
@@ -227,7 +227,7 @@ impl Store for RedisStore {
                     self.reap_gone(request.pool, &holders).await?;
                     blocked.push(at.map(from_unix_ms));
                 }
-                Attempt::SessionEnded => return Err(self.session_ended(head.session)),
+                Attempt::SessionEnded => return Err(self.session.ended_error(head.session)),
                 Attempt::HadRoom => {}
                 Attempt::Missing => return Err(not_found(request.pool)),
                 Attempt::Draining => return Err(Error::Draining { pool: request.pool }),
@@ -248,11 +248,6 @@ impl Store for RedisStore {
             self.changes.notify(pool);
         }
         Ok(returned)
-    }
-
-    /// By id: a hash lookup, which the position would not make faster.
-    async fn return_held(&self, lease: Lease) -> Result<bool> {
-        self.return_lease(lease.pool, lease.id).await
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {

@@ -1,4 +1,4 @@
-//! The store handle's session (SPEC R16, amended): a key of its own,
+//! The store handle's session (R16, amended): a key of its own,
 //! `PREFIX:s:<session id>`, whose value is the session's end on the
 //! server's clock, heartbeated on a connection of its own.
 //!
@@ -12,8 +12,8 @@ use redis::aio::MultiplexedConnection;
 use semaphore_core::store::{DecidingClock, Heartbeat, MAX_UNIX_MS, async_trait, from_unix_ms};
 use semaphore_core::{Result, SessionId};
 
-use crate::backend::{Kind, script};
 use crate::error::storage;
+use crate::scripts::{self, Common, Kind};
 
 const OPERATION: &str = "session";
 
@@ -42,20 +42,15 @@ impl Beats {
                 .await
                 .map_err(storage(OPERATION))?,
         };
-        let mut invocation = script(Kind::Shrink).prepare_invoke();
-        invocation.key(format!("{}:s:{}", self.prefix, id.as_uuid()));
-        let now = self
-            .time
-            .now_param()
-            .map_or(String::new(), |ms| ms.to_string());
-        invocation
-            .arg(op)
-            .arg(now)
-            .arg(MAX_UNIX_MS)
-            .arg(0)
-            .arg(&self.channel)
-            .arg(&self.prefix)
-            .arg(0);
+        let common = Common {
+            time: &self.time,
+            waiter_ttl_ms: 0,
+            channel: &self.channel,
+            prefix: &self.prefix,
+            grace_ms: 0,
+        };
+        let key = format!("{}:s:{}", self.prefix, id.as_uuid());
+        let mut invocation = scripts::invocation(Kind::Shrink, op, [key], &common);
         for arg in args {
             invocation.arg(arg);
         }

@@ -1,4 +1,4 @@
-//! Machines whose clocks disagree, on one Redis server (SPEC "Time", R7,
+//! Machines whose clocks disagree, on one Redis server (rule "Time", R7,
 //! R10): two stores whose process clocks are 30 s ahead and 30 s behind.
 //! The server's clock decides, so neither can take a live lease or write
 //! one already expired; each times its waits by its view of the server's

@@ -1,4 +1,4 @@
-//! Faults on a real server, each on a throwaway server of its own (SPEC
+//! Faults on a real server, each on a throwaway server of its own (
 //! R14): the subscriber's connection killed, a stalled server, a restart
 //! that lost everything, and the server out of memory.
 
@@ -247,7 +247,7 @@ async fn odd_labels_and_an_endless_grace_are_carried_exactly() {
 
 /// A ttl longer than the restart grace is refused (renewals likewise):
 /// such a lease could outlive a restart's grace and its slot go to a
-/// second holder (SPEC fourth round, "Restart grace, for every loss of
+/// second holder (rule "Restart grace, for every loss of
 /// state"; issue 38, hostile round: a 5-minute lease's slot was granted
 /// again 60 s after a restart).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

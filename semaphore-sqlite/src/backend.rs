@@ -23,11 +23,11 @@ use crate::writer::WriterQueue;
 use crate::{SqliteOptions, connection, placement, queue, sql};
 
 /// A [`Store`] in one SQLite file, shared by any number of threads and
-/// processes (SPEC "SQLite store").
+/// processes (rule "Stores").
 ///
 /// - Every primitive is one transaction; writes are `BEGIN IMMEDIATE`
 ///   (R14). Times are integer unix milliseconds.
-/// - One clock decides for every process on the file (SPEC "Time"): the
+/// - One clock decides for every process on the file (rule "Time"): the
 ///   machine's, read inside each transaction. A clock given with
 ///   [`SqliteOptions::clock`] only times this process's waits, and one that
 ///   disagrees with the machine's by more than
@@ -122,7 +122,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `poll_interval` if it is outside
-    ///   [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL)`..=`[`MAX_POLL_INTERVAL`](crate::MAX_POLL_INTERVAL).
+    ///   [`MIN_POLL_INTERVAL`](crate::store::MIN_POLL_INTERVAL)`..=`[`MAX_POLL_INTERVAL`](crate::store::MAX_POLL_INTERVAL).
     /// - [`Error::SchemaMismatch`] for tables of another shape or version.
     /// - [`Error::Storage`] if the file cannot be opened or read (not a
     ///   database, missing directory), or can only be opened read-only

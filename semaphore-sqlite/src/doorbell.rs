@@ -1,4 +1,4 @@
-//! The wake-up that follows the commit (SPEC "SQLite store", R5 across
+//! The wake-up that follows the commit (rule "Stores", R5 across
 //! processes): a process whose commit can let a waiter in rings, right
 //! after `COMMIT`, each process whose head queues on that pool in the file.
 //!

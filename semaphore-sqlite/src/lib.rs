@@ -20,18 +20,11 @@ mod tx;
 mod watch;
 mod writer;
 
-pub use options::{MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, SqliteOptions, Synchronous};
-// The user API, and the store authors' kit in `store`.
 pub use backend::SqliteStore;
-#[cfg(feature = "metrics")]
-pub use semaphore_core::describe_metrics;
-pub use semaphore_core::{
-    BorrowOptions, BoxError, Clock, Enqueued, Error, Holder, Lease, LeaseGuard, LeaseId, LeaseSet,
-    Limits, ManualClock, MonotonicClock, OwnedLeaseGuard, POOL_NAMESPACE, Pool, PoolId, PoolSet,
-    PoolState, QueuedBorrow, Result, Session, SessionId, SessionState, Sleep, SystemClock, store,
-};
-#[cfg(feature = "tower")]
-pub use semaphore_core::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
+pub use options::{SqliteOptions, Synchronous};
+// The core whole: the user API, the rules and the store authors' kit
+// (`store`), so that one dependency is enough.
+pub use semaphore_core::*;
 pub use time::MAX_CLOCK_SKEW;
 pub use watch::WakeUp;
 

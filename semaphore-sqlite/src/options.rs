@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use semaphore_core::{Clock, Error, Result};
+use semaphore_core::{Clock, Result};
 
 use crate::time::Time;
 
@@ -64,15 +64,6 @@ impl Default for SqliteOptions {
     }
 }
 
-/// The shortest [`SqliteOptions::poll_interval`]: a shorter one would have
-/// idle waiters spin a core re-reading the file.
-pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
-
-/// The longest [`SqliteOptions::poll_interval`]: it is also the heartbeat of
-/// a waiting process's place in the cross-process queue, which others drop
-/// after 3 s without one.
-pub const MAX_POLL_INTERVAL: Duration = Duration::from_millis(1500);
-
 impl SqliteOptions {
     /// How long a statement waits for another connection's lock before it
     /// fails with a retryable [`Error::Storage`](semaphore_core::Error::Storage).
@@ -121,9 +112,10 @@ impl SqliteOptions {
     /// arrives: the fallback for file systems that report no changes, and
     /// the heartbeat that keeps a waiting process's place in the
     /// cross-process queue. Default 1 s (an idle waiter then costs about
-    /// one check a second). Allowed: [`MIN_POLL_INTERVAL`] (10 ms) to
-    /// [`MAX_POLL_INTERVAL`] (1.5 s); [`SqliteStore::open_with`] refuses
-    /// anything else with [`Error::InvalidArgument`] naming
+    /// one check a second). Allowed:
+    /// [`MIN_POLL_INTERVAL`](semaphore_core::store::MIN_POLL_INTERVAL) (10 ms) to
+    /// [`MAX_POLL_INTERVAL`](semaphore_core::store::MAX_POLL_INTERVAL) (1.5 s); [`SqliteStore::open_with`] refuses
+    /// anything else with [`Error::InvalidArgument`](semaphore_core::Error::InvalidArgument) naming
     /// `poll_interval`.
     ///
     /// [`SqliteStore::open_with`]: crate::SqliteStore::open_with
@@ -135,13 +127,13 @@ impl SqliteOptions {
     /// The clock by which this process times its waits; the system clock
     /// by default, which is what production wants.
     ///
-    /// Expiry is never judged by it (SPEC "Time"): every process sharing a
+    /// Expiry is never judged by it (rule "Time"): every process sharing a
     /// file decides with the one clock they all share, the machine's, read
     /// inside each transaction, so that no process can take a live lease's
     /// slot or write a lease already expired. A clock that disagrees with
     /// the machine's by more than [`MAX_CLOCK_SKEW`](crate::MAX_CLOCK_SKEW)
     /// would time its waits wrong, so every call through the store then
-    /// fails with [`Error::ClockSkew`], changing nothing. A step of the
+    /// fails with [`Error::ClockSkew`](semaphore_core::Error::ClockSkew), changing nothing. A step of the
     /// system clock (NTP) moves every process at once and refuses no one.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.time = Time::Machine { view: Some(clock) };
@@ -149,7 +141,7 @@ impl SqliteOptions {
     }
 
     /// Test mode (feature `test-util`): `clock` decides expiry and times
-    /// every wait, so that tests move time without sleeping (SPEC "Time":
+    /// every wait, so that tests move time without sleeping (rule "Time":
     /// the store takes an explicit now in test mode). Every store handle on
     /// the file must then share this clock: never open a production file
     /// in test mode.
@@ -172,13 +164,6 @@ impl SqliteOptions {
 
     /// Checks the options, naming the first field out of range.
     pub(crate) fn check(&self) -> Result<()> {
-        if !(MIN_POLL_INTERVAL..=MAX_POLL_INTERVAL).contains(&self.poll_interval) {
-            return Err(Error::InvalidArgument {
-                field: "poll_interval",
-                allowed: format!("{MIN_POLL_INTERVAL:?}..={MAX_POLL_INTERVAL:?}"),
-                got: format!("{:?}", self.poll_interval),
-            });
-        }
-        Ok(())
+        semaphore_core::store::check_poll_interval(self.poll_interval)
     }
 }

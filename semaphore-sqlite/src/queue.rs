@@ -7,17 +7,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, params};
 use semaphore_core::PoolId;
-use semaphore_core::store::WaiterId;
+use semaphore_core::store::{PlaceStep, WaiterId, place_step};
 
 use crate::liveness;
-
-/// How long a queued head's row stays without being refreshed before other
-/// processes treat its process as gone (crashed) and drop it (R11).
-pub(crate) const WAITER_TTL: Duration = Duration::from_secs(3);
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 /// R12: forgets a queued head's place.
 pub(crate) fn leave_queue(
@@ -84,7 +76,8 @@ pub(crate) fn drop_dead_heads(
 }
 
 /// A refused head of `slots` slots joins the store's queue of `pool`, or
-/// refreshes its place when less than half of `WAITER_TTL` is left of it
+/// refreshes its place when less than half of
+/// [`WAITER_TTL`](semaphore_core::store::WAITER_TTL) is left of it
 /// (`alive_until`). A held place (`hold`, see
 /// [`BorrowRequest::hold`](semaphore_core::BorrowRequest::hold)) lives
 /// until `hold` after every attempt, and names no process.
@@ -97,7 +90,6 @@ pub(crate) fn keep_place(
     alive_until: Option<i64>,
     hold: Option<Duration>,
 ) -> rusqlite::Result<()> {
-    let renewed = now.saturating_add(ms(hold.unwrap_or(WAITER_TTL)));
     let (pid, namespace) = match hold {
         None => (
             Some(liveness::me().pid),
@@ -105,21 +97,21 @@ pub(crate) fn keep_place(
         ),
         Some(_) => (None, None),
     };
-    match alive_until {
-        None => {
+    match place_step(now, alive_until, hold) {
+        PlaceStep::Join { alive_until } => {
             conn.prepare_cached(
                 "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until, pid, pid_ns, slots)
                  VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3, ?4, ?5, ?6)",
             )?
-            .execute(params![key, w, renewed, pid, namespace, slots])?;
+            .execute(params![key, w, alive_until, pid, namespace, slots])?;
         }
-        Some(alive) if hold.is_some() || alive - now < ms(WAITER_TTL) / 2 => {
+        PlaceStep::Refresh { alive_until } => {
             conn.prepare_cached(
                 "UPDATE semaphore_waiters SET alive_until = ?3 WHERE pool = ?1 AND waiter = ?2",
             )?
-            .execute(params![key, w, renewed])?;
+            .execute(params![key, w, alive_until])?;
         }
-        Some(_) => {}
+        PlaceStep::Keep => {}
     }
     Ok(())
 }

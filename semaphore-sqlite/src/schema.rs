@@ -1,5 +1,5 @@
 //! The store's tables, their version, and the check that a file holds what
-//! this version expects (SPEC "SQLite store").
+//! this version expects (rule "Stores").
 //!
 //! The version lives in `semaphore_store`, a table of the store's own, never
 //! in `PRAGMA user_version` (that belongs to the application). A file whose

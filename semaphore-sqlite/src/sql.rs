@@ -200,7 +200,7 @@ pub(crate) fn try_borrow(
         held -= reap_gone(conn, key, now, holders)?;
     }
     // Lost replies: a retry under the same lease id gets what it was
-    // granted (a caller that lost the answer: SPEC fourth round).
+    // granted (a caller that lost the answer: rule "HTTP").
     let mine = match request.retried {
         true => leases::by_id(conn, pool, request.lease, now)?,
         false => None,

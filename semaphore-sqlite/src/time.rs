@@ -1,5 +1,5 @@
 //! Which clock decides expiry for a SQLite file, and the check that a
-//! process's own clock agrees with it (SPEC "Time").
+//! process's own clock agrees with it (rule "Time").
 //!
 //! Every process on one file shares one machine and so one clock. Each
 //! transaction reads it inside the transaction, after taking the lock, and

@@ -1,4 +1,4 @@
-//! Leases inside a transaction the application owns (SPEC "Beyond the basic
+//! Leases inside a transaction the application owns (rule "Beyond the basic
 //! model": the lease and the application's own write commit or roll back
 //! together).
 

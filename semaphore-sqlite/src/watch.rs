@@ -1,4 +1,4 @@
-//! Cross-process wake-up (SPEC "SQLite store"), behind the rings of
+//! Cross-process wake-up (rule "Stores"), behind the rings of
 //! [`doorbell`](crate::doorbell): a waiter in this process learns of a
 //! commit by another process from a file-change notification on the
 //! database's WAL, with a fallback poll.

@@ -1,6 +1,6 @@
 //! The model-based property test of the shared suite, run against
 //! [`SqliteStore`] on one file: random sequences compared step by step with
-//! the SPEC's model (`PROPTEST_CASES`, default 10,000).
+//! the rules' model (`PROPTEST_CASES`, default 10,000).
 
 use std::sync::Arc;
 

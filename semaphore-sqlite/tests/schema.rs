@@ -1,5 +1,5 @@
 //! Opening files the store cannot use, and storage faults: each gives the
-//! documented error and leaves the file as it was (SPEC "SQLite store", R14).
+//! documented error and leaves the file as it was (rule "Stores", R14).
 
 use std::path::Path;
 use std::sync::Arc;

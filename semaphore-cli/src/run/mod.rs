@@ -1,4 +1,4 @@
-//! `semaphore run`: holds one slot while a command runs (SPEC "CLI").
+//! `semaphore run`: holds one slot while a command runs (the CLI's README).
 //!
 //! The lease is short and kept alive (renewed every ttl/3) while the
 //! command runs, and returned the moment it exits. The command behaves as
@@ -18,7 +18,7 @@
 //! - A guardian process ([`guard`]) ends the command's group the moment
 //!   `semaphore run` dies, SIGKILL included, and then returns the lease
 //!   itself; and it ends the command before the lease's local deadline
-//!   (SPEC R17) when `semaphore run` cannot renew it or its session cannot
+//!   (R17) when `semaphore run` cannot renew it or its session cannot
 //!   heartbeat (stopped on its own, hung, the store out of reach): SIGTERM
 //!   `--kill-after` before the deadline, SIGKILL at it.
 //! - If a renewal finds the lease lost, the command gets SIGTERM (once:
@@ -28,7 +28,8 @@
 //!   command, whatever the command then exited with.
 //! - The margin, the SIGTERM period and how often the guardian is told the
 //!   deadline follow the lease's window, the shorter of its ttl and its
-//!   session timeout ([`Timing`]); `--ttl` is at least [`MIN_TTL`].
+//!   session timeout ([`Timing`]); `--ttl` is at least
+//!   [`MIN_TTL`](crate::cli::MIN_TTL).
 
 mod command;
 pub(crate) mod guard;
@@ -53,7 +54,6 @@ use crate::store::Choice;
 use command::Cmd;
 use guard::Guard;
 use terminal::Terminal;
-pub(crate) use timing::MIN_TTL;
 use timing::Timing;
 
 /// The session timeout `semaphore run` keeps its store's session with

@@ -1,14 +1,10 @@
 //! When `semaphore run`'s command must be dead, and how often the guardian
-//! hears of it (SPEC R17).
+//! hears of it (R17).
 
 use std::time::Duration;
 
+use crate::cli::MIN_TTL;
 use crate::exit::{Exit, code};
-
-/// The shortest `--ttl` `semaphore run` takes: below it, renewals every
-/// ttl/3 and the guardian's margin and SIGTERM period leave a healthy
-/// command no room (SPEC R17).
-pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
 
 /// The default of `--kill-after`, shrunk to fit a short ttl unless given.
 const KILL_AFTER: Duration = Duration::from_secs(5);

@@ -1,4 +1,4 @@
-//! The blocking API from plain threads, on every store (SPEC "Beyond the
+//! The blocking API from plain threads, on every store (rule "Beyond the
 //! basic model"; R5, R11, R13).
 
 use std::time::Duration;

@@ -115,7 +115,7 @@ struct Run {
     event_first: bool,
 }
 
-/// What the SPEC says a borrower of the run comes to.
+/// What the rules say a borrower of the run comes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Borrower {
     Queued,
@@ -126,7 +126,7 @@ enum Borrower {
     Dropped,
 }
 
-/// The run as the SPEC has it: which positions are held, and what each
+/// The run as the rules have it: which positions are held, and what each
 /// borrower (in arrival order) has come to.
 #[derive(Debug)]
 struct Model {

@@ -1,5 +1,5 @@
 //! Cases for draining a pool: no new grants, while returns and renewals
-//! go on (SPEC "HTTP, drain", kept by the store).
+//! go on (rule "Drain", kept by the store).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Keep-alive: a lease renewed while its guard lives, and the signal when
-//! a renewal finds it lost (SPEC "Beyond the basic model"), on the manual
+//! a renewal finds it lost (rule "Beyond the basic model"), on the manual
 //! clock.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Lost replies (SPEC fourth round): a borrow attempt that was granted but
+//! Lost replies (rule "Lost replies"): a borrow attempt that was granted but
 //! whose answer was lost. For stores that may lose answers (the networked
 //! ones); each runs these cases with its own fixture.
 
@@ -123,7 +123,7 @@ impl Store for LosingStore {
     }
 }
 
-/// SPEC "Lost replies": a queued borrower whose granted attempt's answer
+/// rule "Lost replies": a queued borrower whose granted attempt's answer
 /// is lost asks again under the same lease id, and the store answers the
 /// grant it made: the borrower holds that lease, and no lease is held by
 /// nobody.
@@ -154,7 +154,7 @@ pub async fn lost_reply_of_a_queued_borrow_is_answered_with_the_grant(f: Fixture
     assert!(pool.return_lease(got.id).await.unwrap());
 }
 
-/// SPEC "Lost replies": a borrow whose first attempt's answer is lost
+/// rule "Lost replies": a borrow whose first attempt's answer is lost
 /// fails with the retryable error, and the grant it may have made is
 /// returned: the slot comes back, not at the lease's ttl.
 pub async fn lost_reply_of_a_first_attempt_is_returned(f: Fixture) {

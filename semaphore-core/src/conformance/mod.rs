@@ -2,7 +2,7 @@
 //!
 //! A store is done when it passes this suite, not when it compiles (the
 //! object_store model). The cases are plain async functions named after the
-//! SPEC rule they check; [`store_conformance!`](crate::store_conformance)
+//! rule they check; [`store_conformance!`](crate::store_conformance)
 //! expands every one of them into a `#[test]` for a store, so no store can
 //! skip a case and the suite is never copied.
 //!
@@ -255,7 +255,7 @@ macro_rules! store_queue_conformance {
 /// for a store: `PROPTEST_CASES` random sequences (default 10,000, or the
 /// count given as a second argument, for a store whose round trips make
 /// 10,000 too slow for every run), each compared step by step with the
-/// SPEC's model. Failing sequences are saved in the calling crate's
+/// rules' model. Failing sequences are saved in the calling crate's
 /// `proptest-regressions/model.txt`; commit them.
 #[macro_export]
 macro_rules! store_model {

@@ -1,8 +1,8 @@
 //! Model-based property tests: random sequences of operations run against a
-//! store and against a plain model of the SPEC side by side, comparing every
+//! store and against a plain model of the rules side by side, comparing every
 //! observable result (issue "prove the invariants").
 //!
-//! The model is written from the SPEC's words, not from the library's code:
+//! The model is written from the rules' words, not from the library's code:
 //! a list of leases per pool, active while `expires_at > now` (R7), the
 //! `n` lowest positions in `0..count` not held (R6, R15), granted only
 //! while `in_use + n <= count` with `in_use` the slots held (R10), tokens

@@ -1,4 +1,4 @@
-//! Cases for borrowing from several pools at once, all or nothing (SPEC
+//! Cases for borrowing from several pools at once, all or nothing (rule
 //! "Beyond the basic model").
 
 use std::sync::Arc;

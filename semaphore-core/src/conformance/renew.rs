@@ -1,4 +1,4 @@
-//! Cases for renew (SPEC "Beyond the basic model"): a live lease gets a new
+//! Cases for renew (rule "Beyond the basic model"): a live lease gets a new
 //! ttl and keeps its position and token; anything else is a clear error.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! A pool's own life: register (create or set its count), inspect, delete
-//! (SPEC R2-R4).
+//! (R2-R4).
 
 use crate::telemetry;
 use crate::{Pool, PoolState, Result};

@@ -1,5 +1,4 @@
-//! Draining a pool: no new grants while its holders finish (SPEC "HTTP,
-//! drain").
+//! Draining a pool: no new grants while its holders finish (rule "Drain").
 
 use crate::telemetry;
 use crate::{Pool, PoolState, Result};

@@ -1,5 +1,5 @@
 //! [`Pool`]'s calls on leases already granted: return, renew, the admin
-//! listing and the forced return (R8, SPEC "Beyond the basic model").
+//! listing and the forced return (R8, rule "Beyond the basic model").
 
 use std::time::Duration;
 

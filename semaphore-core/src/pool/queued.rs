@@ -1,5 +1,5 @@
 //! Two-phase borrows: join the queue now, collect the lease later
-//! (dflockd's `enqueue` and `wait`; SPEC R5, R11, R12).
+//! (dflockd's `enqueue` and `wait`; R5, R11, R12).
 
 use std::sync::Arc;
 use std::time::Duration;

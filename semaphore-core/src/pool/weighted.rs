@@ -1,4 +1,4 @@
-//! Weighted borrows on [`Pool`]: several slots in one lease (SPEC R15).
+//! Weighted borrows on [`Pool`]: several slots in one lease (R15).
 
 use std::time::Duration;
 

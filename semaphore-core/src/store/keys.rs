@@ -1,5 +1,5 @@
 //! Idempotency keys as a store keeps them: the caller's key and its
-//! request digest (SPEC fourth round, "Idempotency keys are atomic").
+//! request digest (rule "Idempotency keys are atomic").
 
 use std::sync::Arc;
 

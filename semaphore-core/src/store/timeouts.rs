@@ -58,7 +58,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// `call`'s own; [`Error::Storage`](crate::Error::Storage), retryable, if
 /// it did not finish in time. It is dropped then: whether it took effect
 /// is unknown, as for any call whose answer was lost (a borrow's retry
-/// asks under the same lease id, SPEC "Lost replies").
+/// asks under the same lease id, rule "Lost replies").
 pub async fn bounded<T>(
     operation: &'static str,
     call: impl std::future::Future<Output = crate::Result<T>>,

@@ -1,5 +1,5 @@
 //! The wait queues' parts: a pool's [`Queue`] and its [`Waiter`]s, and
-//! which waiter is the head (SPEC R11; R15 amended: a waiter for more
+//! which waiter is the head (R11; R15 amended: a waiter for more
 //! slots than the count is set aside and is never the head).
 
 use std::collections::VecDeque;

@@ -1,5 +1,5 @@
 //! A queued borrower's side of the wait queues: its [`Ticket`] (its turn,
-//! a lease handed to it, leaving on drop; SPEC R11, R12) and its id in the
+//! a lease handed to it, leaving on drop; R11, R12) and its id in the
 //! store's queue.
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! A throwaway PgBouncer in transaction mode, in front of a test server
 //! (feature `test-util`): the store's primitives must work through it
-//! (SPEC "PostgreSQL store").
+//! (rule "Stores").
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

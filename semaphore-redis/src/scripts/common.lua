@@ -22,7 +22,7 @@
 -- granted; until, the end of the restart grace it set).
 --
 -- ARGV: 1 the operation, 2 the test's now in unix ms or '' (the server's
--- clock decides, SPEC "Time"), 3 the longest time stored (ms), 4 a queued
+-- clock decides, rule "Time"), 3 the longest time stored (ms), 4 a queued
 -- head's heartbeat (ms), 5 the wake-up channel, 6 the key prefix, 7 the
 -- restart grace (ms); then the operation's own.
 --

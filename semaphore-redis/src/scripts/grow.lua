@@ -2,7 +2,7 @@
 -- while the server is out of memory (no allow-oom flag), so nothing is
 -- ever half written.
 
--- SPEC fourth round, restart grace: the end of the grace this server is
+-- rule "Restart grace": the end of the grace this server is
 -- in, by its own clock (ms), 0 for none. The server's run id changes with
 -- every restart and failover; the first grant after one finds another id
 -- in PREFIX:run and starts the grace: from now if our keys outlived the

@@ -3,8 +3,8 @@
 //! held by a holder that is gone).
 
 use rusqlite::{Connection, OptionalExtension, params};
-use semaphore_core::store::{KEY_DIGEST_SEPARATOR, key_name};
-use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions};
+use semaphore_core::store::{self, KEY_DIGEST_SEPARATOR, key_name};
+use semaphore_core::{Holder, Lease, LeaseId, PoolId};
 
 use super::count_of;
 use crate::holder::{HolderId, Holders};
@@ -177,40 +177,22 @@ pub(super) fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     ))
 }
 
-/// The leases the rows make up, one per lease id, in the order of each
-/// lease's first row; a lease of several slots (R15) gathers its rows'
-/// positions and the labels of its lowest row.
+/// The leases the rows make up (see
+/// [`holders_from_rows`](semaphore_core::store::holders_from_rows)).
 pub(super) fn holders_of(rows: Vec<Row>, pool: PoolId) -> Vec<Holder> {
-    let mut leases: Vec<(Row, Vec<u32>)> = Vec::new();
-    for row in rows {
-        match leases.iter_mut().find(|(first, _)| first.0 == row.0) {
-            Some((first, positions)) => {
-                positions.push(row.1);
-                if first.4.is_none() && first.5.is_none() {
-                    (first.4, first.5) = (row.4, row.5);
-                }
-            }
-            None => {
-                let position = row.1;
-                leases.push((row, vec![position]));
-            }
-        }
-    }
-    leases
-        .into_iter()
-        .map(
-            |((id, position, token, expires_at, owner, key), positions)| {
-                let lease = Lease::holding(
-                    LeaseId::from_uuid(uuid::Uuid::from_bytes(id)),
-                    pool,
-                    Positions::new(positions).unwrap_or_else(|| Positions::one(position)),
-                    token.unsigned_abs(),
-                    instant(expires_at),
-                );
-                Holder::new(lease, owner, key)
+    let rows =
+        rows.into_iter().map(
+            |(id, position, token, expires_at, owner, key)| store::LeaseRow {
+                lease: LeaseId::from_uuid(uuid::Uuid::from_bytes(id)),
+                position,
+                token: token.unsigned_abs(),
+                expires_at: instant(expires_at),
+                owner,
+                key,
+                session: None,
             },
-        )
-        .collect()
+        );
+    store::holders_from_rows(pool, rows)
 }
 
 /// The active leases of `pool` by position, those of holders that are

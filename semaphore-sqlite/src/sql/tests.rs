@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::queue::WAITER_TTL;
 use crate::schema;
+use semaphore_core::store::WAITER_TTL;
 use semaphore_core::store::WaiterId;
 
 fn db() -> Connection {
