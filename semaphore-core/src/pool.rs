@@ -152,6 +152,16 @@ impl Pool {
         truncate_ms(self.store.clock().now())
     }
 
+    /// Tells this process's waiters of the pool that a call through this
+    /// handle changed it (a renewal, a forced return, a count, a drain, a
+    /// delete): the core does it once here, after the store's step
+    /// committed, so that no store writes it again
+    /// ([`Changes::notify`](crate::store::Changes::notify)). A return is
+    /// the store's to tell of: it may hand the slot over in its own step.
+    pub(crate) fn changed(&self) {
+        self.store.changes().notify(self.id);
+    }
+
     /// Borrows the lowest free slot for `ttl`, waiting up to `wait` for one
     /// to free up (R5, R6, R11); the lease is returned when the guard drops
     /// (R13).

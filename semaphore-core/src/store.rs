@@ -264,11 +264,15 @@ impl TryBorrowAll {
 /// - **Tokens.** Each grant's token is strictly greater than every token
 ///   the store granted before for that pool id, also across delete and
 ///   register again (R9). A store-wide counter satisfies this.
-/// - **Notify.** After committing a change that can let a waiter in or
-///   move its next expiry (a return, a forced return, a renew, a register,
-///   a delete), the store calls
-///   [`Changes::notify`] for that pool, and [`Changes::notify_all`] when it
-///   learns that another process changed the shared state.
+/// - **Notify.** The core tells this process's waiters of a register, a
+///   drain, a delete, a renewal or a forced return made through a
+///   [`Pool`](crate::Pool), once the store's step has returned. A return
+///   is the store's to tell of: after committing it, the store hands the
+///   slot to this process's head ([`Changes::hand_off`],
+///   [`Changes::claim_head`]) or calls [`Changes::notify`] for the pool.
+///   A store also calls `notify` (or [`Changes::notify_all`]) for what it
+///   learns of other processes' changes: a notification, a poll, the
+///   leases of a gone holder it reaped.
 /// - **Holders** (R16, amended). A bound lease belongs to its holder's
 ///   session. A store whose holder is the process (SQLite: a kernel lock
 ///   that only the process's end releases) records the holder with each

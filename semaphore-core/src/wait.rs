@@ -3,9 +3,11 @@
 //!
 //! Each pool with waiters has a FIFO queue in the process. Only the waiter
 //! at its head asks the store; the rest wait in memory, which keeps the
-//! storage free of herds. A store calls [`Changes::notify`] after a change
-//! that can let a waiter in; that wakes exactly the head. A head that leaves
-//! (granted, timed out, failed or dropped) hands the turn to the next.
+//! storage free of herds. [`Changes::notify`] after a change that can let
+//! a waiter in wakes exactly the head: the core calls it after the changes
+//! made through a pool handle, a store after a return of its own and for
+//! what other processes changed. A head that leaves (granted, timed out,
+//! failed or dropped) hands the turn to the next.
 //!
 //! A store whose return runs in this process can do better than wake the
 //! head: [`Changes::hand_off`] grants the freed slot to the head inside the
@@ -46,10 +48,10 @@ pub(crate) use ticket::{Ticket, WaiterIdCell};
 /// A store's change notification and the in-process wait queues of its pools.
 ///
 /// A store owns one, hands it out through
-/// [`Store::changes`](crate::Store::changes), and calls
-/// [`notify`](Changes::notify) after each committed change that can free a
-/// slot. Everything else about waiting (order, deadlines, timers) is the
-/// core's; a store never writes it again.
+/// [`Store::changes`](crate::Store::changes), and tells it of its returns
+/// and of other processes' changes (see [`notify`](Changes::notify)).
+/// Everything else about waiting (order, deadlines, timers) is the core's;
+/// a store never writes it again.
 #[derive(Default)]
 pub struct Changes {
     queues: Mutex<foldhash::HashMap<PoolId, Queue>>,
@@ -122,7 +124,9 @@ impl Changes {
     /// Tells the waiters of `pool` that its state changed: a lease was
     /// returned or renewed, its count was set, or it was deleted. Wakes
     /// exactly the head waiter (R11), which re-checks the store; it costs
-    /// nothing when nobody waits.
+    /// nothing when nobody waits. The core calls it after the changes a
+    /// [`Pool`](crate::Pool) makes but returns; a store, after its returns
+    /// and for changes it learns other processes made.
     pub fn notify(&self, pool: PoolId) {
         if !self.has_waiters() {
             return;

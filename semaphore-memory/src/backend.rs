@@ -207,7 +207,6 @@ impl Store for MemoryStore {
                 set(table.get_or_insert_with(SlotTable::default))
             }
         };
-        self.changes.notify(pool);
         Ok(state)
     }
 
@@ -222,14 +221,12 @@ impl Store for MemoryStore {
             table.set_draining(draining);
             state(pool, table, now)
         })?;
-        self.changes.notify(pool);
         Ok(state)
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
         let removed = self.pools.write().remove(&pool);
         let existed = removed.is_some_and(|shard| shard.lock().take().is_some());
-        self.changes.notify(pool);
         Ok(existed)
     }
 
@@ -322,9 +319,6 @@ impl Store for MemoryStore {
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
         let now = self.now();
         let renewed = self.with_table(pool, |table| table.renew(pool, lease, now, ttl))?;
-        if renewed.is_some() {
-            self.changes.notify(pool);
-        }
         Ok(renewed)
     }
 
@@ -352,9 +346,6 @@ impl Store for MemoryStore {
     async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>> {
         let now = self.now();
         let ended = self.with_table(pool, |table| table.force_return(pool, position, now))?;
-        if ended.is_some() {
-            self.changes.notify(pool);
-        }
         Ok(ended)
     }
 

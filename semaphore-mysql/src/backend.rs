@@ -358,7 +358,6 @@ impl Store for MysqlStore {
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         let state = in_tx!(self, "register", |step, tx| step
             .register(&mut tx, pool, count));
-        self.changes.notify(pool);
         Ok(state)
     }
 
@@ -371,13 +370,11 @@ impl Store for MysqlStore {
         let state = in_tx!(self, "set_draining", |step, tx| step
             .set_draining(&mut tx, pool, draining))
         .ok_or(Error::PoolNotFound { pool })?;
-        self.changes.notify(pool);
         Ok(state)
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
         let deleted = in_tx!(self, "delete", |step, tx| step.delete(&mut tx, pool));
-        self.changes.notify(pool);
         Ok(deleted)
     }
 
@@ -412,9 +409,6 @@ impl Store for MysqlStore {
         let renewed = in_tx!(self, "renew", |step, tx| step
             .renew(&mut tx, pool, lease, ttl))
         .ok_or(Error::PoolNotFound { pool })?;
-        if renewed.is_some() {
-            self.changes.notify(pool);
-        }
         Ok(renewed)
     }
 
@@ -437,9 +431,6 @@ impl Store for MysqlStore {
         let ended = in_tx!(self, "force_return", |step, tx| step
             .force_return(&mut tx, pool, position))
         .ok_or(Error::PoolNotFound { pool })?;
-        if ended.is_some() {
-            self.changes.notify(pool);
-        }
         Ok(ended)
     }
 

@@ -63,7 +63,6 @@ impl Store for PostgresStore {
             )
             .await?;
         let row = first(&rows, "register")?;
-        self.changes.notify(pool);
         state(pool, row, "register")
     }
 
@@ -94,7 +93,6 @@ impl Store for PostgresStore {
             )
             .await?;
         let row = rows.first().ok_or(Error::PoolNotFound { pool })?;
-        self.changes.notify(pool);
         state(pool, row, "set_draining")
     }
 
@@ -105,7 +103,6 @@ impl Store for PostgresStore {
         let existed = first(&rows, "delete")?
             .try_get(0)
             .map_err(storage("delete"))?;
-        self.changes.notify(pool);
         Ok(existed)
     }
 
@@ -216,10 +213,7 @@ impl Store for PostgresStore {
             )
             .await?;
         match sql::attempt(first(&rows, "renew")?, pool).map_err(storage("renew"))? {
-            Attempt::Granted(lease) => {
-                self.changes.notify(pool);
-                Ok(Some(lease))
-            }
+            Attempt::Granted(lease) => Ok(Some(lease)),
             Attempt::Exhausted(_)
             | Attempt::Draining
             | Attempt::SessionEnded
@@ -287,12 +281,9 @@ impl Store for PostgresStore {
         let row = first(&rows, "force_return")?;
         let status: i16 = row.try_get(0).map_err(storage("force_return"))?;
         match status {
-            0 => {
-                self.changes.notify(pool);
-                Ok(Some(
-                    sql::holder(row, pool, 1).map_err(storage("force_return"))?,
-                ))
-            }
+            0 => Ok(Some(
+                sql::holder(row, pool, 1).map_err(storage("force_return"))?,
+            )),
             1 => Ok(None),
             _ => Err(Error::PoolNotFound { pool }),
         }

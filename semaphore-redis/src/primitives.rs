@@ -93,7 +93,6 @@ impl Store for RedisStore {
         let [count, in_use, _, draining, ..] = &fields[..] else {
             return Err(malformed("register", "a short reply"));
         };
-        self.changes.notify(pool);
         Ok(PoolState::new(
             pool,
             u32_of(int("register", count)?),
@@ -109,7 +108,6 @@ impl Store for RedisStore {
         let [count, in_use, _, draining, ..] = &fields[..] else {
             return Err(not_found(pool));
         };
-        self.changes.notify(pool);
         Ok(PoolState::new(
             pool,
             u32_of(int("set_draining", count)?),
@@ -137,7 +135,6 @@ impl Store for RedisStore {
     async fn delete(&self, pool: PoolId) -> Result<bool> {
         let call = self.invocation(Kind::Shrink, "delete", [pool]);
         let existed = int("delete", &self.run("delete", &call).await?)? == 1;
-        self.changes.notify(pool);
         Ok(existed)
     }
 
@@ -255,10 +252,7 @@ impl Store for RedisStore {
         let mut call = self.invocation(Kind::Shrink, "renew", [pool]);
         call.arg(lease.as_uuid().to_string()).arg(ms(ttl));
         match reply::attempt("renew", pool, self.run("renew", &call).await?)? {
-            Attempt::Granted(lease) => {
-                self.changes.notify(pool);
-                Ok(Some(lease))
-            }
+            Attempt::Granted(lease) => Ok(Some(lease)),
             Attempt::Exhausted(..) | Attempt::SessionEnded => Ok(None),
             Attempt::Missing => Err(not_found(pool)),
             Attempt::HadRoom | Attempt::Draining | Attempt::KeyReused => {
@@ -293,7 +287,6 @@ impl Store for RedisStore {
                 let holder = fields
                     .next()
                     .ok_or_else(|| malformed("force_return", "no holder"))?;
-                self.changes.notify(pool);
                 Ok(Some(reply::holder("force_return", pool, holder)?))
             }
             Some(1) => Ok(None),

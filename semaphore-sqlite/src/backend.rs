@@ -262,16 +262,18 @@ impl SqliteStore {
     }
 
     /// A write that can let a waiter of `pool` in when `frees` says so of
-    /// its outcome: after it commits, wakes this handle's head of `pool`
-    /// and rings the other processes whose heads queue on it (found inside
-    /// the transaction, before `f` runs: a delete drops them).
-    async fn write_freeing<T: Send + 'static>(
+    /// its outcome: after it commits, rings the other processes whose
+    /// heads queue on it (found inside the transaction, before `f` runs: a
+    /// delete drops them). This process's waiters are told by the core
+    /// (after a renewal, a forced return, a count, a drain or a delete) or
+    /// by [`write_freeing`](Self::write_freeing).
+    async fn write_ringing<T: Send + 'static>(
         &self,
         operation: &'static str,
         pool: PoolId,
         f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T> + Send + 'static,
         frees: fn(&T) -> bool,
-    ) -> Result<T> {
+    ) -> Result<(T, bool)> {
         let rings = self.bell.rings();
         let (out, queued) = self
             .write(operation, move |c, now| {
@@ -283,9 +285,26 @@ impl SqliteStore {
                 Ok((f(c, now)?, queued))
             })
             .await?;
-        if frees(&out) {
-            self.changes.notify(pool);
+        let freed = frees(&out);
+        if freed {
             self.bell.ring(pool, &queued);
+        }
+        Ok((out, freed))
+    }
+
+    /// [`write_ringing`](Self::write_ringing) that also wakes this
+    /// handle's head of `pool`: for a return, and a place left in the
+    /// queue, which the core does not tell of.
+    async fn write_freeing<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        pool: PoolId,
+        f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T> + Send + 'static,
+        frees: fn(&T) -> bool,
+    ) -> Result<T> {
+        let (out, freed) = self.write_ringing(operation, pool, f, frees).await?;
+        if freed {
+            self.changes.notify(pool);
         }
         Ok(out)
     }
@@ -319,7 +338,7 @@ impl Store for SqliteStore {
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
-        self.write_freeing(
+        self.write_ringing(
             "register",
             pool,
             {
@@ -329,6 +348,7 @@ impl Store for SqliteStore {
             |_| true,
         )
         .await
+        .map(|(out, _)| out)
     }
 
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
@@ -341,8 +361,9 @@ impl Store for SqliteStore {
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
-        self.write_freeing("delete", pool, move |c, _| sql::delete(c, pool), |_| true)
+        self.write_ringing("delete", pool, move |c, _| sql::delete(c, pool), |_| true)
             .await
+            .map(|(out, _)| out)
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
@@ -372,25 +393,27 @@ impl Store for SqliteStore {
 
     async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
         let holders = self.holders.clone();
-        self.write_freeing(
+        self.write_ringing(
             "set_draining",
             pool,
             move |c, now| sql::set_draining(c, pool, draining, now, &holders),
             |state| state.is_some(),
         )
-        .await?
+        .await
+        .map(|(out, _)| out)?
         .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
         // A renewal can move the earliest expiry that a head waits for.
-        self.write_freeing(
+        self.write_ringing(
             "renew",
             pool,
             move |c, now| sql::renew(c, pool, lease, now, ttl),
             |renewed| matches!(renewed, Some(Some(_))),
         )
-        .await?
+        .await
+        .map(|(out, _)| out)?
         .ok_or(Error::PoolNotFound { pool })
     }
 
@@ -404,13 +427,14 @@ impl Store for SqliteStore {
     }
 
     async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>> {
-        self.write_freeing(
+        self.write_ringing(
             "force_return",
             pool,
             move |c, now| sql::force_return(c, pool, position, now),
             |ended| matches!(ended, Some(Some(_))),
         )
-        .await?
+        .await
+        .map(|(out, _)| out)?
         .ok_or(Error::PoolNotFound { pool })
     }
 

@@ -36,7 +36,9 @@ impl Pool {
     /// ```
     pub async fn register(&self, count: u32) -> Result<PoolState> {
         let count = self.limits.check_count(count)?;
-        telemetry::counted(&self.name, self.store.register(self.id, count).await)
+        let state = telemetry::counted(&self.name, self.store.register(self.id, count).await)?;
+        self.changed();
+        Ok(state)
     }
 
     /// The pool's `{id, count, in_use, available}` as of one instant (R3).
@@ -94,6 +96,8 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub async fn delete(&self) -> Result<bool> {
-        telemetry::counted(&self.name, self.store.delete(self.id).await)
+        let deleted = telemetry::counted(&self.name, self.store.delete(self.id).await)?;
+        self.changed();
+        Ok(deleted)
     }
 }

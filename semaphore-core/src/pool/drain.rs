@@ -47,6 +47,9 @@ impl Pool {
     /// ```
     pub async fn set_draining(&self, draining: bool) -> Result<PoolState> {
         let state = self.store().set_draining(self.id(), draining).await;
+        if state.is_ok() {
+            self.changed();
+        }
         if matches!(&state, Ok(state) if state.draining) {
             // This process's borrowers queued behind a head fail now, not
             // once their head has asked the store.

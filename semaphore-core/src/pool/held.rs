@@ -214,7 +214,7 @@ impl Pool {
     /// hold passes.
     pub async fn leave_held(&self, waiter: WaiterId) -> Result<()> {
         self.store.leave_queue(self.id, waiter).await?;
-        self.store.changes().notify(self.id);
+        self.changed();
         Ok(())
     }
 }

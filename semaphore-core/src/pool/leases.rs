@@ -100,6 +100,9 @@ impl Pool {
             .renew(self.id, lease.id, ttl)
             .await
             .and_then(|renewed| renewed.ok_or_else(|| self.not_renewed(lease)));
+        if result.is_ok() {
+            self.changed();
+        }
         telemetry::renewed(&self.name, lease, &result);
         result
     }
@@ -154,6 +157,7 @@ impl Pool {
                 pool: self.id,
                 lease,
             })?;
+        self.changed();
         telemetry::renewed(&self.name, &renewed, &Ok(renewed.clone()));
         Ok(renewed)
     }
@@ -240,6 +244,7 @@ impl Pool {
         let ended =
             telemetry::counted(&self.name, self.store.force_return(self.id, position).await)?;
         if let Some(holder) = &ended {
+            self.changed();
             telemetry::force_returned(&self.name, position, holder.lease.token);
         }
         Ok(ended.map(shown))
