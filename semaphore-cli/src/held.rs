@@ -10,8 +10,7 @@ use axum::Json;
 use axum::response::Response;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use semaphore_core::store::WaiterId;
-use semaphore_core::{BorrowOptions, Pool};
+use semaphore_core::{BorrowOptions, Pool, WaiterId};
 use serde::{Deserialize, Serialize};
 
 use crate::app::App;

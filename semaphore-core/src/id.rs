@@ -93,8 +93,10 @@ impl LeaseId {
     }
 }
 
-/// The identity of a borrower while it waits at the head of its pool's
-/// queue in this process (R11, R12).
+/// The identity of a place in a pool's queue (R11, R12): a queued head of
+/// this process, or a held place that any process sharing the store may
+/// poll ([`Pool::wait_held`](crate::Pool::wait_held): make one with
+/// [`WaiterId::new`] and keep it, an HTTP ticket's id for instance).
 ///
 /// The core passes it in [`BorrowRequest::waiter`](crate::store::BorrowRequest::waiter) on
 /// every attempt made from the queue, so that a store shared by several

@@ -136,7 +136,7 @@ pub mod conformance;
 pub use clock::{Clock, ManualClock, MonotonicClock, Sleep, SystemClock};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseGuard, OwnedLeaseGuard};
-pub use id::{LeaseId, POOL_NAMESPACE, PoolId, SessionId};
+pub use id::{LeaseId, POOL_NAMESPACE, PoolId, SessionId, WaiterId};
 #[cfg(feature = "tower")]
 pub use layer::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use lease::{Holder, Lease, PoolState, Positions};
@@ -151,5 +151,4 @@ pub use telemetry::describe_metrics;
 // The store authors' kit, public in [`store`]; named at the root inside
 // this crate only.
 pub(crate) use clock::unix_ms;
-pub(crate) use id::WaiterId;
 pub(crate) use store::{BorrowRequest, Store, TryBorrow, TryBorrowAll};

@@ -67,7 +67,7 @@ impl Pool {
     /// ```no_run
     /// # async fn f(pool: semaphore_core::Pool) -> semaphore_core::Result<()> {
     /// use std::time::Duration;
-    /// use semaphore_core::{BorrowOptions, store::WaiterId};
+    /// use semaphore_core::{BorrowOptions, WaiterId};
     ///
     /// let ticket = WaiterId::new();
     /// let hold = Duration::from_secs(30);

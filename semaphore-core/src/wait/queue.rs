@@ -121,7 +121,9 @@ impl Queue {
         let head = self.head().cloned();
         for waiter in &self.waiters {
             if let Some(asked) = &waiter.request {
-                waiter.aside.store(asked.slots > count, Ordering::Release);
+                waiter
+                    .aside
+                    .store(asked.request.slots > count, Ordering::Release);
             }
         }
         if let Some(now) = self.head()
