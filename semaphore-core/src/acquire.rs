@@ -65,7 +65,7 @@ pub(crate) fn acquire<A: Answer>(
         let weight = handoff
             .as_ref()
             .filter(|_| pools.len() == 1)
-            .map_or(1, |asked| asked.request.slots);
+            .map_or(1, |asked| asked.slots);
         if pools.iter().all(|pool| !changes.holds_back(*pool)) {
             let first = attempt(start, None, false);
             let ids = first.made();

@@ -383,21 +383,18 @@ impl Pool {
             };
             let first = LeaseId::new();
             let mut last = first;
-            // What every attempt asks for; the first as it is, which a
-            // hand-off grants.
-            let mut asked = BorrowRequest::new(self.id, first, ttl);
-            asked.slots = labels.slots;
-            asked.bound = labels.bound;
-            asked.key.clone_from(&labels.key);
-            asked.owner.clone_from(&labels.owner);
-            let template = asked.clone();
             acquire(
                 &self.store,
                 std::slice::from_ref(&self.id),
                 start,
                 wait,
                 Some(HandOff {
-                    request: asked,
+                    lease: first,
+                    slots: labels.slots,
+                    bound: labels.bound,
+                    ttl,
+                    key: labels.key.clone(),
+                    owner: labels.owner.clone(),
                     seat,
                 }),
                 labels.wait_while_draining,
@@ -416,11 +413,14 @@ impl Pool {
                         LeaseId::new()
                     };
                     last = lease;
-                    let mut request = template.clone();
-                    request.lease = lease;
+                    let mut request = BorrowRequest::new(self.id, lease, ttl);
+                    request.slots = labels.slots;
+                    request.bound = labels.bound;
                     request.session = bind(&self.store, labels.bound);
                     request.retried = again && waiter.is_some();
                     request.waiter = waiter;
+                    request.key.clone_from(&labels.key);
+                    request.owner.clone_from(&labels.owner);
                     InFlight::one(&self.store, request)
                 },
             )

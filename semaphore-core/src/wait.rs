@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::{BorrowRequest, PoolId, Store, TryBorrow, WaiterId};
+use crate::{BorrowRequest, LeaseId, PoolId, Store, TryBorrow, WaiterId};
 
 mod claim;
 mod queue;
@@ -78,11 +78,16 @@ pub struct Changes {
 /// in a hand-off.
 #[derive(Debug)]
 pub(crate) struct HandOff {
-    /// The borrow's first attempt, which was refused if the borrower
-    /// queued: a hand-off grants it as it is, under its lease id (one
-    /// random id per borrow, not two). A [`Claim`]'s lease has an id of its
-    /// own: it may go to another borrower.
-    pub(crate) request: BorrowRequest,
+    /// The id of the lease a hand-off grants: that of the borrow's first
+    /// attempt, which was refused if the borrower queued (one random id per
+    /// borrow, not two). A [`Claim`]'s lease has an id of its own: it may go
+    /// to another borrower.
+    pub(crate) lease: LeaseId,
+    pub(crate) slots: u32,
+    pub(crate) bound: bool,
+    pub(crate) ttl: Duration,
+    pub(crate) key: Option<Arc<str>>,
+    pub(crate) owner: Option<Arc<str>>,
     /// Told the waiter's sequence number when it joins the queue, for a
     /// two-phase borrow to find its place.
     pub(crate) seat: Option<Arc<Seat>>,
@@ -176,10 +181,9 @@ impl Changes {
     /// over; costs one atomic load when nobody waits.
     ///
     /// A store that calls this in its return instead of `notify` must also
-    /// end those leases if the step does not commit. Each request is the
-    /// borrower's first attempt (its [`LeaseId`](crate::LeaseId), ttl,
-    /// slots, key and owner); `grant` grants it at the store's own reading
-    /// of its clock.
+    /// end those leases if the step does not commit. Each request carries
+    /// a fresh [`LeaseId`] and the borrower's ttl, key and owner; `grant`
+    /// grants it at the store's own reading of its clock.
     pub fn hand_off(
         &self,
         pool: PoolId,
@@ -206,7 +210,12 @@ impl Changes {
                 head.wake_to_ask();
                 break;
             };
-            match grant(&asked.request) {
+            let mut request = BorrowRequest::new(pool, asked.lease, asked.ttl);
+            request.slots = asked.slots;
+            request.bound = asked.bound;
+            request.key.clone_from(&asked.key);
+            request.owner.clone_from(&asked.owner);
+            match grant(&request) {
                 TryBorrow::Granted { lease } => {
                     queue.waiters.remove(index);
                     self.total.fetch_sub(1, Ordering::AcqRel);
@@ -334,7 +343,7 @@ impl Changes {
         if !self.has_waiters() {
             return;
         }
-        if let Some(queue) = self.queues.lock().get(&pool) {
+        if let Some(queue) = self.queues.lock().get_mut(&pool) {
             queue.weigh(count);
         }
     }
@@ -409,7 +418,7 @@ impl Changes {
         let mut head_of_all = true;
         for pool in pools {
             let queue = queues.entry(*pool).or_default();
-            queue.waiters.push_back(waiter.clone());
+            queue.join(waiter.clone());
             head_of_all &= queue.head().is_some_and(|head| Arc::ptr_eq(head, &waiter));
         }
         self.total.fetch_add(pools.len(), Ordering::AcqRel);

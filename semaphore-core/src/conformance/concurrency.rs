@@ -43,7 +43,10 @@ pub async fn r10_64_tasks_on_4_slots_never_over_issue(f: Fixture) {
     }
     let highest = highest.load(Ordering::SeqCst);
     assert!((1..=4).contains(&highest), "highest concurrency {highest}");
-    assert_eq!(pool.inspect().await.unwrap().in_use, 0);
+    // A slot a return handed to a place that was meanwhile served another
+    // way is given back by that place's clean-up, which runs detached
+    // (R12): every slot comes back, not necessarily before this line.
+    until_in_use(&pool, 0).await;
 }
 
 /// R13: dropping a guard returns its lease; a forgotten lease is kept until

@@ -55,12 +55,11 @@ fn claimable(waiter: &Waiter) -> Option<&HandOff> {
     waiter
         .request
         .as_ref()
-        .filter(|asked| asked.request.slots == 1 && asked.request.key.is_none())
+        .filter(|asked| asked.slots == 1 && asked.key.is_none())
 }
 
 /// Whether a lease granted for `a` suits `b` as well.
 fn alike(a: &HandOff, b: &HandOff) -> bool {
-    let (a, b) = (&a.request, &b.request);
     a.ttl == b.ttl && a.bound == b.bound && a.owner == b.owner
 }
 
@@ -94,7 +93,6 @@ impl Changes {
             }
             state.claimed = true;
             // A lease id of its own: the lease may go to another borrower.
-            let like = &like.request;
             let mut request = BorrowRequest::new(pool, LeaseId::new(), like.ttl);
             request.bound = like.bound;
             request.owner.clone_from(&like.owner);

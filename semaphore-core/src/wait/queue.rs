@@ -23,6 +23,14 @@ pub(super) struct Queue {
     /// next change told of. Borrowers that do not wait for a drain fail at
     /// once instead of queueing behind the head.
     pub(super) draining: bool,
+    /// The count the queue was last weighed with ([`Queue::weigh`]): a
+    /// waiter that joins is weighed with it, so that weighing again with
+    /// the same count has nothing to change and costs nothing.
+    weighed: Option<u32>,
+    /// The most slots any single-pool waiter that joined asked for: no
+    /// waiter is set aside while the count is at least this, so that
+    /// finding one costs nothing in the common case.
+    heaviest: u32,
 }
 
 /// One queued borrower, as its queues see it.
@@ -111,19 +119,44 @@ impl Queue {
         if let Some(head) = self.head() {
             head.wake_to_ask();
         }
-        if let Some(aside) = self.waiters.iter().find(|w| w.is_aside()) {
+        if let Some(aside) = self.first_aside() {
             aside.notify.notify_one();
         }
     }
 
-    /// See [`Changes::weigh`](super::Changes::weigh); under the queues' lock.
-    pub(super) fn weigh(&self, count: u32) {
+    /// The first waiter set aside, if any; without a look at the waiters
+    /// when none can be (no waiter asks for more than the count weighed).
+    fn first_aside(&self) -> Option<&Arc<Waiter>> {
+        if self.weighed.is_none_or(|count| self.heaviest <= count) {
+            return None;
+        }
+        self.waiters.iter().find(|w| w.is_aside())
+    }
+
+    /// Adds `waiter` at the tail, weighed with the count last weighed.
+    pub(super) fn join(&mut self, waiter: Arc<Waiter>) {
+        if let Some(asked) = &waiter.request {
+            self.heaviest = self.heaviest.max(asked.slots);
+            if let Some(count) = self.weighed {
+                waiter.aside.store(asked.slots > count, Ordering::Release);
+            }
+        }
+        self.waiters.push_back(waiter);
+    }
+
+    /// See [`Changes::weigh`](super::Changes::weigh); under the queues'
+    /// lock. A count the queue was last weighed with changes nothing (the
+    /// waiters that joined since were weighed with it), so only a change
+    /// of the count looks at every waiter.
+    pub(super) fn weigh(&mut self, count: u32) {
+        if self.weighed == Some(count) {
+            return;
+        }
+        self.weighed = Some(count);
         let head = self.head().cloned();
         for waiter in &self.waiters {
             if let Some(asked) = &waiter.request {
-                waiter
-                    .aside
-                    .store(asked.request.slots > count, Ordering::Release);
+                waiter.aside.store(asked.slots > count, Ordering::Release);
             }
         }
         if let Some(now) = self.head()
