@@ -32,6 +32,7 @@ mod liveness;
 mod lost;
 pub mod model;
 mod multi;
+mod networked;
 mod offset;
 mod renew;
 mod two_phase;

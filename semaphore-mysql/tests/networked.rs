@@ -1,0 +1,34 @@
+//! The networked stores' cases on a real server (rule "Time", R7, R10;
+//! R16 amended, R17): machines whose clocks disagree, and a crashed
+//! store's session.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use semaphore_mysql::mysql_async::prelude::Queryable;
+use semaphore_mysql::testing::TestServer;
+use semaphore_mysql::{Clock, MysqlOptions, MysqlStore};
+
+semaphore_core::networked_store_conformance! {
+    fresh: TestServer::fresh_prefix,
+    connect: async |prefix: String, clock: Option<Arc<dyn Clock>>, timeout: Option<Duration>| {
+        let mut options = MysqlOptions::default().table_prefix(prefix);
+        if let Some(clock) = clock {
+            options = options.clock(clock);
+        }
+        if let Some(timeout) = timeout {
+            options = options.session_timeout(timeout);
+        }
+        MysqlStore::connect_with(TestServer::shared().url(), options)
+            .await
+            .unwrap()
+    },
+    server_now: async |store: &MysqlStore| -> SystemTime {
+        let mut conn = store.connection_pool().get_conn().await.unwrap();
+        let ms: Option<u64> = conn
+            .query_first("SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS UNSIGNED)")
+            .await
+            .unwrap();
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms.unwrap())
+    },
+}

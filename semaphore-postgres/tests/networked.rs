@@ -1,0 +1,34 @@
+//! The networked stores' cases on a real server (rule "Time", R7, R10;
+//! R16 amended, R17): machines whose clocks disagree, and a crashed
+//! store's session.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use semaphore_postgres::store::from_unix_ms;
+use semaphore_postgres::testing::TestServer;
+use semaphore_postgres::{Clock, PostgresOptions, PostgresStore};
+
+semaphore_core::networked_store_conformance! {
+    fresh: TestServer::fresh_schema,
+    connect: async |schema: String, clock: Option<Arc<dyn Clock>>, timeout: Option<Duration>| {
+        let mut options = PostgresOptions::default().schema(schema);
+        if let Some(clock) = clock {
+            options = options.clock(clock);
+        }
+        if let Some(timeout) = timeout {
+            options = options.session_timeout(timeout);
+        }
+        PostgresStore::connect_with(TestServer::shared().url(), options)
+            .await
+            .unwrap()
+    },
+    server_now: async |store: &PostgresStore| -> SystemTime {
+        let client = store.connection_pool().get().await.unwrap();
+        let row = client
+            .query_one("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint", &[])
+            .await
+            .unwrap();
+        from_unix_ms(row.get::<_, i64>(0) as u64)
+    },
+}
