@@ -268,7 +268,10 @@ impl MysqlStore {
 /// if the future is dropped. A pooled connection that the server closed
 /// while it idled (a restart, a `KILL`, `wait_timeout`) fails the
 /// transaction's first statement, before anything was done: it is
-/// dropped and another taken, up to the pool's size and once more. At most
+/// dropped and another taken, up to the pool's size and once more. A
+/// transaction that InnoDB rolled back as a deadlock's victim, or whose
+/// statement waited past the lock wait timeout, is run again, up to
+/// [`DEADLOCK_RETRIES`](crate::error::DEADLOCK_RETRIES) times. At most
 /// [`CALL_TIMEOUT`](semaphore_core::store::CALL_TIMEOUT) in all.
 macro_rules! in_tx {
     ($store:expr, $op:literal, |$step:ident, $tx:ident| $body:expr) => {{
@@ -279,7 +282,7 @@ macro_rules! in_tx {
         // Bounded: a stalled network fails the call (rolled back) instead
         // of hanging it.
         semaphore_core::store::bounded(op, async {
-            let mut stale = 0;
+            let (mut stale, mut deadlocks) = (0, 0);
             Ok(loop {
                 let mut conn = $store.pool.get_conn().await.map_err(storage(op))?;
                 let mut $tx = match conn.start_transaction(TxOpts::default()).await {
@@ -291,7 +294,18 @@ macro_rules! in_tx {
                     Err(e) => return Err(storage(op)(e)),
                 };
                 let $step = $store.step();
-                let out = $body.await.map_err(storage(op))?;
+                let out = match $body.await {
+                    Ok(out) => out,
+                    // Rolled back whole (the transaction drops): run again.
+                    Err(e)
+                        if deadlocks < crate::error::DEADLOCK_RETRIES
+                            && crate::error::deadlocked(&e) =>
+                    {
+                        deadlocks += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(storage(op)(e)),
+                };
                 $tx.commit().await.map_err(storage(op))?;
                 break out;
             })
@@ -305,7 +319,9 @@ macro_rules! in_tx {
 /// connection the server closed while it idled is dropped and another
 /// taken, as in [`in_tx`]; a statement whose connection broke after the
 /// server ran it is then run again, which for a return reports `false` for
-/// a lease it did end.
+/// a lease it did end. A statement rolled back as a deadlock's victim (a
+/// return's `DELETE` crossing a borrow's locks) is run again as in
+/// [`in_tx`].
 macro_rules! autocommit {
     ($store:expr, $op:literal, |$step:ident, $conn:ident| $body:expr) => {{
         let op = $op;
@@ -313,13 +329,20 @@ macro_rules! autocommit {
             return Err(Error::NoRuntime { operation: op });
         }
         semaphore_core::store::bounded(op, async {
-            let mut stale = 0;
+            let (mut stale, mut deadlocks) = (0, 0);
             Ok(loop {
                 let mut $conn = $store.pool.get_conn().await.map_err(storage(op))?;
                 let $step = $store.step();
                 match $body.await {
                     Ok(out) => break out,
                     Err(e) if stale <= $store.pool_size && crate::error::closed(&e) => stale += 1,
+                    // A deadlock's victim changed nothing: run it again.
+                    Err(e)
+                        if deadlocks < crate::error::DEADLOCK_RETRIES
+                            && crate::error::deadlocked(&e) =>
+                    {
+                        deadlocks += 1
+                    }
                     Err(e) => return Err(storage(op)(e)),
                 }
             })

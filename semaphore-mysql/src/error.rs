@@ -46,3 +46,15 @@ pub(crate) fn closed(e: &mysql_async::Error) -> bool {
             | mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed)
     )
 }
+
+/// Whether InnoDB chose `e`'s statement as a deadlock's victim (1213) or
+/// it waited past `innodb_lock_wait_timeout` (1205): the statement, or
+/// with 1213 its whole transaction, was rolled back and changed nothing,
+/// so running it again is safe.
+pub(crate) fn deadlocked(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(e) if e.code == 1213 || e.code == 1205)
+}
+
+/// How many times a step rolled back by a deadlock is run again before
+/// its error is returned (retryable).
+pub(crate) const DEADLOCK_RETRIES: u32 = 3;
