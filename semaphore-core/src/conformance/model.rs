@@ -112,7 +112,12 @@ where
     M: FnOnce(Arc<ManualClock>) -> MF,
     MF: Future<Output = Fixture>,
 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // Multi-thread, so that `forget()` lands its unbinding before it returns
+    // (R13 amended): on a current-thread runtime it runs in the background,
+    // and a networked store's next grant of the sequence could find the
+    // lease's row locked by it and take a higher position.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .expect("a tokio runtime for the model test");
