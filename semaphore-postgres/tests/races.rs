@@ -239,6 +239,17 @@ async fn a_hot_pool_under_many_tasks_never_deadlocks_or_over_issues() {
     for task in tasks {
         pool = Some(task.await.unwrap());
     }
-    let state = pool.unwrap().inspect().await.unwrap();
-    assert_eq!(state.in_use, 0);
+    // A slot a return handed to a place whose borrower was served another
+    // way meanwhile is given back by that place's clean-up, which runs
+    // detached (R12): every slot comes back, not necessarily before the
+    // tasks end.
+    let pool = pool.unwrap();
+    let all_back = async {
+        while pool.inspect().await.unwrap().in_use != 0 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), all_back)
+        .await
+        .expect("a slot was never given back");
 }
