@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use semaphore_core::store::{
-    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
+    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait, millis,
 };
 use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Session};
 use tokio_postgres::Row;
@@ -12,7 +12,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::PostgresStore;
 use crate::error::storage;
-use crate::sql::{self, Attempt, ms};
+use crate::sql::{self, Attempt};
 
 pub(crate) fn first<'a>(rows: &'a [Row], operation: &'static str) -> Result<&'a Row> {
     rows.first().ok_or_else(|| Error::Storage {
@@ -110,7 +110,7 @@ impl Store for PostgresStore {
         let args = sql::TryBorrowArgs {
             pool: *request.pool.as_uuid(),
             lease: *request.lease.as_uuid(),
-            ttl: ms(request.ttl),
+            ttl: millis(request.ttl),
             waiter: request.waiter.map(|w| *w.as_uuid()),
             key: request.key.as_deref(),
             owner: request.owner.as_deref(),
@@ -119,7 +119,7 @@ impl Store for PostgresStore {
             keep_place: true,
             slots: i64::from(request.slots),
             session: request.session.map(|s| *s.as_uuid()),
-            hold: request.hold.map(ms),
+            hold: request.hold.map(millis),
             retried: request.retried,
         };
         let rows = self
@@ -140,7 +140,7 @@ impl Store for PostgresStore {
         let Some(head) = requests.first() else {
             return Ok(TryBorrowAll::Granted { leases: Vec::new() });
         };
-        let (now, ttl, backend) = (self.now_param(), ms(head.ttl), self.backend());
+        let (now, ttl, backend) = (self.now_param(), millis(head.ttl), self.backend());
         let pools: Vec<_> = requests.iter().map(|r| r.pool.as_uuid()).collect();
         let leases: Vec<_> = requests.iter().map(|r| r.lease.as_uuid()).collect();
         let waiter = head.waiter.map(|w| *w.as_uuid());
@@ -198,7 +198,7 @@ impl Store for PostgresStore {
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
-        let ttl = ms(ttl);
+        let ttl = millis(ttl);
         let now = self.now_param();
         let rows = self
             .query(

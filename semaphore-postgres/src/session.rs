@@ -10,13 +10,13 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use semaphore_core::store::{DecidingClock, Heartbeat, async_trait};
+use semaphore_core::store::{DecidingClock, Heartbeat, async_trait, millis};
 use semaphore_core::{Result, SessionId};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config, NoTls};
 
 use crate::error::storage;
-use crate::sql::ms;
+
 use crate::sql::{Sql, instant};
 
 const OPERATION: &str = "session";
@@ -76,7 +76,7 @@ impl Heartbeat for Beats {
                 &self.sql.beat,
                 &[
                     (id.as_uuid(), Type::UUID),
-                    (&ms(timeout), Type::INT8),
+                    (&millis(timeout), Type::INT8),
                     (&open, Type::BOOL),
                     (&now, Type::INT8),
                 ],

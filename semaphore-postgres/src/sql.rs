@@ -10,9 +10,7 @@
 //! `(SELECT semaphore_now($n))` is an uncorrelated subquery, evaluated once
 //! per statement, so every row is judged at one instant (R3).
 
-use std::time::Duration;
-
-use semaphore_core::store::{BorrowRequest, from_unix_ms};
+use semaphore_core::store::{BorrowRequest, from_unix_ms, millis};
 use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions, SessionId};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
@@ -105,7 +103,7 @@ impl<'a> ReturnArgs<'a> {
             hand_off,
             grant: head.map(|r| *r.lease.as_uuid()),
             waiter: head.and_then(|r| r.waiter).map(|w| *w.as_uuid()),
-            ttl: head.map(|r| ms(r.ttl)),
+            ttl: head.map(|r| millis(r.ttl)),
             owner: head.and_then(|r| r.owner.as_deref()),
             session,
         }
@@ -329,16 +327,4 @@ pub(crate) fn holder(row: &Row, pool: PoolId, at: usize) -> Result<Holder, tokio
 /// A unix ms value read back from the database.
 pub(crate) fn instant(ms: i64) -> std::time::SystemTime {
     from_unix_ms(u64::try_from(ms).unwrap_or(0))
-}
-
-/// `d` in whole milliseconds for the server, capped at
-/// [`MAX_UNIX_MS`](semaphore_core::store::MAX_UNIX_MS): beyond it every
-/// expiry saturates anyway, and the server's `now + ttl` cannot overflow
-/// a bigint.
-pub(crate) fn ms(d: Duration) -> i64 {
-    i64::try_from(
-        d.as_millis()
-            .min(u128::from(semaphore_core::store::MAX_UNIX_MS)),
-    )
-    .unwrap_or(i64::MAX)
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use semaphore_core::store::Store;
+use semaphore_core::store::{Store, millis};
 use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result, SessionId};
 use tokio_postgres::Transaction;
 use tokio_postgres::types::{ToSql, Type};
@@ -12,7 +12,7 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::PostgresStore;
 use crate::error::storage;
 use crate::primitives::first;
-use crate::sql::ms;
+
 use crate::sql::{self, Attempt};
 
 /// # Caller-owned transactions
@@ -86,7 +86,7 @@ impl PostgresStore {
         let args = sql::TryBorrowArgs {
             pool: *pool.id().as_uuid(),
             lease: *LeaseId::new().as_uuid(),
-            ttl: ms(ttl),
+            ttl: millis(ttl),
             waiter: None,
             key: key.as_deref(),
             owner: options.owner.as_deref(),

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use semaphore_core::store::{
-    BorrowRequest, Changes, MAX_UNIX_MS, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
-    from_unix_ms,
+    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait, from_unix_ms,
+    millis,
 };
 use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
@@ -13,13 +13,6 @@ use crate::RedisStore;
 use crate::error::malformed;
 use crate::reply::{self, Attempt, int, items, not_found};
 use crate::scripts::Kind;
-
-/// A ttl in whole ms, capped as the core caps it.
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis())
-        .unwrap_or(u64::MAX)
-        .min(MAX_UNIX_MS)
-}
 
 /// An optional label as the scripts take it: `-` for none, `+` and the
 /// text for some.
@@ -146,13 +139,15 @@ impl Store for RedisStore {
         loop {
             let mut call = self.invocation(Kind::Grow, "borrow", [request.pool]);
             call.arg(request.lease.as_uuid().to_string())
-                .arg(ms(request.ttl))
+                .arg(millis(request.ttl))
                 .arg(waiter_label(request.waiter))
                 .arg(label(request.key.as_deref()))
                 .arg(label(request.owner.as_deref()))
                 .arg(request.slots)
                 .arg(session_label(request.session))
-                .arg(label(request.hold.map(|h| ms(h).to_string()).as_deref()))
+                .arg(label(
+                    request.hold.map(|h| millis(h).to_string()).as_deref(),
+                ))
                 .arg(self.connection_label());
             // A call that timed out may still run once the server answers
             // again: the core asks again under the same lease id, and
@@ -185,7 +180,7 @@ impl Store for RedisStore {
         self.within_grace(head.ttl)?;
         let mut call = self.invocation(Kind::Grow, "borrow_all", requests.iter().map(|r| r.pool));
         call.arg(requests.len())
-            .arg(ms(head.ttl))
+            .arg(millis(head.ttl))
             .arg(waiter_label(head.waiter))
             .arg(label(head.key.as_deref()))
             .arg(label(head.owner.as_deref()));
@@ -250,7 +245,7 @@ impl Store for RedisStore {
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
         self.within_grace(ttl)?;
         let mut call = self.invocation(Kind::Shrink, "renew", [pool]);
-        call.arg(lease.as_uuid().to_string()).arg(ms(ttl));
+        call.arg(lease.as_uuid().to_string()).arg(millis(ttl));
         match reply::attempt("renew", pool, self.run("renew", &call).await?)? {
             Attempt::Granted(lease) => Ok(Some(lease)),
             Attempt::Exhausted(..) | Attempt::SessionEnded => Ok(None),

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::clock::MAX_UNIX_MS;
 use crate::{Error, Holder, Lease, LeaseId, PoolId, Positions, Result, SessionId};
 
 /// The shortest poll interval a shared store accepts: a shorter one would
@@ -31,10 +32,12 @@ pub const WAITER_TTL_MS: i64 = 3 * 1500;
 const _: () = assert!(WAITER_TTL.as_millis() == 3 * MAX_POLL_INTERVAL.as_millis());
 const _: () = assert!(WAITER_TTL_MS as u128 == WAITER_TTL.as_millis());
 
-/// `d` in whole milliseconds, saturating at `i64::MAX`: how stores pass
-/// durations to SQL and scripts.
+/// `d` in whole milliseconds, capped at [`MAX_UNIX_MS`]: how stores pass
+/// durations to SQL and scripts. Beyond the cap every expiry saturates
+/// anyway, and capped, a server's `now + d` cannot overflow a 64-bit
+/// integer.
 pub fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(d.as_millis().min(u128::from(MAX_UNIX_MS))).unwrap_or(i64::MAX)
 }
 
 /// Checks a store option's poll interval against [`MIN_POLL_INTERVAL`] and
