@@ -1,5 +1,5 @@
 //! [`App`]: what every handler shares (the store, the limits, the
-//! server's drain and shutdown signals, metrics, tickets).
+//! server's drain and shutdown signals, metrics, the tickets' hold).
 
 use std::sync::Arc;
 
@@ -24,8 +24,9 @@ pub(crate) struct App {
     /// Set when a store call failed and retrying will not help; cleared
     /// by the next call that succeeds. `/healthz` then probes the store.
     pub(crate) broken: Arc<std::sync::atomic::AtomicBool>,
-    /// The two-phase borrows this server keeps between polls.
-    pub(crate) tickets: crate::tickets::Tickets,
+    /// How long a ticket's place is kept after each poll
+    /// (`--ticket-hold`).
+    pub(crate) ticket_hold: std::time::Duration,
 }
 
 impl App {

@@ -14,7 +14,6 @@ mod commands;
 mod error;
 mod exit;
 mod extract;
-mod held;
 mod idempotency;
 mod metrics;
 mod openapi;
@@ -22,8 +21,8 @@ mod parse_errors;
 mod run;
 mod serve;
 mod store;
+mod ticket;
 mod ticket_answer;
-mod tickets;
 mod two_phase;
 mod wire;
 

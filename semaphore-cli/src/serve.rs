@@ -61,8 +61,6 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
     })
     .map_err(ServeError::Usage)?;
     let shown = choice.shown();
-    // Every store but memory keeps places that outlive a server.
-    let in_store = !matches!(choice, crate::store::Choice::Memory);
     let store = choice.open(None).await.map_err(ServeError::Store)?;
     let limits = Limits::default()
         .with_max_count(args.max_count)
@@ -90,12 +88,8 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
         draining,
         metrics,
         broken: Default::default(),
-        tickets: crate::tickets::Tickets::new(args.ticket_hold, in_store),
+        ticket_hold: args.ticket_hold,
     };
-    tokio::spawn(drop_tickets_on_drain(
-        app.tickets.clone(),
-        app.draining.clone(),
-    ));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(ServeError::Io)?;
@@ -131,20 +125,6 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
     let _ = down.send(true);
     let _ = tokio::time::timeout(Duration::from_millis(800), &mut accepting).await;
     Ok(())
-}
-
-/// Drops every ticket each time the server starts draining: a draining
-/// server grants nothing new, and a ticket's borrow would.
-async fn drop_tickets_on_drain(
-    tickets: crate::tickets::Tickets,
-    mut draining: watch::Receiver<bool>,
-) {
-    while draining.wait_for(|on| *on).await.is_ok() {
-        tickets.clear();
-        if draining.wait_for(|on| !*on).await.is_err() {
-            return;
-        }
-    }
 }
 
 /// SIGUSR1 and SIGUSR2, blocked in every thread before the runtime starts

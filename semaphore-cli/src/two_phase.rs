@@ -1,7 +1,9 @@
 //! The two-phase borrow routes (dflockd's enqueue/wait): `enqueue` answers
 //! a lease or a ticket, `wait` long-polls the ticket, `cancel` gives it
-//! up. A ticket keeps its place in the queue between polls for as long as
-//! it is polled within the server's `--ticket-hold`.
+//! up. A ticket's place is a held place in the store
+//! ([`Pool::wait_held`]), kept between polls for as long as it is polled
+//! within the server's `--ticket-hold`; any server sharing the store can
+//! poll it.
 
 use std::time::Duration;
 
@@ -9,26 +11,26 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use semaphore_core::{BorrowOptions, Enqueued, Error, Lease, PoolId};
-use tokio::time::Instant;
+use semaphore_core::{BorrowOptions, Pool, PoolId};
 
 use crate::app::App;
 use crate::error::ApiError;
 use crate::extract::{JsonObject, PoolPath};
-use crate::held::HeldTicket;
-use crate::ticket_answer::{granted, queued, unknown_ticket};
+use crate::ticket::Ticket;
+use crate::ticket_answer::{MAX_TICKETS_PER_POOL, granted, queued, too_many, unknown_ticket};
 use crate::wire;
 
-/// The held ticket `text` names on a shared store (`None` on a memory
-/// store, whose tickets are UUIDs this server keeps). A ticket this server
-/// could not have made (the other kind, or a held one that does not
-/// decode) is unknown: 404.
-fn held_ticket(app: &App, text: &str) -> Result<Option<HeldTicket>, ApiError> {
-    match (app.tickets.in_store(), HeldTicket::decode(text)) {
-        (true, Some(held)) => Ok(Some(held)),
-        (false, None) if !HeldTicket::looks_held(text) => Ok(None),
-        _ => Err(unknown_ticket()),
+/// The ticket `text` describes: 400 if it is not in the format of a
+/// ticket, 404 if it is but does not decode (not made by a server of this
+/// kind).
+fn ticket(text: &str) -> Result<Ticket, ApiError> {
+    if !Ticket::looks_held(text) {
+        return Err(ApiError::bad_request(
+            "ticket is not a ticket: pass the text /enqueue answered",
+            Some("ticket"),
+        ));
     }
+    Ticket::decode(text).ok_or_else(unknown_ticket)
 }
 
 #[utoipa::path(post, path = "/l/{id}/enqueue", tag = "two-phase",
@@ -47,7 +49,7 @@ fn held_ticket(app: &App, text: &str) -> Result<Option<HeldTicket>, ApiError> {
         (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
         (status = 422, description = "The Idempotency-Key was used with another body", body = crate::error::ErrorBody),
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
-        (status = 503, description = "The server shuts down or drains, the pool drains, or the pool or the server keeps too many tickets (1,000 per pool)", body = crate::error::ErrorBody),
+        (status = 503, description = "The server shuts down or drains, the pool drains, or the pool keeps too many tickets (1,000)", body = crate::error::ErrorBody),
     ))]
 pub(crate) async fn enqueue(
     State(app): State<App>,
@@ -84,40 +86,20 @@ pub(crate) async fn enqueue(
     if *app.draining.borrow() {
         return Err(ApiError::draining());
     }
-    if app.tickets.in_store() {
-        return crate::held::enqueue(&app, &pool, ttl, options, keyed).await;
+    let ticket = Ticket::new(id, ttl, &options, keyed.as_ref());
+    let options = ticket.options();
+    let waiter = ticket.waiter();
+    let taken = pool.wait_held(waiter, app.ticket_hold, ttl, Duration::ZERO, options);
+    if let Some(guard) = app.track(taken.await)? {
+        return Ok(granted(&app, &guard.forget()));
     }
-    if let Some(keyed) = &keyed {
-        // A retry of an enqueue that was queued: its ticket again.
-        match app.tickets.by_key(id, keyed) {
-            Some(Ok(ticket)) => return again(&app, id, ticket).await,
-            Some(Err(())) => return Err(Error::KeyReused { pool: id }.into()),
-            None => options = keyed.options(options),
-        }
+    let place = app.track(pool.held_place(waiter).await)?;
+    if place.is_some_and(|place| place > MAX_TICKETS_PER_POOL as u64) {
+        // Past the pool's cap: the place goes, and nobody holds a ticket.
+        app.track(pool.leave_held(waiter).await)?;
+        return Err(too_many());
     }
-    match app.track(pool.enqueue(ttl, options).await)? {
-        Enqueued::Granted(guard) => Ok(granted(&app, &guard.forget())),
-        Enqueued::Queued(borrow) => {
-            let place = borrow.place().unwrap_or(1);
-            let ticket = app
-                .tickets
-                .insert(borrow, place, keyed)
-                .ok_or_else(crate::tickets::too_many)?;
-            Ok(queued(&app, ticket.to_string(), place))
-        }
-    }
-}
-
-/// A retried enqueue's ticket `ticket_id` of pool `id`: its lease if a poll
-/// collected one (while active), or the ticket at its place.
-async fn again(app: &App, id: PoolId, ticket_id: uuid::Uuid) -> Result<Response, ApiError> {
-    let poll = app.tickets.poll(id, ticket_id).ok_or_else(unknown_ticket)?;
-    let handed = poll.ticket.granted.lock().clone();
-    if let Some(lease) = handed {
-        return still_held(app, id, ticket_id, &lease).await;
-    }
-    let place = poll.ticket.place.load(std::sync::atomic::Ordering::Relaxed);
-    Ok(queued(app, ticket_id.to_string(), place))
+    Ok(answer_queued_at(&app, &ticket, place))
 }
 
 #[utoipa::path(post, path = "/l/{id}/wait", tag = "two-phase",
@@ -127,7 +109,7 @@ async fn again(app: &App, id: PoolId, ticket_id: uuid::Uuid) -> Result<Response,
         (status = 200, description = "Granted: the lease (again, to a repeated poll)", body = wire::Granted),
         (status = 202, description = "Still queued after the wait: poll again", body = wire::Queued),
         (status = 400, description = "Bad input", body = crate::error::ErrorBody),
-        (status = 404, description = "No such ticket on this server, or the pool was deleted", body = crate::error::ErrorBody),
+        (status = 404, description = "No such ticket (dropped, cancelled, spent, or made by a server that does not share this one's store), or the pool was deleted", body = crate::error::ErrorBody),
         (status = 413, description = "Body too large", body = crate::error::ErrorBody),
         (status = 415, description = "Not JSON", body = crate::error::ErrorBody),
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
@@ -145,92 +127,51 @@ pub(crate) async fn wait(
     if *app.draining.borrow() {
         return Err(ApiError::draining());
     }
-    if let Some(held) = held_ticket(&app, &request.ticket)? {
-        return crate::held::wait(&app, &app.pool(id), &held, wait).await;
+    let ticket = ticket(&request.ticket)?;
+    let pool = app.pool(id);
+    // A place no longer kept was served (its lease, answered again while
+    // it is active), or dropped: its hold passed without a poll, it was
+    // cancelled, or its lease was returned. Polling it would queue anew at
+    // the back, which the client must choose to do.
+    if app.track(pool.held_place(ticket.waiter()).await)?.is_none() {
+        return match app.track(pool.held_lease(ticket.waiter(), &ticket.options()).await)? {
+            Some(lease) => Ok(granted(&app, &lease)),
+            None => Err(unknown_ticket()),
+        };
     }
-    let ticket_id = wire::uuid("ticket", &request.ticket)?;
     let (mut shutdown, mut draining) = (app.shutdown.clone(), app.draining.clone());
-    let poll = app.tickets.poll(id, ticket_id).ok_or_else(unknown_ticket)?;
-    let ticket = &poll.ticket;
-    let handed = ticket.granted.lock().clone();
-    if let Some(lease) = handed {
-        return still_held(&app, id, ticket_id, &lease).await;
-    }
-    let deadline = Instant::now() + wait.min(Duration::from_secs(86_400 * 365));
-    let answer = async {
-        // Another poll of the same ticket may hold it: wait for that one
-        // within this wait, and share its lease.
-        let Ok(mut borrow) = tokio::time::timeout_at(deadline, ticket.borrow.lock()).await else {
-            return Ok(None);
-        };
-        if let Some(lease) = ticket.granted.lock().clone() {
-            return Ok(Some(lease));
-        }
-        let Some(queued) = borrow.as_mut() else {
-            return Err(unknown_ticket());
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        match queued.wait(left).await {
-            Ok(Some(guard)) => {
-                let lease = guard.forget();
-                *ticket.granted.lock() = Some(lease.clone());
-                *borrow = None;
-                Ok(Some(lease))
-            }
-            Ok(None) => {
-                let place = queued.place().unwrap_or(1);
-                ticket
-                    .place
-                    .store(place, std::sync::atomic::Ordering::Relaxed);
-                Ok(None)
-            }
-            Err(e) => {
-                *borrow = None;
-                drop(app.tickets.remove(id, ticket_id));
-                app.track(Err(e))
-            }
-        }
-    };
-    // A client that disconnects drops this future; the ticket keeps its
-    // place, and a lease granted meanwhile waits for the next poll.
-    let answer = tokio::select! {
-        answer = answer => answer?,
+    let poll = pool.wait_held(
+        ticket.waiter(),
+        app.ticket_hold,
+        ticket.ttl(),
+        wait,
+        ticket.options(),
+    );
+    // A client that disconnects drops this future; the place is kept, and
+    // a lease granted meanwhile is found again by the next poll (its key).
+    let polled = tokio::select! {
+        polled = poll => app.track(polled)?,
         _ = shutdown.wait_for(|down| *down) => return Err(ApiError::shutting_down()),
         _ = draining.wait_for(|on| *on) => return Err(ApiError::draining()),
     };
-    Ok(match answer {
-        Some(lease) => granted(&app, &lease),
-        None => queued(
-            &app,
-            ticket_id.to_string(),
-            ticket.place.load(std::sync::atomic::Ordering::Relaxed),
-        ),
-    })
-}
-
-/// A repeated poll of a ticket whose lease a poll handed over: that lease
-/// again while it is active (with its expiry now, after renewals), and 404
-/// once it was returned or expired, as on a shared store: a ticket is
-/// spent with its lease, and a position granted since to someone else is
-/// never answered as this ticket's.
-async fn still_held(
-    app: &App,
-    id: PoolId,
-    ticket_id: uuid::Uuid,
-    lease: &Lease,
-) -> Result<Response, ApiError> {
-    let holders = app.track(app.pool(id).holders().await)?;
-    match holders.iter().find(|h| h.lease.token == lease.token) {
-        Some(holder) => {
-            let mut lease = lease.clone();
-            lease.expires_at = holder.lease.expires_at;
-            Ok(granted(app, &lease))
-        }
+    match polled {
+        Some(guard) => Ok(granted(&app, &guard.forget())),
         None => {
-            drop(app.tickets.remove(id, ticket_id));
-            Err(unknown_ticket())
+            let place = app.track(pool.held_place(ticket.waiter()).await)?;
+            Ok(answer_queued_at(&app, &ticket, place))
         }
     }
+}
+
+/// 202 with `ticket` at `place`, just asked for: a place is there, unless
+/// a poll on another server was granted meanwhile (the next poll answers
+/// that lease).
+fn answer_queued_at(app: &App, ticket: &Ticket, place: Option<u64>) -> Response {
+    queued(
+        app,
+        ticket.encode(),
+        usize::try_from(place.unwrap_or(1)).unwrap_or(usize::MAX),
+    )
 }
 
 #[utoipa::path(delete, path = "/l/{id}/tickets/{ticket}", tag = "two-phase",
@@ -239,7 +180,7 @@ async fn still_held(
         ("ticket" = String, Path, description = "The ticket `enqueue` answered"),
     ),
     responses(
-        (status = 200, description = "Whether the ticket was still queued (or, on a memory store, granted and not collected), and is now given up", body = wire::Cancelled),
+        (status = 200, description = "Whether the ticket was still queued, and is now given up", body = wire::Cancelled),
         (status = 400, description = "Bad input", body = crate::error::ErrorBody),
         (status = 502, description = "The store failed", body = crate::error::ErrorBody),
     ))]
@@ -275,24 +216,16 @@ pub(crate) async fn cancel(
     give_up(&app, id, &request.ticket).await
 }
 
-/// Gives up ticket `text` of pool `id`: whether it was still kept.
+/// Gives up ticket `text` of pool `id`: its place leaves the store's
+/// queue; whether it was still kept. A lease already granted to a poll
+/// stays the client's (return it with /return); anything that is not a
+/// ticket was kept by no one.
 async fn give_up(app: &App, id: PoolId, text: &str) -> Result<Json<wire::Cancelled>, ApiError> {
-    match held_ticket(app, text) {
-        Ok(Some(held)) => return crate::held::cancel(app, &app.pool(id), &held).await,
-        Ok(None) => {}
-        Err(_) => return Ok(Json(wire::Cancelled { cancelled: false })),
-    }
-    let ticket_id = wire::uuid("ticket", text)?;
-    let Some(ticket) = app.tickets.remove(id, ticket_id) else {
+    let Ok(ticket) = ticket(text) else {
         return Ok(Json(wire::Cancelled { cancelled: false }));
     };
-    // A lease already collected stays the client's: return it with
-    // /return. A poll in flight keeps the borrow until it ends, and the
-    // borrow leaves the queue then.
-    let cancelled = ticket.granted.lock().is_none();
-    let borrow = ticket.borrow.try_lock().ok().and_then(|mut b| b.take());
-    if let Some(borrow) = borrow {
-        app.track(borrow.cancel().await)?;
-    }
-    Ok(Json(wire::Cancelled { cancelled }))
+    let pool: Pool = app.pool(id);
+    let had = app.track(pool.held_place(ticket.waiter()).await)?.is_some();
+    app.track(pool.leave_held(ticket.waiter()).await)?;
+    Ok(Json(wire::Cancelled { cancelled: had }))
 }

@@ -110,10 +110,11 @@ pub(crate) struct Queued {
     /// on a memory store, only this server.
     #[schema(min_length = 1, max_length = 512)]
     pub(crate) ticket: String,
-    /// The ticket's place in the pool's queue: 1 is next. On a shared store
-    /// it counts the places ahead of it in the store's queue (every
-    /// server's tickets, and each server's first waiting borrower); on a
-    /// memory store, this server's waiters.
+    /// The ticket's place in the pool's queue: 1 is next. It counts the
+    /// places ahead of it in the store's queue: every server's tickets,
+    /// and the waiting borrowers ahead of it (on a shared store, each
+    /// server's first waiting borrower; on a memory store, this server's
+    /// waiting borrowers).
     pub(crate) place: usize,
     /// Seconds the place is kept after a poll ends: poll again within it.
     pub(crate) poll_within: f64,
@@ -122,10 +123,9 @@ pub(crate) struct Queued {
 /// Whether a cancelled ticket was still kept.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Cancelled {
-    /// `true` if the ticket was still queued (it leaves the queue) or, on
-    /// a memory store, granted and not yet collected (its lease is then
-    /// returned); `false` if it was unknown. A lease a poll answered stays
-    /// the client's: return it with `/return`.
+    /// `true` if the ticket was still queued (it leaves the queue);
+    /// `false` if it was unknown. A lease a poll answered stays the
+    /// client's: return it with `/return`.
     pub(crate) cancelled: bool,
 }
 
@@ -161,9 +161,9 @@ pub(crate) struct State {
     available: u32,
     /// Whether the pool drains: it grants nothing new.
     draining: bool,
-    /// Borrowers waiting on the pool at this server: its waiting borrows,
-    /// and on a memory store its tickets. A shared store's tickets wait in
-    /// the store, not at a server: their answers give their `place`.
+    /// Borrowers waiting on the pool at this server: its waiting borrows.
+    /// Tickets wait in the store, not at a server: their answers give
+    /// their `place`.
     waiting: usize,
     /// How long the longest-waiting of them has waited so far, in seconds
     /// (0 when none waits).

@@ -117,6 +117,11 @@ enum Slot {
 /// A lease of `n` slots (R15) holds the `n` lowest free positions, is found
 /// by its lowest one, and counts `n` in `in_use`.
 ///
+/// It keeps held places too ([`BorrowRequest::hold`]): an in-process
+/// store grants with [`grant_in_turn`](SlotTable::grant_in_turn) and polls
+/// places with [`poll_place`](SlotTable::poll_place), so that a place is
+/// served in its turn among this process's borrowers (R11).
+///
 /// Expired leases are reaped at the start of every call that takes `now`,
 /// so an expired lease never counts (R7) and its slots are the next ones
 /// handed out (R6). The table knows nothing of tokens' origin: the store
@@ -141,6 +146,8 @@ pub struct SlotTable {
     expiries: Expiries,
     /// Free positions below the high mark (`slots.len()`).
     free: FreeSet,
+    /// Held places, for an in-process store ([`places`]).
+    places: places::Places,
 }
 
 impl SlotTable {
@@ -434,6 +441,7 @@ fn live(slots: &[Option<Slot>], &(at, lowest, token): &expiries::Entry) -> bool 
 
 mod expiries;
 mod free;
+mod places;
 
 #[cfg(test)]
 mod tests;

@@ -88,8 +88,8 @@ pub struct BorrowRequest {
     /// of its own and grant to a newcomer only when free slots outnumber
     /// them (R11 across processes); an in-process store ignores it.
     pub waiter: Option<WaiterId>,
-    /// How long a store that keeps places (see *Queued heads* on
-    /// [`Store`]) keeps `waiter`'s place after this attempt, if it is
+    /// How long the store keeps `waiter`'s place (see *Queued heads* and
+    /// *Held places* on [`Store`]) after this attempt, if it is
     /// refused: `None` (the default) for the store's own waiter ttl, with
     /// the place bound to this process as any head's. `Some(hold)` for a
     /// place that outlives its asker: a ticket that any process sharing the
@@ -100,7 +100,7 @@ pub struct BorrowRequest {
     /// a slot by a return: only an attempt made for it is granted. At most
     /// [`MAX_UNIX_MS`] ms, whole milliseconds. The core sets it only on a
     /// single-pool attempt ([`Store::try_borrow`]) that names a `waiter`
-    /// and a `key`. An in-process store ignores it, as it ignores `waiter`.
+    /// and a `key`. Every store honours it, an in-process store included.
     pub hold: Option<Duration>,
     /// The idempotency key, checked, as the store keeps it: the caller's
     /// key, then [`KEY_DIGEST_SEPARATOR`] and the request's digest if it
@@ -306,12 +306,17 @@ impl TryBorrowAll {
 ///   are free beyond the slots owed to the heads queued ahead of it, each
 ///   owed its own weight (R11 with weights; the suite's
 ///   `store_queue_conformance!` (feature `conformance`) checks
-///   it). An in-process store may ignore waiters: the core's queue already
-///   orders them. A request with a [`BorrowRequest::hold`] keeps a place
-///   that no process owns: it lives until `hold` after the latest attempt
-///   for it, is never dropped for its asker's death, and is never handed
-///   a slot by a return ([`Store::place`] finds it; the suite's
-///   `store_queue_conformance!` checks all three).
+///   it). An in-process store may ignore its borrowers' waiters: the
+///   core's queue already orders them.
+/// - **Held places.** Every store keeps the place of a request with a
+///   [`BorrowRequest::hold`] and a `waiter`, a place that no process owns:
+///   it lives until `hold` after the latest attempt for it, is never
+///   dropped for its asker's death, is never handed a slot by a return,
+///   and is served first come, first served with every borrower queued
+///   (R11; [`Store::place`] finds it, [`Store::leave_queue`] drops it; the
+///   suite's `store_conformance!` checks it). An in-process store keeps
+///   them in its [`SlotTable`] ([`SlotTable::poll_place`]), ordered among
+///   this process's borrowers by [`Changes::arrival`].
 /// - **No waiting.** No method waits for a slot; waiting is the core's.
 /// - **Validation.** Arguments arrive checked and clamped against
 ///   [`Limits`](crate::Limits); a store need not check them again.
@@ -431,14 +436,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// *Queued heads* above): 1 for the first, counting every live place
     /// ahead of it (each other process's head, and each held place);
     /// `None` if the store keeps no live place for it: it was granted, left
-    /// the queue, was dropped (its hold or ttl passed), or the store keeps
-    /// no queue (an in-process store). Read-only; a pool that does not
-    /// exist has no places.
+    /// the queue, was dropped (its hold or ttl passed), or it is a borrower
+    /// of an in-process store, whose borrowers are in the core's queue only
+    /// (that store still finds its held places). Read-only; a pool that
+    /// does not exist has no places.
     async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>>;
 
     /// Borrower `waiter` of `pool` stopped waiting without a grant (it timed
     /// out, was dropped or failed): forget any place the store keeps for it
-    /// (R12). A no-op for stores that keep none.
+    /// (R12), a held place included.
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()>;
 }
 

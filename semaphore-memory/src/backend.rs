@@ -96,6 +96,17 @@ impl MemoryStore {
             if request.key.is_some() && table.key_reused(request, now) {
                 return Err(Error::KeyReused { pool: request.pool });
             }
+            if request.hold.is_some() {
+                // A held place's poll, served in its turn among this
+                // process's borrowers (R11).
+                return Ok(table.poll_place(
+                    request,
+                    now,
+                    |arrival| self.changes.ahead_of(request.pool, arrival).1,
+                    || self.changes.arrival(),
+                    || self.next_token(),
+                ));
+            }
             // A queued borrower asks only as its queue's head; one that
             // is no longer the head (a raise of the count brought back a
             // borrower ahead of it, R15 amended) waits its turn again.
@@ -104,8 +115,19 @@ impl MemoryStore {
             {
                 return Ok(TryBorrow::Exhausted { next_expiry: None });
             }
-            Ok(table.grant(request, now, || self.next_token()))
+            let arrival = self.arrival(request);
+            Ok(table.grant_in_turn(request, now, arrival, || self.next_token()))
         })?
+    }
+
+    /// When the borrower asking came, to order it after the held places
+    /// that came before it: its queued borrower's arrival, or the end of
+    /// the line for one that has not queued (R11).
+    fn arrival(&self, request: &BorrowRequest) -> u64 {
+        request
+            .waiter
+            .and_then(|waiter| self.changes.arrival_of(request.pool, waiter))
+            .unwrap_or(u64::MAX)
     }
 
     /// A token above every token granted before, by any pool (R9). Taken
@@ -143,10 +165,15 @@ impl MemoryStore {
             let returned = table.release(lease, now);
             if returned && self.changes.has_waiters() {
                 let now = truncate_ms(now);
-                let count = table.count();
-                self.changes.hand_off(pool, count, |request| {
-                    table.grant(request, now, || self.next_token())
-                });
+                if table.has_places(now) {
+                    // A held place may be owed the slot: everyone asks.
+                    self.changes.notify(pool);
+                } else {
+                    let count = table.count();
+                    self.changes.hand_off(pool, count, |request| {
+                        table.grant(request, now, || self.next_token())
+                    });
+                }
             }
             returned
         })
@@ -271,8 +298,9 @@ impl Store for MemoryStore {
             let Some(table) = table(&mut tables, &ids, request.pool) else {
                 continue;
             };
-            if !table.can_grant(request, now) {
-                blocked.push(table.next_expiry());
+            let arrival = self.arrival(request);
+            if !table.can_grant_in_turn(request, now, arrival) {
+                blocked.push(table.next_change());
             }
         }
         let mut leases: Vec<Lease> = Vec::with_capacity(requests.len());
@@ -349,14 +377,24 @@ impl Store for MemoryStore {
         Ok(ended)
     }
 
-    /// Always `None`: in one process the core's queue is the only queue
-    /// ([`Pool::waiting`](semaphore_core::Pool::waiting) counts it).
-    async fn place(&self, _pool: PoolId, _waiter: WaiterId) -> Result<Option<u64>> {
-        Ok(None)
+    /// The place of held place `waiter`, counting the held places and
+    /// this process's borrowers ahead of it; `None` for any other waiter:
+    /// this process's borrowers are in the core's queue
+    /// ([`Pool::waiting`](semaphore_core::Pool::waiting) counts them).
+    async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>> {
+        let now = self.now();
+        let held = self.with_table(pool, |table| table.held_place(waiter, now));
+        let Some((index, arrival)) = held.ok().flatten() else {
+            return Ok(None);
+        };
+        let (in_process, _) = self.changes.ahead_of(pool, arrival);
+        Ok(Some((index + in_process + 1) as u64))
     }
 
-    /// A no-op: in one process the core's queue is the only queue.
-    async fn leave_queue(&self, _pool: PoolId, _waiter: WaiterId) -> Result<()> {
+    /// Drops held place `waiter`, if any; this process's borrowers leave
+    /// the core's queue by themselves.
+    async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
+        let _ = self.with_table(pool, |table| table.leave_place(waiter));
         Ok(())
     }
 }

@@ -1,37 +1,24 @@
 //! Cases for held places ([`Pool::wait_held`](crate::Pool::wait_held)):
 //! a place in the store's queue that no process owns lives for its hold
-//! after each poll (R11), is dropped after it (R12), and is granted only to
-//! a poll. Run by
-//! [`store_queue_conformance!`](crate::store_queue_conformance), for stores
-//! that keep a queue.
+//! after each poll (R11), is dropped after it (R12), is granted only to a
+//! poll, and is served in its turn with every borrower queued. Run by
+//! [`store_conformance!`](crate::store_conformance), on every store.
 
 use std::time::Duration;
 
-use super::{Fixture, SEC};
-use crate::store::{BorrowRequest, TryBorrow, WaiterId};
-use crate::{BorrowOptions, LeaseId, PoolId};
+use super::{Fixture, SEC, spawn_borrow, until_waiting};
+use crate::store::WaiterId;
+use crate::{BorrowOptions, Error};
 
 const TTL: Duration = Duration::from_secs(60);
 const HOLD: Duration = Duration::from_secs(20);
 const LONG: Duration = Duration::from_secs(3600);
 
-/// Asks `store` for one slot of `pool` as another process's queued head
-/// `waiter` would: with the store's own waiter ttl.
-async fn ask_as_head(
-    store: &std::sync::Arc<dyn crate::Store>,
-    pool: PoolId,
-    waiter: WaiterId,
-) -> TryBorrow {
-    let mut request = BorrowRequest::new(pool, LeaseId::new(), TTL);
-    request.waiter = Some(waiter);
-    store.try_borrow(&request).await.unwrap()
-}
-
 /// A held place taken on a full pool keeps its place past the store's own
 /// waiter ttl with nobody asking for it (a process's head would have been
-/// dropped by then), is owed the slot a return frees (another head is
-/// refused), and gets it at its next poll; a repeated poll gets the same
-/// lease.
+/// dropped by then), is owed the slot a return frees (a newcomer and a
+/// borrower queued after it are refused), and gets it at its next poll; a
+/// repeated poll gets the same lease.
 pub async fn r11_a_held_place_outlives_its_asker_within_its_hold(f: Fixture) {
     let pool = f.pool("held-kept");
     pool.register(1).await.unwrap();
@@ -40,22 +27,17 @@ pub async fn r11_a_held_place_outlives_its_asker_within_its_hold(f: Fixture) {
     let first = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new());
     assert!(first.await.unwrap().is_none(), "the pool is full");
     assert_eq!(pool.held_place(ticket).await.unwrap(), Some(1));
+    let later = spawn_borrow(&pool, TTL, LONG);
+    until_waiting(&pool, 1).await;
     // Longer than any store's own waiter ttl, shorter than the hold.
     f.clock.advance(HOLD - 5 * SEC);
     assert!(pool.return_lease(held.id).await.unwrap());
-    let other = WaiterId::new();
     assert!(
         matches!(
-            ask_as_head(&f.store, pool.id(), other).await,
-            TryBorrow::Exhausted { .. }
+            pool.try_borrow(TTL).await.map(|g| g.forget()),
+            Err(Error::Exhausted { .. })
         ),
-        "a later head took the slot owed to the held place"
-    );
-    assert_eq!(pool.held_place(other).await.unwrap(), Some(2));
-    assert_eq!(
-        pool.inspect().await.unwrap().in_use,
-        0,
-        "no return hands a held place a slot"
+        "a newcomer took the slot owed to the held place"
     );
     let lease = pool
         .wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new())
@@ -76,11 +58,13 @@ pub async fn r11_a_held_place_outlives_its_asker_within_its_hold(f: Fixture) {
         .expect("a repeated poll")
         .forget();
     assert_eq!(again.id, lease.id, "a repeated poll gets the same lease");
-    f.store.leave_queue(pool.id(), other).await.unwrap();
+    assert!(pool.return_lease(lease.id).await.unwrap());
+    let next = later.await.unwrap().expect("the borrower queued after it");
+    assert_eq!(next.position, 0);
 }
 
-/// A held place not polled within its hold is dropped: the head behind it
-/// is served.
+/// A held place not polled within its hold is dropped: a newcomer is
+/// served.
 pub async fn r12_a_held_place_not_polled_within_its_hold_is_dropped(f: Fixture) {
     let pool = f.pool("held-dropped");
     pool.register(1).await.unwrap();
@@ -89,20 +73,44 @@ pub async fn r12_a_held_place_not_polled_within_its_hold_is_dropped(f: Fixture) 
     let first = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new());
     assert!(first.await.unwrap().is_none(), "the pool is full");
     assert!(pool.return_lease(held.id).await.unwrap());
-    let other = WaiterId::new();
     assert!(matches!(
-        ask_as_head(&f.store, pool.id(), other).await,
-        TryBorrow::Exhausted { .. }
+        pool.try_borrow(TTL).await.map(|g| g.forget()),
+        Err(Error::Exhausted { .. })
     ));
     f.clock.advance(HOLD + SEC);
     assert_eq!(pool.held_place(ticket).await.unwrap(), None, "dropped");
-    assert!(
-        matches!(
-            ask_as_head(&f.store, pool.id(), other).await,
-            TryBorrow::Granted { .. }
-        ),
-        "the abandoned place still held the slot"
-    );
+    let lease = pool
+        .try_borrow(TTL)
+        .await
+        .expect("the abandoned place still held the slot")
+        .forget();
+    assert_eq!(lease.position, 0);
+}
+
+/// A held place taken while a borrower waits queued is behind it: it
+/// counts it in its place, and the slot a return frees goes to that
+/// borrower; the place is served at the next return.
+pub async fn r11_a_held_place_waits_behind_borrowers_queued_before_it(f: Fixture) {
+    let pool = f.pool("held-behind");
+    pool.register(1).await.unwrap();
+    let held = take(&pool).await;
+    let earlier = spawn_borrow(&pool, TTL, LONG);
+    // Queued, and known to the store's queue as a head.
+    while !pool.store().changes().head_has_asked(pool.id()) {
+        tokio::task::yield_now().await;
+    }
+    let ticket = WaiterId::new();
+    let first = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new());
+    assert!(first.await.unwrap().is_none(), "the pool is full");
+    assert_eq!(pool.held_place(ticket).await.unwrap(), Some(2));
+    assert!(pool.return_lease(held.id).await.unwrap());
+    let lease = earlier.await.unwrap().expect("the borrower queued first");
+    let poll = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new());
+    assert!(poll.await.unwrap().is_none(), "served before its turn");
+    assert_eq!(pool.held_place(ticket).await.unwrap(), Some(1));
+    assert!(pool.return_lease(lease.id).await.unwrap());
+    let poll = pool.wait_held(ticket, HOLD, TTL, LONG, BorrowOptions::new());
+    assert_eq!(poll.await.unwrap().expect("its turn").forget().position, 0);
 }
 
 /// Places count from the head, held places and heads alike; a place that

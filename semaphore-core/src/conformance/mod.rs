@@ -224,6 +224,10 @@ macro_rules! store_conformance {
             two_phase_borrowers_keep_their_places_between_polls,
             two_phase_borrow_dropped_queued_or_granted_holds_nothing,
             two_phase_wait_is_cancel_safe_and_reports_a_deleted_pool,
+            r11_a_held_place_outlives_its_asker_within_its_hold,
+            r12_a_held_place_not_polled_within_its_hold_is_dropped,
+            r11_held_places_know_their_place_and_are_woken_by_a_return,
+            r11_a_held_place_waits_behind_borrowers_queued_before_it,
         );
     };
 }
@@ -242,9 +246,6 @@ macro_rules! store_queue_conformance {
         $crate::__conformance_cases!(
             $make;
             r15_a_store_queue_owes_each_head_its_weight,
-            r11_a_held_place_outlives_its_asker_within_its_hold,
-            r12_a_held_place_not_polled_within_its_hold_is_dropped,
-            r11_held_places_know_their_place_and_are_woken_by_a_return,
             lost_reply_of_a_queued_borrow_is_answered_with_the_grant,
             lost_reply_of_a_first_attempt_is_returned,
         );

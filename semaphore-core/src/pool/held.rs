@@ -44,9 +44,9 @@ impl Pool {
     /// The lease is granted under `options.key`, or `held:<waiter>` if it
     /// has none: a repeated poll (one whose answer was lost, or one made
     /// meanwhile in another process) gets the same lease while it is
-    /// active. `ttl` runs from the grant. Needs a store that keeps places:
-    /// an in-process store ignores `waiter`, so use
-    /// [`enqueue`](Pool::enqueue) there.
+    /// active. `ttl` runs from the grant. Every store keeps held places; on
+    /// an in-process store (memory) only this process can poll them, and a
+    /// place is served in its turn among this process's borrowers.
     ///
     /// # Errors
     /// As [`borrow_with`](Pool::borrow_with) but [`Error::Exhausted`]: a

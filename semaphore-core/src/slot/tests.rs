@@ -1,6 +1,6 @@
 //! The slot table against the reference rules (R6, R7, R10, R15).
 use super::*;
-use crate::PoolId;
+use crate::{PoolId, WaiterId};
 use std::time::{Duration, UNIX_EPOCH};
 
 fn req(ttl_s: u64) -> BorrowRequest {
@@ -278,4 +278,43 @@ fn expiries_left_by_returns_and_renewals_are_dropped() {
     assert_eq!(t.in_use(UNIX_EPOCH + Duration::from_secs(30)), 0);
     assert_eq!(t.next_expiry(), None);
     assert_eq!(t.expiries.len(), 0);
+}
+
+/// A held place of weight 2 is owed two of the free slots before a
+/// newcomer (R11, R15), is granted to its poll, and lapses `hold` after its
+/// latest poll, which a refusal tells as the moment to ask again (R12).
+#[test]
+fn a_held_place_is_owed_its_weight_until_served_or_lapsed() {
+    let mut t = SlotTable::new(3);
+    let mut tok = 0;
+    let mut next = || {
+        tok += 1;
+        tok
+    };
+    let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+    let held = req(100);
+    position(t.grant(&held, at(0), &mut next));
+    let mut place = req(100);
+    place.slots = 3;
+    place.waiter = Some(WaiterId::new());
+    place.hold = Some(Duration::from_secs(20));
+    let refused = t.poll_place(&place, at(0), |_| 0, || 7, &mut next);
+    assert!(matches!(refused, TryBorrow::Exhausted { next_expiry } if next_expiry == Some(at(20))));
+    assert_eq!(t.held_place(place.waiter.unwrap(), at(1)), Some((0, 7)));
+    // Two of three slots are free, but the place came first and is owed all.
+    let newcomer = t.grant_in_turn(&req(10), at(1), u64::MAX, &mut next);
+    assert!(
+        matches!(newcomer, TryBorrow::Exhausted { next_expiry } if next_expiry == Some(at(20)))
+    );
+    // One that came before the place is not held back by it.
+    assert_eq!(position(t.grant_in_turn(&req(100), at(1), 6, &mut next)), 1);
+    // Polled again at 10 s: kept until 30 s; lapsed after.
+    let refused = t.poll_place(&place, at(10), |_| 0, || 8, &mut next);
+    assert!(matches!(refused, TryBorrow::Exhausted { .. }));
+    assert_eq!(t.held_place(place.waiter.unwrap(), at(29)), Some((0, 7)));
+    assert_eq!(t.held_place(place.waiter.unwrap(), at(30)), None);
+    assert_eq!(
+        position(t.grant_in_turn(&req(10), at(30), u64::MAX, &mut next)),
+        2
+    );
 }
