@@ -105,7 +105,7 @@ impl Heartbeat for Beats {
     ) -> Result<Option<SystemTime>> {
         let mut kept = self.conn.lock().await;
         let mut conn = self.take(&mut kept).await?;
-        let timeout = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        let timeout = semaphore_core::store::millis(timeout);
         let now = self
             .beat_on(&mut conn, id.as_uuid().as_bytes(), timeout, open)
             .await

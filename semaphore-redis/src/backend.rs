@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ScriptInvocation, Value};
-use semaphore_core::store::{Changes, DecidingClock, MAX_UNIX_MS};
+use semaphore_core::store::{Changes, DecidingClock, millis};
 use semaphore_core::{Error, PoolId, Result, Session};
 
 use crate::error::{malformed, storage};
@@ -306,9 +306,7 @@ fn grace_ms(grace: std::time::Duration, session: std::time::Duration) -> u64 {
     if grace.is_zero() {
         return 0;
     }
-    u64::try_from(grace.max(session).as_millis())
-        .unwrap_or(u64::MAX)
-        .min(MAX_UNIX_MS)
+    millis(grace.max(session)).unsigned_abs()
 }
 
 /// Fails unless the server is Redis 7.0 or later (the scripts' flags).

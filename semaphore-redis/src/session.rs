@@ -9,7 +9,7 @@
 use std::time::{Duration, SystemTime};
 
 use redis::aio::MultiplexedConnection;
-use semaphore_core::store::{DecidingClock, Heartbeat, MAX_UNIX_MS, async_trait, from_unix_ms};
+use semaphore_core::store::{DecidingClock, Heartbeat, async_trait, from_unix_ms, millis};
 use semaphore_core::{Result, SessionId};
 
 use crate::error::storage;
@@ -71,10 +71,10 @@ impl Heartbeat for Beats {
         timeout: Duration,
         open: bool,
     ) -> Result<Option<SystemTime>> {
-        let ms = u64::try_from(timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .min(MAX_UNIX_MS);
-        let args = [ms.to_string(), if open { "1" } else { "0" }.to_string()];
+        let args = [
+            millis(timeout).to_string(),
+            if open { "1" } else { "0" }.to_string(),
+        ];
         match self.call("beat", id, &args).await? {
             redis::Value::Int(now) => Ok(Some(from_unix_ms(u64::try_from(now).unwrap_or(0)))),
             _ => Ok(None),

@@ -104,9 +104,9 @@ pub(crate) fn ms(t: SystemTime) -> i64 {
 
 /// `at + ttl` in unix ms, saturating at `MAX_UNIX_MS`.
 pub(crate) fn plus(at: i64, ttl: Duration) -> i64 {
-    let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-    let max = i64::try_from(semaphore_core::store::MAX_UNIX_MS).unwrap_or(i64::MAX);
-    at.saturating_add(ttl).min(max)
+    let max = semaphore_core::store::millis(Duration::MAX);
+    at.saturating_add(semaphore_core::store::millis(ttl))
+        .min(max)
 }
 
 /// A unix ms value read back from the file; a negative one (never written
