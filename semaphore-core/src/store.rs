@@ -3,7 +3,8 @@
 //! slot allocation ([`lowest_free`], [`SlotTable`]), the wait engine's
 //! change notification ([`Changes`]), waiter ids, and the time helpers every
 //! store needs to keep times as unix milliseconds ([`unix_ms`],
-//! [`from_unix_ms`], [`MAX_UNIX_MS`], [`max_time`], [`saturating_add`]).
+//! [`from_unix_ms`], [`MAX_UNIX_MS`], [`max_time`], [`saturating_add`]),
+//! and group commit's queue ([`Batches`]).
 //! Users of a store need none of it: they call [`Pool`](crate::Pool).
 
 pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, truncate_ms, unix_ms};
@@ -16,9 +17,11 @@ pub use crate::wait::{Changes, Claim};
 /// Re-exported so that stores name the same `async_trait` as the trait.
 pub use ::async_trait::async_trait;
 
+mod batch;
 mod keys;
 mod shared;
 mod timeouts;
+pub use batch::Batches;
 pub use keys::{KEY_DIGEST_SEPARATOR, key_name, stored_key};
 pub use shared::{
     LeaseRow, MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, PlaceStep, WAITER_TTL, WAITER_TTL_MS,

@@ -16,6 +16,7 @@ use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Re
 use crate::doorbell::Doorbell;
 use crate::error::storage;
 use crate::file::Files;
+use crate::group::Group;
 use crate::holder::Holders;
 use crate::time::Time;
 use crate::watch::{WakeUp, Watcher, watch};
@@ -25,8 +26,15 @@ use crate::{SqliteOptions, connection, placement, queue, sql};
 /// A [`Store`] in one SQLite file, shared by any number of threads and
 /// processes (rule "Stores").
 ///
-/// - Every primitive is one transaction; writes are `BEGIN IMMEDIATE`
-///   (R14). Times are integer unix milliseconds.
+/// - Every primitive is atomic in one transaction; writes are `BEGIN
+///   IMMEDIATE` (R14). Times are integer unix milliseconds.
+/// - Group commit (rule "Group commit"), where commits `fsync`
+///   ([`Synchronous::Full`](crate::Synchronous::Full)): inside a tokio
+///   runtime, this handle's writes that arrive while one of its write
+///   transactions runs go together in the next, each in a savepoint of its
+///   own, so that many tasks pay one `fsync`. Each keeps its own answer;
+///   one that fails is rolled back alone. With `Normal` each write is its
+///   own transaction: measured faster there (BENCHMARKS.md line 20).
 /// - One clock decides for every process on the file (rule "Time"): the
 ///   machine's, read inside each transaction. A clock given with
 ///   [`SqliteOptions::clock`] only times this process's waits, and one that
@@ -99,6 +107,8 @@ pub struct SqliteStore {
     in_place: bool,
     /// This handle's holder of bound leases and the others' liveness (R16).
     pub(crate) holders: Arc<Holders>,
+    /// Writes that wait for a turn go together ([`group`](crate::group)).
+    group: Arc<Group>,
 }
 
 impl SqliteStore {
@@ -172,9 +182,18 @@ impl SqliteStore {
             retryable: false,
             source: Box::new(e),
         })?;
+        let conn = Arc::new(Mutex::new(conn));
+        let files = Arc::new(files);
+        let group = Group::new(
+            conn.clone(),
+            writers.clone(),
+            files.clone(),
+            options.time.clone(),
+        );
         Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
-            files: Arc::new(files),
+            conn,
+            files,
+            group: Arc::new(group),
             changes,
             bell,
             time: options.time,
@@ -235,21 +254,16 @@ impl SqliteStore {
         let write = matches!(behavior, TransactionBehavior::Immediate);
         let writers = self.writers.clone().filter(|_| write);
         let in_place = self.in_place && (!write || writers.is_some());
+        if write && !self.in_place && tokio::runtime::Handle::try_current().is_ok() {
+            // Commits `fsync`: writes go in batches, one `fsync` for many
+            // ([`group`](crate::group)). Without it a batch saves little
+            // and holds the writers' lock longer: measured slower with
+            // several processes (BENCHMARKS.md line 20).
+            return self.group.write(operation, f).await;
+        }
         let (files, time) = (self.files.clone(), self.time.clone());
-        let transaction = move |conn: &mut Connection| -> Result<T> {
-            files.check().map_err(|e| Error::Storage {
-                operation,
-                retryable: false,
-                source: Box::new(e),
-            })?;
-            let tx = conn
-                .transaction_with_behavior(behavior)
-                .map_err(storage(operation))?;
-            let now = time.now()?;
-            let out = f(&tx, now).map_err(storage(operation))?;
-            tx.commit().map_err(storage(operation))?;
-            Ok(out)
-        };
+        let transaction =
+            move |conn: &mut Connection| transaction(&files, &time, conn, operation, behavior, f);
         placement::run(&self.conn, writers, in_place, operation, transaction).await
     }
 
@@ -308,6 +322,30 @@ impl SqliteStore {
         }
         Ok(out)
     }
+}
+
+/// Runs `f` in one transaction of `behavior` on `conn`, once the files
+/// are checked, handing it the deciding instant read inside it (unix ms).
+fn transaction<T>(
+    files: &Files,
+    time: &Time,
+    conn: &mut Connection,
+    operation: &'static str,
+    behavior: TransactionBehavior,
+    f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T>,
+) -> Result<T> {
+    files.check().map_err(|e| Error::Storage {
+        operation,
+        retryable: false,
+        source: Box::new(e),
+    })?;
+    let tx = conn
+        .transaction_with_behavior(behavior)
+        .map_err(storage(operation))?;
+    let now = time.now()?;
+    let out = f(&tx, now).map_err(storage(operation))?;
+    tx.commit().map_err(storage(operation))?;
+    Ok(out)
 }
 
 impl SqliteStore {

@@ -8,6 +8,7 @@ mod backend;
 mod doorbell;
 mod error;
 mod file;
+mod group;
 mod holder;
 mod liveness;
 mod options;

@@ -18,11 +18,11 @@
 use std::io;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use rusqlite::Connection;
 use semaphore_core::{Error, Result};
 
-use crate::writer::WriterQueue;
+use crate::writer::{InLine, WriterQueue};
 
 /// Runs `transaction` on `conn`, after the writers' lock if `writers` is
 /// given (a write with the queue on). `in_place` says whether it may run
@@ -37,15 +37,8 @@ pub(crate) async fn run<T: Send + 'static>(
     if tokio::runtime::Handle::try_current().is_err() {
         return in_line(&mut conn.lock(), writers.as_deref(), operation, transaction);
     }
-    if in_place && let Some(mut conn) = conn.try_lock() {
-        match writers.as_ref().map(|w| w.try_enter()).transpose() {
-            Ok(Some(None)) => {} // another process of ours is writing
-            Ok(entered) => {
-                let _entered = entered.flatten();
-                return transaction(&mut conn);
-            }
-            Err(e) => return Err(queue_error(operation, e)),
-        }
+    if in_place && let Some((mut conn, _entered)) = free_now(conn, writers.as_deref(), operation)? {
+        return transaction(&mut conn);
     }
     let conn = conn.clone();
     tokio::task::spawn_blocking(move || {
@@ -57,6 +50,24 @@ pub(crate) async fn run<T: Send + 'static>(
         retryable: false,
         source: Box::new(join),
     })?
+}
+
+/// This process's connection, and the writers' lock if `writers` is
+/// given, if both are free at once (nobody at the lock's turnstile);
+/// `None` if taking them would mean waiting.
+pub(crate) fn free_now<'a>(
+    conn: &'a Mutex<Connection>,
+    writers: Option<&'a WriterQueue>,
+    operation: &'static str,
+) -> Result<Option<(MutexGuard<'a, Connection>, Option<InLine<'a>>)>> {
+    let Some(conn) = conn.try_lock() else {
+        return Ok(None);
+    };
+    match writers.map(WriterQueue::try_enter).transpose() {
+        Ok(Some(None)) => Ok(None), // another process of ours is writing
+        Ok(entered) => Ok(Some((conn, entered.flatten()))),
+        Err(e) => Err(queue_error(operation, e)),
+    }
 }
 
 /// Runs `transaction` once the writers' lock, if any, is taken: blocking.

@@ -197,6 +197,23 @@ fn print_processes() {
         "anchor_pairs_per_s",
     );
     print_wake(19, "MySQL (100 ms poll) ", (100_000.0, 200_000.0));
+    match processes(20) {
+        Some(v) => {
+            let [one, sixteen, many] =
+                ["pairs_per_s_1_task", "pairs_per_s", "pairs_per_s_64_tasks"]
+                    .map(|key| v[key].as_f64().unwrap_or(f64::NAN));
+            let ratio = sixteen / one;
+            println!(
+                "| 20. SQLite hot pool (count 8): 16 tasks in 4 processes vs 1 task in 1 process | {sixteen:.0}/s | {one:.0}/s | {ratio:.2}x | >= 2x | {} |",
+                judged(ratio >= 2.0)
+            );
+            println!(
+                "| 20. SQLite hot pool: 64 tasks in 4 processes | {many:.0}/s | | {:.2}x | none | - |",
+                many / one
+            );
+        }
+        None => println!("| 20. SQLite hot pool | not run | | | | |"),
+    }
     match processes(11) {
         Some(v) => {
             for (store, goal) in [("memory", Some(0.5)), ("sqlite", None)] {
