@@ -37,6 +37,7 @@ use tokio::sync::Notify;
 
 use crate::{BorrowRequest, LeaseId, PoolId, Store, TryBorrow, WaiterId};
 
+mod arrivals;
 mod claim;
 mod queue;
 mod signal;
@@ -373,50 +374,6 @@ impl Changes {
         let queues = self.queues.lock();
         let since = queues.get(&pool)?.waiters.front()?.since;
         Some(now.duration_since(since).unwrap_or(Duration::ZERO))
-    }
-
-    /// A number above the arrival of every borrower queued in this process
-    /// so far, and below that of every one queued later: the arrival of a
-    /// held place that an in-process store keeps
-    /// ([`SlotTable::poll_place`](crate::store::SlotTable::poll_place)), to
-    /// serve it in its turn among this process's borrowers (R11).
-    pub fn arrival(&self) -> u64 {
-        self.joined.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// The arrival of borrower `waiter` queued on `pool` in this process
-    /// (the number [`arrival`](Changes::arrival) orders held places by),
-    /// or `None` if it is not queued here.
-    pub fn arrival_of(&self, pool: PoolId, waiter: WaiterId) -> Option<u64> {
-        if !self.has_waiters() {
-            return None;
-        }
-        let queues = self.queues.lock();
-        let queue = queues.get(&pool)?;
-        let is = |w: &&Arc<Waiter>| w.id.get() == Some(&waiter);
-        queue.waiters.iter().find(is).map(|w| w.seq)
-    }
-
-    /// The borrowers of `pool` queued in this process before `arrival` that
-    /// are not set aside (R15, amended): how many, and the slots they ask
-    /// for (one for a multi-pool borrower). What an in-process store's
-    /// held place that came at `arrival` waits behind.
-    pub fn ahead_of(&self, pool: PoolId, arrival: u64) -> (usize, u32) {
-        if !self.has_waiters() {
-            return (0, 0);
-        }
-        let queues = self.queues.lock();
-        let Some(queue) = queues.get(&pool) else {
-            return (0, 0);
-        };
-        queue
-            .waiters
-            .iter()
-            .filter(|w| w.seq < arrival && !w.is_aside())
-            .fold((0, 0), |(n, slots), w| {
-                let asked = w.request.as_ref().map_or(1, |r| r.slots);
-                (n + 1, slots.saturating_add(asked))
-            })
     }
 
     /// The place (1 for the head) in the queue of `pool` of the waiter

@@ -14,7 +14,6 @@ use semaphore_core::store::{
 use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
 use crate::doorbell::Doorbell;
-use crate::error::storage;
 use crate::file::Files;
 use crate::group::Group;
 use crate::holder::Holders;
@@ -262,8 +261,9 @@ impl SqliteStore {
             return self.group.write(operation, f).await;
         }
         let (files, time) = (self.files.clone(), self.time.clone());
-        let transaction =
-            move |conn: &mut Connection| transaction(&files, &time, conn, operation, behavior, f);
+        let transaction = move |conn: &mut Connection| {
+            placement::transaction(&files, &time, conn, operation, behavior, f)
+        };
         placement::run(&self.conn, writers, in_place, operation, transaction).await
     }
 
@@ -322,30 +322,6 @@ impl SqliteStore {
         }
         Ok(out)
     }
-}
-
-/// Runs `f` in one transaction of `behavior` on `conn`, once the files
-/// are checked, handing it the deciding instant read inside it (unix ms).
-fn transaction<T>(
-    files: &Files,
-    time: &Time,
-    conn: &mut Connection,
-    operation: &'static str,
-    behavior: TransactionBehavior,
-    f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T>,
-) -> Result<T> {
-    files.check().map_err(|e| Error::Storage {
-        operation,
-        retryable: false,
-        source: Box::new(e),
-    })?;
-    let tx = conn
-        .transaction_with_behavior(behavior)
-        .map_err(storage(operation))?;
-    let now = time.now()?;
-    let out = f(&tx, now).map_err(storage(operation))?;
-    tx.commit().map_err(storage(operation))?;
-    Ok(out)
 }
 
 impl SqliteStore {

@@ -19,9 +19,12 @@ use std::io;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
-use rusqlite::Connection;
+use rusqlite::{Connection, TransactionBehavior};
 use semaphore_core::{Error, Result};
 
+use crate::error::storage;
+use crate::file::Files;
+use crate::time::Time;
 use crate::writer::{InLine, WriterQueue};
 
 /// Runs `transaction` on `conn`, after the writers' lock if `writers` is
@@ -92,4 +95,28 @@ fn queue_error(operation: &'static str, e: io::Error) -> Error {
         retryable: true,
         source: Box::new(e),
     }
+}
+
+/// Runs `f` in one transaction of `behavior` on `conn`, once the files
+/// are checked, handing it the deciding instant read inside it (unix ms).
+pub(crate) fn transaction<T>(
+    files: &Files,
+    time: &Time,
+    conn: &mut Connection,
+    operation: &'static str,
+    behavior: TransactionBehavior,
+    f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T>,
+) -> Result<T> {
+    files.check().map_err(|e| Error::Storage {
+        operation,
+        retryable: false,
+        source: Box::new(e),
+    })?;
+    let tx = conn
+        .transaction_with_behavior(behavior)
+        .map_err(storage(operation))?;
+    let now = time.now()?;
+    let out = f(&tx, now).map_err(storage(operation))?;
+    tx.commit().map_err(storage(operation))?;
+    Ok(out)
 }
