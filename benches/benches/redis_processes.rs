@@ -3,19 +3,22 @@
 //! re-invokes itself as the worker processes, and writes its figures to
 //! `target/semaphore-bench/line15.json` and `line16.json` for `report`.
 //!
-//! - Line 15: a hot pool (count 8), 16 tasks in 4 processes looping
-//!   borrow + return for 3 s: pairs/s against the same 16 tasks in 4
-//!   processes calling a do-nothing script (one `INCR`) twice per loop,
-//!   each process on one connection as the store's are.
+//! - Line 15: a hot pool (count 8), tasks looping borrow + return for 3 s
+//!   (1 task; 16 and 64 in 4 processes): pairs/s against the same tasks
+//!   calling a do-nothing script (one `INCR`) twice per loop, each process
+//!   on one connection as the store's are, and against the peer, npm's
+//!   `redis-semaphore`, at each point (see `peer/mod.rs`).
 //! - Line 16: cross-process wake through pub/sub (see `wake/mod.rs`).
 
+#[allow(dead_code)] // `rate`, for the lines of one point
 mod hot;
+mod peer;
 mod wake;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use hot::{borrow_and_return, rate, worker};
+use hot::{borrow_and_return, rate_of, worker};
 use semaphore_benches::out_dir;
 use semaphore_redis::redis::Script;
 use semaphore_redis::testing::TestServer;
@@ -88,16 +91,36 @@ async fn main() {
         PoolId::from_name("line15"),
     );
     pool.register(8).await.expect("register");
-    let anchor = rate("anchor", &[server.url(), &prefix]);
-    let ours = rate("ours", &[server.url(), &prefix]);
+    let args = [server.url(), &prefix];
+    let socket = server
+        .url()
+        .strip_prefix("redis+unix://")
+        .expect("the throwaway server's unix socket");
+    let dir = out_dir(env!("CARGO_TARGET_TMPDIR"));
+    let npm = peer::install(&dir);
+    // (processes, tasks each): 1 task, 16 and 64 in 4 processes; ours and
+    // the peer alternate.
+    let mut ours = Vec::new();
+    let mut peer = Vec::new();
+    for (processes, tasks) in [(1, 1), (4, 4), (4, 16)] {
+        ours.push(rate_of("ours", &args, processes, tasks));
+        peer.push(peer::rate(&npm, socket, "line15-peer", processes, tasks));
+    }
+    let anchor = rate_of("anchor", &args, 4, 4);
+    let anchor_64 = rate_of("anchor", &args, 4, 16);
     let fifteen = serde_json::json!({
-        "pairs_per_s": ours,
+        "pairs_per_s": ours[1],
         "anchor_pairs_per_s": anchor,
+        "pairs_per_s_1_task": ours[0],
+        "pairs_per_s_64_tasks": ours[2],
+        "anchor_pairs_per_s_64_tasks": anchor_64,
+        "peer_pairs_per_s_1_task": peer[0],
+        "peer_pairs_per_s": peer[1],
+        "peer_pairs_per_s_64_tasks": peer[2],
     });
     println!("line 15: {fifteen}");
     let sixteen = line16(server.url()).await;
     println!("line 16: {sixteen}");
-    let dir = out_dir(env!("CARGO_TARGET_TMPDIR"));
     std::fs::write(dir.join("line15.json"), fifteen.to_string()).expect("writing line 15");
     std::fs::write(dir.join("line16.json"), sixteen.to_string()).expect("writing line 16");
 }

@@ -97,10 +97,13 @@ impl Group {
     ) -> Result<T> {
         let (reply, answer) = oneshot::channel();
         if self.batches.push(job(operation, f, reply)) {
-            let group = self.clone();
+            let flight = Flight {
+                group: self.clone(),
+                ran_out: false,
+            };
             // Not awaited: a caller that is dropped leaves the flight to
             // run the writes queued behind it.
-            drop(tokio::task::spawn_blocking(move || group.fly()));
+            drop(tokio::task::spawn_blocking(move || flight.run()));
         }
         answer.await.map_err(|_| Error::Storage {
             operation,
@@ -175,6 +178,31 @@ impl Group {
         let failure = ended.as_ref().err().map(like);
         for done in done {
             (done.answer)(failure.as_ref().map(|f| f as Failure<'_>));
+        }
+    }
+}
+
+/// A flight on the blocking pool. Dropped before it ran out (never
+/// started, as its runtime shut down first, or a write panicked), it
+/// abandons the queue: the writes queued are dropped, which answers each
+/// with an error, and the next write starts a new flight instead of
+/// queueing behind one that will never run.
+struct Flight {
+    group: Arc<Group>,
+    ran_out: bool,
+}
+
+impl Flight {
+    fn run(mut self) {
+        self.group.fly();
+        self.ran_out = true;
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if !self.ran_out {
+            drop(self.group.batches.abandon());
         }
     }
 }
@@ -256,6 +284,53 @@ fn in_savepoint<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group on a fresh file with table `t`.
+    fn group_on(dir: &tempfile::TempDir) -> Arc<Group> {
+        let path = dir.path().join("group.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER)").unwrap();
+        let files = Arc::new(Files::of(&path).unwrap());
+        let time = crate::SqliteOptions::default().time;
+        Arc::new(Group::new(Arc::new(Mutex::new(conn)), None, files, time))
+    }
+
+    /// A flight whose runtime has shut down is dropped unrun; the handle's
+    /// next write, on another runtime, starts a flight of its own instead
+    /// of queueing behind the dropped one for ever, and the write the
+    /// dropped flight carried is answered with an error.
+    #[test]
+    fn a_flight_dropped_unrun_does_not_strand_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let group = group_on(&dir);
+        let dying = tokio::runtime::Runtime::new().unwrap();
+        let dead = dying.handle().clone();
+        drop(dying);
+        let mut first =
+            Box::pin(group.write("test", |c, _| c.execute("INSERT INTO t VALUES (1)", [])));
+        let polled = {
+            let _inside = dead.enter();
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            first.as_mut().poll(&mut cx)
+        };
+        assert!(
+            matches!(polled, std::task::Poll::Ready(Err(_))),
+            "the dropped flight's write is answered at once, with an error: {polled:?}"
+        );
+        let next = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        next.block_on(async {
+            let second = group.write("test", |c, _| c.execute("INSERT INTO t VALUES (2)", []));
+            let second = tokio::time::timeout(std::time::Duration::from_secs(30), second).await;
+            assert!(
+                matches!(second, Ok(Ok(1))),
+                "the next write was stranded behind the dropped flight: {second:?}"
+            );
+        });
+    }
 
     /// Three writes queued while the connection is busy go in one
     /// transaction (the third does not see the first's row from another

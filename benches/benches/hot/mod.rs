@@ -61,14 +61,26 @@ pub(crate) fn rate(role: &str, args: &[&str]) -> f64 {
 
 /// As [`rate`], with `processes` worker processes of `tasks` tasks each.
 pub(crate) fn rate_of(role: &str, args: &[&str], processes: usize, tasks: usize) -> f64 {
+    rate_with(processes, |start_us| {
+        let mut command = Command::new(std::env::current_exe().expect("this bench's path"));
+        command
+            .env(crate::wake::ROLE, role)
+            .env(TASKS_VAR, tasks.to_string())
+            .args(args)
+            .arg(start_us.to_string());
+        command
+    })
+}
+
+/// `processes` worker processes, each the command `worker(start_us)`
+/// makes, which starts its loop at `start_us` (unix µs), runs it for
+/// `SECONDS` and prints how many steps it finished; their steps per
+/// second, together.
+pub(crate) fn rate_with(processes: usize, worker: impl Fn(u64) -> Command) -> f64 {
     let start_us = unix_us() + 1_500_000;
     let children: Vec<_> = (0..processes)
         .map(|_| {
-            Command::new(std::env::current_exe().expect("this bench's path"))
-                .env(crate::wake::ROLE, role)
-                .env(TASKS_VAR, tasks.to_string())
-                .args(args)
-                .arg(start_us.to_string())
+            worker(start_us)
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("a worker process")

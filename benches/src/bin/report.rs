@@ -191,6 +191,34 @@ fn print_processes() {
         "Redis hot pool (count 8, 16 tasks in 4 processes) vs do-nothing script pairs",
         "anchor_pairs_per_s",
     );
+    if let Some(v) = processes(15) {
+        let at = |key: &str| v[key].as_f64().unwrap_or(f64::NAN);
+        for (tasks, ours, peer) in [
+            ("1 task", "pairs_per_s_1_task", "peer_pairs_per_s_1_task"),
+            ("16 tasks in 4 processes", "pairs_per_s", "peer_pairs_per_s"),
+            (
+                "64 tasks in 4 processes",
+                "pairs_per_s_64_tasks",
+                "peer_pairs_per_s_64_tasks",
+            ),
+        ] {
+            let (ours, peer) = (at(ours), at(peer));
+            let ratio = ours / peer;
+            println!(
+                "| 15. Redis hot pool, {tasks} vs npm redis-semaphore | {ours:.0}/s | {peer:.0}/s | {ratio:.2}x | > 1x | {} |",
+                judged(ratio > 1.0)
+            );
+        }
+        let (ours, anchor) = (
+            at("pairs_per_s_64_tasks"),
+            at("anchor_pairs_per_s_64_tasks"),
+        );
+        let ratio = ours / anchor;
+        println!(
+            "| 15. Redis hot pool, 64 tasks in 4 processes vs do-nothing script pairs | {ours:.0}/s | {anchor:.0}/s | {ratio:.2}x | >= 1x | {} |",
+            judged(ratio >= 1.0)
+        );
+    }
     print_hot(
         18,
         "MySQL hot pool (count 8, 16 tasks in 4 processes) vs UPDATEs of random rows (pairs)",

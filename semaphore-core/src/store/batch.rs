@@ -26,6 +26,9 @@ use parking_lot::Mutex;
 /// assert_eq!(batches.next(), vec![3]);
 /// assert!(batches.next().is_empty(), "nothing left: the flight ends");
 /// assert!(batches.push(4), "and the next one starts another");
+/// // A flight that cannot go on gives its jobs back, and ends.
+/// assert_eq!(batches.abandon(), vec![4]);
+/// assert!(batches.push(5), "the next one starts another");
 /// ```
 pub struct Batches<J> {
     state: Mutex<State<J>>,
@@ -86,6 +89,18 @@ impl<J> Batches<J> {
             state.flying = false;
         }
         batch
+    }
+
+    /// Ends the flight without running what is queued, for a flight that
+    /// cannot go on (its task was cancelled as its runtime shut down):
+    /// the jobs queued, for the caller to drop or fail; the next
+    /// [`push`](Batches::push) starts a new flight. Only the flight's own
+    /// runner may call it, and only instead of running out: a flight
+    /// started after its end would lose its jobs.
+    pub fn abandon(&self) -> Vec<J> {
+        let mut state = self.state.lock();
+        state.flying = false;
+        std::mem::take(&mut state.waiting)
     }
 
     /// How many jobs wait for the next batch.
