@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::detach::{BoxFuture, run_detached};
 use crate::wait::WaiterIdCell;
@@ -245,9 +245,7 @@ impl<A: Answer> Drop for InFlight<A> {
             let answer = call.await;
             if let Ok(answer) = &answer {
                 for lease in answer.leases().iter().filter(|l| made.contains(l.id)) {
-                    // Nobody is left to hear about a failure; the lease then
-                    // frees itself at its ttl.
-                    let _ = store.return_held(lease.clone()).await;
+                    return_for_the_gone(&store, lease.clone()).await;
                 }
             }
             if let Some((pools, waiter)) = place {
@@ -321,8 +319,39 @@ pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
     }
     let (store, lease) = (store.clone(), lease.clone());
     run_detached(Box::pin(async move {
-        let _ = store.return_held(lease).await;
+        return_for_the_gone(&store, lease).await;
     }));
+}
+
+/// How long a return for a caller that is gone keeps trying.
+const RETURN_TRIES_FOR: Duration = Duration::from_secs(30);
+
+/// Returns `lease` for a caller that is gone (a guard or a borrow
+/// dropped): nobody is left to hear of a failure, so a return that fails
+/// with a retryable error (a blip, a restart, a stalled call: it may not
+/// have landed) is tried again, 50 ms later, then twice as long each time
+/// up to 2 s, until it lands, fails otherwise, or the lease has expired by
+/// the store's clock, and for [`RETURN_TRIES_FOR`] at most: the store
+/// handle is kept open meanwhile. A second try of a return that did land
+/// finds the lease not active and changes nothing (rule "Lost replies").
+/// Without it, a blip at a guard's drop held the slot to the end of its
+/// ttl.
+async fn return_for_the_gone(store: &Arc<dyn Store>, lease: Lease) {
+    let until = tokio::time::Instant::now() + RETURN_TRIES_FOR;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match store.return_held(lease.clone()).await {
+            Err(e)
+                if e.is_retryable()
+                    && store.clock().now() < lease.expires_at
+                    && tokio::time::Instant::now() + pause < until =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            _ => return,
+        }
+    }
 }
 
 /// Unbinds `lease` from its holder, before returning on a multi-thread

@@ -33,7 +33,10 @@ use crate::{Lease, Pool, Result};
 /// place for stores that do no I/O, on a task spawned on the current tokio
 /// runtime otherwise, and on the library runtime (one worker thread per process,
 /// started when first needed) when dropped outside any runtime or while its
-/// runtime shuts down. If the process exits first, a lease bound to it
+/// runtime shuts down. A return that fails with a retryable error (the
+/// store could not be reached) is tried again, 50 ms later and then up to
+/// every 2 s, for 30 s at most and not past the lease's expiry; the store
+/// handle stays open meanwhile. If the process exits first, a lease bound to it
 /// (the default, R16) is freed the next time another process looks at the
 /// pool, and any other is left to free itself at its ttl.
 /// [`release`](LeaseGuard::release) returns it and reports the result;

@@ -3,7 +3,7 @@
 //! ones); each runs these cases with its own fixture.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -16,11 +16,16 @@ const TTL: Duration = Duration::from_secs(3600);
 
 /// A store whose next granted borrow answer is lost on the way back: the
 /// grant stands in the store, and the caller gets a retryable storage
-/// error instead.
+/// error instead. Returns can be made to fail too, before they reach the
+/// store.
 #[derive(Debug)]
 pub struct LosingStore {
     inner: Arc<dyn Store>,
     lose_next: AtomicBool,
+    /// How many of the next returns fail, unmade.
+    fail_returns: AtomicUsize,
+    /// How many returns failed so.
+    failed_returns: AtomicUsize,
     /// The leases granted whose answers were lost.
     lost: Mutex<Vec<LeaseId>>,
 }
@@ -31,6 +36,8 @@ impl LosingStore {
         Arc::new(Self {
             inner,
             lose_next: AtomicBool::new(false),
+            fail_returns: AtomicUsize::new(0),
+            failed_returns: AtomicUsize::new(0),
             lost: Mutex::new(Vec::new()),
         })
     }
@@ -38,6 +45,33 @@ impl LosingStore {
     /// The answer of the next borrow attempt that grants is lost.
     pub fn lose_next(&self) {
         self.lose_next.store(true, Ordering::SeqCst);
+    }
+
+    /// The next `n` returns fail with a retryable storage error, as if the
+    /// store could not be reached, and are not made.
+    pub fn fail_returns(&self, n: usize) {
+        self.fail_returns.store(n, Ordering::SeqCst);
+    }
+
+    /// How many returns failed so.
+    pub fn failed_returns(&self) -> usize {
+        self.failed_returns.load(Ordering::SeqCst)
+    }
+
+    /// Whether this return fails unmade.
+    fn fails(&self) -> Result<()> {
+        let failing = self
+            .fail_returns
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_err() {
+            return Ok(());
+        }
+        self.failed_returns.fetch_add(1, Ordering::SeqCst);
+        Err(Error::Storage {
+            operation: "return",
+            retryable: true,
+            source: "the store could not be reached (a test's fault)".into(),
+        })
     }
 
     /// The ids of the leases granted whose answers were lost.
@@ -98,9 +132,11 @@ impl Store for LosingStore {
         Ok(answer)
     }
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        self.fails()?;
         self.inner.return_lease(pool, lease).await
     }
     async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.fails()?;
         self.inner.return_held(lease).await
     }
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
@@ -172,4 +208,19 @@ pub async fn lost_reply_of_a_first_attempt_is_returned(f: Fixture) {
     until_in_use(&pool, 0).await;
     let next = pool.try_borrow(TTL).await.unwrap();
     assert_eq!(next.position, 0);
+}
+
+/// rule "Lost replies", R13: a guard dropped while its store cannot be
+/// reached gives its slot back once the store can be reached again: a
+/// return for a caller that is gone, failed with a retryable error, is
+/// tried again, so the slot comes back, not at the lease's ttl (an hour).
+pub async fn a_dropped_guards_failed_return_is_tried_again(f: Fixture) {
+    let losing = LosingStore::new(f.store.clone());
+    let pool = Pool::new(losing.clone(), PoolId::from_name("lost-return"));
+    pool.register(1).await.unwrap();
+    let held = pool.try_borrow(TTL).await.unwrap();
+    losing.fail_returns(2);
+    drop(held);
+    until_in_use(&pool, 0).await;
+    assert_eq!(losing.failed_returns(), 2, "both failures were seen");
 }
