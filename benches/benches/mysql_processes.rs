@@ -17,7 +17,7 @@ mod wake;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hot::{TASKS, borrow_and_return, rate, worker};
+use hot::{borrow_and_return, rate, rate_of, tasks, worker};
 use semaphore_benches::{out_dir, unix_us};
 use semaphore_mysql::mysql_async::prelude::Queryable;
 use semaphore_mysql::testing::TestServer;
@@ -26,7 +26,7 @@ use semaphore_mysql::{MysqlOptions, MysqlStore, Pool, PoolId};
 async fn store(url: &str, prefix: &str) -> Arc<MysqlStore> {
     let options = MysqlOptions::default()
         .table_prefix(prefix)
-        .pool_size(TASKS);
+        .pool_size(tasks());
     Arc::new(
         MysqlStore::connect_with(url, options)
             .await
@@ -106,11 +106,18 @@ async fn main() {
         .await
         .expect("the anchor's rows");
     drop(conn);
-    let anchor = rate("anchor", &[server.url(), &prefix]);
-    let ours = rate("ours", &[server.url(), &prefix]);
+    let args = [server.url(), prefix.as_str()];
+    let anchor = rate("anchor", &args);
+    let anchor_64 = rate_of("anchor", &args, 4, 16);
+    let one = rate_of("ours", &args, 1, 1);
+    let ours = rate("ours", &args);
+    let sixty_four = rate_of("ours", &args, 4, 16);
     let fifteen = serde_json::json!({
         "pairs_per_s": ours,
         "anchor_pairs_per_s": anchor,
+        "pairs_per_s_1_task": one,
+        "pairs_per_s_64_tasks": sixty_four,
+        "anchor_pairs_per_s_64_tasks": anchor_64,
     });
     println!("line 18: {fifteen}");
     let sixteen = line19(server.url()).await;

@@ -224,6 +224,23 @@ fn print_processes() {
         "MySQL hot pool (count 8, 16 tasks in 4 processes) vs UPDATEs of random rows (pairs)",
         "anchor_pairs_per_s",
     );
+    if let Some(v) = processes(18) {
+        let [one, ours, many, anchor] = [
+            "pairs_per_s_1_task",
+            "pairs_per_s",
+            "pairs_per_s_64_tasks",
+            "anchor_pairs_per_s_64_tasks",
+        ]
+        .map(|key| v[key].as_f64().unwrap_or(f64::NAN));
+        println!(
+            "| 18. MySQL hot pool: 1 task, 16 tasks, 64 tasks (in 4 processes) | {one:.0}/s, {ours:.0}/s, {many:.0}/s | | | rising | {} |",
+            judged(many >= ours && ours >= one)
+        );
+        let ratio = many / anchor;
+        println!(
+            "| 18. MySQL hot pool, 64 tasks vs UPDATEs of random rows (pairs, 64 tasks) | {many:.0}/s | {anchor:.0}/s | {ratio:.2}x | none | - |"
+        );
+    }
     print_wake(19, "MySQL (100 ms poll) ", (100_000.0, 200_000.0));
     match processes(20) {
         Some(v) => {
