@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use crate::detach::{BoxFuture, run_detached};
+use crate::detach::{BoxFuture, run_detached, run_detached_again};
 use crate::wait::WaiterIdCell;
 use crate::{
     BorrowRequest, Lease, LeaseId, PoolId, Result, Store, TryBorrow, TryBorrowAll, WaiterId,
@@ -301,11 +301,14 @@ impl Drop for QueuePlace<'_> {
         // No id made: no attempt carried it, and the store knows no place.
         if let (true, Some(waiter)) = (self.armed, self.waiter.made()) {
             let (store, pools) = (self.store.clone(), self.pools.to_vec());
-            run_detached(Box::pin(async move {
-                for pool in pools {
-                    let _ = store.leave_queue(pool, waiter).await;
-                }
-            }));
+            run_detached_again(move || {
+                let (store, pools) = (store.clone(), pools.clone());
+                Box::pin(async move {
+                    for pool in pools {
+                        let _ = store.leave_queue(pool, waiter).await;
+                    }
+                })
+            });
         }
     }
 }
@@ -318,9 +321,10 @@ pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
         return;
     }
     let (store, lease) = (store.clone(), lease.clone());
-    run_detached(Box::pin(async move {
-        return_for_the_gone(&store, lease).await;
-    }));
+    run_detached_again(move || {
+        let (store, lease) = (store.clone(), lease.clone());
+        Box::pin(async move { return_for_the_gone(&store, lease).await })
+    });
 }
 
 /// How long a return for a caller that is gone keeps trying.

@@ -14,7 +14,11 @@
 //!    runtime: one worker thread per process, started the first time it is
 //!    needed ([`library_runtime`]). A future moved there may await a
 //!    blocking task of the dying runtime: tokio finishes blocking tasks that
-//!    have started, and their `JoinHandle` wakes any runtime.
+//!    have started, and their `JoinHandle` wakes any runtime. But a timer
+//!    or a connection of the dying runtime fails there (tokio panics on
+//!    such a timer), so work that is safe to repeat (a return, a leave, a
+//!    session's close) is handed on as a way to start it again
+//!    ([`run_detached_again`]), and starts anew.
 //!
 //! Only when the process itself exits (or cannot start a thread) is such
 //! work lost; the leases involved then free themselves at their ttl.
@@ -35,16 +39,43 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>
 /// Runs `work` to completion without an owner (see the module docs).
 pub(crate) fn run_detached(work: BoxFuture<()>) {
     match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            let mut work = Rescued(Some(work));
-            let mut cx = Context::from_waker(Waker::noop());
-            if Pin::new(&mut work).poll(&mut cx).is_pending() {
-                drop(runtime.spawn(work));
-            }
-        }
+        Ok(runtime) => spawn_rescued(&runtime, work, None),
         // Not polled here: a store's future may need a runtime's reactor
         // even to start.
         Err(_) => rescue(work),
+    }
+}
+
+/// What a rescue runs in place of work that its dying runtime has polled:
+/// the same work, made again.
+type Again = Box<dyn FnOnce() -> BoxFuture<()> + Send>;
+
+/// [`run_detached`] for work that `make` can start again from the
+/// beginning (a return, a leave, a session's close: each safe to repeat).
+/// A rescue at its runtime's shutdown then runs it anew on the library
+/// runtime instead of moving the half-run future there: a future that
+/// polled a timer or a connection of the dying runtime panics or fails
+/// when polled on another ("a Tokio context ... being shutdown").
+pub(crate) fn run_detached_again(make: impl Fn() -> BoxFuture<()> + Send + Sync + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let first = make();
+            spawn_rescued(&runtime, first, Some(Box::new(move || make())));
+        }
+        Err(_) => rescue(make()),
+    }
+}
+
+/// Polls `work` once in place and, if it is pending, spawns it on
+/// `runtime`, rescued if that runtime drops it unfinished.
+fn spawn_rescued(runtime: &tokio::runtime::Handle, work: BoxFuture<()>, again: Option<Again>) {
+    let mut work = Rescued {
+        work: Some(work),
+        again,
+    };
+    let mut cx = Context::from_waker(Waker::noop());
+    if Pin::new(&mut work).poll(&mut cx).is_pending() {
+        drop(runtime.spawn(work));
     }
 }
 
@@ -65,14 +96,36 @@ pub(crate) fn run_detached_awaited(work: BoxFuture<()>) {
         work.await;
         drop(done);
     });
-    let inside = tokio::runtime::Handle::try_current().ok();
-    if let Some(runtime) = &inside {
+    awaited(finished, || run_detached(work));
+}
+
+/// [`run_detached_awaited`] for work that `make` can start again, rescued
+/// as [`run_detached_again`]'s.
+pub(crate) fn run_detached_awaited_again(make: impl Fn() -> BoxFuture<()> + Send + Sync + 'static) {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    // Each start holds a sender; the channel closes once the last start
+    // has ended and the maker is gone.
+    let make = move || -> BoxFuture<()> {
+        let (done, work) = (done.clone(), make());
+        Box::pin(async move {
+            work.await;
+            drop(done);
+        })
+    };
+    awaited(finished, || run_detached_again(make));
+}
+
+/// Runs `start`, then waits for `finished` to close, up to [`EXIT_WAIT`]:
+/// at the current runtime's drop (a blocking task it waits for), or in
+/// place outside any runtime.
+fn awaited(finished: std::sync::mpsc::Receiver<()>, start: impl FnOnce()) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         drop(runtime.spawn_blocking(move || {
             let _ = finished.recv_timeout(EXIT_WAIT);
         }));
-        run_detached(work);
+        start();
     } else {
-        run_detached(work);
+        start();
         let _ = finished.recv_timeout(EXIT_WAIT);
     }
 }
@@ -145,26 +198,38 @@ pub(crate) fn spawn(
 }
 
 /// Work that moves to the library runtime if dropped before it finished: by
-/// a runtime shutting down with the task still pending.
-struct Rescued(Option<BoxFuture<()>>);
+/// a runtime shutting down with the task still pending. Work that can be
+/// made again (`again`) is started anew there instead, the half-run future
+/// dropped.
+struct Rescued {
+    work: Option<BoxFuture<()>>,
+    again: Option<Again>,
+}
 
 impl Future for Rescued {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(work) = self.0.as_mut() else {
+        let Some(work) = self.work.as_mut() else {
             return Poll::Ready(());
         };
         std::task::ready!(work.as_mut().poll(cx));
-        self.0 = None;
+        self.work = None;
         Poll::Ready(())
     }
 }
 
 impl Drop for Rescued {
     fn drop(&mut self) {
-        if let Some(work) = self.0.take() {
-            rescue(work);
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        match self.again.take() {
+            Some(again) => {
+                drop(work);
+                rescue(again());
+            }
+            None => rescue(work),
         }
     }
 }
@@ -221,6 +286,37 @@ mod tests {
         done_rx
             .recv_timeout(Duration::from_secs(10))
             .expect("the work never finished");
+    }
+
+    /// Work that its runtime polled (a timer of that runtime registered)
+    /// and then dropped unfinished is started again on the library
+    /// runtime: moved there half-run, its timer would panic when polled.
+    #[test]
+    fn work_that_can_start_again_does_so_when_its_runtime_is_dropped() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (done_tx, done_rx) = mpsc::channel();
+        let starts = Arc::new(AtomicUsize::new(0));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let counted = starts.clone();
+        runtime.block_on(async move {
+            run_detached_again(move || {
+                let (starts, done) = (counted.clone(), done_tx.clone());
+                Box::pin(async move {
+                    starts.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    done.send(()).unwrap();
+                })
+            });
+        });
+        drop(runtime);
+        done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the work never finished");
+        assert_eq!(starts.load(Ordering::SeqCst), 2, "started again, not moved");
     }
 
     /// Outside any runtime, work runs on the library runtime.

@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 use crate::clock::saturating_add;
-use crate::detach::{run_detached, run_detached_awaited, spawn};
+use crate::detach::{run_detached, run_detached_awaited_again, spawn};
 use crate::store::DecidingClock;
 use crate::{Result, SessionId};
 
@@ -327,11 +327,14 @@ impl Drop for Session {
         if let Some((id, _)) = self.shared.now.borrow().open {
             let heartbeat = self.shared.heartbeat.clone();
             let unbinding = self.shared.unbinding.clone();
-            run_detached_awaited(Box::pin(async move {
-                // After the unbindings in flight, for a while at most.
-                let _ = tokio::time::timeout(UNBIND_WAIT, unbinding.write()).await;
-                let _ = crate::detach::retried(|| heartbeat.close(id)).await;
-            }));
+            run_detached_awaited_again(move || {
+                let (heartbeat, unbinding) = (heartbeat.clone(), unbinding.clone());
+                Box::pin(async move {
+                    // After the unbindings in flight, for a while at most.
+                    let _ = tokio::time::timeout(UNBIND_WAIT, unbinding.write()).await;
+                    let _ = crate::detach::retried(|| heartbeat.close(id)).await;
+                })
+            });
         }
     }
 }
