@@ -285,9 +285,12 @@ fn in_savepoint<T>(
 mod tests {
     use super::*;
 
-    /// A group on a fresh file with table `t`.
+    /// The file of [`group_on`], in its directory.
+    const FILE: &str = "group.db";
+
+    /// A group on a fresh file `FILE` in `dir`, with table `t`.
     fn group_on(dir: &tempfile::TempDir) -> Arc<Group> {
-        let path = dir.path().join("group.db");
+        let path = dir.path().join(FILE);
         let conn = Connection::open(&path).unwrap();
         conn.pragma_update(None, "journal_mode", "WAL").unwrap();
         conn.execute_batch("CREATE TABLE t (v INTEGER)").unwrap();
@@ -341,14 +344,9 @@ mod tests {
     #[allow(clippy::await_holding_lock)] // on purpose: the writes queue behind it
     async fn a_batch_commits_each_write_but_the_one_that_failed() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("group.db");
-        let conn = Connection::open(&path).unwrap();
-        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        conn.execute_batch("CREATE TABLE t (v INTEGER)").unwrap();
-        let files = Arc::new(Files::of(&path).unwrap());
-        let conn = Arc::new(Mutex::new(conn));
-        let time = crate::SqliteOptions::default().time;
-        let group = Arc::new(Group::new(conn.clone(), None, files, time));
+        let group = group_on(&dir);
+        let path = dir.path().join(FILE);
+        let conn = group.conn.clone();
         let busy = conn.lock();
         let writes: Vec<_> = (0..3)
             .map(|i: i64| {
