@@ -31,9 +31,13 @@ pub(crate) type FileId = (u64, u64);
 
 #[cfg(target_os = "linux")]
 pub(crate) use linux::Doorbell;
+#[cfg(all(target_os = "linux", feature = "extension"))]
+pub(crate) use linux::ring_from_outside;
 
 #[cfg(not(target_os = "linux"))]
 pub(crate) use other::Doorbell;
+#[cfg(all(not(target_os = "linux"), feature = "extension"))]
+pub(crate) use other::ring_from_outside;
 
 /// What a ring says: the file's identity, then the pool's id.
 const RING_LEN: usize = 32;
@@ -77,6 +81,32 @@ mod linux {
     /// The name of process `pid`'s socket, in pid namespace `namespace`.
     fn address(pid: i64, namespace: &str) -> io::Result<SocketAddr> {
         SocketAddr::from_abstract_name(format!("semaphore-sqlite/1/{namespace}/{pid}"))
+    }
+
+    /// Rings, for `pool` of `file`, the processes `pids` (of this pid
+    /// namespace) from a process without a store handle on the file (the
+    /// loadable extension's): it only sends, from an unbound socket made
+    /// once, and binds nothing. This process itself is skipped: it has no
+    /// waiters of its own to wake.
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
+    pub(crate) fn ring_from_outside(file: FileId, pool: PoolId, pids: &[i64]) {
+        static SENDER: std::sync::OnceLock<Option<UnixDatagram>> = std::sync::OnceLock::new();
+        let sender = SENDER.get_or_init(|| {
+            let sender = UnixDatagram::unbound().ok()?;
+            sender.set_nonblocking(true).ok()?;
+            Some(sender)
+        });
+        let me = liveness::me();
+        let Some(sender) = sender.as_ref().filter(|_| !me.namespace.is_empty()) else {
+            return;
+        };
+        let ring = encode(file, pool);
+        for &pid in pids.iter().filter(|&&pid| pid != me.pid) {
+            if let Ok(to) = address(pid, &me.namespace) {
+                // Gone, or its buffer full: the file watch covers it.
+                let _ = sender.send_to_addr(&ring, &to);
+            }
+        }
     }
 
     struct Entry {
@@ -284,6 +314,10 @@ mod other {
     use semaphore_core::store::Changes;
 
     use super::FileId;
+
+    /// Nothing rings here: waiters rely on the file watch.
+    #[cfg_attr(not(feature = "extension"), allow(dead_code))]
+    pub(crate) fn ring_from_outside(_file: FileId, _pool: semaphore_core::PoolId, _pids: &[i64]) {}
 
     /// Nothing rings here: waiters rely on the file watch.
     #[derive(Debug)]

@@ -7,6 +7,8 @@ mod backend;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod doorbell;
 mod error;
+#[cfg(feature = "extension")]
+pub mod extension;
 mod file;
 mod group;
 mod holder;

@@ -215,9 +215,8 @@ pub(crate) fn inspect(conn: &Connection) -> Result<Found> {
 /// Creates the tables in a fresh file, or migrates an older one, in one
 /// `BEGIN IMMEDIATE` transaction. Safe to race with other processes doing
 /// the same.
-pub(crate) fn prepare(conn: &mut Connection, found: Found) -> Result<()> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
+pub(crate) fn prepare(conn: &Connection, found: Found) -> Result<()> {
+    let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
         .map_err(storage("open"))?;
     match found {
         Found::Current => return Ok(()),

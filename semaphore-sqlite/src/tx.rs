@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 use semaphore_core::store::{BorrowRequest, Store, TryBorrow};
-use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Pool, Result};
+use semaphore_core::{BorrowOptions, Error, Lease, LeaseId, Limits, Pool, PoolId, Result};
 
 use crate::error::storage;
 use crate::time::instant;
@@ -63,6 +63,31 @@ use crate::{SqliteStore, sql};
 /// # Ok(())
 /// # }
 /// ```
+/// The request of a borrow of `pool` for `ttl` with `options`, checked
+/// and clamped against `limits` as [`Pool::borrow_with`] does, under a new
+/// lease id.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `ttl`, `slots`, `key` or `owner`.
+pub(crate) fn request(
+    pool: PoolId,
+    limits: &Limits,
+    ttl: Duration,
+    options: &BorrowOptions,
+) -> Result<BorrowRequest> {
+    let ttl = limits.clamp_ttl(ttl)?;
+    options.validate(limits)?;
+    let mut request = BorrowRequest::new(pool, LeaseId::new(), ttl);
+    request.slots = options.slots;
+    request.bound = options.bound;
+    request.key = options
+        .key
+        .as_deref()
+        .map(|key| semaphore_core::store::stored_key(key, options.request_digest));
+    request.owner = options.owner.as_deref().map(Into::into);
+    Ok(request)
+}
+
 impl SqliteStore {
     /// Borrows the lowest free slot of `pool` for `ttl` inside `tx`, without
     /// waiting (R5, R6). The lease exists once `tx` commits. `ttl`, the key
@@ -84,17 +109,8 @@ impl SqliteStore {
         options: BorrowOptions,
     ) -> Result<Lease> {
         self.check_tx(tx, pool)?;
-        let ttl = pool.limits().clamp_ttl(ttl)?;
-        options.validate(pool.limits())?;
+        let request = request(pool.id(), pool.limits(), ttl, &options)?;
         let now = self.time.now()?;
-        let mut request = BorrowRequest::new(pool.id(), LeaseId::new(), ttl);
-        request.slots = options.slots;
-        request.bound = options.bound;
-        request.key = options
-            .key
-            .as_deref()
-            .map(|key| semaphore_core::store::stored_key(key, options.request_digest));
-        request.owner = options.owner.as_deref().map(Into::into);
         let exhausted = Error::Exhausted {
             pool: pool.id(),
             waited: Duration::ZERO,

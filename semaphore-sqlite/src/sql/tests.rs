@@ -9,9 +9,9 @@ use semaphore_core::store::WAITER_TTL;
 use semaphore_core::store::WaiterId;
 
 fn db() -> Connection {
-    let mut conn = Connection::open_in_memory().unwrap();
+    let conn = Connection::open_in_memory().unwrap();
     let found = schema::inspect(&conn).unwrap();
-    schema::prepare(&mut conn, found).unwrap();
+    schema::prepare(&conn, found).unwrap();
     conn
 }
 
