@@ -1,0 +1,192 @@
+//! The SQL functions, each a thin call of the store's primitive of the
+//! same name on the caller's connection (`Attached`), answered as JSON.
+//!
+//! | function | answers |
+//! | --- | --- |
+//! | `semaphore_register(pool, count)` | the pool's state |
+//! | `semaphore_inspect(pool)` | the pool's state |
+//! | `semaphore_borrow(pool, ttl_ms [, slots [, owner [, key [, bound]]]])` | the lease, or NULL when no slot is free |
+//! | `semaphore_return(pool, lease)` | 1 if the lease was active, else 0 |
+//! | `semaphore_renew(pool, lease, ttl_ms)` | the lease, or NULL if it is not active |
+//! | `semaphore_holders(pool [, with_leases])` | the active leases, lowest position first |
+//! | `semaphore_force_return(pool, position)` | the holder ended, or NULL |
+//! | `semaphore_next_expiry(pool)` | unix ms when the earliest active lease ends, or NULL |
+
+use std::sync::Arc;
+
+use semaphore_sqlite::extension::Attached;
+use semaphore_sqlite::rusqlite::functions::{Context, FunctionFlags};
+use semaphore_sqlite::rusqlite::types::Value;
+use semaphore_sqlite::rusqlite::{self, Connection, ffi};
+use semaphore_sqlite::store::TryBorrow;
+use semaphore_sqlite::{BorrowOptions, Error};
+
+use crate::{args, json};
+
+/// What a failed call reports: SQLite's own error (its code kept, so
+/// `SQLITE_BUSY` stays `SQLITE_BUSY`, never a NULL "no slot") or the
+/// store's, with the store's message.
+fn failed(e: Error) -> rusqlite::Error {
+    let code = match &e {
+        Error::Storage { source, .. } => match source.downcast_ref::<rusqlite::Error>() {
+            Some(rusqlite::Error::SqliteFailure(code, _)) => *code,
+            _ => ffi::Error::new(ffi::SQLITE_ERROR),
+        },
+        Error::InvalidArgument { .. } => ffi::Error::new(ffi::SQLITE_MISUSE),
+        _ => ffi::Error::new(ffi::SQLITE_ERROR),
+    };
+    rusqlite::Error::SqliteFailure(code, Some(format!("semaphore: {e}")))
+}
+
+/// The caller's connection, for the store's statements to run on.
+fn connection<'a>(
+    ctx: &'a Context<'_>,
+) -> rusqlite::Result<rusqlite::functions::ConnectionRef<'a>> {
+    // SAFETY: the connection is used only within this call, as SQLite
+    // allows a function to do (no close, no other thread).
+    unsafe { ctx.get_connection() }
+}
+
+/// Registers every `semaphore_*` function on `conn`, each sharing
+/// `attached`. None is deterministic or innocuous: each reads the clock
+/// or writes, so none may run in a view, a trigger or an index.
+pub(crate) fn register(conn: &Connection, attached: Arc<Attached>) -> rusqlite::Result<()> {
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DIRECTONLY;
+    let on = |name: &'static std::ffi::CStr,
+              arity: i32,
+              f: fn(&Attached, &Context<'_>) -> rusqlite::Result<Value>| {
+        let attached = attached.clone();
+        conn.create_scalar_function(name, arity, flags, move |ctx| f(&attached, ctx))
+    };
+    on(c"semaphore_register", 2, register_pool)?;
+    on(c"semaphore_inspect", 1, inspect)?;
+    on(c"semaphore_borrow", -1, borrow)?;
+    on(c"semaphore_return", 2, return_lease)?;
+    on(c"semaphore_renew", 3, renew)?;
+    on(c"semaphore_holders", -1, holders)?;
+    on(c"semaphore_force_return", 2, force_return)?;
+    on(c"semaphore_next_expiry", 1, next_expiry)?;
+    Ok(())
+}
+
+fn arity(
+    ctx: &Context<'_>,
+    function: &str,
+    range: std::ops::RangeInclusive<usize>,
+) -> rusqlite::Result<()> {
+    if range.contains(&ctx.len()) {
+        return Ok(());
+    }
+    Err(args::invalid(
+        function,
+        "arguments",
+        &format!(
+            "{} to {} arguments, not {}",
+            range.start(),
+            range.end(),
+            ctx.len()
+        ),
+    ))
+}
+
+fn register_pool(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+    const F: &str = "semaphore_register";
+    let pool = args::pool(ctx, 0, F)?;
+    let count = args::required(ctx, 1, F, "count", 0..=i64::from(u32::MAX))?;
+    let count = u32::try_from(count).map_err(|_| args::invalid(F, "count", "0 or more"))?;
+    let state = attached
+        .register(&*connection(ctx)?, pool, count)
+        .map_err(failed)?;
+    Ok(Value::Text(json::state(&state)))
+}
+
+fn inspect(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+    let pool = args::pool(ctx, 0, "semaphore_inspect")?;
+    let state = attached.inspect(&*connection(ctx)?, pool).map_err(failed)?;
+    Ok(Value::Text(json::state(&state)))
+}
+
+fn borrow(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+    const F: &str = "semaphore_borrow";
+    arity(ctx, F, 2..=6)?;
+    let pool = args::pool(ctx, 0, F)?;
+    let ttl = args::ttl(ctx, 1, F)?;
+    let mut options = BorrowOptions::new();
+    if let Some(slots) = args::integer(ctx, 2, F, "slots", 1..=i64::from(u32::MAX))? {
+        options = options.slots(u32::try_from(slots).unwrap_or(u32::MAX));
+    }
+    if let Some(owner) = args::text(ctx, 3, F, "owner")? {
+        options = options.owner(owner);
+    }
+    if let Some(key) = args::text(ctx, 4, F, "key")? {
+        options = options.key(key);
+    }
+    if let Some(bound) = args::integer(ctx, 5, F, "bound", 0..=1)? {
+        options = options.bound(bound == 1);
+    }
+    match attached
+        .borrow(&*connection(ctx)?, pool, ttl, &options)
+        .map_err(failed)?
+    {
+        TryBorrow::Granted { lease } => Ok(Value::Text(json::lease(&lease))),
+        TryBorrow::Exhausted { .. } => Ok(Value::Null),
+    }
+}
+
+fn return_lease(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+    const F: &str = "semaphore_return";
+    let (pool, lease) = (args::pool(ctx, 0, F)?, args::lease(ctx, 1, F)?);
+    let returned = attached
+        .return_lease(&*connection(ctx)?, pool, lease)
+        .map_err(failed)?;
+    Ok(Value::Integer(i64::from(returned)))
+}
+
+fn renew(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+    const F: &str = "semaphore_renew";
+    let (pool, lease) = (args::pool(ctx, 0, F)?, args::lease(ctx, 1, F)?);
+    let ttl = args::ttl(ctx, 2, F)?;
+    let renewed = attached
+        .renew(&*connection(ctx)?, pool, lease, ttl)
+        .map_err(failed)?;
+    Ok(renewed
+        .as_ref()
+        .map_or(Value::Null, |l| Value::Text(json::lease(l))))
+}
+
+fn holders(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+    const F: &str = "semaphore_holders";
+    arity(ctx, F, 1..=2)?;
+    let pool = args::pool(ctx, 0, F)?;
+    let with_leases = args::integer(ctx, 1, F, "with_leases", 0..=1)? == Some(1);
+    let holders = attached.holders(&*connection(ctx)?, pool).map_err(failed)?;
+    let listed: Vec<_> = holders
+        .iter()
+        .map(|h| json::holder(h, with_leases))
+        .collect();
+    Ok(Value::Text(serde_json::Value::from(listed).to_string()))
+}
+
+fn force_return(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+    const F: &str = "semaphore_force_return";
+    let pool = args::pool(ctx, 0, F)?;
+    let position = args::required(ctx, 1, F, "position", 0..=i64::from(u32::MAX))?;
+    let position =
+        u32::try_from(position).map_err(|_| args::invalid(F, "position", "0 or more"))?;
+    let ended = attached
+        .force_return(&*connection(ctx)?, pool, position)
+        .map_err(failed)?;
+    Ok(ended.map_or(Value::Null, |h| {
+        Value::Text(json::holder(&h, false).to_string())
+    }))
+}
+
+fn next_expiry(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+    let pool = args::pool(ctx, 0, "semaphore_next_expiry")?;
+    let holders = attached.holders(&*connection(ctx)?, pool).map_err(failed)?;
+    Ok(holders
+        .iter()
+        .map(|h| json::unix_ms(h.lease.expires_at))
+        .min()
+        .map_or(Value::Null, Value::Integer))
+}

@@ -1,0 +1,441 @@
+//! The loadable extension (crate `semaphore-sqlite-ext`) on one file with
+//! Rust processes: Debian's `python3` (whose `sqlite3` loads extensions)
+//! and the `sqlite3` shell load the extension file, built here from the
+//! crate; Rust processes are this test binary run again as workers.
+//!
+//! What a shared pool must never show, checked from each holder's own
+//! record of when it held which position: a position held by two at once,
+//! a token granted after another's return that is not above it, a waiter
+//! stuck while slots are returned.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use semaphore_sqlite::{Pool, PoolId, SqliteStore};
+
+const POOL: &str = "shared-gpus";
+const WORKER: &str = "SEMAPHORE_EXT_TEST_WORKER";
+
+/// The extension file, built once per run from `semaphore-sqlite-ext`
+/// (its own workspace) into `target/ext`.
+fn extension() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let target = root.join("target").join("ext");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "--manifest-path"])
+            .arg(root.join("semaphore-sqlite-ext").join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .expect("running cargo to build the extension");
+        assert!(status.success(), "building semaphore-sqlite-ext failed");
+        target.join("debug").join("libsemaphore_sqlite_ext")
+    })
+}
+
+/// A Python whose `sqlite3` may load extensions: Debian's (`apt-get
+/// install python3`); builds that leave extension loading out (pyenv's by
+/// default) cannot take part.
+fn python() -> &'static str {
+    static FOUND: OnceLock<&'static str> = OnceLock::new();
+    FOUND.get_or_init(|| {
+        ["/usr/bin/python3", "python3"]
+            .into_iter()
+            .find(|python| {
+                Command::new(python)
+                    .args([
+                        "-c",
+                        "import sqlite3; sqlite3.connect(':memory:').enable_load_extension(True)",
+                    ])
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            })
+            .expect(
+                "no python3 whose sqlite3 loads extensions: install Debian's (apt-get install \
+                 python3); scripts/test does",
+            )
+    })
+}
+
+/// Python that opens `db` in autocommit with the extension loaded as `c`,
+/// then runs `body`; its arguments follow as `sys.argv[3:]`.
+fn python_on(db: &Path, body: &str) -> Command {
+    let script = format!(
+        "import sqlite3, sys, time, json, os\n\
+         c = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)\n\
+         c.enable_load_extension(True)\n\
+         c.load_extension(sys.argv[2])\n\
+         q = lambda sql, *a: c.execute(sql, a).fetchone()[0]\n{body}"
+    );
+    let mut command = Command::new(python());
+    command.arg("-c").arg(script).arg(db).arg(extension());
+    command
+}
+
+fn unix_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// One holding, as its holder saw it: after the grant's answer, before
+/// the return was asked. Inside the real holding, so two that overlap on a
+/// position are two holders at once.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    position: u32,
+    token: u64,
+    from: u128,
+    to: u128,
+}
+
+/// The `held` lines of a worker's output (a Rust worker's has the test
+/// harness's lines too).
+fn parse(out: &[u8]) -> Vec<Held> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .filter_map(|line| line.strip_prefix("held "))
+        .map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            Held {
+                position: f[0].parse().unwrap(),
+                token: f[1].parse().unwrap(),
+                from: f[2].parse().unwrap(),
+                to: f[3].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// No position held twice at once, every position below `count`, and
+/// every holding that began after another ended has the larger token.
+fn check(all: &[Held], count: u32) {
+    for (i, a) in all.iter().enumerate() {
+        assert!(
+            a.position < count,
+            "position {} of a pool of {count}",
+            a.position
+        );
+        for b in &all[i + 1..] {
+            assert!(
+                a.position != b.position || a.to <= b.from || b.to <= a.from,
+                "position {} held twice at once: {a:?} and {b:?}",
+                a.position
+            );
+            let (first, then) = if a.to < b.from { (a, b) } else { (b, a) };
+            if first.to < then.from {
+                assert!(
+                    first.token < then.token,
+                    "token {} granted after token {} was returned",
+                    then.token,
+                    first.token
+                );
+            }
+        }
+    }
+}
+
+async fn rust_store(db: &Path) -> (Arc<SqliteStore>, Pool) {
+    let store = Arc::new(SqliteStore::open(db).expect("opening the file"));
+    let pool = Pool::new(store.clone(), PoolId::from_name(POOL));
+    (store, pool)
+}
+
+/// The Rust side of the load test when this binary runs as a worker:
+/// `rounds` borrows (waiting, so queued as a head that no Python caller
+/// may pass), each held a moment, each printed as a [`Held`].
+#[tokio::test]
+async fn rust_worker() {
+    let Ok(spec) = std::env::var(WORKER) else {
+        return;
+    };
+    let (db, rounds) = spec.split_once('|').unwrap();
+    let (_store, pool) = rust_store(Path::new(db)).await;
+    let mut out = String::new();
+    for _ in 0..rounds.parse::<u32>().unwrap() {
+        let guard = pool
+            .borrow(Duration::from_secs(30), Duration::from_secs(60))
+            .await
+            .expect("a Rust worker's borrow");
+        let from = unix_ns();
+        tokio::time::sleep(Duration::from_micros(300)).await;
+        let (position, token) = (guard.lease().position, guard.lease().token);
+        let to = unix_ns();
+        assert!(guard.release().await.unwrap(), "returned while active");
+        out.push_str(&format!("held {position} {token} {from} {to}\n"));
+    }
+    print!("{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_rust_processes_share_a_pool_and_never_hold_a_slot_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db");
+    let (_store, pool) = rust_store(&db).await;
+    pool.register(3).await.unwrap();
+    let (python_rounds, rust_rounds) = (60, 60);
+    let mut children = Vec::new();
+    for _ in 0..4 {
+        let mut python = python_on(
+            &db,
+            "pool, rounds = sys.argv[3], int(sys.argv[4])\n\
+             for _ in range(rounds):\n\
+             \x20   while True:\n\
+             \x20       got = q('SELECT semaphore_borrow(?, 30000, NULL, ?)', pool, 'py')\n\
+             \x20       if got: break\n\
+             \x20       time.sleep(0.0005)\n\
+             \x20   lease = json.loads(got)\n\
+             \x20   start = time.time_ns()\n\
+             \x20   time.sleep(0.0003)\n\
+             \x20   end = time.time_ns()\n\
+             \x20   assert q('SELECT semaphore_return(?, ?)', pool, lease['lease']) == 1\n\
+             \x20   print('held', lease['position'], lease['token'], start, end, flush=True)\n",
+        );
+        python.arg(POOL).arg(python_rounds.to_string());
+        children.push(python.stdout(Stdio::piped()).spawn().unwrap());
+    }
+    for _ in 0..3 {
+        let rust = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "rust_worker", "--nocapture", "--quiet"])
+            .env(WORKER, format!("{}|{rust_rounds}", db.display()))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        children.push(rust);
+    }
+    let outputs = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|child| child.wait_with_output().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let mut all = Vec::new();
+    for out in &outputs {
+        assert!(out.status.success(), "a worker failed: {out:?}");
+        all.extend(parse(&out.stdout));
+    }
+    assert_eq!(
+        all.len(),
+        4 * python_rounds + 3 * rust_rounds,
+        "every round held once"
+    );
+    check(&all, 3);
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0, "every slot back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_python_holders_slot_is_free_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("kill.db");
+    let (_store, pool) = rust_store(&db).await;
+    pool.register(1).await.unwrap();
+    let mut python = python_on(
+        &db,
+        "print(q('SELECT semaphore_borrow(?, 600000)', sys.argv[3]), flush=True)\n\
+         time.sleep(600)\n",
+    )
+    .arg(POOL)
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(python.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.contains("\"position\":0"),
+        "the holder's lease: {line}"
+    );
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+    python.kill().unwrap();
+    python.wait().unwrap();
+    // Its ttl has ten minutes to run: only its process's end frees it.
+    let lease = pool
+        .borrow(Duration::from_secs(30), Duration::ZERO)
+        .await
+        .expect("the killed holder's slot, at once");
+    assert_eq!(lease.lease().position, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_return_wakes_a_rust_waiter_and_a_rolled_back_borrow_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("wake.db");
+    let (store, pool) = rust_store(&db).await;
+    pool.register(1).await.unwrap();
+    // Python holds the slot until told (a line on its stdin), returns it,
+    // then borrows inside a transaction it rolls back.
+    let mut python = python_on(
+        &db,
+        "pool = sys.argv[3]\n\
+         lease = json.loads(q('SELECT semaphore_borrow(?, 600000)', pool))\n\
+         print('held', flush=True)\n\
+         sys.stdin.readline()\n\
+         assert q('SELECT semaphore_return(?, ?)', pool, lease['lease']) == 1\n\
+         print('again', q('SELECT semaphore_borrow(?, 600000)', pool) is None, flush=True)\n\
+         c.execute('CREATE TABLE IF NOT EXISTS jobs (token INTEGER)')\n\
+         sys.stdin.readline()\n\
+         c.execute('BEGIN IMMEDIATE')\n\
+         got = q('SELECT semaphore_borrow(?, 600000)', pool)\n\
+         c.execute('INSERT INTO jobs VALUES (?)', (json.loads(got)['token'],))\n\
+         c.execute('ROLLBACK')\n\
+         print('rolled back', flush=True)\n",
+    )
+    .arg(POOL)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(python.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "held");
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.borrow_owned(Duration::from_secs(30), Duration::from_secs(60))
+                .await
+        })
+    };
+    // Queued in the file, where the Python caller must see it (R11).
+    while store.queue_heads(pool.id()).await.unwrap() == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    use std::io::Write;
+    let mut stdin = python.stdin.take().unwrap();
+    writeln!(stdin).unwrap();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "again True",
+        "a Python borrow took the slot the Rust head was owed"
+    );
+    let guard = waiter.await.unwrap().expect("the Rust waiter, served");
+    assert_eq!(guard.lease().position, 0);
+    assert!(guard.release().await.unwrap());
+    writeln!(stdin).unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "rolled back");
+    assert!(python.wait().unwrap().success());
+    assert_eq!(
+        pool.inspect().await.unwrap().in_use,
+        0,
+        "nothing left by the rollback"
+    );
+    let jobs: i64 = semaphore_sqlite::rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT count(*) FROM jobs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(jobs, 0);
+}
+
+#[test]
+#[should_panic(expected = "held twice at once")]
+fn the_check_catches_two_holders_at_once() {
+    let held = |token, from, to| Held {
+        position: 1,
+        token,
+        from,
+        to,
+    };
+    check(&[held(1, 10, 20), held(2, 15, 30)], 2);
+}
+
+#[test]
+#[should_panic(expected = "was returned")]
+fn the_check_catches_a_token_that_went_backwards() {
+    let held = |position, token, from, to| Held {
+        position,
+        token,
+        from,
+        to,
+    };
+    check(&[held(0, 5, 10, 20), held(1, 4, 30, 40)], 2);
+}
+
+#[test]
+fn the_sqlite3_shell_borrows_and_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shell.db");
+    let sql = format!(
+        ".load {}\n\
+         SELECT semaphore_register('{POOL}', 2) IS NOT NULL;\n\
+         SELECT json_extract(semaphore_borrow('{POOL}', 60000), '$.position');\n\
+         SELECT json_extract(semaphore_borrow('{POOL}', 60000, NULL, 'shell'), '$.position');\n\
+         SELECT semaphore_borrow('{POOL}', 60000) IS NULL;\n\
+         SELECT semaphore_return('{POOL}', json_extract(semaphore_holders('{POOL}', 1), '$[0].lease'));\n\
+         SELECT json_extract(semaphore_inspect('{POOL}'), '$.in_use');\n",
+        extension().display()
+    );
+    let mut shell = Command::new("sqlite3")
+        .arg(&db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the sqlite3 shell (apt-get install sqlite3; scripts/test does)");
+    use std::io::Write;
+    shell
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sql.as_bytes())
+        .unwrap();
+    let out = shell.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1\n0\n1\n1\n1\n1\n");
+}
+
+#[test]
+fn a_file_of_another_shape_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("other.db");
+    let conn = semaphore_sqlite::rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("CREATE TABLE semaphore_pools (name TEXT)")
+        .unwrap();
+    drop(conn);
+    let before = std::fs::read(&db).unwrap();
+    let out = python_on(&db, "print('loaded')\n").output().unwrap();
+    assert!(!out.status.success(), "loaded into a file of another shape");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("semaphore_pools"),
+        "says what it found: {stderr}"
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), before, "nothing written");
+}
+
+#[test]
+fn the_readmes_python_example_runs_as_written() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let start = readme
+        .find("```python\n")
+        .expect("the README's Python example")
+        + 10;
+    let example = &readme[start..start + readme[start..].find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(example)
+        .current_dir(dir.path())
+        .env("SEMAPHORE_EXT", extension())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "slot 0 token 1\n");
+}
