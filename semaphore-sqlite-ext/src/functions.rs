@@ -11,6 +11,7 @@
 //! | `semaphore_holders(pool [, with_leases])` | the active leases, lowest position first |
 //! | `semaphore_force_return(pool, position)` | the holder ended, or NULL |
 //! | `semaphore_next_expiry(pool)` | unix ms when the earliest active lease ends, or NULL |
+//! | `semaphore_forget_statements()` | NULL; finalizes the statements kept prepared (see `state`) |
 
 use std::sync::Arc;
 
@@ -19,8 +20,9 @@ use semaphore_sqlite::rusqlite::functions::{Context, FunctionFlags};
 use semaphore_sqlite::rusqlite::types::Value;
 use semaphore_sqlite::rusqlite::{self, Connection, ffi};
 use semaphore_sqlite::store::TryBorrow;
-use semaphore_sqlite::{BorrowOptions, Error};
+use semaphore_sqlite::{BorrowOptions, Error, Result};
 
+use crate::state::{State, with_connection};
 use crate::{args, json};
 
 /// What a failed call reports: SQLite's own error (its code kept, so
@@ -38,25 +40,26 @@ fn failed(e: Error) -> rusqlite::Error {
     rusqlite::Error::SqliteFailure(code, Some(format!("semaphore: {e}")))
 }
 
-/// The caller's connection, for the store's statements to run on.
-fn connection<'a>(
-    ctx: &'a Context<'_>,
-) -> rusqlite::Result<rusqlite::functions::ConnectionRef<'a>> {
-    // SAFETY: the connection is used only within this call, as SQLite
-    // allows a function to do (no close, no other thread).
-    unsafe { ctx.get_connection() }
+/// Runs the store's `call` on the connection of `ctx`, its error as
+/// [`failed`].
+fn run<T>(
+    state: &State,
+    ctx: &Context<'_>,
+    call: impl FnOnce(&Attached, &Connection) -> Result<T>,
+) -> rusqlite::Result<T> {
+    with_connection(state, ctx, |conn| call(&state.attached, conn))?.map_err(failed)
 }
 
-/// Registers every `semaphore_*` function on `conn`, each sharing
-/// `attached`. None is deterministic or innocuous: each reads the clock
-/// or writes, so none may run in a view, a trigger or an index.
-pub(crate) fn register(conn: &Connection, attached: Arc<Attached>) -> rusqlite::Result<()> {
+/// Registers every `semaphore_*` function on `conn`, each sharing `state`.
+/// None is deterministic or innocuous: each reads the clock or writes, so
+/// none may run in a view, a trigger or an index.
+pub(crate) fn register(conn: &Connection, state: &Arc<State>) -> rusqlite::Result<()> {
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DIRECTONLY;
     let on = |name: &'static std::ffi::CStr,
               arity: i32,
-              f: fn(&Attached, &Context<'_>) -> rusqlite::Result<Value>| {
-        let attached = attached.clone();
-        conn.create_scalar_function(name, arity, flags, move |ctx| f(&attached, ctx))
+              f: fn(&State, &Context<'_>) -> rusqlite::Result<Value>| {
+        let state = state.clone();
+        conn.create_scalar_function(name, arity, flags, move |ctx| f(&state, ctx))
     };
     on(c"semaphore_register", 2, register_pool)?;
     on(c"semaphore_inspect", 1, inspect)?;
@@ -66,6 +69,10 @@ pub(crate) fn register(conn: &Connection, attached: Arc<Attached>) -> rusqlite::
     on(c"semaphore_holders", -1, holders)?;
     on(c"semaphore_force_return", 2, force_return)?;
     on(c"semaphore_next_expiry", 1, next_expiry)?;
+    on(c"semaphore_forget_statements", 0, |state, _| {
+        state.forget_statements();
+        Ok(Value::Null)
+    })?;
     Ok(())
 }
 
@@ -89,24 +96,22 @@ fn arity(
     ))
 }
 
-fn register_pool(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+fn register_pool(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     const F: &str = "semaphore_register";
     let pool = args::pool(ctx, 0, F)?;
     let count = args::required(ctx, 1, F, "count", 0..=i64::from(u32::MAX))?;
     let count = u32::try_from(count).map_err(|_| args::invalid(F, "count", "0 or more"))?;
-    let state = attached
-        .register(&*connection(ctx)?, pool, count)
-        .map_err(failed)?;
+    let state = run(state, ctx, |a, c| a.register(c, pool, count))?;
     Ok(Value::Text(json::state(&state)))
 }
 
-fn inspect(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+fn inspect(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     let pool = args::pool(ctx, 0, "semaphore_inspect")?;
-    let state = attached.inspect(&*connection(ctx)?, pool).map_err(failed)?;
+    let state = run(state, ctx, |a, c| a.inspect(c, pool))?;
     Ok(Value::Text(json::state(&state)))
 }
 
-fn borrow(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+fn borrow(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     const F: &str = "semaphore_borrow";
     arity(ctx, F, 2..=6)?;
     let pool = args::pool(ctx, 0, F)?;
@@ -124,42 +129,33 @@ fn borrow(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     if let Some(bound) = args::integer(ctx, 5, F, "bound", 0..=1)? {
         options = options.bound(bound == 1);
     }
-    match attached
-        .borrow(&*connection(ctx)?, pool, ttl, &options)
-        .map_err(failed)?
-    {
+    match run(state, ctx, |a, c| a.borrow(c, pool, ttl, &options))? {
         TryBorrow::Granted { lease } => Ok(Value::Text(json::lease(&lease))),
         TryBorrow::Exhausted { .. } => Ok(Value::Null),
     }
 }
 
-fn return_lease(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+fn return_lease(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     const F: &str = "semaphore_return";
     let (pool, lease) = (args::pool(ctx, 0, F)?, args::lease(ctx, 1, F)?);
-    let returned = attached
-        .return_lease(&*connection(ctx)?, pool, lease)
-        .map_err(failed)?;
+    let returned = run(state, ctx, |a, c| a.return_lease(c, pool, lease))?;
     Ok(Value::Integer(i64::from(returned)))
 }
 
-fn renew(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+fn renew(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     const F: &str = "semaphore_renew";
     let (pool, lease) = (args::pool(ctx, 0, F)?, args::lease(ctx, 1, F)?);
     let ttl = args::ttl(ctx, 2, F)?;
-    let renewed = attached
-        .renew(&*connection(ctx)?, pool, lease, ttl)
-        .map_err(failed)?;
-    Ok(renewed
-        .as_ref()
-        .map_or(Value::Null, |l| Value::Text(json::lease(l))))
+    let renewed = run(state, ctx, |a, c| a.renew(c, pool, lease, ttl))?;
+    Ok(renewed.map_or(Value::Null, |l| Value::Text(json::lease(&l))))
 }
 
-fn holders(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+fn holders(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     const F: &str = "semaphore_holders";
     arity(ctx, F, 1..=2)?;
     let pool = args::pool(ctx, 0, F)?;
     let with_leases = args::integer(ctx, 1, F, "with_leases", 0..=1)? == Some(1);
-    let holders = attached.holders(&*connection(ctx)?, pool).map_err(failed)?;
+    let holders = run(state, ctx, |a, c| a.holders(c, pool))?;
     let listed: Vec<_> = holders
         .iter()
         .map(|h| json::holder(h, with_leases))
@@ -167,23 +163,21 @@ fn holders(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     Ok(Value::Text(serde_json::Value::from(listed).to_string()))
 }
 
-fn force_return(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+fn force_return(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     const F: &str = "semaphore_force_return";
     let pool = args::pool(ctx, 0, F)?;
     let position = args::required(ctx, 1, F, "position", 0..=i64::from(u32::MAX))?;
     let position =
         u32::try_from(position).map_err(|_| args::invalid(F, "position", "0 or more"))?;
-    let ended = attached
-        .force_return(&*connection(ctx)?, pool, position)
-        .map_err(failed)?;
+    let ended = run(state, ctx, |a, c| a.force_return(c, pool, position))?;
     Ok(ended.map_or(Value::Null, |h| {
         Value::Text(json::holder(&h, false).to_string())
     }))
 }
 
-fn next_expiry(attached: &Attached, ctx: &Context<'_>) -> rusqlite::Result<Value> {
+fn next_expiry(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     let pool = args::pool(ctx, 0, "semaphore_next_expiry")?;
-    let holders = attached.holders(&*connection(ctx)?, pool).map_err(failed)?;
+    let holders = run(state, ctx, |a, c| a.holders(c, pool))?;
     Ok(holders
         .iter()
         .map(|h| json::unix_ms(h.lease.expires_at))

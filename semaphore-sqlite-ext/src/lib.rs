@@ -10,6 +10,7 @@ mod args;
 mod functions;
 mod host;
 mod json;
+mod state;
 
 /// The entry point SQLite calls when a program loads the extension
 /// (`sqlite3_load_extension`, Python's `Connection.load_extension`, the
@@ -56,7 +57,15 @@ fn init(conn: Connection) -> rusqlite::Result<bool> {
             Some(format!("semaphore: {e}")),
         )
     })?;
-    functions::register(&conn, Arc::new(attached))?;
+    // SAFETY: the handle of the connection being loaded into.
+    let db = unsafe { conn.handle() };
+    let state = Arc::new(state::State::new(attached, conn));
+    if let Some(conn) = state.connection() {
+        functions::register(&conn, &state)?;
+    }
+    // SAFETY: `db` is the state's connection, and the functions just
+    // registered hold the state until SQLite frees them, after the close.
+    unsafe { state::State::finalize_on_close(db, Arc::as_ptr(&state)) };
     Ok(false)
 }
 

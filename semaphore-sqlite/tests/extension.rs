@@ -439,3 +439,46 @@ fn the_readmes_python_example_runs_as_written() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "slot 0 token 1\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_python_connection_closes_the_file_and_ends_its_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("close.db");
+    let (_store, pool) = rust_store(&db).await;
+    pool.register(1).await.unwrap();
+    // The extension keeps its statements prepared between calls: the
+    // close must still close the file (not leave the connection open),
+    // and with it the connection's holder, whose leases then end.
+    let mut python = python_on(
+        &db,
+        "got = q('SELECT semaphore_borrow(?, 600000)', sys.argv[3])\n\
+         q('SELECT semaphore_holders(?)', sys.argv[3])\n\
+         c.close()\n\
+         def opened():\n\
+         \x20   for fd in os.listdir('/proc/self/fd'):\n\
+         \x20       try: yield os.readlink('/proc/self/fd/' + fd)\n\
+         \x20       except OSError: pass\n\
+         print('open' if any(sys.argv[1] in path for path in opened()) else 'closed', flush=True)\n\
+         sys.stdin.readline()\n",
+    )
+    .arg(POOL)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(python.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(
+        line, "closed\n",
+        "the connection's files stay open after close"
+    );
+    let lease = pool
+        .borrow(Duration::from_secs(30), Duration::ZERO)
+        .await
+        .expect("the closed connection's slot, while its process lives");
+    assert_eq!(lease.lease().position, 0);
+    drop(python.stdin.take());
+    assert!(python.wait().unwrap().success());
+}

@@ -259,6 +259,26 @@ fn print_processes() {
         }
         None => println!("| 20. SQLite hot pool | not run | | | | |"),
     }
+    match processes(21) {
+        Some(v) => {
+            let [python, rust, floor] = [
+                "python_pairs_per_s",
+                "rust_pairs_per_s",
+                "python_floor_pairs_per_s",
+            ]
+            .map(|key| v[key].as_f64().unwrap_or(f64::NAN));
+            let ratio = python / floor;
+            println!(
+                "| 21. SQLite extension from Python: pair vs two one-row UPDATEs from Python | {python:.0}/s | {floor:.0}/s | {ratio:.2}x | >= 0.7x | {} |",
+                judged(ratio >= 0.7)
+            );
+            println!(
+                "| 21. SQLite extension from Python vs the same pair from Rust, same file | {python:.0}/s | {rust:.0}/s | {:.2}x | none | - |",
+                python / rust
+            );
+        }
+        None => println!("| 21. SQLite extension from Python | not run | | | | |"),
+    }
     match processes(11) {
         Some(v) => {
             for (store, goal) in [("memory", Some(0.5)), ("sqlite", None)] {
