@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use semaphore_sqlite::{Pool, PoolId, SqliteStore};
+use semaphore_sqlite::{Pool, PoolId, SqliteOptions, SqliteStore};
 
 const POOL: &str = "shared-gpus";
 const WORKER: &str = "SEMAPHORE_EXT_TEST_WORKER";
@@ -85,15 +85,20 @@ fn unix_ns() -> u128 {
         .as_nanos()
 }
 
-/// One holding, as its holder saw it: after the grant's answer, before
-/// the return was asked. Inside the real holding, so two that overlap on a
-/// position are two holders at once.
+/// One holding, as its holder saw it, in unix ns: `asked` before the
+/// borrow attempt that was granted, `from` after its answer, `to` before
+/// the return was asked, `returned` after its answer. The grant came
+/// after `asked` and the lease ended before `returned`; `from..to` is
+/// inside the real holding, so two that overlap on a position are two
+/// holders at once.
 #[derive(Debug, Clone, Copy)]
 struct Held {
     position: u32,
     token: u64,
+    asked: u128,
     from: u128,
     to: u128,
+    returned: u128,
 }
 
 /// The `held` lines of a worker's output (a Rust worker's has the test
@@ -107,15 +112,18 @@ fn parse(out: &[u8]) -> Vec<Held> {
             Held {
                 position: f[0].parse().unwrap(),
                 token: f[1].parse().unwrap(),
-                from: f[2].parse().unwrap(),
-                to: f[3].parse().unwrap(),
+                asked: f[2].parse().unwrap(),
+                from: f[3].parse().unwrap(),
+                to: f[4].parse().unwrap(),
+                returned: f[5].parse().unwrap(),
             }
         })
         .collect()
 }
 
-/// No position held twice at once, every position below `count`, and
-/// every holding that began after another ended has the larger token.
+/// No position held twice at once, every position below `count`, and a
+/// borrow asked after another lease's return was answered got the larger
+/// token (R9: tokens grow in the order of the grants).
 fn check(all: &[Held], count: u32) {
     for (i, a) in all.iter().enumerate() {
         assert!(
@@ -129,8 +137,8 @@ fn check(all: &[Held], count: u32) {
                 "position {} held twice at once: {a:?} and {b:?}",
                 a.position
             );
-            let (first, then) = if a.to < b.from { (a, b) } else { (b, a) };
-            if first.to < then.from {
+            let (first, then) = if a.returned < b.asked { (a, b) } else { (b, a) };
+            if first.returned < then.asked {
                 assert!(
                     first.token < then.token,
                     "token {} granted after token {} was returned",
@@ -160,6 +168,7 @@ async fn rust_worker() {
     let (_store, pool) = rust_store(Path::new(db)).await;
     let mut out = String::new();
     for _ in 0..rounds.parse::<u32>().unwrap() {
+        let asked = unix_ns();
         let guard = pool
             .borrow(Duration::from_secs(30), Duration::from_secs(60))
             .await
@@ -169,7 +178,10 @@ async fn rust_worker() {
         let (position, token) = (guard.lease().position, guard.lease().token);
         let to = unix_ns();
         assert!(guard.release().await.unwrap(), "returned while active");
-        out.push_str(&format!("held {position} {token} {from} {to}\n"));
+        let returned = unix_ns();
+        out.push_str(&format!(
+            "held {position} {token} {asked} {from} {to} {returned}\n"
+        ));
     }
     print!("{out}");
 }
@@ -188,6 +200,7 @@ async fn python_and_rust_processes_share_a_pool_and_never_hold_a_slot_twice() {
             "pool, rounds = sys.argv[3], int(sys.argv[4])\n\
              for _ in range(rounds):\n\
              \x20   while True:\n\
+             \x20       asked = time.time_ns()\n\
              \x20       got = q('SELECT semaphore_borrow(?, 30000, NULL, ?)', pool, 'py')\n\
              \x20       if got: break\n\
              \x20       time.sleep(0.0005)\n\
@@ -196,7 +209,8 @@ async fn python_and_rust_processes_share_a_pool_and_never_hold_a_slot_twice() {
              \x20   time.sleep(0.0003)\n\
              \x20   end = time.time_ns()\n\
              \x20   assert q('SELECT semaphore_return(?, ?)', pool, lease['lease']) == 1\n\
-             \x20   print('held', lease['position'], lease['token'], start, end, flush=True)\n",
+             \x20   returned = time.time_ns()\n\
+             \x20   print('held', lease['position'], lease['token'], asked, start, end, returned, flush=True)\n",
         );
         python.arg(POOL).arg(python_rounds.to_string());
         children.push(python.stdout(Stdio::piped()).spawn().unwrap());
@@ -267,10 +281,15 @@ async fn a_killed_python_holders_slot_is_free_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_python_return_wakes_a_rust_waiter_and_a_rolled_back_borrow_leaves_nothing() {
+async fn a_python_return_rings_a_rust_waiter_and_a_rolled_back_borrow_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("wake.db");
-    let (store, pool) = rust_store(&db).await;
+    drop(SqliteStore::open(&db).unwrap());
+    // No file watch, no poll: only the ring after the Python return's
+    // commit can wake the Rust waiter before its wait runs out.
+    let store =
+        Arc::new(SqliteStore::open_with(&db, SqliteOptions::default().rings_only()).unwrap());
+    let pool = Pool::new(store.clone(), PoolId::from_name(POOL));
     pool.register(1).await.unwrap();
     // Python holds the slot until told (a line on its stdin), returns it,
     // then borrows inside a transaction it rolls back.
@@ -340,8 +359,10 @@ fn the_check_catches_two_holders_at_once() {
     let held = |token, from, to| Held {
         position: 1,
         token,
+        asked: from - 1,
         from,
         to,
+        returned: to + 1,
     };
     check(&[held(1, 10, 20), held(2, 15, 30)], 2);
 }
@@ -352,14 +373,16 @@ fn the_check_catches_a_token_that_went_backwards() {
     let held = |position, token, from, to| Held {
         position,
         token,
+        asked: from - 1,
         from,
         to,
+        returned: to + 1,
     };
     check(&[held(0, 5, 10, 20), held(1, 4, 30, 40)], 2);
 }
 
 #[test]
-fn the_sqlite3_shell_borrows_and_returns() {
+fn the_sqlite3_shell_borrows_and_returns_by_name_or_uuid_with_weights_and_keys() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("shell.db");
     let sql = format!(
@@ -369,8 +392,15 @@ fn the_sqlite3_shell_borrows_and_returns() {
          SELECT json_extract(semaphore_borrow('{POOL}', 60000, NULL, 'shell'), '$.position');\n\
          SELECT semaphore_borrow('{POOL}', 60000) IS NULL;\n\
          SELECT semaphore_return('{POOL}', json_extract(semaphore_holders('{POOL}', 1), '$[0].lease'));\n\
+         SELECT json_extract(semaphore_inspect('{POOL}'), '$.in_use');\n\
+         SELECT json_extract(semaphore_inspect('{uuid}'), '$.count');\n\
+         SELECT json_extract(semaphore_borrow('{POOL}', 60000, 2), '$.positions') IS NULL;\n\
+         SELECT semaphore_register('{POOL}', 3) IS NOT NULL;\n\
+         SELECT json_extract(semaphore_borrow('{POOL}', 60000, 2, NULL, 'job-7'), '$.positions');\n\
+         SELECT json_extract(semaphore_borrow('{POOL}', 60000, 2, NULL, 'job-7'), '$.positions');\n\
          SELECT json_extract(semaphore_inspect('{POOL}'), '$.in_use');\n",
-        extension().display()
+        extension().display(),
+        uuid = PoolId::from_name(POOL),
     );
     let mut shell = Command::new("sqlite3")
         .arg(&db)
@@ -392,7 +422,14 @@ fn the_sqlite3_shell_borrows_and_returns() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "1\n0\n1\n1\n1\n1\n");
+    // Registered, 0, 1, full, returned, in use 1; the same pool by its
+    // UUID; a weight of 2 refused with one slot free; the count raised to
+    // 3; a keyed borrow of 2 slots, and its retry answered with the same
+    // lease; 3 in use.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1\n0\n1\n1\n1\n1\n2\n1\n1\n[0,2]\n[0,2]\n3\n"
+    );
 }
 
 #[test]
@@ -481,4 +518,49 @@ async fn closing_a_python_connection_closes_the_file_and_ends_its_leases() {
     assert_eq!(lease.lease().position, 0);
     drop(python.stdin.take());
     assert!(python.wait().unwrap().success());
+}
+
+#[test]
+fn sqlites_busy_is_an_error_and_never_a_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("busy.db");
+    // One Python process holds the write lock; another borrows with a
+    // busy timeout of 50 ms: it must fail with SQLITE_BUSY, not answer
+    // NULL ("no slot free") while slots are free.
+    let mut locker = python_on(
+        &db,
+        "q('SELECT semaphore_register(?, 2)', sys.argv[3])\n\
+         c.execute('BEGIN IMMEDIATE')\n\
+         print('locked', flush=True)\n\
+         sys.stdin.readline()\n\
+         c.execute('ROLLBACK')\n",
+    )
+    .arg(POOL)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(locker.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "locked\n");
+    let out = python_on(
+        &db,
+        "c.execute('PRAGMA busy_timeout = 50')\n\
+         try:\n\
+         \x20   print('answered', q('SELECT semaphore_borrow(?, 60000)', sys.argv[3]))\n\
+         except sqlite3.OperationalError as e:\n\
+         \x20   print('error', e)\n",
+    )
+    .arg(POOL)
+    .output()
+    .unwrap();
+    drop(locker.stdin.take());
+    assert!(locker.wait().unwrap().success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("error") && said.contains("locked"),
+        "{said}"
+    );
 }
