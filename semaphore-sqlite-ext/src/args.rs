@@ -12,7 +12,7 @@ use semaphore_sqlite::{LeaseId, PoolId};
 /// An error of argument `name`: it takes `allowed`.
 pub(crate) fn invalid(function: &str, name: &str, allowed: &str) -> rusqlite::Error {
     rusqlite::Error::SqliteFailure(
-        ffi::Error::new(ffi::SQLITE_MISUSE),
+        ffi::Error::new(ffi::SQLITE_ERROR),
         Some(format!("semaphore: {function}: `{name}` takes {allowed}")),
     )
 }
@@ -31,7 +31,8 @@ pub(crate) fn pool(ctx: &Context<'_>, i: usize, function: &str) -> rusqlite::Res
     let allowed = "a pool's name or UUID, as text";
     match given(ctx, i) {
         Some(ValueRef::Text(text)) => {
-            let text = std::str::from_utf8(text).map_err(|_| invalid(function, "pool", allowed))?;
+            let text = std::str::from_utf8(text)
+                .map_err(|_| invalid(function, "pool", "text in UTF-8 (a pool's name or UUID)"))?;
             if text.is_empty() {
                 return Err(invalid(function, "pool", allowed));
             }
@@ -84,10 +85,14 @@ pub(crate) fn required(
     integer(ctx, i, function, name, range)?.ok_or_else(|| invalid(function, name, &allowed))
 }
 
-/// A ttl in milliseconds, above zero.
+/// A ttl in milliseconds, above zero (the store caps it at the limits'
+/// `max_ttl`, 24 hours by default).
 pub(crate) fn ttl(ctx: &Context<'_>, i: usize, function: &str) -> rusqlite::Result<Duration> {
-    let ms = required(ctx, i, function, "ttl_ms", 1..=i64::MAX)?;
-    Ok(Duration::from_millis(ms.unsigned_abs()))
+    let allowed = "an integer of 1 or more milliseconds (above 24 hours is capped)";
+    match given(ctx, i) {
+        Some(ValueRef::Integer(ms)) if ms > 0 => Ok(Duration::from_millis(ms.unsigned_abs())),
+        _ => Err(invalid(function, "ttl_ms", allowed)),
+    }
 }
 
 /// Optional text (an owner label, a key); the store checks its content.

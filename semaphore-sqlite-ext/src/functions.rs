@@ -28,16 +28,28 @@ use crate::{args, json};
 /// What a failed call reports: SQLite's own error (its code kept, so
 /// `SQLITE_BUSY` stays `SQLITE_BUSY`, never a NULL "no slot") or the
 /// store's, with the store's message.
+///
+/// SQLite's `SQLITE_BUSY`, `SQLITE_LOCKED` and `SQLITE_INTERRUPT` keep
+/// their code, with SQLite's message for it ("database is locked"), for
+/// callers that retry by code: `rusqlite` reports a function's error that
+/// has a message of its own as `SQLITE_ERROR`, whatever its code.
 fn failed(e: Error) -> rusqlite::Error {
-    let code = match &e {
-        Error::Storage { source, .. } => match source.downcast_ref::<rusqlite::Error>() {
-            Some(rusqlite::Error::SqliteFailure(code, _)) => *code,
-            _ => ffi::Error::new(ffi::SQLITE_ERROR),
-        },
-        Error::InvalidArgument { .. } => ffi::Error::new(ffi::SQLITE_MISUSE),
-        _ => ffi::Error::new(ffi::SQLITE_ERROR),
-    };
-    rusqlite::Error::SqliteFailure(code, Some(format!("semaphore: {e}")))
+    if let Error::Storage { source, .. } = &e
+        && let Some(rusqlite::Error::SqliteFailure(code, _)) =
+            source.downcast_ref::<rusqlite::Error>()
+        && matches!(
+            code.code,
+            rusqlite::ErrorCode::DatabaseBusy
+                | rusqlite::ErrorCode::DatabaseLocked
+                | rusqlite::ErrorCode::OperationInterrupted
+        )
+    {
+        return rusqlite::Error::SqliteFailure(*code, None);
+    }
+    rusqlite::Error::SqliteFailure(
+        ffi::Error::new(ffi::SQLITE_ERROR),
+        Some(format!("semaphore: {e}")),
+    )
 }
 
 /// Runs the store's `call` on the connection of `ctx`, its error as
@@ -99,7 +111,8 @@ fn arity(
 fn register_pool(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     const F: &str = "semaphore_register";
     let pool = args::pool(ctx, 0, F)?;
-    let count = args::required(ctx, 1, F, "count", 0..=i64::from(u32::MAX))?;
+    let max = state.attached.limits().max_count;
+    let count = args::required(ctx, 1, F, "count", 0..=i64::from(max))?;
     let count = u32::try_from(count).map_err(|_| args::invalid(F, "count", "0 or more"))?;
     let state = run(state, ctx, |a, c| a.register(c, pool, count))?;
     Ok(Value::Text(json::state(&state)))
@@ -117,17 +130,31 @@ fn borrow(state: &State, ctx: &Context<'_>) -> rusqlite::Result<Value> {
     let pool = args::pool(ctx, 0, F)?;
     let ttl = args::ttl(ctx, 1, F)?;
     let mut options = BorrowOptions::new();
-    if let Some(slots) = args::integer(ctx, 2, F, "slots", 1..=i64::from(u32::MAX))? {
+    let max = state.attached.limits().max_count;
+    if let Some(slots) = args::integer(ctx, 2, F, "slots", 1..=i64::from(max))? {
         options = options.slots(u32::try_from(slots).unwrap_or(u32::MAX));
     }
     if let Some(owner) = args::text(ctx, 3, F, "owner")? {
         options = options.owner(owner);
     }
-    if let Some(key) = args::text(ctx, 4, F, "key")? {
-        options = options.key(key);
-    }
     if let Some(bound) = args::integer(ctx, 5, F, "bound", 0..=1)? {
         options = options.bound(bound == 1);
+    }
+    if let Some(key) = args::text(ctx, 4, F, "key")? {
+        // A key names one request (rule "Idempotency keys are atomic"):
+        // the same key with other slots or binding is refused.
+        options.request_digest = Some(
+            uuid::Uuid::new_v5(
+                &uuid::Uuid::NAMESPACE_OID,
+                format!(
+                    "semaphore-sqlite-ext/borrow/{}/{}",
+                    options.slots, options.bound
+                )
+                .as_bytes(),
+            )
+            .as_u128(),
+        );
+        options = options.key(key);
     }
     match run(state, ctx, |a, c| a.borrow(c, pool, ttl, &options))? {
         TryBorrow::Granted { lease } => Ok(Value::Text(json::lease(&lease))),

@@ -12,14 +12,14 @@
 //! So the host's table is copied into a table of the full size, as long as
 //! the host's own is (known from its version, [`ENTRIES`]), the rest left
 //! empty: an empty entry fails with a panic naming the missing function,
-//! never calls into memory past the host's table. While `rusqlite` checks
-//! the version, the table answers the version it was built for; from then
-//! on, the host's own.
+//! never calls into memory past the host's table. While a load runs (when
+//! `rusqlite` checks the version, at every load), the table answers the
+//! version it was built for; otherwise, the host's own.
 
 use std::mem::{MaybeUninit, size_of};
 use std::os::raw::c_int;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use rusqlite::ffi;
 
@@ -42,8 +42,8 @@ pub(crate) const OLDEST: c_int = ENTRIES[0].0;
 
 /// The host's version, once known.
 static VERSION: AtomicI32 = AtomicI32::new(0);
-/// Set once `rusqlite` has checked the version.
-static CHECKED: AtomicBool = AtomicBool::new(false);
+/// How many loads are running, in any thread.
+static LOADING: AtomicUsize = AtomicUsize::new(0);
 
 /// The table handed to `rusqlite`: the host's entries, then empty ones.
 /// Written once, under [`TABLE_LOCK`], before anything reads it; `rusqlite`
@@ -53,7 +53,7 @@ static TABLE_LOCK: Mutex<bool> = Mutex::new(false);
 
 unsafe extern "C" fn libversion_number() -> c_int {
     let host = VERSION.load(Ordering::Acquire);
-    if CHECKED.load(Ordering::Acquire) {
+    if LOADING.load(Ordering::Acquire) == 0 {
         host
     } else {
         host.max(ffi::SQLITE_VERSION_NUMBER)
@@ -99,7 +99,19 @@ pub(crate) unsafe fn adapt(
     Ok(unsafe { (*table).as_mut_ptr() })
 }
 
-/// `rusqlite` has checked the version: from now on the host's is told.
-pub(crate) fn checked() {
-    CHECKED.store(true, Ordering::Release);
+/// A load running: while any is, the table answers the version `rusqlite`
+/// was built for.
+pub(crate) struct Loading(());
+
+impl Loading {
+    pub(crate) fn start() -> Self {
+        LOADING.fetch_add(1, Ordering::AcqRel);
+        Self(())
+    }
+}
+
+impl Drop for Loading {
+    fn drop(&mut self) {
+        LOADING.fetch_sub(1, Ordering::AcqRel);
+    }
 }

@@ -44,10 +44,9 @@ pub unsafe extern "C" fn sqlite3_extension_init(
             return unsafe { fail(p_api, pz_err_msg, &message) };
         }
     };
+    let _loading = host::Loading::start();
     // SAFETY: as SQLite passed them, the table adapted to its version.
-    let rc = unsafe { Connection::extension_init2(db, pz_err_msg, api, init) };
-    host::checked();
-    rc
+    unsafe { Connection::extension_init2(db, pz_err_msg, api, init) }
 }
 
 fn init(conn: Connection) -> rusqlite::Result<bool> {

@@ -89,15 +89,53 @@ unsafe extern "C" fn on_close(
 /// Runs `f` on the connection with its statement cache, or on the
 /// context's own handle (statements compiled for this call) if a call is
 /// already running on it.
+///
+/// # Errors
+/// `SQLITE_ERROR` if a statement that writes is running on the
+/// connection (`INSERT ... SELECT semaphore_borrow(...)`, `CREATE TABLE
+/// ... AS`, `RETURNING`): SQLite lets no transaction begin, commit or take
+/// a savepoint inside one, so the call could never succeed.
 pub(crate) fn with_connection<T>(
     state: &State,
     ctx: &rusqlite::functions::Context<'_>,
     f: impl FnOnce(&Connection) -> T,
 ) -> rusqlite::Result<T> {
+    let run = |conn: &Connection| {
+        if writing(conn) {
+            return Err(rusqlite::Error::SqliteFailure(
+                ffi::Error::new(ffi::SQLITE_ERROR),
+                Some(
+                    "semaphore: the semaphore_ functions cannot run inside a statement that \
+                     writes (INSERT ... SELECT, CREATE TABLE ... AS, RETURNING, a CHECK): call \
+                     them in a SELECT of their own, inside your transaction if the lease and \
+                     your write must commit together"
+                        .into(),
+                ),
+            ));
+        }
+        Ok(f(conn))
+    };
     if let Some(conn) = state.connection() {
-        return Ok(f(&conn));
+        return run(&conn);
     }
     // SAFETY: used within this call only, as SQLite allows a function.
     let conn = unsafe { ctx.get_connection()? };
-    Ok(f(&conn))
+    run(&conn)
+}
+
+/// Whether a statement that writes is running on `conn`.
+fn writing(conn: &Connection) -> bool {
+    // SAFETY: the handle of a connection this call runs on; the list of
+    // its statements is walked on the calling thread, which holds it.
+    unsafe {
+        let db = conn.handle();
+        let mut stmt = ffi::sqlite3_next_stmt(db, std::ptr::null_mut());
+        while !stmt.is_null() {
+            if ffi::sqlite3_stmt_busy(stmt) != 0 && ffi::sqlite3_stmt_readonly(stmt) == 0 {
+                return true;
+            }
+            stmt = ffi::sqlite3_next_stmt(db, stmt);
+        }
+    }
+    false
 }

@@ -28,11 +28,13 @@
 //! borrower here has no place of its own, so it is served only when free
 //! slots outnumber what the queued heads of every process are owed.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 use semaphore_core::store::TryBorrow;
 use semaphore_core::{
     BorrowOptions, Error, Holder, Lease, LeaseId, Limits, PoolId, PoolState, Result,
@@ -49,19 +51,50 @@ use crate::{queue, schema, sql};
 /// owns: the process's holder of bound leases on that file, and the token
 /// floor of its grants (R9).
 ///
-/// Make one per file (per connection is fine too: each then has a holder
-/// of its own) with [`Attached::open`], and pass the caller's connection
-/// to each call. Every call checks that the connection is on the file it
-/// was made for.
+/// Make one per connection with [`Attached::open`], and pass that
+/// connection to each call. Every call checks that the connection is still
+/// on the file it was made for (its `-wal` and `-shm` files too, once
+/// seen), and that no temporary table of the connection shadows one of
+/// the store's.
+///
+/// Bound leases belong to the process, not to the connection (R16): all
+/// the `Attached` of one process on one file share one holder, which lives
+/// until the process ends, so a lease outlives the connection that took
+/// it (a program may close it, or let it be collected) and ends, at once,
+/// with the process.
 #[derive(Debug)]
 pub struct Attached {
     file: FileIdentity,
-    holders: Holders,
+    /// The file's `-wal` and `-shm` files, once seen.
+    journals: Mutex<[Option<FileIdentity>; 2]>,
+    holders: Arc<Holders>,
     limits: Limits,
     /// The highest token this process granted: later grants are above it,
     /// so that a borrow rolled back with its caller's transaction never
     /// has its token granted again by this process (R9).
     floor: AtomicU64,
+    /// A transaction of a call's own that could not be rolled back (an
+    /// interrupt fails every statement until the caller's statement ends):
+    /// the next call rolls it back first.
+    dangling: AtomicBool,
+}
+
+/// The name of the savepoint that marks a call's own transaction, by
+/// which the next call knows a transaction left open is that one.
+const OWN: &str = "semaphore_extension_call";
+
+/// This process's holder of bound leases on the file `file` (R16): one per
+/// file, kept until the process ends.
+fn process_holders(file: FileId, path: &Path) -> Arc<Holders> {
+    static HOLDERS: OnceLock<Mutex<HashMap<FileId, Arc<Holders>>>> = OnceLock::new();
+    let mut holders = HOLDERS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    holders
+        .entry(file)
+        .or_insert_with(|| Arc::new(Holders::new(path)))
+        .clone()
 }
 
 impl Attached {
@@ -98,12 +131,21 @@ impl Attached {
             retryable: false,
             source: Box::new(e),
         })?;
-        Ok(Self {
-            holders: Holders::new(&path),
+        let attached = Self {
+            holders: process_holders(file.id(), &path),
             file,
+            journals: Mutex::default(),
             limits: Limits::default(),
             floor: AtomicU64::new(0),
-        })
+            dangling: AtomicBool::new(false),
+        };
+        attached.check(conn)?;
+        Ok(attached)
+    }
+
+    /// The limits the calls check their arguments against (the defaults).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// R2: creates pool `pool` with `count` slots, or sets its count; its
@@ -253,18 +295,60 @@ impl Attached {
             let (out, _) = sql::in_savepoint(conn, |c| f(c, now)).map_err(storage(operation))?;
             return Ok(out);
         }
-        let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+        let (out, queued, rings) = self
+            .own(conn, TransactionBehavior::Immediate, |tx| {
+                let now = ms(SystemTime::now());
+                let queued = queue::processes_queued(tx, pool, now)?;
+                let (out, rings) = f(tx, now)?;
+                Ok((out, queued, rings))
+            })
             .map_err(storage(operation))?;
-        let now = ms(SystemTime::now());
-        let queued = queue::processes_queued(&tx, pool, now).map_err(storage(operation))?;
-        let (out, rings) = f(&tx, now).map_err(storage(operation))?;
-        tx.commit().map_err(storage(operation))?;
         if rings {
             ring_from_outside(self.file_id(), pool, &queued);
         }
         Ok(out)
     }
 
+    /// Runs `f` in a transaction of the call's own on `conn` (in
+    /// autocommit), marked by the savepoint [`OWN`]. If it fails and the
+    /// transaction cannot be rolled back (the caller's statement was
+    /// interrupted: SQLite then fails every statement until it ends), the
+    /// next call rolls it back ([`Attached::check`]); if the interrupt came
+    /// before the mark, the error says to roll back, since the next call
+    /// could not tell that transaction from one the caller began since.
+    fn own<T>(
+        &self,
+        conn: &Connection,
+        behavior: TransactionBehavior,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        let mut marked = false;
+        // (A `BEGIN` interrupted after it began the transaction fails with
+        // the transaction open.)
+        let out = Transaction::new_unchecked(conn, behavior).and_then(|tx| {
+            tx.execute_batch(&format!("SAVEPOINT {OWN}"))
+                .and_then(|()| {
+                    marked = true;
+                    f(&tx)
+                })
+                .and_then(|out| tx.commit().map(|()| out))
+        });
+        match out {
+            // `tx`'s own rollback failed too.
+            Err(e) if !conn.is_autocommit() && marked => {
+                self.dangling.store(true, Ordering::Release);
+                Err(e)
+            }
+            Err(e) if !conn.is_autocommit() => Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+                Some(format!(
+                    "{e}, as the call began its own transaction, which it could not roll \
+                     back: the connection holds the file's write lock until you run ROLLBACK"
+                )),
+            )),
+            out => out,
+        }
+    }
     /// Runs `f` as a read: in a deferred transaction of its own in
     /// autocommit (one snapshot), in the caller's transaction otherwise.
     fn read<T>(
@@ -277,22 +361,70 @@ impl Attached {
         if !conn.is_autocommit() {
             return f(conn, ms(SystemTime::now())).map_err(storage(operation));
         }
-        let tx = Transaction::new_unchecked(conn, TransactionBehavior::Deferred)
-            .map_err(storage(operation))?;
-        let out = f(&tx, ms(SystemTime::now())).map_err(storage(operation))?;
-        tx.commit().map_err(storage(operation))?;
-        Ok(out)
+        self.own(conn, TransactionBehavior::Deferred, |tx| {
+            f(tx, ms(SystemTime::now()))
+        })
+        .map_err(storage(operation))
     }
 
-    /// `conn` is on the file this was made for, which its path still names
-    /// (rule "Stores": a file replaced under a process is refused).
+    /// Before every call: rolls back a transaction of an earlier call left
+    /// open; then checks that `conn` is on the file this was made for,
+    /// which its path still names, as do the paths of its `-wal` and
+    /// `-shm` files once seen (a file replaced under a connection is
+    /// refused: what it writes there, no other process sees); and that no
+    /// temporary table of `conn` shadows one of the store's, which the
+    /// store's statements would then read and write instead.
     fn check(&self, conn: &Connection) -> Result<()> {
+        if self.dangling.swap(false, Ordering::AcqRel) && !conn.is_autocommit() {
+            // Ours only if it holds our savepoint: else the caller ended
+            // ours and began another.
+            if conn.execute_batch(&format!("ROLLBACK TO {OWN}")).is_ok() {
+                conn.execute_batch("ROLLBACK")
+                    .map_err(storage("rollback"))?;
+            }
+        }
         let path = file_of(conn)?;
         if !self.file.names(&path) {
+            return Err(Error::Storage {
+                operation: "check",
+                retryable: false,
+                source: Box::new(std::io::Error::other(format!(
+                    "{} is not the file the extension was loaded on (it was deleted or \
+                     replaced): what this connection writes, no other process would see; \
+                     open a new connection and load the extension again",
+                    path.display()
+                ))),
+            });
+        }
+        let mut journals = self
+            .journals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (seen, suffix) in journals.iter_mut().zip(["-wal", "-shm"]) {
+            let mut name = path.clone().into_os_string();
+            name.push(suffix);
+            let name = PathBuf::from(name);
+            match seen {
+                Some(seen) => seen.check().map_err(|e| Error::Storage {
+                    operation: "check",
+                    retryable: false,
+                    source: Box::new(e),
+                })?,
+                None => *seen = FileIdentity::of(&name).ok(),
+            }
+        }
+        let shadowed: Option<String> = conn
+            .prepare_cached(
+                "SELECT name FROM temp.sqlite_master WHERE type = 'table'
+                 AND name LIKE 'semaphore\\_%' ESCAPE '\\' LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+            .map_err(storage("check"))?;
+        if let Some(table) = shadowed {
             return Err(Error::InvalidArgument {
                 field: "connection",
-                allowed: "a connection to the file the store was attached to".into(),
-                got: format!("a connection to {}", path.display()),
+                allowed: "a connection without temporary tables named as the store's".into(),
+                got: format!("a temporary table {table} (DROP TABLE temp.{table})"),
             });
         }
         Ok(())

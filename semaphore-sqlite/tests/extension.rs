@@ -478,14 +478,15 @@ fn the_readmes_python_example_runs_as_written() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn closing_a_python_connection_closes_the_file_and_ends_its_leases() {
+async fn a_closed_connections_lease_lives_as_long_as_its_process() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("close.db");
     let (_store, pool) = rust_store(&db).await;
     pool.register(1).await.unwrap();
     // The extension keeps its statements prepared between calls: the
-    // close must still close the file (not leave the connection open),
-    // and with it the connection's holder, whose leases then end.
+    // close must still close the files (not leave the connection open).
+    // The lease is the process's (R16): it outlives the connection, and
+    // ends with the process.
     let mut python = python_on(
         &db,
         "got = q('SELECT semaphore_borrow(?, 600000)', sys.argv[3])\n\
@@ -495,7 +496,8 @@ async fn closing_a_python_connection_closes_the_file_and_ends_its_leases() {
          \x20   for fd in os.listdir('/proc/self/fd'):\n\
          \x20       try: yield os.readlink('/proc/self/fd/' + fd)\n\
          \x20       except OSError: pass\n\
-         print('open' if any(sys.argv[1] in path for path in opened()) else 'closed', flush=True)\n\
+         files = {sys.argv[1] + end for end in ('', '-wal', '-shm')}\n\
+         print('open' if files & set(opened()) else 'closed', flush=True)\n\
          sys.stdin.readline()\n",
     )
     .arg(POOL)
@@ -511,13 +513,124 @@ async fn closing_a_python_connection_closes_the_file_and_ends_its_leases() {
         line, "closed\n",
         "the connection's files stay open after close"
     );
+    assert!(
+        pool.borrow(Duration::from_secs(30), Duration::ZERO)
+            .await
+            .is_err(),
+        "the lease ended with its connection, while its process lives"
+    );
+    drop(python.stdin.take());
+    assert!(python.wait().unwrap().success());
     let lease = pool
         .borrow(Duration::from_secs(30), Duration::ZERO)
         .await
-        .expect("the closed connection's slot, while its process lives");
+        .expect("the slot, once the process is gone");
     assert_eq!(lease.lease().position, 0);
-    drop(python.stdin.take());
-    assert!(python.wait().unwrap().success());
+}
+
+#[test]
+fn a_program_loads_it_on_many_connections_and_hostile_uses_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("many.db");
+    let other = dir.path().join("other.db");
+    let out = python_on(
+        &db,
+        "def loaded(path):\n\
+         \x20   d = sqlite3.connect(path, timeout=30, isolation_level=None)\n\
+         \x20   d.enable_load_extension(True)\n\
+         \x20   d.load_extension(sys.argv[2])\n\
+         \x20   return d\n\
+         def fails(conn, sql, *args):\n\
+         \x20   try:\n\
+         \x20       conn.execute(sql, args).fetchall()\n\
+         \x20   except sqlite3.Error as e:\n\
+         \x20       return str(e)\n\
+         \x20   raise SystemExit('not refused: ' + sql)\n\
+         q(\"SELECT semaphore_register('p', 2)\")\n\
+         d, e = loaded(sys.argv[1]), loaded(sys.argv[3])\n\
+         print(json.loads(d.execute(\"SELECT semaphore_inspect('p')\").fetchone()[0])['count'])\n\
+         e.execute(\"SELECT semaphore_register('p', 1)\")\n\
+         d.close()\n\
+         d = loaded(sys.argv[1])\n\
+         print(d.execute(\"SELECT json_extract(semaphore_borrow('p', 60000), '$.position')\").fetchone()[0])\n\
+         c.execute('CREATE TABLE log (lease TEXT)')\n\
+         print(fails(c, \"INSERT INTO log SELECT semaphore_borrow('p', 60000)\"))\n\
+         q(\"SELECT semaphore_borrow('p', 60000, 1, NULL, 'job-1')\")\n\
+         print(fails(c, \"SELECT semaphore_borrow('p', 60000, 1, NULL, 'job-1', 0)\"))\n\
+         c.execute('CREATE TEMP TABLE semaphore_leases (x)')\n\
+         print(fails(c, \"SELECT semaphore_borrow('p', 60000)\"))\n\
+         c.execute('DROP TABLE temp.semaphore_leases')\n\
+         print(json.loads(q(\"SELECT semaphore_inspect('p')\"))['in_use'])\n",
+    )
+    .arg(&other)
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines[..2], ["2", "0"], "{said}");
+    assert!(
+        lines[2].contains("cannot run inside a statement that writes"),
+        "{said}"
+    );
+    assert!(
+        lines[3].contains("key"),
+        "a key reused for another request: {said}"
+    );
+    assert!(
+        lines[4].contains("temporary table semaphore_leases"),
+        "{said}"
+    );
+    assert_eq!(lines[5], "2", "{said}");
+}
+
+#[test]
+fn an_interrupted_call_leaves_no_transaction_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("interrupt.db");
+    // A progress handler that interrupts after n steps, for every n up to
+    // the length of a borrow: wherever the interrupt lands, the next call
+    // finds the connection out of any transaction (or the error said to
+    // roll back, where it came before the call marked its transaction),
+    // and a borrow whose answer the interrupt lost is found again by its
+    // key: one lease, never two.
+    let out = python_on(
+        &db,
+        "q(\"SELECT semaphore_register('p', 100)\")\n\
+         borrow = \"SELECT semaphore_borrow('p', 60000, NULL, NULL, ?)\"\n\
+         for n in range(1, 400):\n\
+         \x20   steps = [0]\n\
+         \x20   def handler():\n\
+         \x20       steps[0] += 1\n\
+         \x20       return 1 if steps[0] >= n else 0\n\
+         \x20   c.set_progress_handler(handler, 1)\n\
+         \x20   try:\n\
+         \x20       got = q(borrow, f'k{n}')\n\
+         \x20   except sqlite3.Error as e:\n\
+         \x20       got = None\n\
+         \x20       if 'run ROLLBACK' in str(e):\n\
+         \x20           c.set_progress_handler(None, 1)\n\
+         \x20           c.execute('ROLLBACK')\n\
+         \x20   c.set_progress_handler(None, 1)\n\
+         \x20   # An answer lost to the interrupt: the key gets the lease again.\n\
+         \x20   lease = json.loads(got or q(borrow, f'k{n}'))['lease']\n\
+         \x20   assert not c.in_transaction, f'left in a transaction after {n} steps'\n\
+         \x20   assert json.loads(q(\"SELECT semaphore_inspect('p')\"))['in_use'] == 1, n\n\
+         \x20   assert q(\"SELECT semaphore_return('p', ?)\", lease) == 1\n\
+         print('ok')\n",
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
 }
 
 #[test]
@@ -551,7 +664,7 @@ fn sqlites_busy_is_an_error_and_never_a_null() {
          try:\n\
          \x20   print('answered', q('SELECT semaphore_borrow(?, 60000)', sys.argv[3]))\n\
          except sqlite3.OperationalError as e:\n\
-         \x20   print('error', e)\n",
+         \x20   print('error', e, e.sqlite_errorcode)\n",
     )
     .arg(POOL)
     .output()
@@ -563,4 +676,39 @@ fn sqlites_busy_is_an_error_and_never_a_null() {
         said.starts_with("error") && said.contains("locked"),
         "{said}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_wal_was_deleted_under_it_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("wal.db");
+    {
+        // Closed before the files go: connections of one process share
+        // them (SQLite's unix VFS), so a later one would find them gone too.
+        let (_store, pool) = rust_store(&db).await;
+        pool.register(1).await.unwrap();
+    }
+    // The -wal and -shm files deleted under an open connection: SQLite
+    // goes on writing to the unlinked files, where no other process
+    // looks, so a grant there could hand the slot out twice.
+    let out = python_on(
+        &db,
+        "q(\"SELECT semaphore_inspect('shared-gpus')\")\n\
+         c.execute('PRAGMA wal_checkpoint(TRUNCATE)')\n\
+         os.remove(sys.argv[1] + '-wal')\n\
+         os.remove(sys.argv[1] + '-shm')\n\
+         try:\n\
+         \x20   print('granted', q(\"SELECT semaphore_borrow('shared-gpus', 60000)\"))\n\
+         except sqlite3.Error as e:\n\
+         \x20   print('refused', e)\n",
+    )
+    .output()
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("refused") && said.contains("-wal"),
+        "{said}"
+    );
+    let (_store, again) = rust_store(&db).await;
+    assert_eq!(again.inspect().await.unwrap().in_use, 0, "nothing granted");
 }
