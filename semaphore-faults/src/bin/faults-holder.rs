@@ -25,7 +25,9 @@ use semaphore_faults::event::{Event, Log, Via};
 use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_redis::{RedisOptions, RedisStore};
 use semaphore_sqlite::store::Store;
-use semaphore_sqlite::{BorrowOptions, Error, LeaseGuard, Pool, PoolId, SqliteStore};
+use semaphore_sqlite::{
+    BorrowOptions, Error, LeaseGuard, Pool, PoolId, SqliteOptions, SqliteStore, Synchronous,
+};
 use tokio::time::timeout;
 
 /// How long a borrow waits for a slot.
@@ -183,7 +185,18 @@ impl Holder {
                 )
                 .await?,
             ),
-            _ => Arc::new(SqliteStore::open(&a.url)?),
+            _ => {
+                // FULL: writes that wait for a turn go in batches (group
+                // commit), which NORMAL, the default, does not batch.
+                let full = std::env::var("SEMAPHORE_FAULTS_SQLITE_SYNCHRONOUS")
+                    .is_ok_and(|v| v.eq_ignore_ascii_case("full"));
+                let options = SqliteOptions::default().synchronous(if full {
+                    Synchronous::Full
+                } else {
+                    Synchronous::Normal
+                });
+                Arc::new(SqliteStore::open_with(&a.url, options)?)
+            }
         })
     }
 
