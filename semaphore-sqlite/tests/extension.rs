@@ -8,9 +8,9 @@
 //! a token granted after another's return that is not above it, a waiter
 //! stuck while slots are returned.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Lines, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -76,6 +76,52 @@ fn python_on(db: &Path, body: &str) -> Command {
     let mut command = Command::new(python());
     command.arg("-c").arg(script).arg(db).arg(extension());
     command
+}
+
+/// A Python process running `body` on `db` with the pool's name as its
+/// argument, talked to a line at a time through its stdin and stdout.
+struct Talking {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Talking {
+    fn start(db: &Path, body: &str) -> Self {
+        let mut child = python_on(db, body)
+            .arg(POOL)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Self { child, lines }
+    }
+
+    /// Its next line.
+    fn line(&mut self) -> String {
+        self.lines.next().unwrap().unwrap()
+    }
+
+    /// Lets it read a line.
+    fn tell(&mut self) {
+        writeln!(self.child.stdin.as_mut().unwrap()).unwrap();
+    }
+
+    /// Closes its stdin and waits for it to end; whether it succeeded.
+    fn end(mut self) -> bool {
+        drop(self.child.stdin.take());
+        self.child.wait().unwrap().success()
+    }
+}
+
+/// What a process that must have succeeded printed.
+fn said(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn unix_ns() -> u128 {
@@ -150,6 +196,16 @@ fn check(all: &[Held], count: u32) {
     }
 }
 
+/// A new file in a directory of its own, with the pool registered with
+/// `count` slots through a Rust store handle (which the pool keeps).
+async fn file_with_pool(name: &str, count: u32) -> (tempfile::TempDir, PathBuf, Pool) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join(name);
+    let (_store, pool) = rust_store(&db).await;
+    pool.register(count).await.unwrap();
+    (dir, db, pool)
+}
+
 async fn rust_store(db: &Path) -> (Arc<SqliteStore>, Pool) {
     let store = Arc::new(SqliteStore::open(db).expect("opening the file"));
     let pool = Pool::new(store.clone(), PoolId::from_name(POOL));
@@ -188,10 +244,7 @@ async fn rust_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_and_rust_processes_share_a_pool_and_never_hold_a_slot_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("shared.db");
-    let (_store, pool) = rust_store(&db).await;
-    pool.register(3).await.unwrap();
+    let (_dir, db, pool) = file_with_pool("shared.db", 3).await;
     let (python_rounds, rust_rounds) = (60, 60);
     let mut children = Vec::new();
     for _ in 0..4 {
@@ -248,30 +301,20 @@ async fn python_and_rust_processes_share_a_pool_and_never_hold_a_slot_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_python_holders_slot_is_free_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("kill.db");
-    let (_store, pool) = rust_store(&db).await;
-    pool.register(1).await.unwrap();
-    let mut python = python_on(
+    let (_dir, db, pool) = file_with_pool("kill.db", 1).await;
+    let mut python = Talking::start(
         &db,
         "print(q('SELECT semaphore_borrow(?, 600000)', sys.argv[3]), flush=True)\n\
          time.sleep(600)\n",
-    )
-    .arg(POOL)
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(python.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    );
+    let line = python.line();
     assert!(
         line.contains("\"position\":0"),
         "the holder's lease: {line}"
     );
     assert_eq!(pool.inspect().await.unwrap().in_use, 1);
-    python.kill().unwrap();
-    python.wait().unwrap();
+    python.child.kill().unwrap();
+    python.child.wait().unwrap();
     // Its ttl has ten minutes to run: only its process's end frees it.
     let lease = pool
         .borrow(Duration::from_secs(30), Duration::ZERO)
@@ -293,7 +336,7 @@ async fn a_python_return_rings_a_rust_waiter_and_a_rolled_back_borrow_leaves_not
     pool.register(1).await.unwrap();
     // Python holds the slot until told (a line on its stdin), returns it,
     // then borrows inside a transaction it rolls back.
-    let mut python = python_on(
+    let mut python = Talking::start(
         &db,
         "pool = sys.argv[3]\n\
          lease = json.loads(q('SELECT semaphore_borrow(?, 600000)', pool))\n\
@@ -308,14 +351,8 @@ async fn a_python_return_rings_a_rust_waiter_and_a_rolled_back_borrow_leaves_not
          c.execute('INSERT INTO jobs VALUES (?)', (json.loads(got)['token'],))\n\
          c.execute('ROLLBACK')\n\
          print('rolled back', flush=True)\n",
-    )
-    .arg(POOL)
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut lines = BufReader::new(python.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "held");
+    );
+    assert_eq!(python.line(), "held");
     let waiter = {
         let pool = pool.clone();
         tokio::spawn(async move {
@@ -327,20 +364,18 @@ async fn a_python_return_rings_a_rust_waiter_and_a_rolled_back_borrow_leaves_not
     while store.queue_heads(pool.id()).await.unwrap() == 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    use std::io::Write;
-    let mut stdin = python.stdin.take().unwrap();
-    writeln!(stdin).unwrap();
+    python.tell();
     assert_eq!(
-        lines.next().unwrap().unwrap(),
+        python.line(),
         "again True",
         "a Python borrow took the slot the Rust head was owed"
     );
     let guard = waiter.await.unwrap().expect("the Rust waiter, served");
     assert_eq!(guard.lease().position, 0);
     assert!(guard.release().await.unwrap());
-    writeln!(stdin).unwrap();
-    assert_eq!(lines.next().unwrap().unwrap(), "rolled back");
-    assert!(python.wait().unwrap().success());
+    python.tell();
+    assert_eq!(python.line(), "rolled back");
+    assert!(python.end());
     assert_eq!(
         pool.inspect().await.unwrap().in_use,
         0,
@@ -409,7 +444,6 @@ fn the_sqlite3_shell_borrows_and_returns_by_name_or_uuid_with_weights_and_keys()
         .stderr(Stdio::piped())
         .spawn()
         .expect("the sqlite3 shell (apt-get install sqlite3; scripts/test does)");
-    use std::io::Write;
     shell
         .stdin
         .take()
@@ -469,25 +503,17 @@ fn the_readmes_python_example_runs_as_written() {
         .env("SEMAPHORE_EXT", extension())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "slot 0 token 1\n");
+    assert_eq!(said(&out), "slot 0 token 1\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_connections_lease_lives_as_long_as_its_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("close.db");
-    let (_store, pool) = rust_store(&db).await;
-    pool.register(1).await.unwrap();
+    let (_dir, db, pool) = file_with_pool("close.db", 1).await;
     // The extension keeps its statements prepared between calls: the
     // close must still close the files (not leave the connection open).
     // The lease is the process's (R16): it outlives the connection, and
     // ends with the process.
-    let mut python = python_on(
+    let mut python = Talking::start(
         &db,
         "got = q('SELECT semaphore_borrow(?, 600000)', sys.argv[3])\n\
          q('SELECT semaphore_holders(?)', sys.argv[3])\n\
@@ -499,18 +525,10 @@ async fn a_closed_connections_lease_lives_as_long_as_its_process() {
          files = {sys.argv[1] + end for end in ('', '-wal', '-shm')}\n\
          print('open' if files & set(opened()) else 'closed', flush=True)\n\
          sys.stdin.readline()\n",
-    )
-    .arg(POOL)
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(python.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    );
+    let line = python.line();
     assert_eq!(
-        line, "closed\n",
+        line, "closed",
         "the connection's files stay open after close"
     );
     assert!(
@@ -519,8 +537,7 @@ async fn a_closed_connections_lease_lives_as_long_as_its_process() {
             .is_err(),
         "the lease ended with its connection, while its process lives"
     );
-    drop(python.stdin.take());
-    assert!(python.wait().unwrap().success());
+    assert!(python.end());
     let lease = pool
         .borrow(Duration::from_secs(30), Duration::ZERO)
         .await
@@ -625,12 +642,7 @@ fn an_interrupted_call_leaves_no_transaction_behind() {
     )
     .output()
     .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    assert_eq!(said(&out), "ok\n");
 }
 
 #[test]
@@ -640,24 +652,15 @@ fn sqlites_busy_is_an_error_and_never_a_null() {
     // One Python process holds the write lock; another borrows with a
     // busy timeout of 50 ms: it must fail with SQLITE_BUSY, not answer
     // NULL ("no slot free") while slots are free.
-    let mut locker = python_on(
+    let mut locker = Talking::start(
         &db,
         "q('SELECT semaphore_register(?, 2)', sys.argv[3])\n\
          c.execute('BEGIN IMMEDIATE')\n\
          print('locked', flush=True)\n\
          sys.stdin.readline()\n\
          c.execute('ROLLBACK')\n",
-    )
-    .arg(POOL)
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(locker.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "locked\n");
+    );
+    assert_eq!(locker.line(), "locked");
     let out = python_on(
         &db,
         "c.execute('PRAGMA busy_timeout = 50')\n\
@@ -669,8 +672,7 @@ fn sqlites_busy_is_an_error_and_never_a_null() {
     .arg(POOL)
     .output()
     .unwrap();
-    drop(locker.stdin.take());
-    assert!(locker.wait().unwrap().success());
+    assert!(locker.end());
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.starts_with("error") && said.contains("locked"),
