@@ -67,7 +67,7 @@ pub struct Attached {
     file: FileIdentity,
     /// The file's `-wal` and `-shm` files, once seen.
     journals: Mutex<[Option<FileIdentity>; 2]>,
-    holders: Arc<Holders>,
+    path: PathBuf,
     limits: Limits,
     /// The highest token this process granted: later grants are above it,
     /// so that a borrow rolled back with its caller's transaction never
@@ -85,16 +85,30 @@ const OWN: &str = "semaphore_extension_call";
 
 /// This process's holder of bound leases on the file `file` (R16): one per
 /// file, kept until the process ends.
+///
+/// A child `fork`ed after the holder was made inherits the holder's files,
+/// and with them its kernel lock: the parent's leases would then outlive
+/// the parent while the child lives, and the child's, made under the
+/// parent's id, would outlive the child. So a holder is the process's whose
+/// id made it; the first call in a child closes the inherited files (the
+/// parent's lock stays the parent's) and makes the child a holder of its own.
 fn process_holders(file: FileId, path: &Path) -> Arc<Holders> {
-    static HOLDERS: OnceLock<Mutex<HashMap<FileId, Arc<Holders>>>> = OnceLock::new();
+    /// Each file's holder, and the id of the process that made it.
+    type Made = HashMap<FileId, (u32, Arc<Holders>)>;
+    static HOLDERS: OnceLock<Mutex<Made>> = OnceLock::new();
+    let me = std::process::id();
     let mut holders = HOLDERS
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    holders
+    let (made_by, holder) = holders
         .entry(file)
-        .or_insert_with(|| Arc::new(Holders::new(path)))
-        .clone()
+        .or_insert_with(|| (me, Arc::new(Holders::new(path))));
+    if *made_by != me {
+        *made_by = me;
+        *holder = Arc::new(Holders::new(path));
+    }
+    holder.clone()
 }
 
 impl Attached {
@@ -132,7 +146,7 @@ impl Attached {
             source: Box::new(e),
         })?;
         let attached = Self {
-            holders: process_holders(file.id(), &path),
+            path,
             file,
             journals: Mutex::default(),
             limits: Limits::default(),
@@ -159,7 +173,7 @@ impl Attached {
     pub fn register(&self, conn: &Connection, pool: PoolId, count: u32) -> Result<PoolState> {
         let count = self.limits.check_count(count)?;
         self.write(conn, "register", pool, |c, now| {
-            let state = sql::register(c, pool, count, now, &self.holders)?;
+            let state = sql::register(c, pool, count, now, &self.holder())?;
             Ok((state, true))
         })
     }
@@ -170,7 +184,7 @@ impl Attached {
     /// [`Error::PoolNotFound`]; a storage error.
     pub fn inspect(&self, conn: &Connection, pool: PoolId) -> Result<PoolState> {
         self.read(conn, "inspect", |c, now| {
-            sql::inspect(c, pool, now, &self.holders)
+            sql::inspect(c, pool, now, &self.holder())
         })?
         .ok_or(Error::PoolNotFound { pool })
     }
@@ -197,7 +211,7 @@ impl Attached {
         let request = crate::tx::request(pool, &self.limits, ttl, options)?;
         let floor = self.floor.load(Ordering::Acquire);
         let answer = self.write(conn, "borrow", pool, |c, now| {
-            let answer = sql::try_borrow(c, &request, floor, now, &self.holders)?;
+            let answer = sql::try_borrow(c, &request, floor, now, &self.holder())?;
             Ok((answer, false))
         })??;
         if let TryBorrow::Granted { lease } = &answer
@@ -248,7 +262,7 @@ impl Attached {
     /// [`Error::PoolNotFound`]; a storage error.
     pub fn holders(&self, conn: &Connection, pool: PoolId) -> Result<Vec<Holder>> {
         self.read(conn, "holders", |c, now| {
-            sql::holders(c, pool, now, &self.holders)
+            sql::holders(c, pool, now, &self.holder())
         })?
         .ok_or(Error::PoolNotFound { pool })
     }
@@ -375,13 +389,8 @@ impl Attached {
     /// temporary table of `conn` shadows one of the store's, which the
     /// store's statements would then read and write instead.
     fn check(&self, conn: &Connection) -> Result<()> {
-        if self.dangling.swap(false, Ordering::AcqRel) && !conn.is_autocommit() {
-            // Ours only if it holds our savepoint: else the caller ended
-            // ours and began another.
-            if conn.execute_batch(&format!("ROLLBACK TO {OWN}")).is_ok() {
-                conn.execute_batch("ROLLBACK")
-                    .map_err(storage("rollback"))?;
-            }
+        if self.dangling.load(Ordering::Acquire) {
+            self.roll_back_dangling(conn)?;
         }
         let path = file_of(conn)?;
         if !self.file.names(&path) {
@@ -428,6 +437,42 @@ impl Attached {
             });
         }
         Ok(())
+    }
+
+    /// Rolls back the transaction an earlier call of its own left open, if
+    /// it is still open: it is ours if it holds our savepoint, else the
+    /// caller ended ours (and may have begun another). The mark is cleared
+    /// only once that is known, so a rollback that fails again (interrupted
+    /// anew) is tried again by the next call, and no call runs inside that
+    /// transaction meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the rollback failed: the call is refused.
+    fn roll_back_dangling(&self, conn: &Connection) -> Result<()> {
+        if conn.is_autocommit() {
+            self.dangling.store(false, Ordering::Release);
+            return Ok(());
+        }
+        let refused = |e: rusqlite::Error| Error::Storage {
+            operation: "rollback",
+            retryable: true,
+            source: Box::new(std::io::Error::other(format!(
+                "rolling back the transaction an interrupted semaphore_ call left open \
+                 failed ({e}); call again, or run ROLLBACK"
+            ))),
+        };
+        match conn.execute_batch(&format!("ROLLBACK TO {OWN}")) {
+            Ok(()) => conn.execute_batch("ROLLBACK").map_err(refused)?,
+            Err(e) if e.to_string().contains("no such savepoint") => {}
+            Err(e) => return Err(refused(e)),
+        }
+        self.dangling.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// This process's holder of bound leases on the file.
+    fn holder(&self) -> Arc<Holders> {
+        process_holders(self.file.id(), &self.path)
     }
 
     fn file_id(&self) -> FileId {

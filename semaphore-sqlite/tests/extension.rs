@@ -620,10 +620,10 @@ fn an_interrupted_call_leaves_no_transaction_behind() {
         "q(\"SELECT semaphore_register('p', 100)\")\n\
          borrow = \"SELECT semaphore_borrow('p', 60000, NULL, NULL, ?)\"\n\
          for n in range(1, 400):\n\
-         \x20   steps = [0]\n\
+         \x20   steps, limit = [0], [n]\n\
          \x20   def handler():\n\
          \x20       steps[0] += 1\n\
-         \x20       return 1 if steps[0] >= n else 0\n\
+         \x20       return 1 if steps[0] >= limit[0] else 0\n\
          \x20   c.set_progress_handler(handler, 1)\n\
          \x20   try:\n\
          \x20       got = q(borrow, f'k{n}')\n\
@@ -632,6 +632,14 @@ fn an_interrupted_call_leaves_no_transaction_behind() {
          \x20       if 'run ROLLBACK' in str(e):\n\
          \x20           c.set_progress_handler(None, 1)\n\
          \x20           c.execute('ROLLBACK')\n\
+         \x20   # The next call interrupted too, early: its rollback of what the\n\
+         \x20   # first left open may fail, and must then be tried again.\n\
+         \x20   steps[0], limit[0] = 0, n % 7 + 1\n\
+         \x20   c.set_progress_handler(handler, 1)\n\
+         \x20   try:\n\
+         \x20       q(\"SELECT semaphore_inspect('p')\")\n\
+         \x20   except sqlite3.Error:\n\
+         \x20       pass\n\
          \x20   c.set_progress_handler(None, 1)\n\
          \x20   # An answer lost to the interrupt: the key gets the lease again.\n\
          \x20   lease = json.loads(got or q(borrow, f'k{n}'))['lease']\n\
@@ -713,4 +721,43 @@ async fn a_connection_whose_wal_was_deleted_under_it_is_refused() {
     );
     let (_store, again) = rust_store(&db).await;
     assert_eq!(again.inspect().await.unwrap().in_use, 0, "nothing granted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_childs_lease_ends_with_the_child() {
+    let (_dir, db, pool) = file_with_pool("fork.db", 1).await;
+    // The parent's holder is made before the fork (a borrow and a return),
+    // as in a program that forks its workers (multiprocessing's `fork`):
+    // the child's lease must be the child's, not the parent's, and end
+    // when the child is killed while the parent lives.
+    let mut parent = Talking::start(
+        &db,
+        "pool = sys.argv[3]\n\
+         lease = json.loads(q('SELECT semaphore_borrow(?, 600000)', pool))\n\
+         q('SELECT semaphore_return(?, ?)', pool, lease['lease'])\n\
+         child = os.fork()\n\
+         if child == 0:\n\
+         \x20   d = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)\n\
+         \x20   d.enable_load_extension(True)\n\
+         \x20   d.load_extension(sys.argv[2])\n\
+         \x20   d.execute('SELECT semaphore_borrow(?, 600000)', (pool,)).fetchone()\n\
+         \x20   print('child holds', flush=True)\n\
+         \x20   time.sleep(600)\n\
+         \x20   os._exit(0)\n\
+         sys.stdin.readline()\n\
+         os.kill(child, 9)\n\
+         os.waitpid(child, 0)\n\
+         print('child killed', flush=True)\n\
+         sys.stdin.readline()\n",
+    );
+    assert_eq!(parent.line(), "child holds");
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+    parent.tell();
+    assert_eq!(parent.line(), "child killed");
+    let lease = pool
+        .borrow(Duration::from_secs(30), Duration::ZERO)
+        .await
+        .expect("the killed child's slot, while its parent lives");
+    assert_eq!(lease.lease().position, 0);
+    assert!(parent.end());
 }
