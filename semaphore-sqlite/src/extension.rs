@@ -44,7 +44,7 @@ use crate::doorbell::{FileId, ring_from_outside};
 use crate::error::storage;
 use crate::file::FileIdentity;
 use crate::holder::Holders;
-use crate::time::{instant, ms};
+use crate::time::ms;
 use crate::{queue, schema, sql};
 
 /// The store on one database file, as seen through connections its user
@@ -284,12 +284,6 @@ impl Attached {
             Ok((ended, rings))
         })?
         .ok_or(Error::PoolNotFound { pool })
-    }
-
-    /// The machine's clock now, as the store's times are kept: whole unix
-    /// milliseconds.
-    pub fn now(&self) -> SystemTime {
-        instant(ms(SystemTime::now()))
     }
 
     /// Runs `f` as a write of `pool`: in a `BEGIN IMMEDIATE` transaction of
