@@ -47,9 +47,8 @@ use crate::holder::Holders;
 use crate::time::ms;
 use crate::{queue, schema, sql};
 
-/// The store on one database file, as seen through connections its user
-/// owns: the process's holder of bound leases on that file, and the token
-/// floor of its grants (R9).
+/// The store on one database file, as seen through a connection its user
+/// owns.
 ///
 /// Make one per connection with [`Attached::open`], and pass that
 /// connection to each call. Every call checks that the connection is still
@@ -61,7 +60,9 @@ use crate::{queue, schema, sql};
 /// the `Attached` of one process on one file share one holder, which lives
 /// until the process ends, so a lease outlives the connection that took
 /// it (a program may close it, or let it be collected) and ends, at once,
-/// with the process.
+/// with the process. They share one token floor too (R9): a borrow rolled
+/// back with its caller's transaction never has its token granted again
+/// through any connection of the process.
 #[derive(Debug)]
 pub struct Attached {
     file: FileIdentity,
@@ -69,10 +70,6 @@ pub struct Attached {
     journals: Mutex<[Option<FileIdentity>; 2]>,
     path: PathBuf,
     limits: Limits,
-    /// The highest token this process granted: later grants are above it,
-    /// so that a borrow rolled back with its caller's transaction never
-    /// has its token granted again by this process (R9).
-    floor: AtomicU64,
     /// A transaction of a call's own that could not be rolled back (an
     /// interrupt fails every statement until the caller's statement ends):
     /// the next call rolls it back first.
@@ -83,8 +80,19 @@ pub struct Attached {
 /// which the next call knows a transaction left open is that one.
 const OWN: &str = "semaphore_extension_call";
 
-/// This process's holder of bound leases on the file `file` (R16): one per
-/// file, kept until the process ends.
+/// What one process keeps of one file, whatever its connections: its
+/// holder of bound leases (R16), and the highest token it granted, above
+/// which its later grants go, so that a borrow rolled back with its
+/// caller's transaction never has its token granted again by this process
+/// (R9).
+#[derive(Debug)]
+struct InProcess {
+    holders: Holders,
+    floor: AtomicU64,
+}
+
+/// This process's [`InProcess`] for the file `file`: one per file, kept
+/// until the process ends.
 ///
 /// A child `fork`ed after the holder was made inherits the holder's files,
 /// and with them its kernel lock: the parent's leases would then outlive
@@ -92,23 +100,27 @@ const OWN: &str = "semaphore_extension_call";
 /// parent's id, would outlive the child. So a holder is the process's whose
 /// id made it; the first call in a child closes the inherited files (the
 /// parent's lock stays the parent's) and makes the child a holder of its own.
-fn process_holders(file: FileId, path: &Path) -> Arc<Holders> {
-    /// Each file's holder, and the id of the process that made it.
-    type Made = HashMap<FileId, (u32, Arc<Holders>)>;
-    static HOLDERS: OnceLock<Mutex<Made>> = OnceLock::new();
+fn in_process(file: FileId, path: &Path) -> Arc<InProcess> {
+    /// Each file's, and the id of the process that made it.
+    type Made = HashMap<FileId, (u32, Arc<InProcess>)>;
+    static MADE: OnceLock<Mutex<Made>> = OnceLock::new();
     let me = std::process::id();
-    let mut holders = HOLDERS
+    let make = || {
+        Arc::new(InProcess {
+            holders: Holders::new(path),
+            floor: AtomicU64::new(0),
+        })
+    };
+    let mut made = MADE
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (made_by, holder) = holders
-        .entry(file)
-        .or_insert_with(|| (me, Arc::new(Holders::new(path))));
+    let (made_by, ours) = made.entry(file).or_insert_with(|| (me, make()));
     if *made_by != me {
         *made_by = me;
-        *holder = Arc::new(Holders::new(path));
+        *ours = make();
     }
-    holder.clone()
+    ours.clone()
 }
 
 impl Attached {
@@ -150,7 +162,6 @@ impl Attached {
             file,
             journals: Mutex::default(),
             limits: Limits::default(),
-            floor: AtomicU64::new(0),
             dangling: AtomicBool::new(false),
         };
         attached.check(conn)?;
@@ -173,7 +184,7 @@ impl Attached {
     pub fn register(&self, conn: &Connection, pool: PoolId, count: u32) -> Result<PoolState> {
         let count = self.limits.check_count(count)?;
         self.write(conn, "register", pool, |c, now| {
-            let state = sql::register(c, pool, count, now, &self.holder())?;
+            let state = sql::register(c, pool, count, now, &self.ours().holders)?;
             Ok((state, true))
         })
     }
@@ -184,7 +195,7 @@ impl Attached {
     /// [`Error::PoolNotFound`]; a storage error.
     pub fn inspect(&self, conn: &Connection, pool: PoolId) -> Result<PoolState> {
         self.read(conn, "inspect", |c, now| {
-            sql::inspect(c, pool, now, &self.holder())
+            sql::inspect(c, pool, now, &self.ours().holders)
         })?
         .ok_or(Error::PoolNotFound { pool })
     }
@@ -209,15 +220,16 @@ impl Attached {
         options: &BorrowOptions,
     ) -> Result<TryBorrow> {
         let request = crate::tx::request(pool, &self.limits, ttl, options)?;
-        let floor = self.floor.load(Ordering::Acquire);
+        let ours = self.ours();
+        let floor = ours.floor.load(Ordering::Acquire);
         let answer = self.write(conn, "borrow", pool, |c, now| {
-            let answer = sql::try_borrow(c, &request, floor, now, &self.holder())?;
+            let answer = sql::try_borrow(c, &request, floor, now, &ours.holders)?;
             Ok((answer, false))
         })??;
         if let TryBorrow::Granted { lease } = &answer
             && lease.id == request.lease
         {
-            self.floor.fetch_max(lease.token, Ordering::AcqRel);
+            ours.floor.fetch_max(lease.token, Ordering::AcqRel);
         }
         Ok(answer)
     }
@@ -262,7 +274,7 @@ impl Attached {
     /// [`Error::PoolNotFound`]; a storage error.
     pub fn holders(&self, conn: &Connection, pool: PoolId) -> Result<Vec<Holder>> {
         self.read(conn, "holders", |c, now| {
-            sql::holders(c, pool, now, &self.holder())
+            sql::holders(c, pool, now, &self.ours().holders)
         })?
         .ok_or(Error::PoolNotFound { pool })
     }
@@ -464,9 +476,9 @@ impl Attached {
         Ok(())
     }
 
-    /// This process's holder of bound leases on the file.
-    fn holder(&self) -> Arc<Holders> {
-        process_holders(self.file.id(), &self.path)
+    /// What this process keeps of the file.
+    fn ours(&self) -> Arc<InProcess> {
+        in_process(self.file.id(), &self.path)
     }
 
     fn file_id(&self) -> FileId {

@@ -577,7 +577,13 @@ fn a_program_loads_it_on_many_connections_and_hostile_uses_are_refused() {
          c.execute('CREATE TEMP TABLE semaphore_leases (x)')\n\
          print(fails(c, \"SELECT semaphore_borrow('p', 60000)\"))\n\
          c.execute('DROP TABLE temp.semaphore_leases')\n\
-         print(json.loads(q(\"SELECT semaphore_inspect('p')\"))['in_use'])\n",
+         print(json.loads(q(\"SELECT semaphore_inspect('p')\"))['in_use'])\n\
+         q(\"SELECT semaphore_register('p', 3)\")\n\
+         c.execute('BEGIN IMMEDIATE')\n\
+         rolled = json.loads(q(\"SELECT semaphore_borrow('p', 60000)\"))['token']\n\
+         c.execute('ROLLBACK')\n\
+         then = json.loads(d.execute(\"SELECT semaphore_borrow('p', 60000)\").fetchone()[0])['token']\n\
+         print('above' if then > rolled else f'token {rolled} granted again')\n",
     )
     .arg(&other)
     .output()
@@ -603,6 +609,10 @@ fn a_program_loads_it_on_many_connections_and_hostile_uses_are_refused() {
         "{said}"
     );
     assert_eq!(lines[5], "2", "{said}");
+    assert_eq!(
+        lines[6], "above",
+        "a token rolled back on one connection, granted through another"
+    );
 }
 
 #[test]
