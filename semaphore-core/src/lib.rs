@@ -74,8 +74,8 @@
 //!   keep-alive renewal finds its lease gone.
 //!
 //! ## Metrics (the `metrics` facade; install any recorder)
-//! All carry the label `pool`; `describe_metrics()` gives each its help
-//! text and unit:
+//! All but the last carry the label `pool`; `describe_metrics()` gives
+//! each its help text and unit:
 //! - counters `semaphore_grants_total`, `semaphore_returns_total`,
 //!   `semaphore_expiries_total` (this process's leases found expired),
 //!   `semaphore_exhausted_total` (borrows that found no slot in their wait),
@@ -84,7 +84,10 @@
 //! - gauges `semaphore_in_use` (leases this process holds through guards)
 //!   and `semaphore_waiting` (this process's borrows in progress);
 //! - histogram `semaphore_borrow_wait_seconds`: from a borrow's call to its
-//!   grant or its refusal (`Exhausted`).
+//!   grant or its refusal (`Exhausted`);
+//! - histogram `semaphore_store_batch_size`, no label: the primitives a
+//!   store that groups them (rule "Group commit"; the SQLite store with
+//!   `Synchronous::Full`) sent in each round trip.
 //!
 //! ```
 //! use std::{sync::Arc, time::Duration};

@@ -73,6 +73,10 @@ impl Name {
 #[cfg(feature = "metrics")]
 const WAIT_SECONDS: &str = "semaphore_borrow_wait_seconds";
 
+/// The batch histogram's name.
+#[cfg(feature = "metrics")]
+const BATCH_SIZE: &str = "semaphore_store_batch_size";
+
 /// Gives each metric of the crate's `metrics` feature its description and
 /// unit, in the recorder installed now: call it once after installing one
 /// (an exporter then prints them, as Prometheus's `# HELP`). Optional:
@@ -123,6 +127,17 @@ pub fn describe_metrics() {
         Unit::Seconds,
         "Time from a borrow's call to its grant or refusal"
     );
+    describe_histogram!(
+        BATCH_SIZE,
+        Unit::Count,
+        "Primitives a store sent in one round trip (group commit)"
+    );
+}
+
+/// A store sent `size` primitives in one round trip (rule "Group commit").
+pub(crate) fn batched(size: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(BATCH_SIZE).record(size as f64);
 }
 
 /// One borrow in progress: its span, its start, and its place in the

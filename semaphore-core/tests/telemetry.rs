@@ -1,11 +1,12 @@
 //! The `tracing` and `metrics` features: what a subscriber and a recorder
-//! see of borrows, returns, renewals, expiries and lost leases.
+//! see of borrows, returns, renewals, expiries, lost leases and batches.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use semaphore_core::store::Batches;
 use semaphore_core::{ManualClock, Pool, PoolId};
 use semaphore_memory::MemoryStore;
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -156,5 +157,35 @@ fn a_recorder_sees_counters_gauges_and_the_wait_histogram() {
     match value("semaphore_borrow_wait_seconds") {
         DebugValue::Histogram(waits) => assert_eq!(waits.len(), 3),
         other => panic!("not a histogram: {other:?}"),
+    }
+}
+
+#[test]
+fn a_recorder_sees_each_batch_size_of_group_commit() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let batches = Batches::new();
+        assert!(batches.push(1));
+        assert!(!batches.push(2));
+        assert_eq!(batches.next(), [1, 2]);
+        assert!(!batches.push(3));
+        assert_eq!(batches.next(), [3]);
+        // The empty look that ends the flight is no batch.
+        assert!(batches.next().is_empty());
+    });
+    let sizes: Vec<DebugValue> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == "semaphore_store_batch_size")
+        .map(|(.., value)| value)
+        .collect();
+    match sizes.as_slice() {
+        [DebugValue::Histogram(sizes)] => {
+            let sizes: Vec<f64> = sizes.iter().map(|s| s.into_inner()).collect();
+            assert_eq!(sizes, [2.0, 1.0]);
+        }
+        other => panic!("one histogram of batch sizes, not {other:?}"),
     }
 }

@@ -81,12 +81,16 @@ impl<J> Batches<J> {
 
     /// Every job queued since the last batch, in arrival order, for one
     /// round trip. Empty when none is left, which ends the flight: the
-    /// next [`push`](Batches::push) starts another.
+    /// next [`push`](Batches::push) starts another. With the `metrics`
+    /// feature, each batch's size is recorded in the histogram
+    /// `semaphore_store_batch_size`.
     pub fn next(&self) -> Vec<J> {
         let mut state = self.state.lock();
         let batch = std::mem::take(&mut state.waiting);
         if batch.is_empty() {
             state.flying = false;
+        } else {
+            crate::telemetry::batched(batch.len());
         }
         batch
     }
