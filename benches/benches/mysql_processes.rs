@@ -10,6 +10,10 @@
 //!   (autocommit), counted in pairs of two.
 //! - Line 19: cross-process wake, by the store's poll (100 ms; MySQL has
 //!   no notifications; see `wake/mod.rs`).
+//!
+//! Group commit's profile (issue 39): for every line-18 run, the server's
+//! CPU and its statement counters (`SHOW GLOBAL STATUS`), per pair (or
+//! per pair of the anchor's `UPDATE`s).
 
 mod hot;
 mod wake;
@@ -17,8 +21,8 @@ mod wake;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hot::{borrow_and_return, rate, rate_of, tasks, worker};
-use semaphore_benches::{out_dir, unix_us};
+use hot::{borrow_and_return, rate_of, tasks, worker};
+use semaphore_benches::{out_dir, tree_cpu_ns, unix_us};
 use semaphore_mysql::mysql_async::prelude::Queryable;
 use semaphore_mysql::testing::TestServer;
 use semaphore_mysql::{MysqlOptions, MysqlStore, Pool, PoolId};
@@ -105,19 +109,38 @@ async fn main() {
     conn.query_drop("INSERT INTO anchor SELECT seq, 0 FROM seq_0_to_999")
         .await
         .expect("the anchor's rows");
-    drop(conn);
+    let pid_file: String = conn
+        .query_first("SELECT @@pid_file")
+        .await
+        .expect("the server's pid file")
+        .expect("a pid file");
+    let server_pid: u32 = std::fs::read_to_string(pid_file)
+        .expect("the server's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
     let args = [server.url(), prefix.as_str()];
-    let anchor = rate("anchor", &args);
-    let anchor_64 = rate_of("anchor", &args, 4, 16);
-    let one = rate_of("ours", &args, 1, 1);
-    let ours = rate("ours", &args);
-    let sixty_four = rate_of("ours", &args, 4, 16);
+    let mut profile = serde_json::Map::new();
+    let mut profiled = async |name: &str, processes: usize, tasks: usize, role: &str| {
+        let before = Counters::read(&mut conn, server_pid).await;
+        let rate = rate_of(role, &args, processes, tasks);
+        let after = Counters::read(&mut conn, server_pid).await;
+        profile.insert(name.into(), after.per(&before, rate * hot::SECONDS as f64));
+        rate
+    };
+    let anchor = profiled("anchor_16", 4, 4, "anchor").await;
+    let anchor_64 = profiled("anchor_64", 4, 16, "anchor").await;
+    let one = profiled("ours_1", 1, 1, "ours").await;
+    let ours = profiled("ours_16", 4, 4, "ours").await;
+    let sixty_four = profiled("ours_64", 4, 16, "ours").await;
+    drop(conn);
     let fifteen = serde_json::json!({
         "pairs_per_s": ours,
         "anchor_pairs_per_s": anchor,
         "pairs_per_s_1_task": one,
         "pairs_per_s_64_tasks": sixty_four,
         "anchor_pairs_per_s_64_tasks": anchor_64,
+        "profile": profile,
     });
     println!("line 18: {fifteen}");
     let sixteen = line19(server.url()).await;
@@ -125,4 +148,48 @@ async fn main() {
     let dir = out_dir(env!("CARGO_TARGET_TMPDIR"));
     std::fs::write(dir.join("line18.json"), fifteen.to_string()).expect("writing line 18");
     std::fs::write(dir.join("line19.json"), sixteen.to_string()).expect("writing line 19");
+}
+
+/// The server's running totals: its CPU, and statement counters.
+struct Counters {
+    cpu_us: f64,
+    status: std::collections::BTreeMap<String, f64>,
+}
+
+/// The counters kept: statements from clients, every statement (those run
+/// inside procedures too), procedure calls, and explicit commits.
+const STATUS: &[&str] = &["Questions", "Queries", "Com_call_procedure", "Com_commit"];
+
+impl Counters {
+    async fn read(conn: &mut semaphore_mysql::mysql_async::Conn, server: u32) -> Counters {
+        let rows: Vec<(String, String)> = conn
+            .query("SHOW GLOBAL STATUS")
+            .await
+            .expect("the server's status");
+        Counters {
+            cpu_us: tree_cpu_ns(server) as f64 / 1e3,
+            status: rows
+                .into_iter()
+                .filter(|(name, _)| STATUS.contains(&name.as_str()))
+                .filter_map(|(name, value)| Some((name, value.parse().ok()?)))
+                .collect(),
+        }
+    }
+
+    /// What happened since `before`, per unit of work (`units` of them).
+    fn per(&self, before: &Counters, units: f64) -> serde_json::Value {
+        let mut per: serde_json::Map<_, _> = self
+            .status
+            .iter()
+            .map(|(name, n)| {
+                let was = before.status.get(name).copied().unwrap_or(0.0);
+                (name.clone(), serde_json::json!((n - was) / units))
+            })
+            .collect();
+        per.insert(
+            "server_cpu_us".into(),
+            serde_json::json!((self.cpu_us - before.cpu_us) / units),
+        );
+        serde_json::Value::Object(per)
+    }
 }

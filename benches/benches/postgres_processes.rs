@@ -10,20 +10,26 @@
 //! own, running one-row `UPDATE`s of rows spread over 1,000 (autocommit):
 //! commits per second, as pgbench's random-row `UPDATE` counts them. A pair
 //! is two commits, so 0.5x is the physical bound.
+//!
+//! Group commit's profile (issue 39): for every run, what the server did
+//! per pair or per commit: transactions, calls of the store's functions
+//! (`track_functions`), their time, and the server's CPU (the postmaster's
+//! process tree). The anchor runs twice, one row per transaction and eight
+//! rows per transaction in one set-based `UPDATE`: the difference is what a
+//! transaction costs the server apart from its rows, the most that merging
+//! transactions can save.
 
-// Shared with the benches that use all of them; this one needs the hot
-// loop and the role variable only.
-#[allow(dead_code)]
 mod hot;
-#[allow(dead_code)]
+#[allow(dead_code)] // only its ROLE, which `hot` reads
 mod wake;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hot::{borrow_and_return, rate_of, tasks, worker};
-use semaphore_benches::{out_dir, unix_us};
+use hot::{SECONDS, borrow_and_return, rate_of, tasks, worker};
+use semaphore_benches::{out_dir, tree_cpu_ns, unix_us};
 use semaphore_postgres::testing::TestServer;
+use semaphore_postgres::tokio_postgres::Client;
 use semaphore_postgres::tokio_postgres::types::Type;
 use semaphore_postgres::{Pool, PoolId, PostgresOptions, PostgresStore};
 
@@ -47,21 +53,25 @@ async fn main() {
             let start_us = args[3].parse().expect("a start time");
             return borrow_and_return(start_us, pool).await;
         }
-        Ok("anchor") => {
+        Ok(role @ ("anchor" | "anchor8")) => {
             let store = store(&args[1], &args[2]).await;
             let start_us = args[3].parse().expect("a start time");
             let next = Arc::new(AtomicU64::new(unix_us()));
+            let rows_per_commit = if role == "anchor8" { 8 } else { 1 };
             return worker(start_us, move || {
                 let (connections, next) = (store.connection_pool().clone(), next.clone());
                 async move {
                     let client = connections.get().await.expect("a connection");
-                    // A cheap spread over the 1,000 rows.
-                    let row = i32::try_from(next.fetch_add(7919, Ordering::Relaxed) % 1000)
-                        .expect("a row id");
+                    // A cheap spread over the 1,000 rows; a commit's rows
+                    // 125 apart, in order (no deadlock between commits).
+                    let first = next.fetch_add(7919, Ordering::Relaxed) % 125;
+                    let rows: Vec<i32> = (0..rows_per_commit)
+                        .map(|k| i32::try_from(first + 125 * k).expect("a row id"))
+                        .collect();
                     client
                         .query_typed(
-                            "UPDATE anchor SET n = n + 1 WHERE id = $1",
-                            &[(&row, Type::INT4)],
+                            "UPDATE anchor SET n = n + 1 WHERE id = ANY($1)",
+                            &[(&rows, Type::INT4_ARRAY)],
                         )
                         .await
                         .expect("the update");
@@ -92,17 +102,61 @@ async fn main() {
         )
         .await
         .expect("the anchor's table");
+    // Counted for the profile: the store's plpgsql functions, and every
+    // statement, top-level or run inside a function (a few per cent of the
+    // server's time, for the anchor as for ours).
+    let client = setup.connection_pool().get().await.expect("a connection");
+    for setting in [
+        "ALTER SYSTEM SET track_functions = 'pl'",
+        "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'",
+    ] {
+        client
+            .batch_execute(setting)
+            .await
+            .expect("the profile's settings");
+    }
+    drop(client);
     drop(setup);
+    server.restart();
+    let setup = store(server.url(), &schema).await;
+    let client = setup.connection_pool().get().await.expect("a connection");
+    for setting in [
+        "CREATE EXTENSION pg_stat_statements",
+        "ALTER SYSTEM SET pg_stat_statements.track = 'all'",
+        "SELECT pg_reload_conf()",
+    ] {
+        client
+            .batch_execute(setting)
+            .await
+            .expect("pg_stat_statements");
+    }
+    let server_pid = postmaster(&client).await;
     let url = server.url();
-    let anchor = rate_of("anchor", &[url, &schema], 4, 4);
-    let one = rate_of("ours", &[url, &schema], 1, 1);
-    let sixteen = rate_of("ours", &[url, &schema], 4, 4);
-    let sixty_four = rate_of("ours", &[url, &schema], 4, 16);
+    let mut profile = serde_json::Map::new();
+    let mut run = async |name: &str, role: &str, processes: usize, tasks: usize| {
+        let before = Counters::read(&client, server_pid).await;
+        let rate = rate_of(role, &[url, &schema], processes, tasks);
+        // The workers' connections end as they exit; their statistics are
+        // flushed as each ends.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let after = Counters::read(&client, server_pid).await;
+        profile.insert(name.into(), after.per(&before, rate * SECONDS as f64));
+        rate
+    };
+    let anchor = run("anchor", "anchor", 4, 4).await;
+    let anchor8 = run("anchor8", "anchor8", 4, 4).await;
+    let one = run("ours_1", "ours", 1, 1).await;
+    let sixteen = run("ours_16", "ours", 4, 4).await;
+    let sixty_four = run("ours_64", "ours", 4, 16).await;
+    drop(client);
+    drop(setup);
     let thirteen = serde_json::json!({
         "pairs_per_s": sixteen,
         "pairs_per_s_1_task": one,
         "pairs_per_s_64_tasks": sixty_four,
         "anchor_commits_per_s": anchor,
+        "anchor8_commits_per_s": anchor8,
+        "profile": profile,
     });
     println!("line 13: {thirteen}");
     std::fs::write(
@@ -110,4 +164,111 @@ async fn main() {
         thirteen.to_string(),
     )
     .expect("writing line 13");
+}
+
+/// The server's main process, the parent of this connection's backend.
+async fn postmaster(client: &Client) -> u32 {
+    let row = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .expect("the backend's pid");
+    let backend: i32 = row.get(0);
+    let stat = std::fs::read_to_string(format!("/proc/{backend}/stat")).expect("its stat");
+    stat[stat.rfind(')').expect("a stat line") + 2..]
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("its parent")
+}
+
+/// The server's running totals: transactions ended (and of them rolled
+/// back), statements run (top-level, and inside functions), calls of each
+/// of the
+/// store's functions and their time, and the server's CPU.
+struct Counters {
+    xacts: f64,
+    rollbacks: f64,
+    statements: f64,
+    nested: f64,
+    function_ms: f64,
+    calls: std::collections::BTreeMap<String, f64>,
+    /// Calls of each top-level statement, by its first 60 characters.
+    top: std::collections::BTreeMap<String, f64>,
+    cpu_us: f64,
+}
+
+impl Counters {
+    async fn read(client: &Client, postmaster: u32) -> Counters {
+        let xacts = client
+            .query_one(
+                "SELECT (xact_commit + xact_rollback)::float8, xact_rollback::float8
+                 FROM pg_stat_database
+                 WHERE datname = current_database()",
+                &[],
+            )
+            .await
+            .expect("pg_stat_database");
+        let statements = client
+            .query_one(
+                "SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0)::float8,
+                        coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0)::float8
+                 FROM pg_stat_statements",
+                &[],
+            )
+            .await
+            .expect("pg_stat_statements");
+        let top = client
+            .query(
+                "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 60), sum(calls)::float8
+                 FROM pg_stat_statements WHERE toplevel GROUP BY 1",
+                &[],
+            )
+            .await
+            .expect("pg_stat_statements' statements");
+        let functions = client
+            .query(
+                "SELECT funcname::text, calls::float8, self_time FROM pg_stat_user_functions",
+                &[],
+            )
+            .await
+            .expect("pg_stat_user_functions");
+        Counters {
+            xacts: xacts.get(0),
+            rollbacks: xacts.get(1),
+            statements: statements.get(0),
+            nested: statements.get(1),
+            function_ms: functions.iter().map(|r| r.get::<_, f64>(2)).sum(),
+            calls: functions.iter().map(|r| (r.get(0), r.get(1))).collect(),
+            top: top.iter().map(|r| (r.get(0), r.get(1))).collect(),
+            cpu_us: tree_cpu_ns(postmaster) as f64 / 1e3,
+        }
+    }
+
+    /// What happened since `before`, per unit of work (`units` of them).
+    fn per(&self, before: &Counters, units: f64) -> serde_json::Value {
+        let calls: serde_json::Map<_, _> = self
+            .calls
+            .iter()
+            .map(|(name, n)| (name, n - before.calls.get(name).copied().unwrap_or(0.0)))
+            .filter(|(_, n)| *n > 0.0)
+            .map(|(name, n)| (name.clone(), serde_json::json!(n / units)))
+            .collect();
+        let top: serde_json::Map<_, _> = self
+            .top
+            .iter()
+            .map(|(text, n)| (text, n - before.top.get(text).copied().unwrap_or(0.0)))
+            .filter(|(_, n)| *n / units >= 0.01)
+            .map(|(text, n)| (text.clone(), serde_json::json!(n / units)))
+            .collect();
+        serde_json::json!({
+            "top_level": top,
+            "transactions": (self.xacts - before.xacts) / units,
+            "rolled_back": (self.rollbacks - before.rollbacks) / units,
+            "statements": (self.statements - before.statements) / units,
+            "statements_in_functions": (self.nested - before.nested) / units,
+            "function_self_us": (self.function_ms - before.function_ms) * 1e3 / units,
+            "server_cpu_us": (self.cpu_us - before.cpu_us) / units,
+            "calls": calls,
+        })
+    }
 }

@@ -9,8 +9,10 @@
 //!   on one connection as the store's are, and against the peer, npm's
 //!   `redis-semaphore`, at each point (see `peer/mod.rs`).
 //! - Line 16: cross-process wake through pub/sub (see `wake/mod.rs`).
+//!
+//! Group commit's profile (issue 39): for every line-15 run, the server's
+//! CPU (`INFO cpu`) and its commands (`INFO commandstats`), per pair.
 
-#[allow(dead_code)] // `rate`, for the lines of one point
 mod hot;
 mod peer;
 mod wake;
@@ -86,10 +88,9 @@ async fn main() {
     }
     let server = TestServer::start().expect("a Redis server for the bench");
     let prefix = TestServer::fresh_prefix();
-    let pool = Pool::new(
-        store(server.url(), &prefix).await,
-        PoolId::from_name("line15"),
-    );
+    let setup = store(server.url(), &prefix).await;
+    let mut info = setup.connection().clone();
+    let pool = Pool::new(setup, PoolId::from_name("line15"));
     pool.register(8).await.expect("register");
     let args = [server.url(), &prefix];
     let socket = server
@@ -102,12 +103,23 @@ async fn main() {
     // the peer alternate.
     let mut ours = Vec::new();
     let mut peer = Vec::new();
+    let mut profile = serde_json::Map::new();
+    let mut profiled = async |name: String, run: &dyn Fn() -> f64| {
+        let before = Counters::read(&mut info).await;
+        let rate = run();
+        let after = Counters::read(&mut info).await;
+        profile.insert(name, after.per(&before, rate * hot::SECONDS as f64));
+        rate
+    };
     for (processes, tasks) in [(1, 1), (4, 4), (4, 16)] {
-        ours.push(rate_of("ours", &args, processes, tasks));
-        peer.push(peer::rate(&npm, socket, "line15-peer", processes, tasks));
+        let n = processes * tasks;
+        let run = || rate_of("ours", &args, processes, tasks);
+        ours.push(profiled(format!("ours_{n}"), &run).await);
+        let run = || peer::rate(&npm, socket, "line15-peer", processes, tasks);
+        peer.push(profiled(format!("peer_{n}"), &run).await);
     }
-    let anchor = rate_of("anchor", &args, 4, 4);
-    let anchor_64 = rate_of("anchor", &args, 4, 16);
+    let anchor = profiled("anchor_16".into(), &|| rate_of("anchor", &args, 4, 4)).await;
+    let anchor_64 = profiled("anchor_64".into(), &|| rate_of("anchor", &args, 4, 16)).await;
     let fifteen = serde_json::json!({
         "pairs_per_s": ours[1],
         "anchor_pairs_per_s": anchor,
@@ -117,10 +129,74 @@ async fn main() {
         "peer_pairs_per_s_1_task": peer[0],
         "peer_pairs_per_s": peer[1],
         "peer_pairs_per_s_64_tasks": peer[2],
+        "profile": profile,
     });
     println!("line 15: {fifteen}");
     let sixteen = line16(server.url()).await;
     println!("line 16: {sixteen}");
     std::fs::write(dir.join("line15.json"), fifteen.to_string()).expect("writing line 15");
     std::fs::write(dir.join("line16.json"), sixteen.to_string()).expect("writing line 16");
+}
+
+/// The server's running totals: its CPU, and the calls of each command.
+struct Counters {
+    cpu_us: f64,
+    calls: std::collections::BTreeMap<String, f64>,
+}
+
+impl Counters {
+    async fn read(connection: &mut semaphore_redis::redis::aio::ConnectionManager) -> Counters {
+        let info = |section: &'static str| {
+            let mut connection = connection.clone();
+            async move {
+                semaphore_redis::redis::cmd("INFO")
+                    .arg(section)
+                    .query_async::<String>(&mut connection)
+                    .await
+                    .expect("INFO")
+            }
+        };
+        let (cpu, commands) = (info("cpu").await, info("commandstats").await);
+        let field = |line: &str, name: &str| -> Option<f64> {
+            line.split([':', ','])
+                .find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+        };
+        let seconds = |name: &str| {
+            cpu.lines()
+                .find_map(|l| {
+                    l.strip_prefix(name)?
+                        .strip_prefix(':')?
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                })
+                .unwrap_or(0.0)
+        };
+        Counters {
+            cpu_us: (seconds("used_cpu_user") + seconds("used_cpu_sys")) * 1e6,
+            calls: commands
+                .lines()
+                .filter_map(|l| {
+                    let name = l.strip_prefix("cmdstat_")?.split(':').next()?;
+                    Some((name.to_owned(), field(l, "calls")?))
+                })
+                .collect(),
+        }
+    }
+
+    /// What happened since `before`, per unit of work (`units` of them):
+    /// the server's CPU, and the commands called at least once per 100.
+    fn per(&self, before: &Counters, units: f64) -> serde_json::Value {
+        let calls: serde_json::Map<_, _> = self
+            .calls
+            .iter()
+            .map(|(name, n)| (name, n - before.calls.get(name).copied().unwrap_or(0.0)))
+            .filter(|(_, n)| *n / units >= 0.01)
+            .map(|(name, n)| (name.clone(), serde_json::json!(n / units)))
+            .collect();
+        serde_json::json!({
+            "server_cpu_us": (self.cpu_us - before.cpu_us) / units,
+            "calls": calls,
+        })
+    }
 }

@@ -1,7 +1,7 @@
-//! The hot-pool rate that lines 13, 15 and 18 share: `PROCESSES` worker
-//! processes of the bench's own binary, `TASKS` tasks each (or as many as
-//! [`rate_of`] asks), run one step in a loop for `SECONDS` from a common
-//! start; steps per second, together.
+//! The hot-pool rate that lines 13, 15, 18 and 20 share: worker processes
+//! of the bench's own binary, as many as [`rate_of`] asks with as many
+//! tasks each, run one step in a loop for `SECONDS` from a common start;
+//! steps per second, together.
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use semaphore_benches::unix_us;
 // Every store's `Pool` is the core's, re-exported.
 use semaphore_memory::Pool;
 
-pub(crate) const PROCESSES: usize = 4;
+/// The tasks of a worker process not told how many to run.
 pub(crate) const TASKS: usize = 4;
 pub(crate) const SECONDS: u64 = 3;
 /// The variable that tells a worker process how many tasks to run.
@@ -53,13 +53,8 @@ where
     println!("{}", done.load(Ordering::Relaxed));
 }
 
-/// Runs `PROCESSES` worker processes of `role` with `args`; their steps
-/// per second, together.
-pub(crate) fn rate(role: &str, args: &[&str]) -> f64 {
-    rate_of(role, args, PROCESSES, TASKS)
-}
-
-/// As [`rate`], with `processes` worker processes of `tasks` tasks each.
+/// Runs `processes` worker processes of `role` with `args`, of `tasks`
+/// tasks each; their steps per second, together.
 pub(crate) fn rate_of(role: &str, args: &[&str], processes: usize, tasks: usize) -> f64 {
     rate_with(processes, |start_us| {
         let mut command = Command::new(std::env::current_exe().expect("this bench's path"));

@@ -185,6 +185,22 @@ fn print_processes() {
             "| 13. PostgreSQL hot pool: 1 task, 16 tasks, 64 tasks (in 4 processes) | {one:.0}/s, {ours:.0}/s, {many:.0}/s | | | rising | {} |",
             judged(many >= ours && ours >= one)
         );
+        let profile = &v["profile"];
+        let per = |run: &str, key: &str| profile[run][key].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| 13. PostgreSQL server CPU per pair at 1, 16, 64 tasks; per anchor commit of 1 row, of 8 rows | {:.0}, {:.0}, {:.0} µs | {:.0}, {:.0} µs | | none | - |",
+            per("ours_1", "server_cpu_us"),
+            per("ours_16", "server_cpu_us"),
+            per("ours_64", "server_cpu_us"),
+            per("anchor", "server_cpu_us"),
+            per("anchor8", "server_cpu_us"),
+        );
+        println!(
+            "| 13. PostgreSQL transactions per pair at 1, 16, 64 tasks | {:.2}, {:.2}, {:.2} | | | none | - |",
+            per("ours_1", "transactions"),
+            per("ours_16", "transactions"),
+            per("ours_64", "transactions"),
+        );
     }
     print_hot(
         15,
@@ -243,19 +259,30 @@ fn print_processes() {
     }
     print_wake(19, "MySQL (100 ms poll) ", (100_000.0, 200_000.0));
     match processes(20) {
-        Some(v) => {
-            let [one, sixteen, many] =
-                ["pairs_per_s_1_task", "pairs_per_s", "pairs_per_s_64_tasks"]
-                    .map(|key| v[key].as_f64().unwrap_or(f64::NAN));
-            let ratio = sixteen / one;
-            println!(
-                "| 20. SQLite hot pool (count 8): 16 tasks in 4 processes vs 1 task in 1 process | {sixteen:.0}/s | {one:.0}/s | {ratio:.2}x | >= 2x | {} |",
-                judged(ratio >= 2.0)
-            );
-            println!(
-                "| 20. SQLite hot pool: 64 tasks in 4 processes | {many:.0}/s | | {:.2}x | none | - |",
-                many / one
-            );
+        Some(modes) => {
+            for (mode, label) in [("normal", "NORMAL"), ("full", "FULL")] {
+                let v = &modes[mode];
+                let at = |key: &str| v[key].as_f64().unwrap_or(f64::NAN);
+                let [one, sixteen, many] =
+                    ["pairs_per_s_1_task", "pairs_per_s", "pairs_per_s_64_tasks"].map(at);
+                let ratio = sixteen / one;
+                println!(
+                    "| 20. SQLite {label} hot pool (count 8): 16 tasks in 4 processes vs 1 task in 1 process | {sixteen:.0}/s | {one:.0}/s | {ratio:.2}x | >= 2x | {} |",
+                    judged(ratio >= 2.0)
+                );
+                println!(
+                    "| 20. SQLite {label} hot pool: 64 tasks in 4 processes | {many:.0}/s | | {:.2}x | none | - |",
+                    many / one
+                );
+                if at("batches_16_tasks") > 0.0 {
+                    println!(
+                        "| 20. SQLite {label}: writes per batch at 1, 16, 64 tasks | {:.2}, {:.2}, {:.2} | | | none | - |",
+                        at("writes_per_batch_1_task"),
+                        at("writes_per_batch_16_tasks"),
+                        at("writes_per_batch_64_tasks"),
+                    );
+                }
+            }
         }
         None => println!("| 20. SQLite hot pool | not run | | | | |"),
     }
