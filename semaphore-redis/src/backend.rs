@@ -99,7 +99,10 @@ impl RedisStore {
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `url`, `prefix`,
-    ///   `poll_interval` or `response_timeout`.
+    ///   `poll_interval` or `response_timeout`; naming `url` too if the
+    ///   server is a Redis Cluster node, which this store does not support
+    ///   yet (a call's script reads keys of other hash slots than its
+    ///   pool's: its session's and the server's run id).
     /// - [`Error::NoRuntime`] outside a tokio runtime.
     /// - [`Error::Storage`] if the server cannot be reached (retryable),
     ///   refuses, or is older than 7.0 (not retryable).
@@ -123,6 +126,7 @@ impl RedisStore {
             .await
             .map_err(storage("connect"))?;
         check_version(&mut connection).await?;
+        refuse_cluster(&mut connection).await?;
         for script in [script(Kind::Grow), script(Kind::Shrink)] {
             script
                 .load_async(&mut connection)
@@ -310,6 +314,30 @@ fn grace_ms(grace: std::time::Duration, session: std::time::Duration) -> u64 {
 }
 
 /// Fails unless the server is Redis 7.0 or later (the scripts' flags).
+/// Refuses a Redis Cluster node (`cluster_enabled:1`): every call's script
+/// reads keys outside its pool's hash slot (its session's end, the server's
+/// run id), which a cluster answers with `MOVED` or a refusal of non-local
+/// keys, and a multi-pool borrow names the keys of several slots
+/// (`CROSSSLOT`). Better at connect, with what to do, than at the first
+/// borrow.
+async fn refuse_cluster(connection: &mut ConnectionManager) -> Result<()> {
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(connection)
+        .await
+        .map_err(storage("connect"))?;
+    if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+        return Err(Error::InvalidArgument {
+            field: "url",
+            allowed: "a standalone Redis server (this store does not run on Redis Cluster yet: \
+                      its scripts read keys outside a pool's hash slot)"
+                .into(),
+            got: "a Redis Cluster node".into(),
+        });
+    }
+    Ok(())
+}
+
 async fn check_version(connection: &mut ConnectionManager) -> Result<()> {
     let info: String = redis::cmd("INFO")
         .arg("server")

@@ -41,6 +41,8 @@ pub struct TestServer {
 #[derive(Debug)]
 struct Owned {
     dir: tempfile::TempDir,
+    /// `redis-server`'s arguments beyond the socket's and the directory's.
+    args: Vec<String>,
     child: Mutex<Child>,
 }
 
@@ -66,17 +68,28 @@ impl TestServer {
     /// # Errors
     /// What to install, or what failed, in words.
     pub fn start() -> Result<TestServer, String> {
+        Self::start_with(&[])
+    }
+
+    /// As [`start`](Self::start), with more `redis-server` arguments (for
+    /// example `["--cluster-enabled", "yes"]`), kept for a restart.
+    ///
+    /// # Errors
+    /// What to install, or what failed, in words.
+    pub fn start_with(args: &[&str]) -> Result<TestServer, String> {
         let dir = tempfile::Builder::new()
             .prefix("semaphore-redis-")
             .tempdir()
             .map_err(|e| format!("a temporary directory for Redis: {e}"))?;
-        let child = spawn(dir.path())?;
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let child = spawn(dir.path(), &args)?;
         watchdog(dir.path(), child.id())?;
         let url = format!("redis+unix://{}", socket(dir.path()).display());
         Ok(TestServer {
             url,
             owned: Some(Owned {
                 dir,
+                args,
                 child: Mutex::new(child),
             }),
         })
@@ -111,7 +124,7 @@ impl TestServer {
         let mut child = owned.child.lock().unwrap_or_else(|e| e.into_inner());
         let _ = child.kill();
         let _ = child.wait();
-        *child = spawn(owned.dir.path()).expect("restarting redis-server");
+        *child = spawn(owned.dir.path(), &owned.args).expect("restarting redis-server");
         watchdog(owned.dir.path(), child.id()).expect("a watchdog for the restarted server");
     }
 
@@ -145,9 +158,9 @@ fn socket(dir: &Path) -> PathBuf {
     dir.join("redis.sock")
 }
 
-/// Starts `redis-server` on the directory's socket and waits until it
-/// answers `PING`.
-fn spawn(dir: &Path) -> Result<Child, String> {
+/// Starts `redis-server` on the directory's socket, with `args` too, and
+/// waits until it answers `PING`.
+fn spawn(dir: &Path, args: &[String]) -> Result<Child, String> {
     let socket = socket(dir);
     let _ = std::fs::remove_file(&socket);
     let mut child = Command::new("redis-server")
@@ -158,6 +171,7 @@ fn spawn(dir: &Path) -> Result<Child, String> {
         .arg(dir)
         .arg("--logfile")
         .arg(dir.join("redis.log"))
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
