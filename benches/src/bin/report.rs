@@ -286,6 +286,45 @@ fn print_processes() {
         }
         None => println!("| 20. SQLite hot pool | not run | | | | |"),
     }
+    match processes(22) {
+        Some(stores) => {
+            for (store, label) in [
+                ("postgres", "PostgreSQL"),
+                ("redis", "Redis"),
+                ("mysql", "MySQL"),
+            ] {
+                let v = &stores[store];
+                if v.is_null() {
+                    continue;
+                }
+                let pools = v["pools"].as_f64().unwrap_or(f64::NAN);
+                for (what, key, goal) in [
+                    ("borrow+return pair", "pair_us", Some(1.5)),
+                    ("register of a new pool", "register_us", None),
+                    ("inspect", "inspect_us", None),
+                ] {
+                    let among = v["among"][key].as_f64().unwrap_or(f64::NAN);
+                    let alone = v["alone"][key].as_f64().unwrap_or(f64::NAN);
+                    let ratio = among / alone;
+                    let (goal, met) = match goal {
+                        Some(g) => (format!("<= {g}x"), judged(ratio <= g)),
+                        None => ("none".to_string(), "-"),
+                    };
+                    println!(
+                        "| 22. {label}, {what} among {pools:.0} pools vs one pool alone | {} | {} | {ratio:.2}x | {goal} | {met} |",
+                        time(among * 1e3),
+                        time(alone * 1e3),
+                    );
+                }
+                println!(
+                    "| 22. {label}, {pools:.0} pools: set-up time; bytes per pool | {:.0} s; {:.0} B | | | none | - |",
+                    v["set_up_s"].as_f64().unwrap_or(f64::NAN),
+                    v["bytes_per_pool"].as_f64().unwrap_or(f64::NAN),
+                );
+            }
+        }
+        None => println!("| 22. A million pools | not run | | | | |"),
+    }
     match processes(21) {
         Some(v) => {
             let [python, rust, floor] = [
