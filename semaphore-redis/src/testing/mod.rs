@@ -1,6 +1,6 @@
 //! A Redis server for tests (feature `test-util`): the one that
 //! `SEMAPHORE_REDIS_URL` names, or a throwaway `redis-server` started on
-//! this machine.
+//! this machine; and a throwaway Redis Cluster ([`TestCluster`]).
 //!
 //! A throwaway server keeps nothing on disk and listens on a unix socket in
 //! a temporary directory only, so it collides with no other server. A
@@ -17,6 +17,10 @@
 //! let prefix = TestServer::fresh_prefix(); // one per test
 //! println!("{} / {prefix}", server.url());
 //! ```
+
+mod cluster;
+
+pub use cluster::TestCluster;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -199,8 +203,13 @@ fn spawn(dir: &Path, args: &[String]) -> Result<Child, String> {
 
 /// One inline command over the socket; the first reply's bytes as read.
 fn send(socket: &Path, words: &str) -> std::io::Result<String> {
-    let mut stream = UnixStream::connect(socket)?;
+    let stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    ask(stream, words)
+}
+
+/// One inline command on `stream`; the first reply's bytes as read.
+fn ask(mut stream: impl Read + Write, words: &str) -> std::io::Result<String> {
     stream.write_all(format!("{words}\r\n").as_bytes())?;
     let mut buf = [0u8; 4096];
     let n = stream.read(&mut buf)?;
