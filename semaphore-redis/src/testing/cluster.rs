@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{INSTALL, ask, watchdog};
+use super::{INSTALL, ask, started, watchdog};
 
 /// Masters, and replicas of each.
 const MASTERS: usize = 3;
@@ -141,36 +141,13 @@ fn spawn(dir: &Path, port: u16) -> Result<Child, String> {
     let home = dir.join(port.to_string());
     std::fs::create_dir_all(&home).map_err(|e| format!("a folder for node {port}: {e}"))?;
     let log = home.join("redis.log");
-    let mut child = Command::new("redis-server")
+    let mut command = Command::new("redis-server");
+    command
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
         .args(["--save", "", "--appendonly", "no", "--dir"])
         .arg(&home)
         .arg("--logfile")
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => INSTALL.to_string(),
-            _ => format!("starting redis-server: {e}"),
-        })?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if command(port, "PING").is_ok_and(|answer| answer.starts_with("+PONG")) {
-            return Ok(child);
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
-                "redis-server exited ({status}); see {}",
-                log.display()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    Err(format!(
-        "redis-server on port {port} did not answer within 30 s"
-    ))
+        .arg(&log);
+    started(command, &log, || self::command(port, "PING"))
 }

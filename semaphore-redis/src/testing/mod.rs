@@ -167,7 +167,8 @@ fn socket(dir: &Path) -> PathBuf {
 fn spawn(dir: &Path, args: &[String]) -> Result<Child, String> {
     let socket = socket(dir);
     let _ = std::fs::remove_file(&socket);
-    let mut child = Command::new("redis-server")
+    let mut command = Command::new("redis-server");
+    command
         .args(["--port", "0", "--save", "", "--appendonly", "no"])
         .arg("--unixsocket")
         .arg(&socket)
@@ -175,7 +176,18 @@ fn spawn(dir: &Path, args: &[String]) -> Result<Child, String> {
         .arg(dir)
         .arg("--logfile")
         .arg(dir.join("redis.log"))
-        .args(args)
+        .args(args);
+    started(command, &dir.join("redis.log"), || send(&socket, "PING"))
+}
+
+/// Starts `redis-server` as `command` says and waits up to 30 s until
+/// `ping` answers `PONG`; an error that names `log` if it exits first.
+fn started(
+    mut command: Command,
+    log: &Path,
+    ping: impl Fn() -> std::io::Result<String>,
+) -> Result<Child, String> {
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -186,19 +198,22 @@ fn spawn(dir: &Path, args: &[String]) -> Result<Child, String> {
         })?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if send(&socket, "PING").is_ok_and(|answer| answer.starts_with("+PONG")) {
+        if ping().is_ok_and(|answer| answer.starts_with("+PONG")) {
             return Ok(child);
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!(
                 "redis-server exited ({status}); see {}",
-                dir.join("redis.log").display()
+                log.display()
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = child.kill();
-    Err("redis-server did not answer within 30 s".into())
+    Err(format!(
+        "redis-server did not answer within 30 s; see {}",
+        log.display()
+    ))
 }
 
 /// One inline command over the socket; the first reply's bytes as read.
