@@ -15,7 +15,10 @@
 //! Each write keeps its own answer: one that fails is rolled back to its
 //! savepoint and answered with its error, and the others commit. If the
 //! transaction cannot begin or commit, every write of the batch is
-//! answered with that failure, and none took effect.
+//! answered with that failure, and none took effect; so too if a write's
+//! failure makes SQLite roll back the whole transaction itself (a full
+//! disk, an I/O error): that write answers its own error, the others a
+//! retryable one, and the rest are not run.
 
 use std::sync::Arc;
 
@@ -158,16 +161,34 @@ impl Group {
             Err(e) => return fail_all(jobs, &like(&e)),
         };
         let alone = jobs.len() == 1;
-        let done: Vec<Done> = jobs
-            .into_iter()
-            .map(|job| {
-                job(Step::Run {
-                    conn: &tx,
-                    now,
-                    alone,
-                })
-            })
-            .collect();
+        let mut done: Vec<Done> = Vec::with_capacity(jobs.len());
+        let mut jobs = jobs.into_iter();
+        for job in jobs.by_ref() {
+            done.push(job(Step::Run {
+                conn: &tx,
+                now,
+                alone,
+            }));
+            if tx.is_autocommit() {
+                // A write's failure made SQLite roll back the whole
+                // transaction itself (a full disk, an I/O error, out of
+                // memory, a trigger's `RAISE(ROLLBACK)`): none of the
+                // batch took effect, and a write run now would commit on
+                // its own. Each is answered so: the failed one with its
+                // own error, the others with this one, retryable.
+                let lost = |operation| Error::Storage {
+                    operation,
+                    retryable: true,
+                    source: "SQLite rolled back the write batch this write was in, as another \
+                             write of it failed; nothing of the batch took effect"
+                        .into(),
+                };
+                for done in done {
+                    (done.answer)(Some(&lost));
+                }
+                return fail_all(jobs.collect(), &lost);
+            }
+        }
         // A write alone that failed is rolled back whole (dropping the
         // transaction), and answers its own error.
         let ended = if alone && !done[0].ok {
@@ -182,11 +203,14 @@ impl Group {
     }
 }
 
-/// A flight on the blocking pool. Dropped before it ran out (never
-/// started, as its runtime shut down first, or a write panicked), it
-/// abandons the queue: the writes queued are dropped, which answers each
-/// with an error, and the next write starts a new flight instead of
-/// queueing behind one that will never run.
+/// A flight on the blocking pool. Dropped before it started (its runtime
+/// shuts down, and its blocking pool refuses new work), it runs on a
+/// thread of its own instead, so that the writes queued still land and
+/// answer whoever still waits: a guard dropped during its runtime's
+/// shutdown is returned (R13). Dropped as a write panicked, it abandons
+/// the queue: the writes queued are dropped, which answers each with an
+/// error, and the next write starts a new flight instead of queueing
+/// behind one that will never run.
 struct Flight {
     group: Arc<Group>,
     ran_out: bool,
@@ -201,7 +225,22 @@ impl Flight {
 
 impl Drop for Flight {
     fn drop(&mut self) {
-        if !self.ran_out {
+        if self.ran_out {
+            return;
+        }
+        if std::thread::panicking() {
+            drop(self.group.batches.abandon());
+            return;
+        }
+        let flight = Flight {
+            group: self.group.clone(),
+            ran_out: false,
+        };
+        let spawned = std::thread::Builder::new()
+            .name("semaphore-sqlite-batch".into())
+            .spawn(move || flight.run());
+        if spawned.is_err() {
+            // No thread either: answered, not lost in silence.
             drop(self.group.batches.abandon());
         }
     }
@@ -274,8 +313,12 @@ fn in_savepoint<T>(
             }
         },
         Err(e) => {
-            conn.execute_batch("ROLLBACK TO batched; RELEASE batched")
-                .map_err(storage(operation))?;
+            // Unless SQLite rolled back the whole transaction itself (the
+            // batch sees it, and answers each write).
+            if !conn.is_autocommit() {
+                conn.execute_batch("ROLLBACK TO batched; RELEASE batched")
+                    .map_err(storage(operation))?;
+            }
             Err(storage(operation)(e))
         }
     }
@@ -299,12 +342,13 @@ mod tests {
         Arc::new(Group::new(Arc::new(Mutex::new(conn)), None, files, time))
     }
 
-    /// A flight whose runtime has shut down is dropped unrun; the handle's
-    /// next write, on another runtime, starts a flight of its own instead
-    /// of queueing behind the dropped one for ever, and the write the
-    /// dropped flight carried is answered with an error.
+    /// A flight whose runtime has shut down is refused by its blocking
+    /// pool and runs on a thread of its own: the write it carries lands and
+    /// is answered (R13: a guard dropped during a shutdown is returned),
+    /// and the handle's next write, on another runtime, is not stranded
+    /// behind it.
     #[test]
-    fn a_flight_dropped_unrun_does_not_strand_the_next_write() {
+    fn a_flight_its_runtime_refuses_runs_on_a_thread_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let group = group_on(&dir);
         let dying = tokio::runtime::Runtime::new().unwrap();
@@ -312,27 +356,36 @@ mod tests {
         drop(dying);
         let mut first =
             Box::pin(group.write("test", |c, _| c.execute("INSERT INTO t VALUES (1)", [])));
-        let polled = {
+        {
             let _inside = dead.enter();
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            first.as_mut().poll(&mut cx)
-        };
-        assert!(
-            matches!(polled, std::task::Poll::Ready(Err(_))),
-            "the dropped flight's write is answered at once, with an error: {polled:?}"
-        );
+            let polled = first.as_mut().poll(&mut cx);
+            assert!(
+                !matches!(polled, std::task::Poll::Ready(Err(_))),
+                "the write was dropped with its flight: {polled:?}"
+            );
+        }
         let next = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .unwrap();
         next.block_on(async {
+            let within = std::time::Duration::from_secs(30);
+            let first = tokio::time::timeout(within, first).await;
+            assert!(matches!(first, Ok(Ok(1))), "the first write: {first:?}");
             let second = group.write("test", |c, _| c.execute("INSERT INTO t VALUES (2)", []));
-            let second = tokio::time::timeout(std::time::Duration::from_secs(30), second).await;
+            let second = tokio::time::timeout(within, second).await;
             assert!(
                 matches!(second, Ok(Ok(1))),
-                "the next write was stranded behind the dropped flight: {second:?}"
+                "the next write was stranded: {second:?}"
             );
         });
+        let rows: i64 = group
+            .conn
+            .lock()
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 2);
     }
 
     /// Three writes queued while the connection is busy go in one

@@ -44,15 +44,43 @@ pub(crate) async fn run<T: Send + 'static>(
         return transaction(&mut conn);
     }
     let conn = conn.clone();
-    tokio::task::spawn_blocking(move || {
-        in_line(&mut conn.lock(), writers.as_deref(), operation, transaction)
-    })
-    .await
-    .map_err(|join| Error::Storage {
-        operation,
-        retryable: false,
-        source: Box::new(join),
-    })?
+    off_the_scheduler(move || in_line(&mut conn.lock(), writers.as_deref(), operation, transaction))
+        .await
+        .map_err(|source| Error::Storage {
+            operation,
+            retryable: false,
+            source,
+        })?
+}
+
+/// Runs `work` on the runtime's blocking pool or, if that pool refuses it
+/// (its runtime shuts down: the task is cancelled before it starts), on a
+/// thread of its own, so that the transaction still lands and answers a
+/// caller that still waits: a guard dropped during its runtime's shutdown
+/// is returned (R13). A panic of `work` is the error.
+async fn off_the_scheduler<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, Box<dyn std::error::Error + Send + Sync>> {
+    let slot = Arc::new(Mutex::new(Some(work)));
+    let pool_side = slot.clone();
+    let refused =
+        match tokio::task::spawn_blocking(move || pool_side.lock().take().map(|w| w())).await {
+            Ok(Some(out)) => return Ok(out),
+            Ok(None) => return Err("the transaction ran elsewhere".into()),
+            Err(join) if join.is_cancelled() => join,
+            Err(join) => return Err(Box::new(join)),
+        };
+    let Some(work) = slot.lock().take() else {
+        return Err(Box::new(refused));
+    };
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("semaphore-sqlite-write".into())
+        .spawn(move || drop(answer.send(work())))
+        .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?;
+    answered
+        .await
+        .map_err(|_| "the transaction's thread ended without an answer".into())
 }
 
 /// This process's connection, and the writers' lock if `writers` is
