@@ -313,7 +313,6 @@ fn grace_ms(grace: std::time::Duration, session: std::time::Duration) -> u64 {
     millis(grace.max(session)).unsigned_abs()
 }
 
-/// Fails unless the server is Redis 7.0 or later (the scripts' flags).
 /// Refuses a Redis Cluster node (`cluster_enabled:1`): every call's script
 /// reads keys outside its pool's hash slot (its session's end, the server's
 /// run id), which a cluster answers with `MOVED` or a refusal of non-local
@@ -338,6 +337,7 @@ async fn refuse_cluster(connection: &mut ConnectionManager) -> Result<()> {
     Ok(())
 }
 
+/// Fails unless the server is Redis 7.0 or later (the scripts' flags).
 async fn check_version(connection: &mut ConnectionManager) -> Result<()> {
     let info: String = redis::cmd("INFO")
         .arg("server")

@@ -232,13 +232,18 @@ impl Drop for Flight {
             drop(self.group.batches.abandon());
             return;
         }
-        let flight = Flight {
-            group: self.group.clone(),
-            ran_out: false,
-        };
+        // The flight is made on the thread: a spawn that fails drops only
+        // the group, not another flight that would try again.
+        let group = self.group.clone();
         let spawned = std::thread::Builder::new()
             .name("semaphore-sqlite-batch".into())
-            .spawn(move || flight.run());
+            .spawn(move || {
+                Flight {
+                    group,
+                    ran_out: false,
+                }
+                .run()
+            });
         if spawned.is_err() {
             // No thread either: answered, not lost in silence.
             drop(self.group.batches.abandon());
