@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hot::{borrow_and_return, rate_of, tasks, worker};
-use semaphore_benches::{out_dir, tree_cpu_ns, unix_us};
+use semaphore_benches::{out_dir, per_unit, tree_cpu_ns, unix_us};
 use semaphore_mysql::mysql_async::prelude::Queryable;
 use semaphore_mysql::testing::TestServer;
 use semaphore_mysql::{MysqlOptions, MysqlStore, Pool, PoolId};
@@ -178,14 +178,7 @@ impl Counters {
 
     /// What happened since `before`, per unit of work (`units` of them).
     fn per(&self, before: &Counters, units: f64) -> serde_json::Value {
-        let mut per: serde_json::Map<_, _> = self
-            .status
-            .iter()
-            .map(|(name, n)| {
-                let was = before.status.get(name).copied().unwrap_or(0.0);
-                (name.clone(), serde_json::json!((n - was) / units))
-            })
-            .collect();
+        let mut per = per_unit(&self.status, &before.status, units, f64::MIN);
         per.insert(
             "server_cpu_us".into(),
             serde_json::json!((self.cpu_us - before.cpu_us) / units),

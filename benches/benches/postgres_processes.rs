@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hot::{SECONDS, borrow_and_return, rate_of, tasks, worker};
-use semaphore_benches::{out_dir, tree_cpu_ns, unix_us};
+use semaphore_benches::{out_dir, per_unit, tree_cpu_ns, unix_us};
 use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::tokio_postgres::Client;
 use semaphore_postgres::tokio_postgres::types::Type;
@@ -246,20 +246,8 @@ impl Counters {
 
     /// What happened since `before`, per unit of work (`units` of them).
     fn per(&self, before: &Counters, units: f64) -> serde_json::Value {
-        let calls: serde_json::Map<_, _> = self
-            .calls
-            .iter()
-            .map(|(name, n)| (name, n - before.calls.get(name).copied().unwrap_or(0.0)))
-            .filter(|(_, n)| *n > 0.0)
-            .map(|(name, n)| (name.clone(), serde_json::json!(n / units)))
-            .collect();
-        let top: serde_json::Map<_, _> = self
-            .top
-            .iter()
-            .map(|(text, n)| (text, n - before.top.get(text).copied().unwrap_or(0.0)))
-            .filter(|(_, n)| *n / units >= 0.01)
-            .map(|(text, n)| (text.clone(), serde_json::json!(n / units)))
-            .collect();
+        let calls = per_unit(&self.calls, &before.calls, units, f64::MIN_POSITIVE);
+        let top = per_unit(&self.top, &before.top, units, 0.01);
         serde_json::json!({
             "top_level": top,
             "transactions": (self.xacts - before.xacts) / units,

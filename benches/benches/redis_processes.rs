@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hot::{borrow_and_return, rate_of, worker};
-use semaphore_benches::out_dir;
+use semaphore_benches::{out_dir, per_unit};
 use semaphore_redis::redis::Script;
 use semaphore_redis::testing::TestServer;
 use semaphore_redis::{Pool, PoolId, RedisOptions, RedisStore};
@@ -187,13 +187,7 @@ impl Counters {
     /// What happened since `before`, per unit of work (`units` of them):
     /// the server's CPU, and the commands called at least once per 100.
     fn per(&self, before: &Counters, units: f64) -> serde_json::Value {
-        let calls: serde_json::Map<_, _> = self
-            .calls
-            .iter()
-            .map(|(name, n)| (name, n - before.calls.get(name).copied().unwrap_or(0.0)))
-            .filter(|(_, n)| *n / units >= 0.01)
-            .map(|(name, n)| (name.clone(), serde_json::json!(n / units)))
-            .collect();
+        let calls = per_unit(&self.calls, &before.calls, units, 0.01);
         serde_json::json!({
             "server_cpu_us": (self.cpu_us - before.cpu_us) / units,
             "calls": calls,

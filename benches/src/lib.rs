@@ -78,6 +78,23 @@ pub fn tree_cpu_ns(root: u32) -> u64 {
     (own + children) * TICK_NS
 }
 
+/// Running totals by name (a server's counters), as what happened between
+/// `before` and `after` per unit of work (`units` of them): the names at
+/// `min` per unit or more, for a profile.
+pub fn per_unit(
+    after: &std::collections::BTreeMap<String, f64>,
+    before: &std::collections::BTreeMap<String, f64>,
+    units: f64,
+    min: f64,
+) -> serde_json::Map<String, serde_json::Value> {
+    after
+        .iter()
+        .map(|(name, n)| (name, (n - before.get(name).copied().unwrap_or(0.0)) / units))
+        .filter(|(_, per)| *per >= min)
+        .map(|(name, per)| (name.clone(), serde_json::json!(per)))
+        .collect()
+}
+
 /// Where the own-harness benches write their figures for `report`:
 /// `target/semaphore-bench`, created if need be. `tmpdir` is the bench's
 /// `CARGO_TARGET_TMPDIR`.

@@ -313,6 +313,15 @@ fn grace_ms(grace: std::time::Duration, session: std::time::Duration) -> u64 {
     millis(grace.max(session)).unsigned_abs()
 }
 
+/// The server's `INFO` section `section`, read at connect.
+async fn info(connection: &mut ConnectionManager, section: &str) -> Result<String> {
+    redis::cmd("INFO")
+        .arg(section)
+        .query_async(connection)
+        .await
+        .map_err(storage("connect"))
+}
+
 /// Refuses a Redis Cluster node (`cluster_enabled:1`): every call's script
 /// reads keys outside its pool's hash slot (its session's end, the server's
 /// run id), which a cluster answers with `MOVED` or a refusal of non-local
@@ -320,11 +329,7 @@ fn grace_ms(grace: std::time::Duration, session: std::time::Duration) -> u64 {
 /// (`CROSSSLOT`). Better at connect, with what to do, than at the first
 /// borrow.
 async fn refuse_cluster(connection: &mut ConnectionManager) -> Result<()> {
-    let info: String = redis::cmd("INFO")
-        .arg("cluster")
-        .query_async(connection)
-        .await
-        .map_err(storage("connect"))?;
+    let info = info(connection, "cluster").await?;
     if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
         return Err(Error::InvalidArgument {
             field: "url",
@@ -339,11 +344,7 @@ async fn refuse_cluster(connection: &mut ConnectionManager) -> Result<()> {
 
 /// Fails unless the server is Redis 7.0 or later (the scripts' flags).
 async fn check_version(connection: &mut ConnectionManager) -> Result<()> {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(connection)
-        .await
-        .map_err(storage("connect"))?;
+    let info = info(connection, "server").await?;
     let version = info
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
