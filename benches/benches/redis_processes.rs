@@ -145,7 +145,7 @@ struct Counters {
 }
 
 impl Counters {
-    async fn read(connection: &mut semaphore_redis::redis::aio::ConnectionManager) -> Counters {
+    async fn read(connection: &mut semaphore_redis::Connection) -> Counters {
         let info = |section: &'static str| {
             let mut connection = connection.clone();
             async move {

@@ -140,11 +140,11 @@ pub(crate) struct StoreArgs {
     /// $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL or $SEMAPHORE_DB, else
     /// semaphore.db in the user's data directory ($XDG_DATA_HOME, else
     /// ~/.local/share). A flag always wins over the environment.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "mysql"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "redis_cluster", "mysql"])]
     pub(crate) sqlite: Option<PathBuf>,
 
     /// A PostgreSQL connection string, for jobs on many machines.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "mysql"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "redis_cluster", "mysql"])]
     pub(crate) postgres: Option<String>,
 
     /// The PostgreSQL schema of the store's tables.
@@ -164,8 +164,13 @@ pub(crate) struct StoreArgs {
     pub(crate) postgres_no_migrate: bool,
 
     /// A Redis URL (redis://host:port/db), for jobs on many machines.
-    #[arg(long, value_name = "URL", conflicts_with = "mysql")]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["mysql", "redis_cluster"])]
     pub(crate) redis: Option<String>,
+
+    /// A Redis Cluster: some or all of its nodes' URLs, comma-separated
+    /// (redis://host:port,redis://host:port), for jobs on many machines.
+    #[arg(long, value_name = "URL,URL,...", conflicts_with = "mysql")]
+    pub(crate) redis_cluster: Option<String>,
 
     /// A MySQL or MariaDB URL (mysql://user:password@host:port/database),
     /// for jobs on many machines.
@@ -341,12 +346,12 @@ pub(crate) struct ServeArgs {
     /// $SEMAPHORE_DB, else semaphore.db in the user's data directory, the
     /// same default as every other subcommand. A flag always wins over the
     /// environment.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "mysql", "memory"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "redis_cluster", "mysql", "memory"])]
     pub(crate) sqlite: Option<PathBuf>,
 
     /// A PostgreSQL connection string: every server on the database serves
     /// the same pools.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "mysql", "memory"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "redis_cluster", "mysql", "memory"])]
     pub(crate) postgres: Option<String>,
 
     /// The PostgreSQL schema for the store's tables.
@@ -367,8 +372,14 @@ pub(crate) struct ServeArgs {
 
     /// A Redis URL (redis://host:port/db): every server on it serves the
     /// same pools.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["mysql", "memory"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["mysql", "memory", "redis_cluster"])]
     pub(crate) redis: Option<String>,
+
+    /// A Redis Cluster: some or all of its nodes' URLs, comma-separated
+    /// (redis://host:port,redis://host:port); every server on it serves
+    /// the same pools.
+    #[arg(long, value_name = "URL,URL,...", conflicts_with_all = ["mysql", "memory"])]
+    pub(crate) redis_cluster: Option<String>,
 
     /// A MySQL or MariaDB URL (mysql://user:password@host:port/database):
     /// every server on it serves the same pools. MySQL has no

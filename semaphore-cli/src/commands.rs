@@ -221,6 +221,7 @@ fn choice(store: &StoreArgs) -> Result<crate::store::Choice, Exit> {
         prepared: store.postgres_prepared_statements,
         no_migrate: store.postgres_no_migrate,
         redis: store.redis.clone(),
+        redis_cluster: store.redis_cluster.clone(),
         prefix: store.redis_prefix.clone(),
         grace: store.redis_restart_grace,
         mysql: store.mysql.clone(),

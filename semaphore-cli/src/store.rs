@@ -39,7 +39,11 @@ pub(crate) enum Choice {
         migrate: bool,
     },
     Redis {
+        /// One server's URL, or (`cluster`) a cluster's nodes' URLs,
+        /// comma-separated.
         url: String,
+        /// `--redis-cluster`.
+        cluster: bool,
         prefix: String,
         grace: Duration,
         session: Option<Duration>,
@@ -62,6 +66,8 @@ pub(crate) struct Flags {
     /// `--postgres-no-migrate`.
     pub(crate) no_migrate: bool,
     pub(crate) redis: Option<String>,
+    /// `--redis-cluster`: the nodes' URLs, comma-separated.
+    pub(crate) redis_cluster: Option<String>,
     pub(crate) prefix: String,
     pub(crate) grace: Duration,
     pub(crate) mysql: Option<String>,
@@ -90,14 +96,18 @@ impl Choice {
         if let Some(url) = flags.postgres {
             return Ok(postgres(url));
         }
-        let redis = |url| Choice::Redis {
+        let redis = |url, cluster| Choice::Redis {
             url,
+            cluster,
             prefix: flags.prefix.clone(),
             grace: flags.grace,
             session: flags.session,
         };
         if let Some(url) = flags.redis {
-            return Ok(redis(url));
+            return Ok(redis(url, false));
+        }
+        if let Some(urls) = flags.redis_cluster {
+            return Ok(redis(urls, true));
         }
         let mysql = |url| Choice::Mysql {
             url,
@@ -109,7 +119,7 @@ impl Choice {
         }
         let set = [
             env("SEMAPHORE_PG_URL").map(postgres),
-            env("SEMAPHORE_REDIS_URL").map(redis),
+            env("SEMAPHORE_REDIS_URL").map(|url| redis(url, false)),
             env("SEMAPHORE_MYSQL_URL").map(mysql),
             env("SEMAPHORE_DB").map(|path| Choice::Sqlite(path.into())),
         ];
@@ -166,6 +176,7 @@ impl Choice {
             }
             Choice::Redis {
                 url,
+                cluster,
                 prefix,
                 grace,
                 session,
@@ -174,7 +185,12 @@ impl Choice {
                 if let Some(timeout) = session {
                     options = options.session_timeout(*timeout);
                 }
-                Arc::new(RedisStore::connect_with(url, options).await?)
+                if *cluster {
+                    let urls: Vec<&str> = url.split(',').map(str::trim).collect();
+                    Arc::new(RedisStore::connect_cluster_with(&urls, options).await?)
+                } else {
+                    Arc::new(RedisStore::connect_with(url, options).await?)
+                }
             }
             Choice::Mysql {
                 url,
@@ -242,11 +258,12 @@ impl Choice {
             ],
             Choice::Redis {
                 url,
+                cluster,
                 prefix,
                 grace,
                 session,
             } => vec![
-                "redis".into(),
+                if *cluster { "redis-cluster" } else { "redis" }.into(),
                 url.clone(),
                 prefix.clone(),
                 grace.as_millis().to_string(),
@@ -299,12 +316,15 @@ impl Choice {
                 session: session(s)?,
                 migrate: migrate == "true",
             },
-            [kind, url, prefix, grace, s] if kind == "redis" => Choice::Redis {
-                url: url.clone(),
-                prefix: prefix.clone(),
-                grace: Duration::from_millis(grace.parse().ok()?),
-                session: session(s)?,
-            },
+            [kind, url, prefix, grace, s] if kind == "redis" || kind == "redis-cluster" => {
+                Choice::Redis {
+                    url: url.clone(),
+                    cluster: kind == "redis-cluster",
+                    prefix: prefix.clone(),
+                    grace: Duration::from_millis(grace.parse().ok()?),
+                    session: session(s)?,
+                }
+            }
             [kind, url, prefix, s] if kind == "mysql" => Choice::Mysql {
                 url: url.clone(),
                 prefix: prefix.clone(),
@@ -321,7 +341,12 @@ impl Choice {
             Choice::Memory => "memory".into(),
             Choice::Sqlite(path) => format!("sqlite {}", path.display()),
             Choice::Postgres { schema, .. } => format!("postgres schema {schema}"),
-            Choice::Redis { prefix, .. } => format!("redis prefix {prefix}"),
+            Choice::Redis {
+                prefix, cluster, ..
+            } => format!(
+                "redis{} prefix {prefix}",
+                if *cluster { " cluster" } else { "" }
+            ),
             Choice::Mysql { prefix, .. } => format!("mysql tables {prefix}_*"),
         }
     }
@@ -387,9 +412,17 @@ mod tests {
             },
             Choice::Redis {
                 url: "redis://h/".into(),
+                cluster: false,
                 prefix: "p".into(),
                 grace: Duration::from_secs(60),
                 session: None,
+            },
+            Choice::Redis {
+                url: "redis://a:1,redis://b:2".into(),
+                cluster: true,
+                prefix: "p".into(),
+                grace: Duration::from_secs(5),
+                session: Some(Duration::from_secs(3)),
             },
             Choice::Mysql {
                 url: "mysql://root@h/db".into(),

@@ -3,17 +3,18 @@
 use std::sync::Arc;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ScriptInvocation, Value};
-use semaphore_core::store::{Changes, DecidingClock, millis};
+use redis::{FromRedisValue, ScriptInvocation, Value};
+use semaphore_core::store::{Changes, DecidingClock, WAITER_TTL_MS, millis};
 use semaphore_core::{Error, PoolId, Result, Session};
 
+use crate::cluster::Listener;
 use crate::error::{malformed, storage};
 use crate::holder::Holder;
+use crate::keys::Place;
 use crate::scripts::{self, Common, Kind, script};
-use crate::session::Beats;
+use crate::session::{Beats, Client};
 use crate::subscribe::{self, Subscriber};
-use crate::{RedisOptions, keys};
-use semaphore_core::store::WAITER_TTL_MS;
+use crate::{Connection, RedisOptions, keys, slots};
 
 /// A [`Store`](semaphore_core::store::Store) on one Redis server (7.0 or
 /// later), shared by any number of processes on any number of machines.
@@ -25,11 +26,12 @@ use semaphore_core::store::WAITER_TTL_MS;
 ///   so clients whose clocks disagree can neither over-issue nor take a
 ///   live lease. [`Store::clock`](semaphore_core::store::Store::clock) is
 ///   this process's view of the server's clock, refreshed every minute.
-/// - **Cluster-ready keys**: every key of a pool is
-///   `PREFIX:{<pool id>}:...`, so a pool lives in one cluster slot. This
-///   store connects to one server (or a proxy); a multi-pool borrow
-///   ([`PoolSet`](semaphore_core::PoolSet)) touches several slots, which a
-///   cluster refuses (`CROSSSLOT`).
+/// - **One server or a Redis Cluster**: [`connect`](RedisStore::connect)
+///   takes one server (or a proxy in front of one),
+///   [`connect_cluster`](RedisStore::connect_cluster) a cluster. Every key
+///   of a pool is `PREFIX:{<pool id>}:...`, so a pool lives in one hash
+///   slot, and each primitive runs on its pool's slot alone; see
+///   [`connect_cluster`](RedisStore::connect_cluster) for what differs.
 /// - **Wake-up:** one pub/sub connection per store on `PREFIX:wake`, fanned
 ///   out to this process's waiters; a fallback poll covers lost messages.
 /// - **Fair across machines (R11):** the heads of each process's queue are
@@ -66,18 +68,29 @@ use semaphore_core::store::WAITER_TTL_MS;
 /// ```
 #[derive(Debug)]
 pub struct RedisStore {
-    pub(crate) connection: ConnectionManager,
+    pub(crate) connection: Connection,
     pub(crate) prefix: String,
-    pub(crate) channel: String,
     pub(crate) changes: Arc<Changes>,
     pub(crate) time: DecidingClock,
     pub(crate) restart_grace_ms: u64,
     /// The connection that marks this process's queued heads as alive
-    /// (R16, amended: a waiter's place is bound to a connection).
-    pub(crate) holder: Holder,
+    /// (R16, amended: a waiter's place is bound to a connection); none on
+    /// a cluster.
+    pub(crate) holder: Option<Holder>,
     /// The session this store's bound leases belong to (R16, amended).
     pub(crate) session: Session,
-    _subscriber: Subscriber,
+    /// Its heartbeat, which a bound borrow on a cluster slot joins first.
+    pub(crate) beats: Arc<Beats>,
+    pub(crate) wake: Wake,
+}
+
+/// How the store's waiters learn of changes.
+#[derive(Debug)]
+pub(crate) enum Wake {
+    /// One server's channel, `PREFIX:wake`.
+    Server { _subscriber: Subscriber },
+    /// A cluster's sharded channels, one per hash slot.
+    Cluster(Listener),
 }
 
 impl RedisStore {
@@ -100,9 +113,8 @@ impl RedisStore {
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `url`, `prefix`,
     ///   `poll_interval` or `response_timeout`; naming `url` too if the
-    ///   server is a Redis Cluster node, which this store does not support
-    ///   yet (a call's script reads keys of other hash slots than its
-    ///   pool's: its session's and the server's run id).
+    ///   server is a Redis Cluster node (connect to a cluster with
+    ///   [`connect_cluster`](RedisStore::connect_cluster)).
     /// - [`Error::NoRuntime`] outside a tokio runtime.
     /// - [`Error::Storage`] if the server cannot be reached (retryable),
     ///   refuses, or is older than 7.0 (not retryable).
@@ -122,59 +134,177 @@ impl RedisStore {
             .set_response_timeout(Some(options.response_timeout))
             .set_connection_timeout(Some(options.response_timeout))
             .set_number_of_retries(1);
-        let mut connection = ConnectionManager::new_with_config(client.clone(), config)
+        let connection = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(storage("connect"))?;
-        check_version(&mut connection).await?;
-        refuse_cluster(&mut connection).await?;
-        for script in [script(Kind::Grow), script(Kind::Shrink)] {
-            script
-                .load_async(&mut connection)
-                .await
-                .map_err(storage("connect"))?;
-        }
-        if let Some(view) = options.time.server() {
-            subscribe::measure(&mut connection, view)
-                .await
-                .map_err(storage("connect"))?;
-        }
+        let mut connection = Connection::Server(connection);
+        refuse_cluster(&connection).await?;
+        Self::prepare(&mut connection, &options).await?;
         let changes = Arc::new(Changes::new());
-        let channel = keys::channel(&options.prefix);
-        let holder = Holder::spawn(client.clone());
-        let timeout =
-            semaphore_core::store::session_timeout(options.session_timeout, &options.time);
-        let session = Session::start(
-            Arc::new(Beats {
-                client: client.clone(),
-                prefix: options.prefix.clone(),
-                channel: channel.clone(),
-                time: options.time.clone(),
-                connection: tokio::sync::Mutex::new(None),
-            }),
-            timeout,
-            options.time.clone(),
-        );
         let subscriber = subscribe::spawn(subscribe::Setup {
-            client,
+            client: client.clone(),
             connection: connection.clone(),
-            channel: channel.clone(),
+            channel: Place::server(&options.prefix).channel,
             changes: changes.clone(),
             poll: options.poll_interval,
             time: options.time.clone(),
         });
+        let holder = Holder::spawn(client.clone());
+        let wake = Wake::Server {
+            _subscriber: subscriber,
+        };
+        Self::start(
+            connection,
+            Client::Server(client),
+            None,
+            wake,
+            changes,
+            options,
+        )
+        .with_holder(holder)
+        .with_session_up()
+        .await
+    }
+
+    /// Connects to the Redis Cluster whose nodes (some or all) are at
+    /// `urls` (`redis://[user:password@]host:port`) with
+    /// [`RedisOptions::default`].
+    ///
+    /// # Errors
+    /// See [`connect_cluster_with`](RedisStore::connect_cluster_with).
+    pub async fn connect_cluster(urls: &[&str]) -> Result<Self> {
+        Self::connect_cluster_with(urls, RedisOptions::default()).await
+    }
+
+    /// Connects to a Redis Cluster (7.0 or later) through redis-rs's
+    /// cluster client, which learns the other nodes from those at `urls`,
+    /// sends each primitive to the master of its pool's hash slot, follows
+    /// `MOVED` and `ASK`, and refreshes its slot map when the topology
+    /// changes. Then it checks the version, loads the scripts on every
+    /// master and opens the session.
+    ///
+    /// What differs from one server (each script touches its pool's slot
+    /// alone):
+    /// - **Sessions** (R16, amended) keep their end once per hash slot
+    ///   where they hold bound leases, `PREFIX:{<slot's tag>}:s:<id>`; the
+    ///   first bound borrow on a slot costs one more round trip, and each
+    ///   heartbeat renews every such key.
+    /// - **Wake-up** is per slot: the scripts `SPUBLISH` to the slot's
+    ///   sharded channel, and the store `SSUBSCRIBE`s to it (one more round
+    ///   trip, once per slot) before its first waiting borrow there.
+    /// - **Failover is a restart** (rule "Restart grace, for every loss of
+    ///   state"): a promoted replica has another run id, so the first grant
+    ///   on each slot after it starts the grace; a `register` that first
+    ///   writes a slot's run key waits (`WAIT`, up to 1 s) until a replica
+    ///   has it, so that no grant is made on a slot whose run key a failover
+    ///   could lose.
+    /// - **Several pools** ([`PoolSet`](semaphore_core::PoolSet)) are
+    ///   borrowed in one script only if they share a hash slot; others are
+    ///   refused with [`Error::InvalidArgument`] naming `pools` and their
+    ///   slots.
+    /// - **Waiters' places** are kept alive by their heartbeat (the waiter
+    ///   ttl), not bound to a connection: a killed waiter holds back the
+    ///   others of its pool for up to 4.5 s.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] naming `urls` if there is none or one
+    ///   does not parse; naming `prefix`, `poll_interval` or
+    ///   `response_timeout` as [`connect_with`](RedisStore::connect_with).
+    /// - [`Error::NoRuntime`] outside a tokio runtime.
+    /// - [`Error::Storage`] if no node can be reached or the cluster
+    ///   refuses (retryable), or a node is older than 7.0 (not retryable).
+    pub async fn connect_cluster_with(urls: &[&str], options: RedisOptions) -> Result<Self> {
+        options.check()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime {
+                operation: "connect",
+            });
+        }
+        let urls: Vec<String> = urls.iter().map(|u| (*u).to_string()).collect();
+        let client = crate::cluster::client(&urls, options.response_timeout, None)?;
+        let connection = client
+            .get_async_connection()
+            .await
+            .map_err(storage("connect"))?;
+        let mut connection = Connection::Cluster(connection);
+        Self::prepare(&mut connection, &options).await?;
+        let changes = Arc::new(Changes::new());
+        let listener = Listener::start(
+            &urls,
+            &options.prefix,
+            options.response_timeout,
+            changes.clone(),
+            options.poll_interval,
+            (connection.clone(), options.time.clone()),
+        )
+        .await?;
+        let home = Some(slots::of_pool(PoolId::from_uuid(uuid::Uuid::new_v4())));
+        let wake = Wake::Cluster(listener);
+        Self::start(
+            connection,
+            Client::Cluster(Box::new(client)),
+            home,
+            wake,
+            changes,
+            options,
+        )
+        .with_session_up()
+        .await
+    }
+
+    /// Checks the version, loads the scripts and reads the server's clock.
+    async fn prepare(connection: &mut Connection, options: &RedisOptions) -> Result<()> {
+        check_version(connection).await?;
+        for script in [script(Kind::Grow), script(Kind::Shrink)] {
+            script
+                .load_async(connection)
+                .await
+                .map_err(storage("connect"))?;
+        }
+        if let Some(view) = options.time.server() {
+            subscribe::measure(connection, view)
+                .await
+                .map_err(storage("connect"))?;
+        }
+        Ok(())
+    }
+
+    /// The store on `connection`, its session started (its home slot is
+    /// `home` on a cluster).
+    fn start(
+        connection: Connection,
+        client: Client,
+        home: Option<u16>,
+        wake: Wake,
+        changes: Arc<Changes>,
+        options: RedisOptions,
+    ) -> Self {
+        let timeout =
+            semaphore_core::store::session_timeout(options.session_timeout, &options.time);
+        let beats = Arc::new(Beats::new(
+            client,
+            options.prefix.clone(),
+            options.time.clone(),
+            timeout,
+            home,
+        ));
+        let session = Session::start(beats.clone(), timeout, options.time.clone());
         Self {
             connection,
-            channel,
             prefix: options.prefix,
             changes,
             time: options.time,
             restart_grace_ms: grace_ms(options.restart_grace, timeout),
-            holder,
+            holder: None,
             session,
-            _subscriber: subscriber,
+            beats,
+            wake,
         }
-        .with_session_up()
-        .await
+    }
+
+    fn with_holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
+        self
     }
 
     /// This store, once its session is open and the connection that marks
@@ -182,7 +312,7 @@ impl RedisStore {
     /// session opens); refused if the session cannot open at all.
     async fn with_session_up(self) -> Result<Self> {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-            while self.holder.id().is_none() {
+            while self.holder.as_ref().is_some_and(|h| h.id().is_none()) {
                 tokio::time::sleep(std::time::Duration::from_millis(2)).await;
             }
         })
@@ -194,9 +324,10 @@ impl RedisStore {
     }
 
     /// The client id of the connection that marks this process's queued
-    /// heads as alive (R16, amended), `None` while it is down.
+    /// heads as alive (R16, amended), `None` while it is down, and always
+    /// on a cluster.
     pub fn holder_id(&self) -> Option<i64> {
-        self.holder.id()
+        self.holder.as_ref().and_then(Holder::id)
     }
 
     /// The prefix of the store's keys.
@@ -222,10 +353,25 @@ impl RedisStore {
         Ok(u32::try_from(heads).unwrap_or(u32::MAX))
     }
 
-    /// The connection the store's scripts run on (redis-rs's connection
-    /// manager: cheap to clone, reconnects by itself).
-    pub fn connection(&self) -> &ConnectionManager {
+    /// The connection the store's scripts run on: cheap to clone,
+    /// reconnects by itself.
+    pub fn connection(&self) -> &Connection {
         &self.connection
+    }
+
+    /// Whether this store is on a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.connection.is_cluster()
+    }
+
+    /// Where pool `pool`'s scripts find the session and run keys and the
+    /// wake-up channel: the server's, or its hash slot's on a cluster.
+    pub(crate) fn place(&self, pool: PoolId) -> Place {
+        if self.is_cluster() {
+            Place::slot(&self.prefix, slots::of_pool(pool))
+        } else {
+            Place::server(&self.prefix)
+        }
     }
 
     /// An invocation of operation `op` on `pools`' keys, with the arguments
@@ -236,14 +382,18 @@ impl RedisStore {
         op: &str,
         pools: impl IntoIterator<Item = PoolId>,
     ) -> ScriptInvocation<'static> {
+        let pools: Vec<PoolId> = pools.into_iter().collect();
+        let place = match pools.first() {
+            Some(pool) => self.place(*pool),
+            None => Place::server(&self.prefix),
+        };
         let keys = pools
             .into_iter()
             .flat_map(|pool| keys::of(&self.prefix, pool));
         let common = Common {
             time: &self.time,
             waiter_ttl_ms: WAITER_TTL_MS,
-            channel: &self.channel,
-            prefix: &self.prefix,
+            place: &place,
             grace_ms: self.restart_grace_ms,
         };
         scripts::invocation(kind, op, keys, &common)
@@ -313,28 +463,29 @@ fn grace_ms(grace: std::time::Duration, session: std::time::Duration) -> u64 {
     millis(grace.max(session)).unsigned_abs()
 }
 
-/// The server's `INFO` section `section`, read at connect.
-async fn info(connection: &mut ConnectionManager, section: &str) -> Result<String> {
-    redis::cmd("INFO")
-        .arg(section)
-        .query_async(connection)
+/// The server's `INFO` section `section` (on a cluster, a master's), read
+/// at connect.
+async fn info(connection: &Connection, section: &str) -> Result<String> {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg(section);
+    let value = connection
+        .on_slot(cmd, 0)
         .await
-        .map_err(storage("connect"))
+        .map_err(storage("connect"))?;
+    String::from_redis_value(value).map_err(|e| malformed("connect", &format!("INFO: {e}")))
 }
 
-/// Refuses a Redis Cluster node (`cluster_enabled:1`): every call's script
-/// reads keys outside its pool's hash slot (its session's end, the server's
-/// run id), which a cluster answers with `MOVED` or a refusal of non-local
-/// keys, and a multi-pool borrow names the keys of several slots
-/// (`CROSSSLOT`). Better at connect, with what to do, than at the first
-/// borrow.
-async fn refuse_cluster(connection: &mut ConnectionManager) -> Result<()> {
+/// Refuses a Redis Cluster node (`cluster_enabled:1`) to
+/// [`RedisStore::connect`]: its scripts would read the session and run keys
+/// outside their pool's hash slot, which a cluster refuses. Better at
+/// connect, with what to do, than at the first borrow.
+async fn refuse_cluster(connection: &Connection) -> Result<()> {
     let info = info(connection, "cluster").await?;
     if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
         return Err(Error::InvalidArgument {
             field: "url",
-            allowed: "a standalone Redis server (this store does not run on Redis Cluster yet: \
-                      its scripts read keys outside a pool's hash slot)"
+            allowed: "a standalone Redis server; for a Redis Cluster, connect with \
+                      RedisStore::connect_cluster (semaphore: --redis-cluster)"
                 .into(),
             got: "a Redis Cluster node".into(),
         });
@@ -343,7 +494,7 @@ async fn refuse_cluster(connection: &mut ConnectionManager) -> Result<()> {
 }
 
 /// Fails unless the server is Redis 7.0 or later (the scripts' flags).
-async fn check_version(connection: &mut ConnectionManager) -> Result<()> {
+async fn check_version(connection: &Connection) -> Result<()> {
     let info = info(connection, "server").await?;
     let version = info
         .lines()

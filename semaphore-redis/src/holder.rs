@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::sync::oneshot;
 
 /// How often the holder's connection is checked.
@@ -106,7 +105,7 @@ async fn session(client: &redis::Client, id: &AtomicI64) {
 
 /// Which of the holders `ids` the server no longer has a connection for:
 /// those are gone. None, if the server will not say.
-pub(crate) async fn gone(connection: &ConnectionManager, ids: &[i64]) -> Vec<i64> {
+pub(crate) async fn gone(connection: &crate::Connection, ids: &[i64]) -> Vec<i64> {
     if ids.is_empty() {
         return Vec::new();
     }

@@ -1,7 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod across;
 mod backend;
+mod cluster;
+mod connection;
 mod error;
 mod holder;
 mod keys;
@@ -10,12 +13,14 @@ mod primitives;
 mod reply;
 mod scripts;
 mod session;
+mod slots;
 mod subscribe;
 
 #[cfg(feature = "test-util")]
 pub mod testing;
 
 pub use backend::RedisStore;
+pub use connection::Connection;
 pub use options::RedisOptions;
 // The core whole: the user API, the rules and the store authors' kit
 // (`store`), so that one dependency is enough.

@@ -36,14 +36,14 @@ fn session_label(session: Option<semaphore_core::SessionId>) -> String {
 impl RedisStore {
     /// The client id that marks this process's queued heads as alive.
     pub(crate) fn connection_label(&self) -> String {
-        label(self.holder.id().map(|id| id.to_string()).as_deref())
+        label(self.holder_id().map(|id| id.to_string()).as_deref())
     }
 
     /// Forgets the queued heads of `pool` whose connections, among
     /// `connections`, the server no longer has (R16, amended: a killed
     /// waiter holds back no one), waking its waiters; whether any was.
     pub(crate) async fn reap_gone(&self, pool: PoolId, connections: &[i64]) -> Result<bool> {
-        let own = self.holder.id();
+        let own = self.holder_id();
         let others: Vec<i64> = connections
             .iter()
             .copied()
@@ -83,9 +83,14 @@ impl Store for RedisStore {
         let mut call = self.invocation(Kind::Grow, "register", [pool]);
         call.arg(count).arg(self.restart_grace_ms);
         let fields = items("register", self.run("register", &call).await?)?;
-        let [count, in_use, _, draining, ..] = &fields[..] else {
+        let [count, in_use, _, draining, rest @ ..] = &fields[..] else {
             return Err(malformed("register", "a short reply"));
         };
+        if let Some(written) = rest.first()
+            && int("register", written)? == 1
+        {
+            self.replicated(pool).await;
+        }
         Ok(PoolState::new(
             pool,
             u32_of(int("register", count)?),
@@ -135,6 +140,9 @@ impl Store for RedisStore {
     /// tries once more (R16).
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
         self.within_grace(request.ttl)?;
+        if !self.ready(request.pool, request).await? {
+            return Err(self.session.ended_error(request.session));
+        }
         let mut looked = false;
         loop {
             let mut call = self.invocation(Kind::Grow, "borrow", [request.pool]);
@@ -173,63 +181,16 @@ impl Store for RedisStore {
         }
     }
 
+    /// On a cluster, pools on several hash slots are borrowed by the
+    /// protocol of [`across`](crate::across).
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
-        let Some(head) = requests.first() else {
-            return Ok(TryBorrowAll::Granted { leases: Vec::new() });
-        };
-        self.within_grace(head.ttl)?;
-        let mut call = self.invocation(Kind::Grow, "borrow_all", requests.iter().map(|r| r.pool));
-        call.arg(requests.len())
-            .arg(millis(head.ttl))
-            .arg(waiter_label(head.waiter))
-            .arg(label(head.key.as_deref()))
-            .arg(label(head.owner.as_deref()));
-        for request in requests {
-            call.arg(request.lease.as_uuid().to_string());
+        if let Some(head) = requests.first() {
+            self.within_grace(head.ttl)?;
         }
-        for request in requests {
-            call.arg(request.slots);
+        match crate::across::by_slot(self, requests) {
+            Some(groups) => self.borrow_across(requests, groups).await,
+            None => self.borrow_on_one_slot(requests, false, 0).await,
         }
-        call.arg(session_label(head.session))
-            .arg(self.connection_label());
-        let rows = items("borrow", self.run("borrow", &call).await?)?;
-        let mut granted = Vec::with_capacity(requests.len());
-        let mut blocked = Vec::new();
-        for (row, request) in rows.into_iter().zip(requests) {
-            let fields = items("borrow", row)?;
-            if let [status, index, ..] = &fields[..]
-                && let status @ (2 | 4 | 5 | 6) = int("borrow", status)?
-            {
-                let i = usize::try_from(int("borrow", index)?).unwrap_or(0);
-                let pool = requests
-                    .get(i.wrapping_sub(1))
-                    .map_or(request.pool, |r| r.pool);
-                return Err(match status {
-                    2 => not_found(pool),
-                    4 => Error::Draining { pool },
-                    6 => Error::KeyReused { pool },
-                    _ => self.session.ended_error(head.session),
-                });
-            }
-            match reply::attempt("borrow", request.pool, redis::Value::Array(fields))? {
-                Attempt::Granted(lease) => granted.push(lease),
-                Attempt::Exhausted(at, holders) => {
-                    // R16: a gone waiter's place is forgotten for the next
-                    // attempt, which the core makes when woken.
-                    self.reap_gone(request.pool, &holders).await?;
-                    blocked.push(at.map(from_unix_ms));
-                }
-                Attempt::SessionEnded => return Err(self.session.ended_error(head.session)),
-                Attempt::HadRoom => {}
-                Attempt::Missing => return Err(not_found(request.pool)),
-                Attempt::Draining => return Err(Error::Draining { pool: request.pool }),
-                Attempt::KeyReused => return Err(Error::KeyReused { pool: request.pool }),
-            }
-        }
-        if blocked.is_empty() && granted.len() == requests.len() {
-            return Ok(TryBorrowAll::Granted { leases: granted });
-        }
-        Ok(TryBorrowAll::refused(blocked))
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
@@ -304,5 +265,80 @@ impl Store for RedisStore {
             self.changes.notify(pool);
         }
         Ok(())
+    }
+}
+
+impl RedisStore {
+    /// Borrows one slot of each of `requests`' pools, all on one hash slot
+    /// (or on one server), in one script: all or nothing. With `check`,
+    /// grants nothing: a refusal as a borrow's (the waiter queued where
+    /// it is), or `Granted` with only the leases already held. The tokens
+    /// granted are above `floor`.
+    pub(crate) async fn borrow_on_one_slot(
+        &self,
+        requests: &[BorrowRequest],
+        check: bool,
+        floor: u64,
+    ) -> Result<TryBorrowAll> {
+        let Some(head) = requests.first() else {
+            return Ok(TryBorrowAll::Granted { leases: Vec::new() });
+        };
+        if !self.ready(head.pool, head).await? {
+            return Err(self.session.ended_error(head.session));
+        }
+        let mut call = self.invocation(Kind::Grow, "borrow_all", requests.iter().map(|r| r.pool));
+        call.arg(requests.len())
+            .arg(millis(head.ttl))
+            .arg(waiter_label(head.waiter))
+            .arg(label(head.key.as_deref()))
+            .arg(label(head.owner.as_deref()));
+        for request in requests {
+            call.arg(request.lease.as_uuid().to_string());
+        }
+        for request in requests {
+            call.arg(request.slots);
+        }
+        call.arg(session_label(head.session))
+            .arg(self.connection_label())
+            .arg(if check { "1" } else { "0" })
+            .arg(floor);
+        let rows = items("borrow", self.run("borrow", &call).await?)?;
+        let mut granted = Vec::with_capacity(requests.len());
+        let mut blocked = Vec::new();
+        for (row, request) in rows.into_iter().zip(requests) {
+            let fields = items("borrow", row)?;
+            if let [status, index, ..] = &fields[..]
+                && let status @ (2 | 4 | 5 | 6) = int("borrow", status)?
+            {
+                let i = usize::try_from(int("borrow", index)?).unwrap_or(0);
+                let pool = requests
+                    .get(i.wrapping_sub(1))
+                    .map_or(request.pool, |r| r.pool);
+                return Err(match status {
+                    2 => not_found(pool),
+                    4 => Error::Draining { pool },
+                    6 => Error::KeyReused { pool },
+                    _ => self.session.ended_error(head.session),
+                });
+            }
+            match reply::attempt("borrow", request.pool, redis::Value::Array(fields))? {
+                Attempt::Granted(lease) => granted.push(lease),
+                Attempt::Exhausted(at, holders) => {
+                    // R16: a gone waiter's place is forgotten for the next
+                    // attempt, which the core makes when woken.
+                    self.reap_gone(request.pool, &holders).await?;
+                    blocked.push(at.map(from_unix_ms));
+                }
+                Attempt::SessionEnded => return Err(self.session.ended_error(head.session)),
+                Attempt::HadRoom => {}
+                Attempt::Missing => return Err(not_found(request.pool)),
+                Attempt::Draining => return Err(Error::Draining { pool: request.pool }),
+                Attempt::KeyReused => return Err(Error::KeyReused { pool: request.pool }),
+            }
+        }
+        if blocked.is_empty() && (check || granted.len() == requests.len()) {
+            return Ok(TryBorrowAll::Granted { leases: granted });
+        }
+        Ok(TryBorrowAll::refused(blocked))
     }
 }

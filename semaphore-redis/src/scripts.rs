@@ -45,8 +45,8 @@ pub(crate) struct Common<'a> {
     pub(crate) time: &'a DecidingClock,
     /// How long a queued head's place outlives its last look (ms).
     pub(crate) waiter_ttl_ms: i64,
-    pub(crate) channel: &'a str,
-    pub(crate) prefix: &'a str,
+    /// Where the session and run keys and the wake-up channel are.
+    pub(crate) place: &'a crate::keys::Place,
     /// The restart grace (ms).
     pub(crate) grace_ms: u64,
 }
@@ -72,8 +72,9 @@ pub(crate) fn invocation(
         .arg(now)
         .arg(MAX_UNIX_MS)
         .arg(common.waiter_ttl_ms)
-        .arg(common.channel)
-        .arg(common.prefix)
-        .arg(common.grace_ms);
+        .arg(&common.place.channel)
+        .arg(&common.place.prefix)
+        .arg(common.grace_ms)
+        .arg(common.place.publish);
     invocation
 }

@@ -12,13 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
 use semaphore_core::PoolId;
 use semaphore_core::store::{Changes, DecidingClock, ServerClock};
 use tokio::sync::oneshot;
 
 /// How often the view of the server's clock is refreshed.
-const CLOCK_REFRESH: Duration = Duration::from_secs(60);
+pub(crate) const CLOCK_REFRESH: Duration = Duration::from_secs(60);
 
 /// The longest the subscriber waits to connect and subscribe before it
 /// gives up on the connection and tries again.
@@ -33,7 +32,7 @@ pub(crate) struct Subscriber {
 /// What the task needs.
 pub(crate) struct Setup {
     pub(crate) client: redis::Client,
-    pub(crate) connection: ConnectionManager,
+    pub(crate) connection: crate::Connection,
     pub(crate) channel: String,
     pub(crate) changes: Arc<Changes>,
     pub(crate) poll: Duration,
@@ -90,7 +89,7 @@ async fn session(setup: &Setup) {
 }
 
 /// Hands a message (a pool's id) on to the waiters of its pool.
-fn dispatch(changes: &Changes, payload: &[u8]) {
+pub(crate) fn dispatch(changes: &Changes, payload: &[u8]) {
     match std::str::from_utf8(payload)
         .ok()
         .and_then(|p| p.parse::<uuid::Uuid>().ok())
@@ -102,7 +101,7 @@ fn dispatch(changes: &Changes, payload: &[u8]) {
 
 /// Measures the offset of the server's clock against this process's.
 pub(crate) async fn measure(
-    connection: &mut ConnectionManager,
+    connection: &mut crate::Connection,
     view: &ServerClock,
 ) -> redis::RedisResult<()> {
     let before = view.local().now();

@@ -16,15 +16,19 @@
 -- by the time its place lapses), token (string: the last fencing token,
 -- kept for a day after a delete).
 --
--- Outside the pools: PREFIX:s:<session> (string: the session's end, ms;
--- R16 amended: a bound lease is active only while its session's end is in
--- the future), and PREFIX:run (hash: id, the server run id that last
--- granted; until, the end of the restart grace it set).
+-- Outside the pools, under ARGV[6] (PREFIX on one server, PREFIX:{<tag of
+-- the pool's slot>} on a cluster): :s:<session> (string: the session's
+-- end, ms; R16 amended: a bound lease is active only while its session's
+-- end is in the future), and :run (hash: id, the server run id that last
+-- granted or registered; until, the end of the restart grace it set).
 --
 -- ARGV: 1 the operation, 2 the test's now in unix ms or '' (the server's
 -- clock decides, rule "Time"), 3 the longest time stored (ms), 4 a queued
--- head's heartbeat (ms), 5 the wake-up channel, 6 the key prefix, 7 the
--- restart grace (ms); then the operation's own.
+-- head's heartbeat (ms), 5 the wake-up channel, 6 the prefix of the
+-- session and run keys (on a cluster, one whose tag hashes to the pool's
+-- slot), 7 the restart grace (ms), 8 the command that publishes
+-- ('PUBLISH', or 'SPUBLISH' on a cluster: the channel is the slot's);
+-- then the operation's own.
 --
 -- Times are unix ms; tokens are the server's clock in µs, or one more than
 -- the pool's last token if that is larger, so they grow across a delete and
@@ -37,7 +41,8 @@ local WAITER_TTL = tonumber(ARGV[4])
 local CHANNEL = ARGV[5]
 local PREFIX = ARGV[6]
 local GRACE = tonumber(ARGV[7])
-local A = 8
+local PUBLISH = ARGV[8]
+local A = 9
 
 local function server_us()
     local t = redis.call('TIME')
@@ -180,7 +185,7 @@ end
 -- Tells every process's waiters, if a head of any is queued on the pool.
 local function wake(k)
     if redis.call('ZCARD', k.queue) > 0 then
-        redis.call('PUBLISH', CHANNEL, string.match(k.pool, '{(.-)}'))
+        redis.call(PUBLISH, CHANNEL, string.match(k.pool, '{(.-)}'))
     end
 end
 

@@ -9,6 +9,8 @@
 -- change (an RDB snapshot, AOF everysec, a replica's copy: the newest
 -- grants may be lost while their holders run), from the server's start if
 -- none did and it started less than the grace ago (no persistence).
+local run_written = false
+
 local function grace_end()
     if GRACE == 0 then return 0 end
     local run_key = PREFIX .. ':run'
@@ -26,6 +28,7 @@ local function grace_end()
         if started + GRACE > real then grace = started + GRACE end
     end
     redis.call('HSET', run_key, 'id', run, 'until', fmt(grace))
+    run_written = true
     return grace
 end
 
@@ -164,9 +167,12 @@ local function refusal(k, st, owed, heads)
 end
 
 if op == 'register' then
-    -- R2: {count, in_use, 0, draining}.
+    -- R2: {count, in_use, 0, draining, 1 if it wrote the run key}. The run
+    -- key is written here too, so that it is on a replica before any
+    -- grant of the pool's slot (a cluster store waits for that).
     local k = K(1)
     local count = tonumber(ARGV[A])
+    grace_end()
     if redis.call('EXISTS', k.pool) == 0 then
         redis.call('HSET', k.pool, 'count', count)
         redis.call('PERSIST', k.token)
@@ -175,7 +181,7 @@ if op == 'register' then
         reap(k)
     end
     wake(k)
-    return {count, redis.call('ZCARD', k.pos), 0, draining(k) and 1 or 0}
+    return {count, redis.call('ZCARD', k.pos), 0, draining(k) and 1 or 0, run_written and 1 or 0}
 end
 
 if op == 'borrow' then
@@ -219,10 +225,16 @@ if op == 'borrow_all' then
     -- All or nothing over n pools: one reply per pool as borrow's, or {{2,
     -- i}} for the first unknown pool. When refused, the pools that had room
     -- answer {3}. After the n lease ids come the n weights, then the
-    -- session and the connection.
+    -- session, the connection, '1' to check only (then nothing is
+    -- granted, and the pools that have room answer {3}: a borrow across a
+    -- cluster's hash slots checks every slot before it takes any), and the
+    -- token its tokens must be above (a borrow across slots: the last of
+    -- the slots taken before, so that tokens grow in the pools' order).
     local n, ttl = tonumber(ARGV[A]), tonumber(ARGV[A + 1])
     local session = opt(ARGV[A + 5 + 2 * n])
     local conn = opt(ARGV[A + 6 + 2 * n])
+    local check = ARGV[A + 7 + 2 * n] == '1'
+    granted_token = tonumber(ARGV[A + 8 + 2 * n]) or 0
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
     local ks, sts = {}, {}
     for i = 1, n do
@@ -259,6 +271,10 @@ if op == 'borrow_all' then
                 queue(ks[i], waiter, tonumber(ARGV[A + 4 + n + i]), nil, conn)
             end
         end
+        return replies
+    end
+    if check then
+        for i = 1, n do replies[i] = replies[i] or {3} end
         return replies
     end
     -- R16, amended: no lease is born dead.

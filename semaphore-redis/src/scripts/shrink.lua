@@ -69,7 +69,7 @@ end
 if op == 'close' then
     -- R16, amended: ends the session whose key is KEYS[1] at once; every
     -- process's waiters look again.
-    if redis.call('DEL', KEYS[1]) == 1 then redis.call('PUBLISH', CHANNEL, '*') end
+    if redis.call('DEL', KEYS[1]) == 1 then redis.call(PUBLISH, CHANNEL, '*') end
     return 1
 end
 

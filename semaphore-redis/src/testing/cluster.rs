@@ -6,6 +6,7 @@
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::{INSTALL, ask, started, watchdog};
@@ -31,6 +32,30 @@ pub struct TestCluster {
 }
 
 impl TestCluster {
+    /// The cluster this test process shares between its tests, started on
+    /// first use; `SEMAPHORE_REDIS_CLUSTER_URLS` (comma-separated) names
+    /// one of the caller's instead. Give each test its own prefix
+    /// ([`TestServer::fresh_prefix`](super::TestServer::fresh_prefix)).
+    ///
+    /// # Panics
+    /// If `redis-server` or `redis-cli` is missing or the cluster does not
+    /// form, with what to install or what failed.
+    pub fn shared() -> &'static [String] {
+        static SHARED: OnceLock<(Option<TestCluster>, Vec<String>)> = OnceLock::new();
+        let (_, urls) =
+            SHARED.get_or_init(|| match std::env::var("SEMAPHORE_REDIS_CLUSTER_URLS") {
+                Ok(urls) if !urls.is_empty() => {
+                    (None, urls.split(',').map(str::to_string).collect())
+                }
+                _ => {
+                    let cluster = Self::start().unwrap_or_else(|e| panic!("{e}"));
+                    let urls = cluster.urls();
+                    (Some(cluster), urls)
+                }
+            });
+        urls
+    }
+
     /// Starts six nodes (three masters, one replica each), joins them into
     /// a cluster and waits until every node says `cluster_state:ok`.
     ///
@@ -85,6 +110,24 @@ impl TestCluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        // Replicas join a moment after the slots are served: wait until
+        // every one follows its master and is in sync.
+        let replicas = MASTERS * REPLICAS;
+        let first = cluster.nodes[0].0;
+        while command(first, "CLUSTER NODES").map_or(0, |n| n.matches(" slave ").count()) < replicas
+            || cluster.nodes.iter().any(|(port, _)| {
+                command(*port, "INFO replication")
+                    .is_ok_and(|i| i.contains("role:slave") && !i.contains("master_link_status:up"))
+            })
+        {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the replicas were not in sync within 30 s; see {}",
+                    dir.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         Ok(cluster)
     }
 
@@ -95,6 +138,79 @@ impl TestCluster {
             .iter()
             .map(|(port, _)| format!("redis://127.0.0.1:{port}"))
             .collect()
+    }
+}
+
+impl TestCluster {
+    /// The ports of the master that serves `key`'s hash slot now and of
+    /// its replica, as the node at the first port sees them.
+    ///
+    /// # Errors
+    /// What failed, in words.
+    pub fn serving(&self, key: &str) -> Result<(u16, u16), String> {
+        let first = self.nodes[0].0;
+        let slot: u16 = command(first, &format!("CLUSTER KEYSLOT {key}"))
+            .map_err(|e| format!("CLUSTER KEYSLOT: {e}"))?
+            .trim_start_matches(':')
+            .trim()
+            .parse()
+            .map_err(|e| format!("CLUSTER KEYSLOT's answer: {e}"))?;
+        let nodes = command(first, "CLUSTER NODES").map_err(|e| format!("CLUSTER NODES: {e}"))?;
+        let lines: Vec<Vec<&str>> = nodes.lines().map(|l| l.split(' ').collect()).collect();
+        let port =
+            |address: &str| -> Option<u16> { address.split([':', '@']).nth(1)?.parse().ok() };
+        let master = lines
+            .iter()
+            .find(|f| {
+                f.len() > 8
+                    && f[2].contains("master")
+                    && f[8..].iter().any(|range| {
+                        let mut ends = range.split('-').map(|n| n.parse::<u16>().ok());
+                        match (ends.next().flatten(), ends.next().flatten()) {
+                            (Some(a), Some(b)) => (a..=b).contains(&slot),
+                            (Some(a), None) => a == slot,
+                            _ => false,
+                        }
+                    })
+            })
+            .ok_or(format!("no master serves slot {slot}: {nodes}"))?;
+        let replica = lines
+            .iter()
+            .find(|f| f.len() > 3 && f[3] == master[0])
+            .ok_or(format!("the master of slot {slot} has no replica: {nodes}"))?;
+        match (port(master[1]), port(replica[1])) {
+            (Some(m), Some(r)) => Ok((m, r)),
+            _ => Err(format!("addresses that do not parse: {nodes}")),
+        }
+    }
+
+    /// Sends signal `signal` (`STOP`, `CONT`, `KILL`) to the node on `port`.
+    ///
+    /// # Panics
+    /// If no node of the cluster is on `port`, or `kill` fails.
+    pub fn signal(&self, port: u16, signal: &str) {
+        let (_, child) = self
+            .nodes
+            .iter()
+            .find(|(p, _)| *p == port)
+            .unwrap_or_else(|| panic!("no node on port {port}"));
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} {}", child.id());
+    }
+
+    /// Sends one inline command (`CLIENT KILL TYPE replica`) to the node
+    /// on `port`; its reply's first bytes, or the error in words.
+    pub fn command(&self, port: u16, words: &str) -> String {
+        command(port, words).unwrap_or_else(|e| format!("-{e}"))
+    }
+
+    /// Whether the node on `port` is a master now.
+    pub fn is_master(&self, port: u16) -> bool {
+        command(port, "ROLE").is_ok_and(|role| role.contains("master"))
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use semaphore_core::conformance::Fixture;
-use semaphore_redis::testing::TestServer;
+use semaphore_redis::testing::{TestCluster, TestServer};
 use semaphore_redis::{ManualClock, RedisOptions, RedisStore};
 
 /// A store on the shared test server under a fresh prefix, in test mode
@@ -18,5 +18,19 @@ pub async fn make(clock: Arc<ManualClock>) -> Fixture {
     let store = RedisStore::connect_with(TestServer::shared().url(), options)
         .await
         .expect("a Redis store on the test server");
+    Fixture::new(Arc::new(store), clock)
+}
+
+/// A store on the shared test cluster under a fresh prefix, in test mode
+/// on `clock`, with no restart grace.
+pub async fn make_cluster(clock: Arc<ManualClock>) -> Fixture {
+    let options = RedisOptions::default()
+        .prefix(TestServer::fresh_prefix())
+        .restart_grace(std::time::Duration::ZERO)
+        .manual_clock(clock.clone());
+    let urls: Vec<&str> = TestCluster::shared().iter().map(String::as_str).collect();
+    let store = RedisStore::connect_cluster_with(&urls, options)
+        .await
+        .expect("a Redis store on the test cluster");
     Fixture::new(Arc::new(store), clock)
 }

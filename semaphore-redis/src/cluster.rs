@@ -1,0 +1,244 @@
+//! Redis Cluster: connecting, and waking waiters through sharded pub/sub.
+//!
+//! Each hash slot has a wake-up channel of its own,
+//! `PREFIX:{<slot's tag>}:wake`, which the scripts `SPUBLISH` to (the pool's
+//! id) on the node that serves the slot: a message crosses no other node.
+//! A store `SSUBSCRIBE`s to a slot's channel before its first waiting
+//! borrow there, on a RESP3 cluster connection of its own, which redis-rs
+//! subscribes again after a reconnect or a failover; every waiter looks
+//! again then, and a fallback poll covers what is lost meanwhile.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{ProtocolVersion, PushInfo, PushKind};
+use semaphore_core::store::Changes;
+use semaphore_core::{Error, Result};
+use tokio::sync::mpsc;
+use tokio::sync::oneshot;
+
+use crate::error::storage;
+use crate::keys::Place;
+
+/// A cluster client on `urls` (any of the cluster's nodes: the rest are
+/// learned from them) whose calls give up after `timeout`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `urls` if there is none or one does
+/// not parse.
+pub(crate) fn client(
+    urls: &[String],
+    timeout: Duration,
+    push: Option<mpsc::UnboundedSender<PushInfo>>,
+) -> Result<ClusterClient> {
+    if urls.is_empty() {
+        return Err(invalid_urls("none".into()));
+    }
+    let mut builder = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        .retries(3);
+    if let Some(push) = push {
+        builder = builder
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(push);
+    }
+    builder
+        .build()
+        .map_err(|e| invalid_urls(format!("{urls:?}, which do not parse: {e}")))
+}
+
+fn invalid_urls(got: String) -> Error {
+    Error::InvalidArgument {
+        field: "urls",
+        allowed: "one or more Redis URLs of the cluster's nodes (redis://host:port)".into(),
+        got,
+    }
+}
+
+/// The slots this store listens to, and the connection it listens on.
+pub(crate) struct Listener {
+    prefix: String,
+    connection: tokio::sync::Mutex<ClusterConnection>,
+    slots: Mutex<HashSet<u16>>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("prefix", &self.prefix)
+            .field("slots", &self.slots)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Listener {
+    /// Connects the listening connection and starts the task that hands
+    /// its messages to `changes`, with a fallback poll every `poll`, and
+    /// refreshes the view of the server's clock every minute.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the cluster cannot be reached.
+    pub(crate) async fn start(
+        urls: &[String],
+        prefix: &str,
+        timeout: Duration,
+        changes: Arc<Changes>,
+        poll: Duration,
+        clock: Clock,
+    ) -> Result<Self> {
+        let (push, messages) = mpsc::unbounded_channel();
+        let connection = client(urls, timeout, Some(push))?
+            .get_async_connection()
+            .await
+            .map_err(storage("connect"))?;
+        let (stop, stopped) = oneshot::channel();
+        tokio::spawn(run(messages, changes, poll, clock, stopped));
+        Ok(Self {
+            prefix: prefix.to_string(),
+            connection: tokio::sync::Mutex::new(connection),
+            slots: Mutex::new(HashSet::new()),
+            _stop: stop,
+        })
+    }
+
+    /// Listens to hash slot `slot`'s channel from now on (once per slot).
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the node did not confirm.
+    pub(crate) async fn listen(&self, slot: u16) -> Result<()> {
+        let listening = |slots: &Mutex<HashSet<u16>>| {
+            slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(&slot)
+        };
+        if listening(&self.slots) {
+            return Ok(());
+        }
+        let channel = Place::slot(&self.prefix, slot).channel;
+        self.connection
+            .lock()
+            .await
+            .ssubscribe(&channel)
+            .await
+            .map_err(storage("subscribe"))?;
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(slot);
+        Ok(())
+    }
+}
+
+/// What refreshes the view of the server's clock: the store's connection
+/// and its deciding clock.
+pub(crate) type Clock = (crate::Connection, semaphore_core::store::DecidingClock);
+
+async fn run(
+    messages: mpsc::UnboundedReceiver<PushInfo>,
+    changes: Arc<Changes>,
+    poll: Duration,
+    (connection, time): Clock,
+    stopped: oneshot::Receiver<()>,
+) {
+    let messages = tokio::sync::Mutex::new(messages);
+    let follow = semaphore_core::store::follow(&changes, poll, || async {
+        let mut messages = messages.lock().await;
+        let mut refresh = tokio::time::interval(crate::subscribe::CLOCK_REFRESH);
+        refresh.reset();
+        loop {
+            tokio::select! {
+                push = messages.recv() => match push {
+                    Some(push) => dispatch(&changes, push),
+                    // The store is gone: nothing more will come.
+                    None => std::future::pending::<()>().await,
+                },
+                _ = refresh.tick() => {
+                    if let Some(view) = time.server() {
+                        // A failed reading keeps the last offset.
+                        let _ = crate::subscribe::measure(&mut connection.clone(), view).await;
+                    }
+                }
+            }
+        }
+    });
+    tokio::select! {
+        _ = stopped => {}
+        () = follow => {}
+    }
+}
+
+/// Hands a message on to the waiters of its pool; after a subscription
+/// made again (a reconnect, a failover) or a lost connection, every waiter
+/// looks again.
+fn dispatch(changes: &Changes, push: PushInfo) {
+    match push.kind {
+        PushKind::SMessage | PushKind::Message => match push.data.get(1) {
+            Some(redis::Value::BulkString(payload)) => crate::subscribe::dispatch(changes, payload),
+            _ => changes.notify_all(),
+        },
+        PushKind::SSubscribe | PushKind::Disconnection => changes.notify_all(),
+        _ => {}
+    }
+}
+
+/// What a primitive on a cluster does first (nothing on one server).
+impl crate::RedisStore {
+    /// Before a borrow on `pool`'s hash slot: the session (if the borrow
+    /// binds to one) keeps its end there, and, if the borrow may wait, the
+    /// store listens to the slot's channel. `false` if the slot's session
+    /// key says the session has ended.
+    ///
+    /// # Errors
+    /// [`Error::Storage`] if the node failed.
+    pub(crate) async fn ready(
+        &self,
+        pool: semaphore_core::PoolId,
+        request: &semaphore_core::store::BorrowRequest,
+    ) -> Result<bool> {
+        let crate::backend::Wake::Cluster(listener) = &self.wake else {
+            return Ok(true);
+        };
+        let slot = crate::slots::of_pool(pool);
+        if request.waiter.is_some() {
+            listener.listen(slot).await?;
+        }
+        match request.session {
+            Some(session) => self.beats.join(session, slot).await,
+            None => Ok(true),
+        }
+    }
+
+    /// After a `register` that wrote the run key of `pool`'s slot: if the
+    /// slot's master has a replica, waits (`WAIT`, up to 1 s) until one has
+    /// the key, so that a failover cannot lose it while the slot's grants
+    /// survive (rule "Restart grace, for every loss of state").
+    pub(crate) async fn replicated(&self, pool: semaphore_core::PoolId) {
+        if !self.is_cluster() {
+            return;
+        }
+        let slot = crate::slots::of_pool(pool);
+        let mut info = redis::cmd("INFO");
+        info.arg("replication");
+        let text = self.connection.on_slot(info, slot).await.ok();
+        let replicas = text
+            .and_then(|v| <String as redis::FromRedisValue>::from_redis_value(v).ok())
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("connected_slaves:"))
+                    .and_then(|n| n.trim().parse::<u32>().ok())
+            })
+            .unwrap_or(0);
+        if replicas == 0 {
+            return;
+        }
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(1).arg(1000);
+        let _ = self.connection.on_slot(wait, slot).await;
+    }
+}
