@@ -1,5 +1,5 @@
 //! Two `semaphore serve` processes on one PostgreSQL database, one Redis
-//! server or one MySQL database, serve the same pools and never over-issue (R10 across
+//! server, one Redis Cluster or one MySQL database, serve the same pools and never over-issue (R10 across
 //! servers).
 
 mod common;
@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Server, pool_id};
 use semaphore_postgres::testing::TestServer;
-use semaphore_redis::testing::TestServer as RedisServer;
+use semaphore_redis::testing::{TestCluster, TestServer as RedisServer};
 use serde_json::json;
 
 fn now_us() -> u64 {
@@ -44,6 +44,22 @@ async fn two_servers_on_one_redis_never_over_issue() {
     let (redis, prefix) = (RedisServer::shared(), RedisServer::fresh_prefix());
     let args = ["--redis", redis.url(), "--redis-prefix", &prefix];
     two_servers_never_over_issue(&[&args[..], &["--redis-restart-grace", "0s"]].concat()).await;
+}
+
+/// The same on a Redis Cluster (`--redis-cluster`), the pools on its
+/// three masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_redis_cluster_never_over_issue() {
+    let (urls, prefix) = (TestCluster::shared().join(","), RedisServer::fresh_prefix());
+    let args = [
+        "--redis-cluster",
+        &urls,
+        "--redis-prefix",
+        &prefix,
+        "--redis-restart-grace",
+        "0s",
+    ];
+    two_servers_never_over_issue(&args).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

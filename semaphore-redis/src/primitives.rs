@@ -181,8 +181,10 @@ impl Store for RedisStore {
         }
     }
 
-    /// On a cluster, pools on several hash slots are borrowed by the
-    /// protocol of [`across`](crate::across).
+    /// On a cluster, pools on several hash slots are borrowed by a
+    /// check-then-take protocol (see
+    /// [`RedisStore::connect_cluster_with`](crate::RedisStore::connect_cluster_with)
+    /// and the crate's README).
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
         if let Some(head) = requests.first() {
             self.within_grace(head.ttl)?;

@@ -3,12 +3,11 @@
 use semaphore_redis::testing::{TestCluster, TestServer};
 use semaphore_redis::{Error, RedisStore};
 
-/// A Redis Cluster node is refused at connect, with the reason, rather
-/// than failing at the first borrow with `MOVED` or a refusal of keys of
-/// another slot (issue 42: the store has no cluster client yet): every
-/// node of a real cluster (three masters, a replica each), and a lone
-/// node that serves every slot, where a multi-pool borrow would still
-/// name the keys of several slots (`CROSSSLOT`).
+/// A Redis Cluster node is refused by `connect` (one server), with what to
+/// use instead (`connect_cluster`), rather than failing at the first
+/// borrow with `MOVED` or a refusal of keys of another slot: every node of
+/// a real cluster (three masters, a replica each), and a lone node that
+/// serves every slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_is_refused_at_connect() {
     let cluster = TestCluster::start().unwrap();
@@ -34,6 +33,7 @@ async fn refused_as_cluster(url: &str) {
         }) => {
             assert!(got.contains("Redis Cluster node"), "{url}: {got}");
             assert!(allowed.contains("standalone Redis server"), "{allowed}");
+            assert!(allowed.contains("connect_cluster"), "{allowed}");
         }
         Err(other) => panic!("{url} refused, but not as a cluster node: {other:?}"),
         Ok(_) => panic!("the Redis Cluster node {url} was taken as a standalone server"),
