@@ -157,7 +157,13 @@ pub(crate) fn run_now_or_awaited(work: BoxFuture<()>) {
         tokio::task::block_in_place(|| {
             let work = slot.lock().ok().and_then(|mut w| w.take());
             if let Some(work) = work {
-                let _ = runtime.block_on(tokio::time::timeout(EXIT_WAIT, work));
+                let deadline = exit_deadline();
+                runtime.block_on(async move {
+                    tokio::select! {
+                        () = work => {}
+                        () = deadline => {}
+                    }
+                });
             }
         });
     }));
@@ -165,6 +171,20 @@ pub(crate) fn run_now_or_awaited(work: BoxFuture<()>) {
         && let Some(work) = slot.into_inner().ok().flatten()
     {
         run_detached_awaited(work);
+    }
+}
+
+/// [`EXIT_WAIT`] from now, timed by the library's runtime if it can be
+/// had: a guard may be dropped while its own runtime shuts down (its
+/// tasks are dropped then), when that runtime's timer no longer runs and
+/// a wait it timed would never end.
+fn exit_deadline() -> tokio::time::Sleep {
+    match library_runtime() {
+        Some(library) => {
+            let _entered = library.enter();
+            tokio::time::sleep(EXIT_WAIT)
+        }
+        None => tokio::time::sleep(EXIT_WAIT),
     }
 }
 
@@ -266,6 +286,39 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
     use std::time::Duration;
+
+    /// A guard dropped while its runtime shuts down, whose return cannot
+    /// finish (that runtime no longer drives it), holds the shutdown for
+    /// [`EXIT_WAIT`] at most, not for ever.
+    #[test]
+    fn work_dropped_in_its_runtimes_shutdown_waits_a_bounded_time() {
+        struct ReturnsOnDrop;
+        impl Drop for ReturnsOnDrop {
+            fn drop(&mut self) {
+                run_now_or_awaited(Box::pin(std::future::pending::<()>()));
+            }
+        }
+        let (started_tx, started_rx) = mpsc::channel();
+        let (dropped_tx, dropped_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.spawn(async move {
+                let _guard = ReturnsOnDrop;
+                let _ = started_tx.send(());
+                std::future::pending::<()>().await;
+            });
+            started_rx.recv().unwrap();
+            drop(runtime);
+            let _ = dropped_tx.send(());
+        });
+        dropped_rx
+            .recv_timeout(EXIT_WAIT * 10)
+            .expect("the runtime's shutdown ended");
+    }
 
     /// Work left pending on a runtime that is dropped still completes.
     #[test]
