@@ -37,7 +37,7 @@ pub(crate) fn by_slot(store: &RedisStore, requests: &[BorrowRequest]) -> Option<
     }
     let mut runs: Vec<(u16, Vec<usize>)> = Vec::new();
     for (i, request) in requests.iter().enumerate() {
-        let slot = crate::slots::of_pool(request.pool);
+        let slot = store.hash_slot(request.pool);
         match runs.last_mut() {
             Some((last, run)) if *last == slot => run.push(i),
             _ => runs.push((slot, vec![i])),

@@ -238,7 +238,8 @@ impl RedisStore {
             (connection.clone(), options.time.clone()),
         )
         .await?;
-        let home = Some(slots::of_pool(PoolId::from_uuid(uuid::Uuid::new_v4())));
+        let home = PoolId::from_uuid(uuid::Uuid::new_v4());
+        let home = Some(slots::of_pool(&options.prefix, home));
         let wake = Wake::Cluster(listener);
         Self::start(
             connection,
@@ -364,11 +365,19 @@ impl RedisStore {
         self.connection.is_cluster()
     }
 
+    /// The Redis Cluster hash slot of pool `pool`'s keys (0 to 16383):
+    /// its id's, or, if the prefix carries a hash tag (`jobs{gpu}`), the
+    /// tag's. Pools on one slot are borrowed together in one atomic script
+    /// on a cluster.
+    pub fn hash_slot(&self, pool: PoolId) -> u16 {
+        slots::of_pool(&self.prefix, pool)
+    }
+
     /// Where pool `pool`'s scripts find the session and run keys and the
     /// wake-up channel: the server's, or its hash slot's on a cluster.
     pub(crate) fn place(&self, pool: PoolId) -> Place {
         if self.is_cluster() {
-            Place::slot(&self.prefix, slots::of_pool(pool))
+            Place::slot(&self.prefix, self.hash_slot(pool))
         } else {
             Place::server(&self.prefix)
         }

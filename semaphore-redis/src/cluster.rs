@@ -204,7 +204,7 @@ impl crate::RedisStore {
         let crate::backend::Wake::Cluster(listener) = &self.wake else {
             return Ok(true);
         };
-        let slot = crate::slots::of_pool(pool);
+        let slot = self.hash_slot(pool);
         if request.waiter.is_some() {
             listener.listen(slot).await?;
         }
@@ -222,7 +222,7 @@ impl crate::RedisStore {
         if !self.is_cluster() {
             return;
         }
-        let slot = crate::slots::of_pool(pool);
+        let slot = self.hash_slot(pool);
         let mut info = redis::cmd("INFO");
         info.arg("replication");
         let text = self.connection.on_slot(info, slot).await.ok();

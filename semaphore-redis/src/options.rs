@@ -42,9 +42,19 @@ impl Default for RedisOptions {
 impl RedisOptions {
     /// The prefix of every key and of the wake-up channel: keys are
     /// `PREFIX:{<pool id>}:...`. Default `semaphore`. 1 to 64 of `a-z`,
-    /// `A-Z`, `0-9`, `_`, `-`, `.`; anything else is refused at connect with
-    /// [`Error::InvalidArgument`](semaphore_core::Error::InvalidArgument) naming `prefix`. Stores with different
-    /// prefixes share nothing.
+    /// `A-Z`, `0-9`, `_`, `-`, `.`, and at most one hash tag (`{`, one or
+    /// more of those, `}`); anything else is refused at connect with
+    /// [`Error::InvalidArgument`](semaphore_core::Error::InvalidArgument)
+    /// naming `prefix`. Stores with different prefixes share nothing.
+    ///
+    /// **A shared hash slot** (Redis Cluster): a hash tag in the prefix
+    /// (`jobs{gpu}`) puts every pool of the store on the tag's slot, so
+    /// that a [`PoolSet`](semaphore_core::PoolSet) of them is one atomic
+    /// script on one master; pools on different slots are borrowed
+    /// together by a check-then-take protocol instead (see
+    /// [`RedisStore::connect_cluster_with`](crate::RedisStore::connect_cluster_with)).
+    /// Use one store with such a prefix for the pools that are borrowed
+    /// together, and another for the rest, which spread over the masters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -93,7 +103,8 @@ impl RedisOptions {
 
     pub(crate) fn check(&self) -> Result<()> {
         semaphore_core::store::check_session_timeout(self.session_timeout)?;
-        check_prefix("prefix", &self.prefix, 64, "-.")?;
+        check_prefix("prefix", &self.prefix, 64, "-.{}")?;
+        check_hash_tag(&self.prefix)?;
         check_poll_interval(self.poll_interval)?;
         if self.response_timeout < Duration::from_millis(1) {
             return Err(Error::InvalidArgument {
@@ -107,3 +118,49 @@ impl RedisOptions {
 }
 
 semaphore_core::networked_store_options!(RedisOptions, "script", "prefix");
+
+/// At most one hash tag in `prefix`: a `{`, then one or more characters,
+/// then a `}`, and no brace besides.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `prefix`.
+fn check_hash_tag(prefix: &str) -> Result<()> {
+    let opens = prefix.matches('{').count();
+    let closes = prefix.matches('}').count();
+    let well_formed = match (opens, closes, prefix.find('{'), prefix.find('}')) {
+        (0, 0, ..) => true,
+        (1, 1, Some(open), Some(close)) => close > open + 1,
+        _ => false,
+    };
+    if well_formed {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        field: "prefix",
+        allowed: "at most one hash tag: `{`, one or more characters, `}` (jobs{gpu})".into(),
+        got: format!("{prefix:?}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_may_carry_one_hash_tag() {
+        for good in ["semaphore", "jobs{gpu}", "{a}", "x.{b-c}_d"] {
+            assert!(
+                RedisOptions::default().prefix(good).check().is_ok(),
+                "{good}"
+            );
+        }
+        for bad in ["{}", "a{", "a}", "}a{", "{a}{b}", "a{{b}}", "a b"] {
+            match RedisOptions::default().prefix(bad).check() {
+                Err(Error::InvalidArgument {
+                    field: "prefix", ..
+                }) => {}
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+}

@@ -20,9 +20,24 @@ fn slot_of(text: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(text) % SLOTS
 }
 
-/// The hash slot of `pool`'s keys.
-pub(crate) fn of_pool(pool: PoolId) -> u16 {
-    slot_of(pool.as_uuid().hyphenated().to_string().as_bytes())
+/// The hash slot of key `key`, as Redis Cluster computes it: of its hash
+/// tag (what lies between its first `{` and the next `}`, if not empty),
+/// else of the whole key.
+pub(crate) fn of_key(key: &str) -> u16 {
+    let tag = key.split_once('{').and_then(|(_, rest)| {
+        let (tag, _) = rest.split_once('}')?;
+        (!tag.is_empty()).then_some(tag)
+    });
+    slot_of(tag.unwrap_or(key).as_bytes())
+}
+
+/// The hash slot of `pool`'s keys under `prefix`: its id's, or, if the
+/// prefix carries a hash tag, the tag's (every pool of the store then
+/// shares it).
+pub(crate) fn of_pool(prefix: &str, pool: PoolId) -> u16 {
+    crate::keys::of(prefix, pool)
+        .next()
+        .map_or(0, |key| of_key(&key))
 }
 
 /// For each slot, the shortest decimal number that hashes to it: made once
@@ -60,6 +75,20 @@ mod tests {
             assert_eq!(prefix("p", slot), format!("p:{{{tag}}}"));
         }
         assert!(TAGS.iter().all(|t| *t != u32::MAX));
+    }
+
+    #[test]
+    fn a_prefix_with_a_hash_tag_puts_every_pool_on_its_slot() {
+        let (a, b) = (PoolId::from_name("a"), PoolId::from_name("b"));
+        assert_ne!(of_pool("p", a), of_pool("p", b));
+        assert_eq!(of_pool("p{jobs}", a), slot_of(b"jobs"));
+        assert_eq!(of_pool("p{jobs}", b), slot_of(b"jobs"));
+        assert_eq!(of_key(&prefix("p{jobs}", 7)), slot_of(b"jobs"));
+        assert_eq!(
+            of_key("p{}:{x}"),
+            slot_of(b"p{}:{x}"),
+            "an empty tag is no tag"
+        );
     }
 
     #[test]

@@ -182,10 +182,11 @@ local function reap(k)
     return earliest
 end
 
--- Tells every process's waiters, if a head of any is queued on the pool.
+-- Tells every process's waiters, if a head of any is queued on the pool:
+-- the pool's id, the last hash tag of its keys (the prefix may carry one).
 local function wake(k)
     if redis.call('ZCARD', k.queue) > 0 then
-        redis.call(PUBLISH, CHANNEL, string.match(k.pool, '{(.-)}'))
+        redis.call(PUBLISH, CHANNEL, string.match(k.pool, '.*{(.-)}'))
     end
 end
 

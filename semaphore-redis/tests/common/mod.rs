@@ -22,10 +22,20 @@ pub async fn make(clock: Arc<ManualClock>) -> Fixture {
 }
 
 /// A store on the shared test cluster under a fresh prefix, in test mode
-/// on `clock`, with no restart grace.
+/// on `clock`, with no restart grace: its pools spread over the masters.
 pub async fn make_cluster(clock: Arc<ManualClock>) -> Fixture {
+    make_cluster_under(TestServer::fresh_prefix(), clock).await
+}
+
+/// The same under a fresh prefix with a hash tag: every pool on one slot.
+pub async fn make_cluster_one_slot(clock: Arc<ManualClock>) -> Fixture {
+    let prefix = TestServer::fresh_prefix();
+    make_cluster_under(format!("{prefix}{{{prefix}}}"), clock).await
+}
+
+async fn make_cluster_under(prefix: String, clock: Arc<ManualClock>) -> Fixture {
     let options = RedisOptions::default()
-        .prefix(TestServer::fresh_prefix())
+        .prefix(prefix)
         .restart_grace(std::time::Duration::ZERO)
         .manual_clock(clock.clone());
     let urls: Vec<&str> = TestCluster::shared().iter().map(String::as_str).collect();
