@@ -174,6 +174,35 @@ async fn a_killed_waiter_holds_back_no_one_on_redis() {
     .await;
 }
 
+/// The same on a Redis Cluster (`--redis-cluster`): a waiter's place
+/// names its connection to the master of the pool's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_waiter_holds_back_no_one_on_a_redis_cluster() {
+    use semaphore_redis::{PoolId, RedisOptions, RedisStore};
+    let nodes = semaphore_redis::testing::TestCluster::shared();
+    let urls: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let prefix = semaphore_redis::testing::TestServer::fresh_prefix();
+    let options = RedisOptions::default()
+        .prefix(&prefix)
+        .restart_grace(Duration::ZERO);
+    let looker = RedisStore::connect_cluster_with(&urls, options)
+        .await
+        .unwrap();
+    let pool = PoolId::from_name("waiters");
+    killed_waiter_holds_back_no_one(
+        &[
+            "--redis-cluster",
+            &nodes.join(","),
+            "--redis-prefix",
+            &prefix,
+            "--redis-restart-grace",
+            "0s",
+        ],
+        || async { looker.queue_heads(pool).await.unwrap_or(0) },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_waiter_holds_back_no_one_on_mysql() {
     use semaphore_mysql::{MysqlOptions, MysqlStore, PoolId};

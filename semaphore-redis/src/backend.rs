@@ -89,8 +89,9 @@ pub struct RedisStore {
 pub(crate) enum Wake {
     /// One server's channel, `PREFIX:wake`.
     Server { _subscriber: Subscriber },
-    /// A cluster's sharded channels, one per hash slot.
-    Cluster(Listener),
+    /// A cluster's sharded channels, one per hash slot, and the ids of
+    /// the store's links to the slots' masters (waiter liveness).
+    Cluster(Listener, crate::cluster::Links),
 }
 
 impl RedisStore {
@@ -202,9 +203,11 @@ impl RedisStore {
     ///   borrowed in one script only if they share a hash slot; others are
     ///   refused with [`Error::InvalidArgument`] naming `pools` and their
     ///   slots.
-    /// - **Waiters' places** are kept alive by their heartbeat (the waiter
-    ///   ttl), not bound to a connection: a killed waiter holds back the
-    ///   others of its pool for up to 4.5 s.
+    /// - **Waiters' places** (R16, amended) name the store's own link to
+    ///   the master of the pool's slot (its `CLIENT ID` there, learned once
+    ///   per slot): a killed waiter holds back no one. After a failover or
+    ///   a reconnect, places named by an old link are judged gone: their
+    ///   waiters queue again at the back.
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `urls` if there is none or one
@@ -240,7 +243,7 @@ impl RedisStore {
         .await?;
         let home = PoolId::from_uuid(uuid::Uuid::new_v4());
         let home = Some(slots::of_pool(&options.prefix, home));
-        let wake = Wake::Cluster(listener);
+        let wake = Wake::Cluster(listener, crate::cluster::Links::default());
         Self::start(
             connection,
             Client::Cluster(Box::new(client)),
@@ -425,16 +428,37 @@ impl RedisStore {
             // the call is made once more. Every script is safe to repeat: a
             // borrow finds the lease its first try granted under the same
             // lease id, a return or renew of a lease already ended says so.
-            Err(e) if e.is_connection_dropped() && !e.is_timeout() => invocation
-                .invoke_async(&mut connection)
-                .await
-                .map_err(storage(operation)),
+            Err(e) if e.is_connection_dropped() && !e.is_timeout() => {
+                self.lost_a_connection();
+                invocation
+                    .invoke_async(&mut connection)
+                    .await
+                    .map_err(storage(operation))
+            }
             answer => answer.map_err(storage(operation)),
         }
     }
 }
 
 impl RedisStore {
+    /// On a cluster, forgets the ids of the store's links: a lost
+    /// connection comes back under another.
+    fn lost_a_connection(&self) {
+        if let Wake::Cluster(_, links) = &self.wake {
+            links.forget();
+        }
+    }
+
+    /// The client id that marks this process's queued heads on `pool` as
+    /// alive: the holder's on one server, the store's link to the master
+    /// of the pool's slot on a cluster; `None` while unknown.
+    pub(crate) fn waiter_link(&self, pool: PoolId) -> Option<i64> {
+        match &self.wake {
+            Wake::Server { .. } => self.holder_id(),
+            Wake::Cluster(_, links) => links.get(self.hash_slot(pool)),
+        }
+    }
+
     /// Refuses a ttl longer than the restart grace: a lease granted for it
     /// could still be live when a restart that lost the data ends the
     /// grace, and its slot would go to a second holder (rule

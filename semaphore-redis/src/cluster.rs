@@ -139,6 +139,55 @@ impl Listener {
 /// and its deciding clock.
 pub(crate) type Clock = (crate::Connection, semaphore_core::store::DecidingClock);
 
+/// Waiter liveness on a cluster (R16, amended: a waiter's place may be
+/// bound to its connection): a queued head's place names the client id,
+/// on the master of the pool's slot, of the store's own cluster link to
+/// that master, which dies with the process. Learned with `CLIENT ID`
+/// sent to the slot's master (one round trip, once per slot) and
+/// forgotten when a call fails on a lost connection (the link's next id
+/// is another: a place queued under the old one is judged gone, and its
+/// waiter loses that place, never a slot).
+#[derive(Debug, Default)]
+pub(crate) struct Links {
+    ids: Mutex<std::collections::HashMap<u16, i64>>,
+}
+
+impl Links {
+    /// The id known for slot `slot`.
+    pub(crate) fn get(&self, slot: u16) -> Option<i64> {
+        self.ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&slot)
+            .copied()
+    }
+
+    /// Learns the id of `connection`'s link to the master of `slot`, if
+    /// not known; a failure leaves it unknown (the place is then kept by
+    /// its heartbeat alone).
+    pub(crate) async fn learn(&self, connection: &crate::Connection, slot: u16) {
+        if self.get(slot).is_some() {
+            return;
+        }
+        let mut id = redis::cmd("CLIENT");
+        id.arg("ID");
+        if let Ok(redis::Value::Int(id)) = connection.on_slot(id, slot).await {
+            self.ids
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(slot, id);
+        }
+    }
+
+    /// Forgets every id (a connection was lost).
+    pub(crate) fn forget(&self) {
+        self.ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+}
+
 async fn run(
     messages: mpsc::UnboundedReceiver<PushInfo>,
     changes: Arc<Changes>,
@@ -201,12 +250,13 @@ impl crate::RedisStore {
         pool: semaphore_core::PoolId,
         request: &semaphore_core::store::BorrowRequest,
     ) -> Result<bool> {
-        let crate::backend::Wake::Cluster(listener) = &self.wake else {
+        let crate::backend::Wake::Cluster(listener, links) = &self.wake else {
             return Ok(true);
         };
         let slot = self.hash_slot(pool);
         if request.waiter.is_some() {
             listener.listen(slot).await?;
+            links.learn(&self.connection, slot).await;
         }
         match request.session {
             Some(session) => self.beats.join(session, slot).await,

@@ -103,9 +103,10 @@ async fn session(client: &redis::Client, id: &AtomicI64) {
     }
 }
 
-/// Which of the holders `ids` the server no longer has a connection for:
-/// those are gone. None, if the server will not say.
-pub(crate) async fn gone(connection: &crate::Connection, ids: &[i64]) -> Vec<i64> {
+/// Which of the holders `ids` the server (on a cluster, the master of
+/// hash slot `slot`) no longer has a connection for: those are gone. None,
+/// if the server will not say.
+pub(crate) async fn gone(connection: &crate::Connection, slot: u16, ids: &[i64]) -> Vec<i64> {
     if ids.is_empty() {
         return Vec::new();
     }
@@ -114,9 +115,12 @@ pub(crate) async fn gone(connection: &crate::Connection, ids: &[i64]) -> Vec<i64
     for id in ids {
         list.arg(*id);
     }
-    let Ok(listing) = list.query_async::<String>(&mut connection.clone()).await else {
+    let listing = connection.on_slot(list, slot).await.ok();
+    let Some(listing) = listing.and_then(|v| redis::FromRedisValue::from_redis_value(v).ok())
+    else {
         return Vec::new();
     };
+    let listing: String = listing;
     let alive = live_ids(&listing);
     ids.iter()
         .copied()

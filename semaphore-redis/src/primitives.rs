@@ -35,21 +35,21 @@ fn session_label(session: Option<semaphore_core::SessionId>) -> String {
 /// Waiter liveness (R16, amended): see [`holder`](crate::holder).
 impl RedisStore {
     /// The client id that marks this process's queued heads as alive.
-    pub(crate) fn connection_label(&self) -> String {
-        label(self.holder_id().map(|id| id.to_string()).as_deref())
+    pub(crate) fn connection_label(&self, pool: PoolId) -> String {
+        label(self.waiter_link(pool).map(|id| id.to_string()).as_deref())
     }
 
     /// Forgets the queued heads of `pool` whose connections, among
     /// `connections`, the server no longer has (R16, amended: a killed
     /// waiter holds back no one), waking its waiters; whether any was.
     pub(crate) async fn reap_gone(&self, pool: PoolId, connections: &[i64]) -> Result<bool> {
-        let own = self.holder_id();
+        let own = self.waiter_link(pool);
         let others: Vec<i64> = connections
             .iter()
             .copied()
             .filter(|id| Some(*id) != own)
             .collect();
-        let dead = crate::holder::gone(&self.connection, &others).await;
+        let dead = crate::holder::gone(&self.connection, self.hash_slot(pool), &others).await;
         if dead.is_empty() {
             return Ok(false);
         }
@@ -156,7 +156,7 @@ impl Store for RedisStore {
                 .arg(label(
                     request.hold.map(|h| millis(h).to_string()).as_deref(),
                 ))
-                .arg(self.connection_label());
+                .arg(self.connection_label(request.pool));
             // A call that timed out may still run once the server answers
             // again: the core asks again under the same lease id, and
             // returns it if it ends up holding another (rule "Lost replies").
@@ -301,7 +301,7 @@ impl RedisStore {
             call.arg(request.slots);
         }
         call.arg(session_label(head.session))
-            .arg(self.connection_label())
+            .arg(self.connection_label(head.pool))
             .arg(if check { "1" } else { "0" })
             .arg(floor);
         let rows = items("borrow", self.run("borrow", &call).await?)?;
