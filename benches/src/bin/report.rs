@@ -325,6 +325,43 @@ fn print_processes() {
         }
         None => println!("| 22. A million pools | not run | | | | |"),
     }
+    match processes(23) {
+        Some(v) => {
+            for (shape, what, goal) in [
+                ("spread", "48 pools over 3 masters, 48 tasks", None),
+                ("hot", "a hot pool, 16 tasks", Some(0.8)),
+            ] {
+                let line = &v[shape];
+                let rate = |t: &str| line[t]["pairs_per_s"].as_f64().unwrap_or(f64::NAN);
+                let cpu = |t: &str, k: &str| line[t][k].as_f64().unwrap_or(f64::NAN);
+                let ratio = rate("cluster") / rate("server");
+                let (goal, met) = match goal {
+                    Some(g) => (format!(">= {g}x"), judged(ratio >= g)),
+                    None => ("none".to_string(), "-"),
+                };
+                println!(
+                    "| 23. Redis Cluster vs one server, {what} | {:.0}/s | {:.0}/s | {ratio:.2}x | {goal} | {met} |",
+                    rate("cluster"),
+                    rate("server"),
+                );
+                println!(
+                    "| 23. Redis, one server with a replica, {what} | {:.0}/s | {:.0}/s | {:.2}x | none | - |",
+                    rate("replicated"),
+                    rate("server"),
+                    rate("replicated") / rate("server"),
+                );
+                println!(
+                    "| 23. CPU per pair, {what}: masters + replicas; client (cluster vs one server) | {:.1} + {:.1} µs; {:.1} µs | {:.1} µs; {:.1} µs | | none | - |",
+                    cpu("cluster", "masters_cpu_us_per_pair"),
+                    cpu("cluster", "replicas_cpu_us_per_pair"),
+                    cpu("cluster", "client_cpu_us_per_pair"),
+                    cpu("server", "masters_cpu_us_per_pair"),
+                    cpu("server", "client_cpu_us_per_pair"),
+                );
+            }
+        }
+        None => println!("| 23. Redis Cluster | not run | | | | |"),
+    }
     match processes(21) {
         Some(v) => {
             let [python, rust, floor] = [
