@@ -150,56 +150,45 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_waiter_holds_back_no_one_on_redis() {
-    use semaphore_redis::{PoolId, RedisOptions, RedisStore};
     let server = semaphore_redis::testing::TestServer::shared();
-    let prefix = semaphore_redis::testing::TestServer::fresh_prefix();
-    let options = RedisOptions::default()
-        .prefix(&prefix)
-        .restart_grace(Duration::ZERO);
-    let looker = RedisStore::connect_with(server.url(), options)
-        .await
-        .unwrap();
-    let pool = PoolId::from_name("waiters");
-    killed_waiter_holds_back_no_one(
-        &[
-            "--redis",
-            server.url(),
-            "--redis-prefix",
-            &prefix,
-            "--redis-restart-grace",
-            "0s",
-        ],
-        || async { looker.queue_heads(pool).await.unwrap_or(0) },
-    )
-    .await;
+    killed_waiter_on_redis("--redis", &[server.url()]).await;
 }
 
 /// The same on a Redis Cluster (`--redis-cluster`): a waiter's place
 /// names its connection to the master of the pool's slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_waiter_holds_back_no_one_on_a_redis_cluster() {
-    use semaphore_redis::{PoolId, RedisOptions, RedisStore};
     let nodes = semaphore_redis::testing::TestCluster::shared();
     let urls: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    killed_waiter_on_redis("--redis-cluster", &urls).await;
+}
+
+/// [`killed_waiter_holds_back_no_one`] on Redis: one server (`--redis`,
+/// one URL) or a cluster (`--redis-cluster`, its nodes' URLs).
+async fn killed_waiter_on_redis(flag: &str, urls: &[&str]) {
+    use semaphore_redis::{PoolId, RedisOptions, RedisStore};
     let prefix = semaphore_redis::testing::TestServer::fresh_prefix();
     let options = RedisOptions::default()
         .prefix(&prefix)
         .restart_grace(Duration::ZERO);
-    let looker = RedisStore::connect_cluster_with(&urls, options)
-        .await
-        .unwrap();
+    let looker = match flag {
+        "--redis" => RedisStore::connect_with(urls[0], options).await,
+        _ => RedisStore::connect_cluster_with(urls, options).await,
+    }
+    .unwrap();
     let pool = PoolId::from_name("waiters");
-    killed_waiter_holds_back_no_one(
-        &[
-            "--redis-cluster",
-            &nodes.join(","),
-            "--redis-prefix",
-            &prefix,
-            "--redis-restart-grace",
-            "0s",
-        ],
-        || async { looker.queue_heads(pool).await.unwrap_or(0) },
-    )
+    let urls = urls.join(",");
+    let args = [
+        flag,
+        &urls,
+        "--redis-prefix",
+        &prefix,
+        "--redis-restart-grace",
+        "0s",
+    ];
+    killed_waiter_holds_back_no_one(&args, || async {
+        looker.queue_heads(pool).await.unwrap_or(0)
+    })
     .await;
 }
 

@@ -3,10 +3,11 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use semaphore_core::conformance::Fixture;
 use semaphore_redis::testing::{TestCluster, TestServer};
-use semaphore_redis::{ManualClock, RedisOptions, RedisStore};
+use semaphore_redis::{Clock, ManualClock, RedisOptions, RedisStore};
 
 /// A store on the shared test server under a fresh prefix, in test mode
 /// on `clock`, with no restart grace (the test server is young).
@@ -43,4 +44,34 @@ async fn make_cluster_under(prefix: String, clock: Arc<ManualClock>) -> Fixture 
         .await
         .expect("a Redis store on the test cluster");
     Fixture::new(Arc::new(store), clock)
+}
+
+/// The networked cases' options: under `prefix`, on `clock` if given,
+/// with session timeout `timeout` if given, no restart grace.
+pub fn networked_options(
+    prefix: String,
+    clock: Option<Arc<dyn Clock>>,
+    timeout: Option<Duration>,
+) -> RedisOptions {
+    let mut options = RedisOptions::default()
+        .prefix(prefix)
+        .restart_grace(Duration::ZERO);
+    if let Some(clock) = clock {
+        options = options.clock(clock);
+    }
+    if let Some(timeout) = timeout {
+        options = options.session_timeout(timeout);
+    }
+    options
+}
+
+/// The server's clock (`TIME`; on a cluster, a node's), read through
+/// `store`'s connection.
+pub async fn server_now(store: &RedisStore) -> SystemTime {
+    let mut connection = store.connection().clone();
+    let (s, us): (u64, u64) = semaphore_redis::redis::cmd("TIME")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    SystemTime::UNIX_EPOCH + Duration::from_secs(s) + Duration::from_micros(us)
 }
