@@ -240,11 +240,11 @@ fn dispatch(changes: &Changes, push: PushInfo) {
 impl crate::RedisStore {
     /// Before a borrow on `pool`'s hash slot: the session (if the borrow
     /// binds to one) keeps its end there, and, if the borrow may wait, the
-    /// store listens to the slot's channel. `false` if the slot's session
-    /// key says the session has ended.
+    /// store listens to the slot's channel and learns its link's id there.
+    /// `false` if the slot's session key says the session has ended.
     ///
     /// # Errors
-    /// [`Error::Storage`] if the node failed.
+    /// [`Error::Storage`] if the node failed to keep the session's end.
     pub(crate) async fn ready(
         &self,
         pool: semaphore_core::PoolId,
@@ -255,7 +255,10 @@ impl crate::RedisStore {
         };
         let slot = self.hash_slot(pool);
         if request.waiter.is_some() {
-            listener.listen(slot).await?;
+            // Not listening yet (the node did not confirm) loses no
+            // wake-up for good: the fallback poll looks, and the next
+            // waiting borrow on the slot subscribes again.
+            let _ = listener.listen(slot).await;
             links.learn(&self.connection, slot).await;
         }
         match request.session {
