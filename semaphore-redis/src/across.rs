@@ -13,7 +13,11 @@
 //! 3. **Take**: the runs are taken in order. If one is refused now (another
 //!    borrower took the room between the check and the take) or its call
 //!    fails, the leases of the runs taken before are returned at once, and
-//!    the borrow answers as that run did.
+//!    the borrow answers as that run did. Only leases under this borrow's
+//!    own lease ids are returned (one answered through an idempotency key
+//!    belongs to the borrow that took it), and those a check found already
+//!    held under them (a retry after a lost reply) are returned too on a
+//!    refusal.
 //!
 //! What another borrower can observe: a refusal takes nothing, except in
 //! the race of step 3, where the earlier runs' slots are held for one
@@ -25,7 +29,7 @@
 //! them on one hash slot.
 
 use semaphore_core::store::{BorrowRequest, Store, TryBorrowAll};
-use semaphore_core::{Lease, Result};
+use semaphore_core::{Lease, LeaseId, PoolId, Result};
 
 use crate::RedisStore;
 
@@ -50,6 +54,13 @@ impl RedisStore {
     /// Borrows `requests` run by run (`runs`: their indices), checking
     /// every run before taking any, and giving back what was taken if a
     /// run is refused or fails.
+    ///
+    /// Given back are the leases under this borrow's own lease ids only:
+    /// one answered through an idempotency key is another borrow's. A
+    /// check that finds a lease already held under its own id (a retry
+    /// after a lost reply) gives it back too if the borrow is refused, and
+    /// a run whose take failed has its own ids returned (it may have
+    /// granted), so that no lease is left to nobody for its ttl.
     pub(crate) async fn borrow_across(
         &self,
         requests: &[BorrowRequest],
@@ -59,26 +70,30 @@ impl RedisStore {
             .iter()
             .map(|run| run.iter().map(|i| requests[*i].clone()).collect())
             .collect();
+        let mut found = Vec::new();
         let mut refused = None;
         for run in &asked {
-            if let answer @ (Err(_) | Ok(TryBorrowAll::Exhausted { .. })) =
-                self.borrow_on_one_slot(run, true, 0).await
-            {
+            match self.borrow_on_one_slot(run, true, 0).await {
+                Ok(TryBorrowAll::Granted { leases }) => found.extend(own(run, &leases)),
                 // Every full run is asked, so that the borrower is queued
                 // in each; the latest next expiry answers.
-                refused = Some(match (refused, answer) {
-                    (Some(Err(e)), _) | (_, Err(e)) => Err(e),
-                    (Some(Ok(TryBorrowAll::Exhausted { next_expiry: a })), Ok(b)) => {
-                        Ok(latest(a, b))
-                    }
-                    (_, answer) => answer,
-                });
+                answer => {
+                    refused = Some(match (refused, answer) {
+                        (Some(Err(e)), _) | (_, Err(e)) => Err(e),
+                        (Some(Ok(TryBorrowAll::Exhausted { next_expiry: a })), Ok(b)) => {
+                            Ok(latest(a, b))
+                        }
+                        (_, answer) => answer,
+                    });
+                }
             }
         }
         if let Some(refused) = refused {
+            self.give_back(&found).await;
             return refused;
         }
         let mut leases: Vec<Option<Lease>> = vec![None; requests.len()];
+        let mut taken = Vec::new();
         for (run, asked) in runs.into_iter().zip(&asked) {
             let floor = leases.iter().flatten().map(|l| l.token).max();
             match self
@@ -86,12 +101,16 @@ impl RedisStore {
                 .await
             {
                 Ok(TryBorrowAll::Granted { leases: got }) => {
+                    taken.extend(own(asked, &got));
                     for (i, lease) in run.into_iter().zip(got) {
                         leases[i] = Some(lease);
                     }
                 }
                 refused => {
-                    self.give_back(&leases).await;
+                    if refused.is_err() {
+                        taken.extend(asked.iter().map(|r| (r.pool, r.lease)));
+                    }
+                    self.give_back(&taken).await;
                     return refused;
                 }
             }
@@ -101,18 +120,27 @@ impl RedisStore {
         })
     }
 
-    /// Returns `leases` (a refused borrow's earlier groups), each tried
-    /// twice; one that still fails is left to its ttl (or its session's
-    /// end), and a later attempt under the same lease id finds it.
-    async fn give_back(&self, leases: &[Option<Lease>]) {
-        for lease in leases.iter().flatten() {
+    /// Returns `leases` (pool and lease id), each tried twice; one that
+    /// still fails is left to its ttl (or its session's end).
+    async fn give_back(&self, leases: &[(PoolId, LeaseId)]) {
+        for (pool, lease) in leases {
             for _ in 0..2 {
-                if self.return_lease(lease.pool, lease.id).await.is_ok() {
+                if self.return_lease(*pool, *lease).await.is_ok() {
                     break;
                 }
             }
         }
     }
+}
+
+/// The leases among `leases` (answers to `asked`) held under the lease ids
+/// `asked` gave: this borrow's own, not another's found by its key.
+fn own(asked: &[BorrowRequest], leases: &[Lease]) -> Vec<(PoolId, LeaseId)> {
+    leases
+        .iter()
+        .filter(|l| asked.iter().any(|r| r.lease == l.id && r.pool == l.pool))
+        .map(|l| (l.pool, l.id))
+        .collect()
 }
 
 /// The later of two refusals' next expiries (`None`, no expiry to wait

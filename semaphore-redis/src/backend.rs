@@ -195,14 +195,16 @@ impl RedisStore {
     ///   trip, once per slot) before its first waiting borrow there.
     /// - **Failover is a restart** (rule "Restart grace, for every loss of
     ///   state"): a promoted replica has another run id, so the first grant
-    ///   on each slot after it starts the grace; a `register` that first
-    ///   writes a slot's run key waits (`WAIT`, up to 1 s) until a replica
-    ///   has it, so that no grant is made on a slot whose run key a failover
-    ///   could lose.
-    /// - **Several pools** ([`PoolSet`](semaphore_core::PoolSet)) are
-    ///   borrowed in one script only if they share a hash slot; others are
-    ///   refused with [`Error::InvalidArgument`] naming `pools` and their
-    ///   slots.
+    ///   on each slot after it starts the grace; a slot whose run key a
+    ///   promoted node lacks (lost with the newest writes, or never made)
+    ///   starts it too. A `register` that first writes a slot's run key
+    ///   waits (`WAIT`, up to 1 s) until a replica has it.
+    /// - **Several pools** ([`PoolSet`](semaphore_core::PoolSet)) on one
+    ///   hash slot are one script, all or nothing; on several slots, a
+    ///   check-then-take protocol (each slot's pools checked without a
+    ///   grant, then taken in order, and what was taken given back if a
+    ///   later slot refuses in between). A hash tag in the prefix puts a
+    ///   store's pools on one slot ([`RedisOptions::prefix`]).
     /// - **Waiters' places** (R16, amended) name the store's own link to
     ///   the master of the pool's slot (its `CLIENT ID` there, learned once
     ///   per slot): a killed waiter holds back no one. After a failover or

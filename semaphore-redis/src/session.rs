@@ -217,11 +217,20 @@ impl Heartbeat for Beats {
             millis(timeout).to_string(),
             if open { "1" } else { "0" }.to_string(),
         ];
+        let places = self.places();
         let mut now = None;
-        for value in self.call("beat", id, &self.places(), &args).await? {
+        for value in self.call("beat", id, &places, &args).await? {
             match value {
                 redis::Value::Int(at) => now = now.or(Some(at)),
-                _ => return Ok(None),
+                _ => {
+                    // Ended on one slot (on a cluster, a failover may lose
+                    // its key): ended everywhere at once, not at the end
+                    // this beat just gave the other slots.
+                    if places.len() > 1 {
+                        let _ = self.call("close", id, &places, &[]).await;
+                    }
+                    return Ok(None);
+                }
             }
         }
         Ok(now.map(|at| from_unix_ms(u64::try_from(at).unwrap_or(0))))

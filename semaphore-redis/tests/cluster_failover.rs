@@ -1,15 +1,17 @@
 //! A master's failover on a real Redis Cluster, made to lose the newest
-//! grant: the replica is stopped (SIGSTOP) while a lease is granted on its
-//! master, so the grant never reaches it; then the master is killed and
-//! the replica, resumed, is promoted. The rule "Restart grace, for every
-//! loss of state" must hold: nothing is granted on the slot until the lost
-//! lease's ttl has passed, and tokens keep growing.
+//! writes: the replica is stopped (SIGSTOP) and its link cut while a
+//! lease is granted on its master, so the grant never reaches it; then the
+//! master is killed and the replica, resumed, is promoted. The rule
+//! "Restart grace, for every loss of state" must hold: nothing is granted
+//! on the slot until the lost lease's ttl has passed, and tokens keep
+//! growing; whether the slot's run key reached the replica or was lost
+//! with the grant.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use semaphore_redis::testing::TestCluster;
-use semaphore_redis::{Error, Pool, PoolId, RedisOptions, RedisStore};
+use semaphore_redis::{Error, Lease, Pool, PoolId, RedisOptions, RedisStore};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -20,55 +22,62 @@ fn options() -> RedisOptions {
         .response_timeout(Duration::from_millis(500))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failover_that_lost_a_grant_over_issues_nothing_and_tokens_grow() {
-    let cluster = TestCluster::start().unwrap();
+/// Two stores on `cluster`, and pool `name` on each.
+async fn two_stores(cluster: &TestCluster, name: &str) -> (Pool, Pool) {
     let urls = cluster.urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let connect = || async {
-        Arc::new(
-            RedisStore::connect_cluster_with(&urls, options())
-                .await
-                .expect("a store on the cluster"),
-        )
-    };
-    let (a, b) = (connect().await, connect().await);
-    let id = PoolId::from_name("failover");
-    let (on_a, on_b) = (Pool::new(a, id), Pool::new(b, id));
-    on_a.register(1).await.unwrap();
-    let (master, replica) = cluster.serving(&id.as_uuid().to_string()).unwrap();
-
-    // The young cluster's own grace first (its nodes started just now).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while let Err(Error::Exhausted { .. }) = on_a.try_borrow(TTL).await.map(|g| g.forget()) {
-        assert!(Instant::now() < deadline, "nothing granted within 60 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let id = PoolId::from_name(name);
+    let mut pools = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect_cluster_with(&urls, options())
+            .await
+            .expect("a store on the cluster");
+        pools.push(Pool::new(Arc::new(store), id));
     }
-    on_a.force_return(0).await.unwrap();
+    let b = pools.pop().unwrap();
+    (pools.pop().unwrap(), b)
+}
 
-    // The grant reaches the master only: the replica is stopped and its
-    // link cut, so the master keeps the grant in its backlog.
-    cluster.signal(replica, "STOP");
-    let cut = cluster.command(master, "CLIENT KILL TYPE replica");
-    assert!(cut.starts_with(":1"), "{cut}");
-    let sent = Instant::now();
-    let lost = on_a.try_borrow(TTL).await.unwrap().forget();
-    let lost_until = sent + TTL;
-    cluster.signal(master, "KILL");
-    cluster.signal(replica, "CONT");
-
-    // Another borrower asks until the promoted replica grants.
+/// Borrows from `pool` (registering it with count 1 if it is missing)
+/// until granted, for up to 60 s.
+async fn borrow_until_granted(pool: &Pool) -> Lease {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let granted = loop {
+    loop {
         assert!(Instant::now() < deadline, "nothing granted within 60 s");
-        match on_b.try_borrow(TTL).await {
-            Ok(guard) => break guard.forget(),
-            Err(Error::Exhausted { .. } | Error::PoolNotFound { .. }) => {}
+        match pool.try_borrow(TTL).await {
+            Ok(guard) => return guard.forget(),
+            Err(Error::PoolNotFound { .. }) => {
+                let _ = pool.register(1).await;
+            }
+            Err(Error::Exhausted { .. }) => {}
             Err(e @ Error::Storage { .. }) if e.is_retryable() => {}
             Err(e) => panic!("{e}"),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+}
+
+/// Stops the replica of `master` and cuts its link: what the master
+/// writes next stays in its backlog.
+fn cut_off(cluster: &TestCluster, master: u16, replica: u16) {
+    cluster.signal(replica, "STOP");
+    let cut = cluster.command(master, "CLIENT KILL TYPE replica");
+    assert!(cut.starts_with(":1"), "{cut}");
+}
+
+/// Kills `master`, resumes `replica`, and has `other` borrow until the
+/// promoted replica grants: no earlier than `lost`'s end, with a larger
+/// token.
+async fn fail_over(
+    cluster: &TestCluster,
+    (master, replica): (u16, u16),
+    lost: &Lease,
+    lost_until: Instant,
+    other: &Pool,
+) {
+    cluster.signal(master, "KILL");
+    cluster.signal(replica, "CONT");
+    let granted = borrow_until_granted(other).await;
     let at = Instant::now();
     assert!(cluster.is_master(replica), "the replica was promoted");
     assert!(
@@ -82,4 +91,45 @@ async fn a_failover_that_lost_a_grant_over_issues_nothing_and_tokens_grow() {
         granted.token,
         lost.token
     );
+}
+
+/// The pool and the slot's run key reached the replica; the grant did not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_that_lost_a_grant_over_issues_nothing_and_tokens_grow() {
+    let cluster = TestCluster::start().unwrap();
+    let (on_a, on_b) = two_stores(&cluster, "failover").await;
+    on_a.register(1).await.unwrap();
+    let nodes = cluster.serving(&on_a.id().as_uuid().to_string()).unwrap();
+    // The young cluster's own grace first (its nodes started just now).
+    let first = borrow_until_granted(&on_a).await;
+    assert!(on_a.return_lease(first.id).await.unwrap());
+
+    cut_off(&cluster, nodes.0, nodes.1);
+    let sent = Instant::now();
+    let lost = on_a.try_borrow(TTL).await.unwrap().forget();
+    fail_over(&cluster, nodes, &lost, sent + TTL, &on_b).await;
+}
+
+/// Nothing of the slot reached the replica, the run key included: the
+/// pool is registered and granted while the replica is cut off, on a
+/// cluster older than the grace (so no grace from its start). The promoted
+/// replica lacks the run key and the pool; the pool registered again
+/// grants nothing until the lost lease's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_that_lost_a_slots_run_key_over_issues_nothing() {
+    let started = Instant::now();
+    let cluster = TestCluster::start().unwrap();
+    let (on_a, on_b) = two_stores(&cluster, "failover-unreplicated").await;
+    let nodes = cluster.serving(&on_a.id().as_uuid().to_string()).unwrap();
+    // The nodes' own grace from their start ends first.
+    tokio::time::sleep(
+        (started + TTL + Duration::from_secs(1)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+
+    cut_off(&cluster, nodes.0, nodes.1);
+    on_a.register(1).await.unwrap();
+    let sent = Instant::now();
+    let lost = on_a.try_borrow(TTL).await.unwrap().forget();
+    fail_over(&cluster, nodes, &lost, sent + TTL, &on_b).await;
 }

@@ -8,7 +8,8 @@
 -- in PREFIX:run and starts the grace: from now if our keys outlived the
 -- change (an RDB snapshot, AOF everysec, a replica's copy: the newest
 -- grants may be lost while their holders run), from the server's start if
--- none did and it started less than the grace ago (no persistence).
+-- none did and it started less than the grace ago (no persistence), and
+-- from now if none did on a promoted replica.
 local run_written = false
 
 local function grace_end()
@@ -26,6 +27,11 @@ local function grace_end()
         local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
         local started = real - up * 1000
         if started + GRACE > real then grace = started + GRACE end
+        -- A promoted replica (it has a second replication id) may have
+        -- lost the newest writes, this key among them: from now.
+        local repl = redis.call('INFO', 'replication')
+        local second = tonumber(string.match(repl, 'second_repl_offset:(%-?%d+)'))
+        if second and second ~= -1 then grace = real + GRACE end
     end
     redis.call('HSET', run_key, 'id', run, 'until', fmt(grace))
     run_written = true
