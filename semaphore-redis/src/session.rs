@@ -6,9 +6,10 @@
 //! keeps one such key in each slot where it may hold bound leases
 //! (`PREFIX:{<slot's tag>}:s:<id>`): a home slot's from the start, and a
 //! slot's before the session's first bound borrow there (it
-//! [`join`](Beats::join)s it). A heartbeat renews them all and lands only
-//! if every one did; one that has ended, or that a failover lost, ends the
-//! session, as on one server.
+//! [`join`](Beats::join)s it). A heartbeat renews them all at once (one
+//! call per slot, in flight together) and lands only if every one did; one
+//! that has ended, or that a failover lost, ends the session on every slot
+//! at once, as on one server.
 //!
 //! The heartbeat's connection is made again whenever a beat fails or is
 //! dropped midway (a stalled connection is not reused), so that a
@@ -54,7 +55,8 @@ impl Client {
     }
 }
 
-/// The heartbeat's connection.
+/// The heartbeat's connection (cheap to clone: multiplexed).
+#[derive(Clone)]
 enum Line {
     Server(redis::aio::MultiplexedConnection),
     Cluster(redis::cluster_async::ClusterConnection),
@@ -141,12 +143,14 @@ impl Beats {
         args: &[String],
     ) -> Result<Vec<redis::Value>> {
         let mut kept = self.connection.lock().await;
-        let mut connection = match kept.take() {
+        let connection = match kept.take() {
             Some(connection) => connection,
             None => self.client.connect().await.map_err(storage(OPERATION))?,
         };
-        let mut values = Vec::with_capacity(places.len());
-        for place in places {
+        // One call per place, all at once: each on its slot's master (the
+        // cluster connection multiplexes them), so that a heartbeat over
+        // many slots costs about one round trip.
+        let calls = places.iter().map(|place| {
             let common = Common {
                 time: &self.time,
                 waiter_ttl_ms: 0,
@@ -158,13 +162,14 @@ impl Beats {
             for arg in args {
                 invocation.arg(arg);
             }
-            values.push(
-                connection
-                    .invoke(&invocation)
-                    .await
-                    .map_err(storage(OPERATION))?,
-            );
-        }
+            let mut connection = connection.clone();
+            async move { connection.invoke(&invocation).await }
+        });
+        let values = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect::<redis::RedisResult<Vec<_>>>()
+            .map_err(storage(OPERATION))?;
         *kept = Some(connection);
         Ok(values)
     }

@@ -57,11 +57,27 @@ impl TestCluster {
     }
 
     /// Starts six nodes (three masters, one replica each), joins them into
-    /// a cluster and waits until every node says `cluster_state:ok`.
+    /// a cluster and waits until every node says `cluster_state:ok` and
+    /// every replica is in sync. Tried up to five times on fresh ports: a
+    /// port found free may be taken (by another program's outgoing
+    /// connection) before its node binds it.
     ///
     /// # Errors
-    /// What to install, or what failed, in words (with the log to read).
+    /// What to install, or what failed the last time, in words (with the
+    /// log to read).
     pub fn start() -> Result<TestCluster, String> {
+        let mut failed = String::new();
+        for _ in 0..5 {
+            match Self::start_once() {
+                Ok(cluster) => return Ok(cluster),
+                Err(e) if e == INSTALL => return Err(e),
+                Err(e) => failed = e,
+            }
+        }
+        Err(failed)
+    }
+
+    fn start_once() -> Result<TestCluster, String> {
         let dir = tempfile::Builder::new()
             .prefix("semaphore-redis-cluster-")
             .tempdir()
