@@ -1,10 +1,13 @@
 //! The command line (clap).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+mod serve;
+
+pub(crate) use serve::ServeArgs;
 
 /// Numbered-slot semaphores with leases: a pool has `count` slots; a borrow
 /// hands out the lowest free one as a lease with a ttl.
@@ -323,160 +326,6 @@ fn wait(text: &str) -> Result<Duration, String> {
         return Ok(Duration::MAX);
     }
     duration(text)
-}
-
-/// Where `serve` keeps its pools, and its limits.
-#[derive(Debug, Args)]
-pub(crate) struct ServeArgs {
-    /// The address to listen on; port 0 picks a free port (the address is
-    /// printed on the first line of standard output).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub(crate) listen: SocketAddr,
-
-    /// A file holding a bearer token (16 to 4096 visible ASCII characters):
-    /// every request but /healthz and /readyz must then send
-    /// `Authorization: Bearer <token>`, else 401. Off by default, when the
-    /// pool UUID is the only secret.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) auth_token_file: Option<PathBuf>,
-
-    /// A SQLite file shared with every process on this machine. Without
-    /// --sqlite, --postgres, --redis, --mysql or --memory:
-    /// $SEMAPHORE_PG_URL, $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL or
-    /// $SEMAPHORE_DB, else semaphore.db in the user's data directory, the
-    /// same default as every other subcommand. A flag always wins over the
-    /// environment.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "redis_cluster", "mysql", "memory"])]
-    pub(crate) sqlite: Option<PathBuf>,
-
-    /// A PostgreSQL connection string: every server on the database serves
-    /// the same pools.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "redis_cluster", "mysql", "memory"])]
-    pub(crate) postgres: Option<String>,
-
-    /// The PostgreSQL schema for the store's tables.
-    #[arg(long, value_name = "NAME", default_value = "public")]
-    pub(crate) postgres_schema: String,
-
-    /// Prepare the PostgreSQL store's statements once per connection: the
-    /// server then skips parsing and planning each call (about 10% on a
-    /// hot pool). Not behind PgBouncer in transaction mode before 1.21.
-    #[arg(long)]
-    pub(crate) postgres_prepared_statements: bool,
-
-    /// Connect to PostgreSQL without making or migrating the store's
-    /// tables (a runtime role with no CREATE right): a schema that is not
-    /// at this version is refused; run `semaphore migrate` first.
-    #[arg(long)]
-    pub(crate) postgres_no_migrate: bool,
-
-    /// A Redis URL (redis://host:port/db): every server on it serves the
-    /// same pools.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["mysql", "memory", "redis_cluster"])]
-    pub(crate) redis: Option<String>,
-
-    /// A Redis Cluster: some or all of its nodes' URLs, comma-separated
-    /// (redis://host:port,redis://host:port); every server on it serves
-    /// the same pools.
-    #[arg(long, value_name = "URL,URL,...", conflicts_with_all = ["mysql", "memory"])]
-    pub(crate) redis_cluster: Option<String>,
-
-    /// A MySQL or MariaDB URL (mysql://user:password@host:port/database):
-    /// every server on it serves the same pools. MySQL has no
-    /// notifications: a server sees another's returns at its next poll
-    /// (every 100 ms), so a wake-up across servers takes up to 100 ms plus
-    /// the poll's round trip to the database.
-    #[arg(long, value_name = "URL", conflicts_with = "memory")]
-    pub(crate) mysql: Option<String>,
-
-    /// The prefix of the MySQL store's tables.
-    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
-    pub(crate) mysql_prefix: String,
-
-    /// The prefix of the Redis store's keys.
-    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
-    pub(crate) redis_prefix: String,
-
-    /// How long a pool created on a Redis server younger than this grants
-    /// nothing: a restart that lost the data must not hand out slots whose
-    /// holders still run. Set it to the longest ttl in use; 0s turns it off.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
-    pub(crate) redis_restart_grace: Duration,
-
-    /// How long the store's session, which this process's leases belong
-    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; R16):
-    /// a network blip or a server restart shorter than this ends no lease,
-    /// and a process killed outright loses its slots after it. At least 1s.
-    /// Default 10s; for `run`, 30s.
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub(crate) session_timeout: Option<Duration>,
-
-    /// Keep pools in this process's memory only (lost on exit).
-    #[arg(long)]
-    pub(crate) memory: bool,
-
-    /// The longest lease; longer ttls are clamped to it (e.g. 24h, 90s).
-    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = duration)]
-    pub(crate) max_ttl: Duration,
-
-    /// The longest a borrow waits; longer waits are clamped to it. The
-    /// default stays under common proxies' 60 s read timeout.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
-    pub(crate) max_wait: Duration,
-
-    /// How long a two-phase borrow's ticket (`/enqueue`) keeps its place
-    /// after a poll (`/wait`) ends; a ticket not polled again within it is
-    /// dropped. On a shared store the store keeps the place, and every
-    /// server sharing it should use the same hold.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
-    pub(crate) ticket_hold: Duration,
-
-    /// The most connections served at once; more wait to be accepted
-    /// until one closes.
-    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_connections: u32,
-
-    /// The longest a client may take to send a request's head (the request
-    /// line and headers); its connection is closed after that.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
-    pub(crate) header_timeout: Duration,
-
-    /// The longest a client may take to send a request's body, from the
-    /// end of its head; it is answered 408 and its connection closed after
-    /// that.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
-    pub(crate) body_timeout: Duration,
-
-    /// The most connections served at once from one client address (off by
-    /// default: behind a proxy or a NAT every client has the same address).
-    /// More from that address are closed at once.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_connections_per_address: Option<u32>,
-
-    /// The largest count a pool may be registered with.
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    pub(crate) max_count: u32,
-
-    /// Names a pool for /metrics (repeatable; one name per pool): its
-    /// series and gauges are labelled pool="NAME". Other pools share
-    /// unlabelled series, since a pool's UUID is its bearer secret and
-    /// never appears in metrics.
-    #[arg(long, value_name = "NAME=UUID", value_parser = alias)]
-    pub(crate) alias: Vec<(String, uuid::Uuid)>,
-}
-
-fn alias(text: &str) -> Result<(String, uuid::Uuid), String> {
-    let (name, id) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?} is not NAME=UUID"))?;
-    let printable = |c: char| c.is_ascii_alphanumeric() || "-_.:".contains(c);
-    if name.is_empty() || !name.chars().all(printable) {
-        return Err(format!(
-            "alias {name:?} must be 1 or more of a-z, A-Z, 0-9, -_.:"
-        ));
-    }
-    let id = uuid::Uuid::parse_str(id).map_err(|e| format!("{id:?} is not a UUID: {e}"))?;
-    Ok((name.to_string(), id))
 }
 
 fn duration(text: &str) -> Result<Duration, String> {

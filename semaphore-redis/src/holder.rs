@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use redis::FromRedisValue;
 use tokio::sync::oneshot;
 
 /// How often the holder's connection is checked.
@@ -115,12 +116,10 @@ pub(crate) async fn gone(connection: &crate::Connection, slot: u16, ids: &[i64])
     for id in ids {
         list.arg(*id);
     }
-    let listing = connection.on_slot(list, slot).await.ok();
-    let Some(listing) = listing.and_then(|v| redis::FromRedisValue::from_redis_value(v).ok())
-    else {
+    let answer = connection.on_slot(list, slot).await.ok();
+    let Some(listing) = answer.and_then(|v| String::from_redis_value(v).ok()) else {
         return Vec::new();
     };
-    let listing: String = listing;
     let alive = live_ids(&listing);
     ids.iter()
         .copied()

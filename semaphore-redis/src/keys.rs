@@ -1,5 +1,6 @@
 //! Key names: every key of one pool carries the pool's hash tag
-//! (`{<pool id>}`), so that a pool lives in one cluster slot.
+//! (`{<pool id>}`), so that a pool lives in one cluster slot (the prefix's
+//! own tag instead, if it has one: then every pool shares its slot).
 
 use semaphore_core::PoolId;
 

@@ -4,6 +4,7 @@
 mod across;
 mod backend;
 mod cluster;
+mod connect;
 mod connection;
 mod error;
 mod holder;
