@@ -112,7 +112,11 @@ pub async fn borrow_all_dropped_leaves_every_queue(f: Fixture) {
     until_waiting(&p[1], 1).await;
     assert!(p[1].return_lease(held.id).await.unwrap());
     assert_eq!(behind.await.unwrap().unwrap().position, 0);
-    assert_eq!(p[0].inspect().await.unwrap().in_use, 0);
+    // Nothing of the dropped set stays held. A store that takes pools on
+    // several servers one after another (Redis Cluster's check, then take)
+    // may hold the first for a round trip before it gives it back; the
+    // manual clock stands still, so only a give-back frees it.
+    until_in_use(&p[0], 0).await;
 }
 
 /// Sets that are empty or name a pool twice are refused.
