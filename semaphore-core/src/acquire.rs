@@ -229,14 +229,19 @@ pub(crate) fn acquire<A: Answer>(
 }
 
 /// Reads the count of `pool` and [weighs](crate::wait::Changes::weigh) its
-/// queue with it (R15, amended). A storage error leaves the queue as it
-/// is, for the next change to weigh again.
+/// queue with it (R15, amended), unless the queue learned of a change while
+/// the read was in flight ([`weigh_read`](crate::wait::Changes::weigh_read)):
+/// a stale count must not set aside again a waiter a raise let back. A
+/// storage error leaves the queue as it is, for the next change to weigh
+/// again.
 ///
 /// # Errors
 /// [`Error::PoolNotFound`] if the pool was deleted.
 async fn weigh(store: &Arc<dyn Store>, pool: PoolId) -> Result<()> {
+    let changes = store.changes();
+    let seen = changes.news(pool);
     match store.inspect(pool).await {
-        Ok(state) => store.changes().weigh(pool, state.count),
+        Ok(state) => changes.weigh_read(pool, state.count, seen),
         Err(e @ Error::PoolNotFound { .. }) => return Err(e),
         Err(_) => {}
     }

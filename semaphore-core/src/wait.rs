@@ -134,6 +134,7 @@ impl Changes {
         }
         if let Some(queue) = self.queues.lock().get_mut(&pool) {
             queue.draining = false;
+            queue.news += 1;
             queue.notify_head();
         }
         self.tell_watchers();
@@ -145,6 +146,7 @@ impl Changes {
     pub fn notify_all(&self) {
         for queue in self.queues.lock().values_mut() {
             queue.draining = false;
+            queue.news += 1;
             queue.notify_head();
         }
         self.tell_watchers();
@@ -176,9 +178,11 @@ impl Changes {
     /// out of the queue and woken with it. It stops at the first refusal,
     /// telling the new head the earliest expiry the refusal reported (so a
     /// head that asks for more slots than are free holds back everyone
-    /// behind it, R11 with weights, R15), or
-    /// at a multi-pool head (woken to ask the store, as by
-    /// [`notify`](Changes::notify)). Returns how many leases were handed
+    /// behind it, R11 with weights, R15), at a multi-pool head, or at a
+    /// head whose own store call is in flight (under the lease id a grant
+    /// here would use: granting it twice could free the borrower's lease
+    /// when the spare is returned); those are woken to ask the store, as by
+    /// [`notify`](Changes::notify). Returns how many leases were handed
     /// over; costs one atomic load when nobody waits.
     ///
     /// A store that calls this in its return instead of `notify` must also
@@ -216,19 +220,35 @@ impl Changes {
             request.bound = asked.bound;
             request.key.clone_from(&asked.key);
             request.owner.clone_from(&asked.owner);
+            // Under the head's state lock, so that it cannot start a call
+            // of its own between the look and the grant.
+            let mut state = head.state.lock();
+            if state.asking {
+                // Its own call is in flight under the same lease id (or has
+                // just granted it): a grant here would grant that id a
+                // second time, and the ticket would return one of the two
+                // by id, perhaps the one the borrower keeps. It asks again
+                // once that call ends, and finds the freed slot.
+                state.next_expiry = None;
+                drop(state);
+                head.notify.notify_one();
+                break;
+            }
             match grant(&request) {
                 TryBorrow::Granted { lease } => {
                     queue.waiters.remove(index);
                     self.total.fetch_sub(1, Ordering::AcqRel);
                     // The lease first: a ticket that sees itself out of
                     // the queue must find it.
-                    head.state.lock().lease = Some(lease);
+                    state.lease = Some(lease);
+                    drop(state);
                     head.queued.store(false, Ordering::Release);
                     head.notify.notify_one();
                     handed += 1;
                 }
                 TryBorrow::Exhausted { next_expiry } => {
-                    head.state.lock().next_expiry = Some(next_expiry);
+                    state.next_expiry = Some(next_expiry);
+                    drop(state);
                     head.notify.notify_one();
                     break;
                 }
@@ -360,6 +380,24 @@ impl Changes {
         }
         if let Some(queue) = self.queues.lock().get_mut(&pool) {
             queue.weigh(count);
+        }
+    }
+
+    /// How many changes of `pool` its queue learned of so far, for
+    /// [`weigh_read`](Changes::weigh_read): read it before reading the
+    /// count from the store.
+    pub(crate) fn news(&self, pool: PoolId) -> u64 {
+        self.queues.lock().get(&pool).map_or(0, |queue| queue.news)
+    }
+
+    /// [`weigh`](Changes::weigh) with a `count` a waiter read from the store
+    /// out of any change's step, having seen [`news`](Changes::news) at
+    /// `seen` before the read; nothing if the queue learned of a change
+    /// meanwhile (a count weighed in its own step, or a change told of,
+    /// which wakes the waiters that check the count to read it again).
+    pub(crate) fn weigh_read(&self, pool: PoolId, count: u32, seen: u64) {
+        if let Some(queue) = self.queues.lock().get_mut(&pool) {
+            queue.weigh_read(count, seen);
         }
     }
 

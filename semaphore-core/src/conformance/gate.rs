@@ -22,10 +22,15 @@ pub enum Stop {
     /// reached the borrower yet. A call the store answers otherwise passes,
     /// and the gate stays armed.
     AfterGrant,
+    /// After the wrapped store answered an `inspect` (not a borrow): a
+    /// count read that has not reached its reader yet, for a case to change
+    /// the count meanwhile.
+    AfterInspect,
 }
 
 /// Wraps any [`Store`] and, once armed, holds the next `try_borrow` or
-/// `try_borrow_all` call at a gate until [`release`](GatedStore::release).
+/// `try_borrow_all` call (the next `inspect`, for [`Stop::AfterInspect`])
+/// at a gate until [`release`](GatedStore::release).
 /// Only calls that start after [`arm`](GatedStore::arm) are caught: wait
 /// for [`quiet`](GatedStore::quiet) after arming to be sure of the next.
 ///
@@ -61,6 +66,13 @@ impl GatedStore {
     /// whose own call the gate then catches.
     pub fn arm(&self, stop: Stop) {
         self.inner.changes().pause_hand_offs(true);
+        *self.armed.lock() = Some(stop);
+    }
+
+    /// [`arm`](GatedStore::arm), but returns in this process go on handing
+    /// slots over ([`Changes::hand_off`]) while the call is held: for a
+    /// case about a hand-off that meets a head's own call in flight.
+    pub fn arm_keeping_hand_offs(&self, stop: Stop) {
         *self.armed.lock() = Some(stop);
     }
 
@@ -204,7 +216,12 @@ impl Store for GatedStore {
         self.through(self.inner.register(pool, count)).await
     }
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
-        self.through(self.inner.inspect(pool)).await
+        let _busy = Busy::enter(&self.busy);
+        let out = self.inner.inspect(pool).await;
+        if out.is_ok() && self.take_if(Stop::AfterInspect) {
+            self.hold().await;
+        }
+        out
     }
     async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
         self.through(self.inner.set_draining(pool, draining)).await

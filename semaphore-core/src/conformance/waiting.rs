@@ -220,6 +220,47 @@ pub async fn r12_grant_landing_after_the_drop_is_returned_at_once(f: Fixture) {
     );
 }
 
+/// R10, R11, R12: returns that free slots while the queue's head has its
+/// own store call in flight do not grant that head a second lease under
+/// the lease id its call asks with. The head ends up holding one lease, at
+/// the lowest position freed, and the pool counts it and the one still
+/// held, nothing more. On the memory store, a hand-off that granted such a
+/// head let its call grant the same id again, and the ticket then gave back
+/// the spare by id, freeing the position the borrower kept (two holders)
+/// while the spare's slot stayed held by nobody: a CI run caught it.
+pub async fn r11_returns_meet_the_heads_own_call_in_flight(f: Fixture) {
+    let gated = Arc::new(GatedStore::new(f.store.clone()));
+    let pool = Pool::new(gated.clone(), PoolId::from_name("p"));
+    pool.register(3).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(pool.borrow(TTL, Duration::ZERO).await.unwrap().forget());
+    }
+    let waiter = spawn_borrow(&pool, TTL, LONG);
+    until_waiting(&pool, 1).await;
+    // A change that frees nothing wakes the head to ask: its call is held.
+    gated.arm_keeping_hand_offs(Stop::BeforeCall);
+    pool.register(3).await.unwrap();
+    gated.caught().await;
+    assert!(pool.return_lease(held[0].id).await.unwrap());
+    assert!(pool.return_lease(held[1].id).await.unwrap());
+    gated.release();
+    let lease = waiter.await.unwrap().unwrap();
+    gated.until_quiet().await;
+    let holders = pool.holders().await.unwrap();
+    let mut positions: Vec<(u32, _)> = holders
+        .iter()
+        .map(|h| (h.lease.position, h.lease.id))
+        .collect();
+    positions.sort_unstable();
+    assert_eq!(
+        positions,
+        vec![(lease.position, lease.id), (2, held[2].id)],
+        "held: the head's one lease and the one never returned"
+    );
+    assert_eq!(lease.position, 0, "the lowest position freed");
+}
+
 /// R5, R7, R11: a waiter that became head when the one ahead took the last
 /// slot is woken by that lease's expiry, though nothing else changes.
 pub async fn r5_new_head_is_woken_by_expiry_of_the_slot_just_granted(f: Fixture) {

@@ -159,6 +159,35 @@ pub async fn r15_more_slots_than_the_count_hold_back_no_one_until_a_raise(f: Fix
     assert_eq!(later.await.unwrap().unwrap().position, 0);
 }
 
+/// R15, amended: a count read that a raise overtakes does not set aside
+/// again the waiter the raise let back. A borrower of 3 on a pool of 2
+/// reads the count (2) after its refusal; the count is raised to 3 before
+/// that read reaches it. Weighing with the stale 2 would set it aside, so
+/// that it asks for nothing until the next change and those queued after it
+/// overtake it; it must instead be served. A memory-store CI run caught the
+/// overtaking this case forces.
+pub async fn r15_a_count_read_before_a_raise_does_not_set_aside_again(f: Fixture) {
+    let gated = Arc::new(GatedStore::new(f.store.clone()));
+    let pool = Pool::new(gated.clone(), PoolId::from_name("p"));
+    pool.register(2).await.unwrap();
+    gated.arm(Stop::AfterInspect);
+    let mut big = spawn_borrow_n(&pool, 3);
+    // Refused, it reads the count: 2, held before it is weighed with.
+    gated.caught().await;
+    pool.register(3).await.unwrap();
+    // A borrower set aside reads the count again on its next wake-up:
+    // catching that read means the stale 2 set it aside.
+    gated.arm(Stop::AfterInspect);
+    gated.release();
+    tokio::select! {
+        biased;
+        big = &mut big => {
+            assert_eq!(&big.unwrap().unwrap().positions[..], &[0, 1, 2]);
+        }
+        () = gated.caught() => panic!("the stale count set the borrower of 3 aside again"),
+    }
+}
+
 /// R15, R11: a borrower of 2 at the head of the queue is not overtaken by
 /// a later borrower of 1 when one slot frees up, nor by a later borrower of
 /// 3; each is served in arrival order as its slots come free.

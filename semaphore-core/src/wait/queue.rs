@@ -27,6 +27,12 @@ pub(super) struct Queue {
     /// waiter that joins is weighed with it, so that weighing again with
     /// the same count has nothing to change and costs nothing.
     weighed: Option<u32>,
+    /// How many changes of the pool the queue learned of: counts it was
+    /// weighed with that changed the count weighed, and changes told of
+    /// ([`Changes::notify`](super::Changes::notify)). A waiter that read
+    /// the count out of any change's step weighs with it only if this did
+    /// not move meanwhile ([`Queue::weigh_read`]).
+    pub(super) news: u64,
     /// The most slots any single-pool waiter that joined asked for: no
     /// waiter is set aside while the count is at least this, so that
     /// finding one costs nothing in the common case.
@@ -133,6 +139,19 @@ impl Queue {
         self.waiters.iter().find(|w| w.is_aside())
     }
 
+    /// Weighs with `count`, read out of any change's step by a waiter that
+    /// saw [`news`](Queue::news) at `seen` before it read, unless the queue
+    /// learned of a change meanwhile: the read may be older than that
+    /// change. Weighing with it could set aside again a waiter that a raise
+    /// of the count let back, so that those queued after it overtake it
+    /// (R15, amended). The change itself was weighed in its step, or woke
+    /// the waiters that check the count, who read it again.
+    pub(super) fn weigh_read(&mut self, count: u32, seen: u64) {
+        if self.news == seen {
+            self.weigh(count);
+        }
+    }
+
     /// Adds `waiter` at the tail, weighed with the count last weighed.
     pub(super) fn join(&mut self, waiter: Arc<Waiter>) {
         if let Some(asked) = &waiter.request {
@@ -153,6 +172,7 @@ impl Queue {
             return;
         }
         self.weighed = Some(count);
+        self.news += 1;
         let head = self.head().cloned();
         for waiter in &self.waiters {
             if let Some(asked) = &waiter.request {
