@@ -13,7 +13,8 @@ use semaphore_postgres::tokio_postgres;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
-use crate::proxy::{Proxy, Upstream};
+use crate::proxy::{Proxies, Proxy, Upstream};
+use semaphore_redis::testing::TestCluster;
 
 /// The store a run exercises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +23,9 @@ pub enum StoreKind {
     Postgres,
     /// `semaphore-redis`, on a throwaway `redis-server`.
     Redis,
+    /// `semaphore-redis` on a throwaway Redis Cluster (three masters, one
+    /// replica each), each holder through a proxy per node.
+    RedisCluster,
     /// `semaphore-mysql`, on a throwaway MariaDB.
     Mysql,
     /// `semaphore-sqlite`, on a file in a temporary directory.
@@ -34,6 +38,7 @@ impl StoreKind {
         match self {
             StoreKind::Postgres => "postgres",
             StoreKind::Redis => "redis",
+            StoreKind::RedisCluster => "redis-cluster",
             StoreKind::Mysql => "mysql",
             StoreKind::Sqlite => "sqlite",
         }
@@ -64,6 +69,13 @@ pub enum Server {
         server: Arc<semaphore_redis::testing::TestServer>,
         /// Its unix socket, where proxies forward.
         socket: PathBuf,
+    },
+    /// A throwaway Redis Cluster.
+    RedisCluster {
+        /// The cluster.
+        cluster: Arc<TestCluster>,
+        /// Its nodes' ports on `127.0.0.1`, where proxies forward.
+        ports: Vec<u16>,
     },
     /// A throwaway MariaDB server.
     Mysql {
@@ -115,6 +127,18 @@ impl Server {
                 Server::Redis {
                     server: Arc::new(server),
                     socket,
+                }
+            }
+            StoreKind::RedisCluster => {
+                let cluster = TestCluster::start()?;
+                let ports = cluster
+                    .urls()
+                    .iter()
+                    .filter_map(|url| url.rsplit(':').next()?.parse().ok())
+                    .collect();
+                Server::RedisCluster {
+                    cluster: Arc::new(cluster),
+                    ports,
                 }
             }
             StoreKind::Mysql => {
@@ -174,18 +198,32 @@ impl Server {
         match self {
             Server::Postgres { server, .. } => server.url().to_string(),
             Server::Redis { server, .. } => server.url().to_string(),
+            Server::RedisCluster { cluster, .. } => cluster.urls().join(","),
             Server::Mysql { server, .. } => server.url().to_string(),
             Server::Sqlite { db, .. } => db.display().to_string(),
         }
     }
 
-    /// Where a holder's proxy forwards; `None` for SQLite.
+    /// Where a single server's proxy forwards; `None` for SQLite and for
+    /// a cluster (see [`upstreams`](Server::upstreams)).
     pub fn upstream(&self) -> Option<Upstream> {
         match self {
             Server::Postgres { socket, .. }
             | Server::Redis { socket, .. }
             | Server::Mysql { socket, .. } => Some(Upstream::Unix(socket.clone())),
-            Server::Sqlite { .. } => None,
+            Server::RedisCluster { .. } | Server::Sqlite { .. } => None,
+        }
+    }
+
+    /// Where a holder's proxies forward: the server, or each node of a
+    /// cluster; none for SQLite.
+    pub fn upstreams(&self) -> Vec<Upstream> {
+        match self {
+            Server::RedisCluster { ports, .. } => ports
+                .iter()
+                .map(|port| Upstream::Tcp(([127, 0, 0, 1], *port).into()))
+                .collect(),
+            _ => self.upstream().into_iter().collect(),
         }
     }
 
@@ -193,14 +231,46 @@ impl Server {
     pub fn fresh_namespace(&self) -> String {
         match self {
             Server::Postgres { .. } => semaphore_postgres::testing::TestServer::fresh_schema(),
-            Server::Redis { .. } => semaphore_redis::testing::TestServer::fresh_prefix(),
+            Server::Redis { .. } | Server::RedisCluster { .. } => {
+                semaphore_redis::testing::TestServer::fresh_prefix()
+            }
             Server::Mysql { .. } => semaphore_mysql::testing::TestServer::fresh_prefix(),
             Server::Sqlite { .. } => "-".into(),
         }
     }
 
+    /// The arguments that tell a holder in `slot` how to reach the store
+    /// through `proxies` (`None`: SQLite): `--url`, and PostgreSQL's
+    /// `--listen-url` or a cluster's `--node-map` (each node's address, as
+    /// it announces it, to the proxy's).
+    pub fn holder_args(&self, proxies: Option<&Proxies>, slot: u32) -> Vec<String> {
+        let Server::RedisCluster { .. } = self else {
+            let (url, listen) = self.holder_url(proxies.map_or(0, Proxies::port), slot);
+            let mut args = vec!["--url".to_string(), url];
+            if let Some(listen) = listen {
+                args.extend(["--listen-url".to_string(), listen]);
+            }
+            return args;
+        };
+        let (mut urls, mut map) = (Vec::new(), Vec::new());
+        for (upstream, proxy) in proxies.into_iter().flat_map(Proxies::each) {
+            let Upstream::Tcp(node) = upstream else {
+                continue;
+            };
+            urls.push(format!("redis://{}", proxy.addr()));
+            map.push(format!("{node}={}", proxy.addr()));
+        }
+        vec![
+            "--url".into(),
+            urls.join(","),
+            "--node-map".into(),
+            map.join(","),
+        ]
+    }
+
     /// The URL (and, for PostgreSQL, the listener's URL) a holder in
-    /// `slot` uses, through the proxy on `port`.
+    /// `slot` uses, through the proxy on `port`; a cluster's nodes as
+    /// they are (see [`holder_args`](Server::holder_args)).
     pub fn holder_url(&self, port: u16, slot: u32) -> (String, Option<String>) {
         match self {
             Server::Postgres { .. } => {
@@ -211,6 +281,7 @@ impl Server {
                 (url.clone(), Some(url))
             }
             Server::Redis { .. } => (format!("redis://127.0.0.1:{port}/"), None),
+            Server::RedisCluster { .. } => (self.url(), None),
             // prefer_socket=false: else mysql_async looks up the server's
             // socket and goes around the proxy.
             Server::Mysql { database, .. } => (
@@ -254,6 +325,20 @@ impl Server {
                 .await
                 .map_err(|e| e.to_string())?,
             ),
+            Server::RedisCluster { cluster, .. } => {
+                let urls = cluster.urls();
+                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+                Arc::new(
+                    semaphore_redis::RedisStore::connect_cluster_with(
+                        &urls,
+                        semaphore_redis::RedisOptions::default()
+                            .prefix(namespace)
+                            .restart_grace(ttl),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?,
+                )
+            }
             Server::Mysql { server, .. } => Arc::new(
                 semaphore_mysql::MysqlStore::connect_with(
                     server.url(),
@@ -273,18 +358,30 @@ impl Server {
         Ok(())
     }
 
-    /// Restarts the server with its testing module (blocking work, run on
-    /// tokio's blocking pool).
-    pub(crate) async fn restart(self: &Arc<Self>) -> Result<String, String> {
+    /// Restarts the server with its testing module; on a cluster, fails a
+    /// master over to its replica instead (the replica at `pick` among
+    /// them). Blocking work, run on tokio's blocking pool.
+    pub(crate) async fn restart(self: &Arc<Self>, pick: usize) -> Result<String, String> {
         let me = self.clone();
         let restarted = tokio::task::spawn_blocking(move || match &*me {
-            Server::Postgres { server, .. } => server.restart(),
-            Server::Redis { server, .. } => server.restart(),
-            Server::Mysql { server, .. } => server.restart(),
-            Server::Sqlite { .. } => {}
+            Server::Postgres { server, .. } => {
+                server.restart();
+                Ok(String::new())
+            }
+            Server::Redis { server, .. } => {
+                server.restart();
+                Ok(String::new())
+            }
+            Server::RedisCluster { cluster, ports } => fail_over(cluster, ports, pick),
+            Server::Mysql { server, .. } => {
+                server.restart();
+                Ok(String::new())
+            }
+            Server::Sqlite { .. } => Ok(String::new()),
         });
         match timeout(Duration::from_secs(120), restarted).await {
-            Ok(Ok(())) => Ok(String::new()),
+            Ok(Ok(Ok(detail))) => Ok(detail),
+            Ok(Ok(Err(e))) => Err(e),
             Ok(Err(e)) => Err(format!("the restart failed: {e}")),
             Err(_) => Err("the restart took more than 120 s".into()),
         }
@@ -325,6 +422,14 @@ impl Server {
                     };
                     let answer = redis_command(socket, command).await?;
                     Ok(format!("{command}: {}", answer.trim()))
+                }
+                Server::RedisCluster { cluster, ports } => {
+                    let command = if on {
+                        "CONFIG SET timeout 1"
+                    } else {
+                        "CONFIG SET timeout 0"
+                    };
+                    on_every_node(cluster, ports, command).await
                 }
                 Server::Sqlite { .. } => Ok(String::new()),
             }
@@ -381,6 +486,9 @@ impl Server {
                 Server::Redis { socket, .. } => {
                     let answer = redis_command(socket, "CLIENT KILL TYPE normal").await?;
                     Ok(format!("CLIENT KILL TYPE normal: {}", answer.trim()))
+                }
+                Server::RedisCluster { cluster, ports } => {
+                    on_every_node(cluster, ports, "CLIENT KILL TYPE normal").await
                 }
                 Server::Sqlite { .. } => Ok(String::new()),
             }
@@ -445,6 +553,71 @@ async fn mysql_admin(url: &str) -> Result<mysql_async::Conn, String> {
     mysql_async::Conn::new(opts)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// `command` on every node of `cluster` (at `ports`), on tokio's blocking
+/// pool: what each answered, or the first error.
+async fn on_every_node(
+    cluster: &Arc<TestCluster>,
+    ports: &[u16],
+    command: &'static str,
+) -> Result<String, String> {
+    let (cluster, ports) = (cluster.clone(), ports.to_vec());
+    let answers = tokio::task::spawn_blocking(move || {
+        ports
+            .iter()
+            .map(|port| (*port, cluster.command(*port, command)))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut said = Vec::new();
+    for (port, answer) in answers {
+        if answer.starts_with('-') {
+            return Err(format!("{command} on node {port}: {}", answer.trim()));
+        }
+        said.push(format!("{port}: {}", answer.trim()));
+    }
+    Ok(format!("{command} on every node ({})", said.join(", ")))
+}
+
+/// Fails a master of `cluster` over to its replica: `CLUSTER FAILOVER
+/// FORCE` on the replica at `pick` among the nodes at `ports` that are
+/// replicas now (without the master's agreement, so that writes the
+/// replica had not received are lost, as when a master dies), then waits
+/// until it serves as a master and every node says the cluster is ok.
+fn fail_over(cluster: &TestCluster, ports: &[u16], pick: usize) -> Result<String, String> {
+    let replicas: Vec<u16> = ports
+        .iter()
+        .copied()
+        .filter(|port| !cluster.is_master(*port))
+        .collect();
+    let Some(&replica) = replicas.get(pick % replicas.len().max(1)) else {
+        return Err("no replica to fail over to".into());
+    };
+    let answer = cluster.command(replica, "CLUSTER FAILOVER FORCE");
+    if answer.starts_with('-') {
+        return Err(format!(
+            "CLUSTER FAILOVER FORCE on {replica}: {}",
+            answer.trim()
+        ));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !cluster.is_master(replica)
+        || ports.iter().any(|port| {
+            !cluster
+                .command(*port, "CLUSTER INFO")
+                .contains("cluster_state:ok")
+        })
+    {
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "replica {replica} was not a master of an ok cluster within 30 s"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(format!("CLUSTER FAILOVER FORCE on replica {replica}"))
 }
 
 /// One inline command to Redis on its unix socket; the first reply as

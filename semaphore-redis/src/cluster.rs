@@ -8,11 +8,11 @@
 //! subscribes again after a reconnect or a failover; every waiter looks
 //! again then, and a fallback poll covers what is lost meanwhile.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, NodeAddress};
 use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind};
 use semaphore_core::store::Changes;
@@ -20,18 +20,21 @@ use semaphore_core::{Error, Result};
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
+use crate::RedisOptions;
 use crate::error::storage;
 use crate::keys::Place;
 
 /// A cluster client on `urls` (any of the cluster's nodes: the rest are
-/// learned from them) whose calls give up after `timeout`.
+/// learned from them) whose calls give up after `timeout`, dialling each
+/// node at `addresses`' mapping of the address it announces, if any.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming `urls` if there is none or one does
-/// not parse.
+/// not parse, or naming `node_address` for a mapping that does not parse.
 pub(crate) fn client(
     urls: &[String],
     timeout: Duration,
+    addresses: &[(String, String)],
     push: Option<mpsc::UnboundedSender<PushInfo>>,
 ) -> Result<ClusterClient> {
     if urls.is_empty() {
@@ -41,6 +44,9 @@ pub(crate) fn client(
         .connection_timeout(timeout)
         .response_timeout(timeout)
         .retries(3);
+    if !addresses.is_empty() {
+        builder = builder.node_address_map(address_map(addresses)?);
+    }
     if let Some(push) = push {
         builder = builder
             .use_protocol(ProtocolVersion::RESP3)
@@ -49,6 +55,27 @@ pub(crate) fn client(
     builder
         .build()
         .map_err(|e| invalid_urls(format!("{urls:?}, which do not parse: {e}")))
+}
+
+/// `addresses` as redis-rs maps them.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `node_address` for one that is not a
+/// `host:port`.
+fn address_map(addresses: &[(String, String)]) -> Result<HashMap<NodeAddress, NodeAddress>> {
+    let parse = |address: &str| {
+        address
+            .parse::<NodeAddress>()
+            .map_err(|e| Error::InvalidArgument {
+                field: "node_address",
+                allowed: "a host:port, such as 127.0.0.1:6379".into(),
+                got: format!("{address:?} ({e})"),
+            })
+    };
+    addresses
+        .iter()
+        .map(|(announced, dial)| Ok((parse(announced)?, parse(dial)?)))
+        .collect()
 }
 
 fn invalid_urls(got: String) -> Error {
@@ -77,29 +104,30 @@ impl std::fmt::Debug for Listener {
 }
 
 impl Listener {
-    /// Connects the listening connection and starts the task that hands
-    /// its messages to `changes`, with a fallback poll every `poll`, and
+    /// Connects the listening connection (with `options`' timeout and node
+    /// addresses) and starts the task that hands its messages to
+    /// `changes`, with a fallback poll every `options`' poll interval, and
     /// refreshes the view of the server's clock every minute.
     ///
     /// # Errors
     /// [`Error::Storage`] if the cluster cannot be reached.
     pub(crate) async fn start(
         urls: &[String],
-        prefix: &str,
-        timeout: Duration,
+        options: &RedisOptions,
         changes: Arc<Changes>,
-        poll: Duration,
         clock: Clock,
     ) -> Result<Self> {
         let (push, messages) = mpsc::unbounded_channel();
-        let connection = client(urls, timeout, Some(push))?
+        let timeout = options.response_timeout;
+        let connection = client(urls, timeout, &options.node_addresses, Some(push))?
             .get_async_connection()
             .await
             .map_err(storage("connect"))?;
         let (stop, stopped) = oneshot::channel();
+        let poll = options.poll_interval;
         tokio::spawn(run(messages, changes, poll, clock, stopped));
         Ok(Self {
-            prefix: prefix.to_string(),
+            prefix: options.prefix.clone(),
             connection: tokio::sync::Mutex::new(connection),
             slots: Mutex::new(HashSet::new()),
             _stop: stop,

@@ -150,7 +150,12 @@ impl RedisStore {
             });
         }
         let urls: Vec<String> = urls.iter().map(|u| (*u).to_string()).collect();
-        let client = crate::cluster::client(&urls, options.response_timeout, None)?;
+        let client = crate::cluster::client(
+            &urls,
+            options.response_timeout,
+            &options.node_addresses,
+            None,
+        )?;
         let connection = client
             .get_async_connection()
             .await
@@ -160,10 +165,8 @@ impl RedisStore {
         let changes = Arc::new(Changes::new());
         let listener = Listener::start(
             &urls,
-            &options.prefix,
-            options.response_timeout,
+            &options,
             changes.clone(),
-            options.poll_interval,
             (connection.clone(), options.time.clone()),
         )
         .await?;

@@ -5,8 +5,8 @@ use semaphore_core::Error;
 
 /// A `redis` error as a storage error of `operation`.
 ///
-/// Retryable: the connection refused, dropped or timed out, and the
-/// server's transient states (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`,
+/// Retryable: the connection refused, dropped or timed out (on a cluster,
+/// no connection to the node found), and the server's transient states (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`,
 /// `MASTERDOWN`). Not retryable: `OOM` (the server is out of memory: free
 /// memory or raise `maxmemory`; the script was refused whole, so nothing was
 /// written), `CROSSSLOT` (a multi-pool borrow across cluster slots, behind
@@ -19,6 +19,7 @@ pub(crate) fn storage(operation: &'static str) -> impl Fn(redis::RedisError) -> 
             Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
         );
         let retryable = transient
+            || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
             || e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()

@@ -24,6 +24,7 @@ pub struct RedisOptions {
     pub(crate) response_timeout: Duration,
     pub(crate) restart_grace: Duration,
     pub(crate) time: DecidingClock,
+    pub(crate) node_addresses: Vec<(String, String)>,
 }
 
 impl Default for RedisOptions {
@@ -35,6 +36,7 @@ impl Default for RedisOptions {
             response_timeout: Duration::from_secs(5),
             restart_grace: Duration::from_secs(60),
             time: DecidingClock::default(),
+            node_addresses: Vec::new(),
         }
     }
 }
@@ -98,6 +100,30 @@ impl RedisOptions {
     /// whose data always survives a restart).
     pub fn restart_grace(mut self, grace: Duration) -> Self {
         self.restart_grace = grace;
+        self
+    }
+
+    /// Redis Cluster: dials `dial` wherever a node announces `announced`
+    /// (each a `host:port`; nodes announce themselves in `CLUSTER SLOTS`,
+    /// `MOVED` and `ASK`). For nodes that announce addresses this process
+    /// cannot reach as they are: a cluster behind NAT or in containers, or
+    /// a proxy in front of each node. Each call adds one mapping; an
+    /// address not mapped is dialled as announced. The slot map keeps the
+    /// announced addresses, so redirections still find their node
+    /// (redis-rs's `node_address_map`). [`connect_with`](crate::RedisStore::connect_with)
+    /// ignores it; [`connect_cluster_with`](crate::RedisStore::connect_cluster_with)
+    /// refuses one that does not parse with
+    /// [`Error::InvalidArgument`](semaphore_core::Error::InvalidArgument)
+    /// naming `node_address`.
+    ///
+    /// ```
+    /// use semaphore_redis::RedisOptions;
+    ///
+    /// // The node announces 10.0.0.5:6379; from here it is a forwarded port.
+    /// let options = RedisOptions::default().node_address("10.0.0.5:6379", "127.0.0.1:16379");
+    /// ```
+    pub fn node_address(mut self, announced: impl Into<String>, dial: impl Into<String>) -> Self {
+        self.node_addresses.push((announced.into(), dial.into()));
         self
     }
 

@@ -1,7 +1,7 @@
 //! What `RedisStore::connect` refuses, on real servers of its own.
 
 use semaphore_redis::testing::{TestCluster, TestServer};
-use semaphore_redis::{Error, RedisStore};
+use semaphore_redis::{Error, RedisOptions, RedisStore};
 
 /// A Redis Cluster node is refused by `connect` (one server), with what to
 /// use instead (`connect_cluster`), rather than failing at the first
@@ -37,5 +37,28 @@ async fn refused_as_cluster(url: &str) {
         }
         Err(other) => panic!("{url} refused, but not as a cluster node: {other:?}"),
         Ok(_) => panic!("the Redis Cluster node {url} was taken as a standalone server"),
+    }
+}
+
+/// `RedisOptions::node_address` takes `host:port`s: anything else is
+/// refused at `connect_cluster` naming `node_address`, before any node is
+/// dialled (the URL here names no server).
+#[tokio::test]
+async fn a_node_address_that_does_not_parse_is_refused() {
+    for (announced, dial) in [
+        ("127.0.0.1", "127.0.0.1:7000"),
+        ("127.0.0.1:7000", "nowhere"),
+    ] {
+        let options = RedisOptions::default().node_address(announced, dial);
+        match RedisStore::connect_cluster_with(&["redis://127.0.0.1:1"], options).await {
+            Err(Error::InvalidArgument { field, got, .. }) => {
+                assert_eq!(field, "node_address");
+                assert!(
+                    got.contains(if dial == "nowhere" { dial } else { announced }),
+                    "{got}"
+                );
+            }
+            other => panic!("{announced} -> {dial}: {other:?}"),
+        }
     }
 }

@@ -4,12 +4,15 @@
 //! each through its own proxy, and faults them.
 //!
 //! ```text
-//! faults-holder --store postgres|redis|mysql|sqlite --url URL [--listen-url URL]
+//! faults-holder --store postgres|redis|redis-cluster|mysql|sqlite --url URL
+//!     [--listen-url URL] [--node-map HOST:PORT=HOST:PORT,...]
 //!     --namespace NAME --pool NAME --count N --ttl-ms N --session-ms N
 //!     (--until-ns T | --run-ms N) --seed N --log PATH [--slot N] [--two-slot-percent P]
 //! ```
 //!
-//! `--url` is a connection string, or the database file for SQLite;
+//! `--url` is a connection string, the database file for SQLite, or a
+//! cluster's node URLs separated by commas; `--node-map` says where to
+//! dial each node of a cluster (as it announces itself: through a proxy);
 //! `--namespace` the PostgreSQL schema, the Redis key prefix or the MySQL
 //! table prefix (ignored for SQLite); `--until-ns` the end of the run on
 //! `CLOCK_MONOTONIC`. With `FAULTS_PARENT_PID` set, the process dies with
@@ -40,6 +43,7 @@ struct Args {
     store: String,
     url: String,
     listen_url: Option<String>,
+    node_map: Vec<(String, String)>,
     namespace: String,
     pool: String,
     count: u32,
@@ -55,7 +59,8 @@ struct Args {
 fn usage(why: &str) -> ! {
     eprintln!("faults-holder: {why}");
     eprintln!(
-        "usage: faults-holder --store postgres|redis|mysql|sqlite --url URL [--listen-url URL] \
+        "usage: faults-holder --store postgres|redis|redis-cluster|mysql|sqlite --url URL \
+         [--listen-url URL] [--node-map HOST:PORT=HOST:PORT,...] \
          --namespace NAME --pool NAME --count N --ttl-ms N --session-ms N \
          (--until-ns T | --run-ms N) --seed N --log PATH [--slot N] [--two-slot-percent P]"
     );
@@ -92,13 +97,25 @@ impl Args {
             (false, false) => usage("--until-ns or --run-ms is needed"),
         };
         let store = text("store");
-        if !["postgres", "redis", "mysql", "sqlite"].contains(&store.as_str()) {
+        if !["postgres", "redis", "redis-cluster", "mysql", "sqlite"].contains(&store.as_str()) {
             usage(&format!("unknown store {store:?}"));
         }
         Args {
             store,
             url: text("url"),
             listen_url: map.get("listen-url").cloned(),
+            node_map: map
+                .get("node-map")
+                .map(|list| {
+                    list.split(',')
+                        .filter(|pair| !pair.is_empty())
+                        .map(|pair| match pair.split_once('=') {
+                            Some((from, to)) => (from.to_string(), to.to_string()),
+                            None => usage(&format!("--node-map: {pair:?} is not FROM=TO")),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
             namespace: map
                 .get("namespace")
                 .cloned()
@@ -176,6 +193,17 @@ impl Holder {
                 )
                 .await?,
             ),
+            "redis-cluster" => {
+                let urls: Vec<&str> = a.url.split(',').collect();
+                let mut options = RedisOptions::default()
+                    .prefix(&a.namespace)
+                    .session_timeout(a.session)
+                    .restart_grace(a.ttl);
+                for (announced, dial) in &a.node_map {
+                    options = options.node_address(announced, dial);
+                }
+                Arc::new(RedisStore::connect_cluster_with(&urls, options).await?)
+            }
             "mysql" => Arc::new(
                 semaphore_mysql::MysqlStore::connect_with(
                     &a.url,

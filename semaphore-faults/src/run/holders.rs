@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use super::{Config, POOL};
 use crate::clock::now_ns;
-use crate::proxy::Proxy;
+use crate::proxy::Proxies;
 use crate::server::Server;
 
 /// One holder's place: its proxy, and the process now in it.
 pub(super) struct Slot {
     pub(super) index: u32,
-    pub(super) proxy: Option<Proxy>,
+    pub(super) proxy: Option<Proxies>,
     child: Option<Child>,
     pub(super) pid: u32,
     generation: u32,
@@ -53,7 +53,7 @@ impl<'a> Holders<'a> {
         dir: PathBuf,
         namespace: String,
         until: u64,
-        proxies: &[Option<Proxy>],
+        proxies: &[Option<Proxies>],
     ) -> Self {
         Holders {
             config,
@@ -84,9 +84,7 @@ impl Holders<'_> {
         let config = self.config;
         let slot = &mut self.slots[i];
         slot.generation += 1;
-        let (url, listen) = self
-            .server
-            .holder_url(slot.proxy.as_ref().map_or(0, Proxy::port), slot.index);
+        let reach = self.server.holder_args(slot.proxy.as_ref(), slot.index);
         let name = format!("holder-{}-{}", slot.index, slot.generation);
         let stderr = fs::File::create(self.dir.join(format!("{name}.stderr")))
             .map_err(|e| format!("{name}.stderr: {e}"))?;
@@ -95,7 +93,8 @@ impl Holders<'_> {
             ^ u64::from(slot.generation);
         let mut command = Command::new(&config.holder_bin);
         command
-            .args(["--store", config.store.name(), "--url", &url])
+            .args(["--store", config.store.name()])
+            .args(&reach)
             .args(["--namespace", &self.namespace, "--pool", POOL])
             .args(["--count", &config.count.to_string()])
             .args(["--ttl-ms", &config.ttl.as_millis().to_string()])
@@ -113,9 +112,6 @@ impl Holders<'_> {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
-        if let Some(listen) = listen {
-            command.args(["--listen-url", &listen]);
-        }
         let child = command
             .spawn()
             .map_err(|e| format!("starting {}: {e}", config.holder_bin.display()))?;

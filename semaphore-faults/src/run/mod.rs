@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::check::{self, History, Report};
 use crate::clock::now_ns;
 use crate::event::{Event, FaultKind};
-use crate::proxy::Proxy;
+use crate::proxy::Proxies;
 use crate::server::{Server, StoreKind};
 use holders::Holders;
 use nemesis::Nemesis;
@@ -257,13 +257,19 @@ async fn prepare(config: &Config, server: &Server, namespace: &str) {
     }
 }
 
-/// One proxy per holder to the server, if it is networked.
-async fn start_proxies(server: &Server, holders: usize) -> Vec<Option<Proxy>> {
+/// Proxies of each holder to the server (one per node of a cluster), if it
+/// is networked.
+async fn start_proxies(server: &Server, holders: usize) -> Vec<Option<Proxies>> {
+    let upstreams = server.upstreams();
     let mut proxies = Vec::new();
     for _ in 0..holders {
-        proxies.push(match server.upstream() {
-            Some(upstream) => Some(Proxy::start(upstream).await.expect("a proxy's listener")),
-            None => None,
+        proxies.push(match upstreams.is_empty() {
+            false => Some(
+                Proxies::start(&upstreams)
+                    .await
+                    .expect("a proxy's listener"),
+            ),
+            true => None,
         });
     }
     proxies
@@ -274,7 +280,7 @@ async fn start_proxies(server: &Server, holders: usize) -> Vec<Option<Proxy>> {
 fn run_problems(
     config: &Config,
     history: &History,
-    proxies: &[Option<Proxy>],
+    proxies: &[Option<Proxies>],
     problems: &mut Vec<String>,
 ) {
     let grants = history

@@ -14,7 +14,7 @@ use super::holders::Holders;
 use super::{Config, ns, secs};
 use crate::clock::now_ns;
 use crate::event::{FaultKind, FaultRecord, Log, Phase};
-use crate::proxy::Proxy;
+use crate::proxy::Proxies;
 use crate::server::{Server, StoreKind};
 
 /// A fault in progress that heals (or ends) later.
@@ -42,7 +42,7 @@ pub(super) struct Nemesis {
     log: Log,
     active: Mutex<HashMap<u64, Active>>,
     next_id: Mutex<u64>,
-    proxies: Vec<Option<Proxy>>,
+    proxies: Vec<Option<Proxies>>,
     server: Arc<Server>,
     problems: Mutex<Vec<String>>,
 }
@@ -53,7 +53,7 @@ impl Nemesis {
     ///
     /// # Panics
     /// If the faults log cannot be made.
-    pub(super) fn new(dir: &Path, proxies: Vec<Option<Proxy>>, server: Arc<Server>) -> Arc<Self> {
+    pub(super) fn new(dir: &Path, proxies: Vec<Option<Proxies>>, server: Arc<Server>) -> Arc<Self> {
         Arc::new(Nemesis {
             log: Log::open(&dir.join("faults.jsonl")).expect("the faults log"),
             active: Mutex::new(HashMap::new()),
@@ -120,7 +120,7 @@ impl Nemesis {
                 }
                 FaultKind::Stop => self.stop(holders, i, &mut rng, now),
                 FaultKind::Kill => self.kill(holders, i, problems, now),
-                FaultKind::Restart => server_busy_until = self.restart(problems).await,
+                FaultKind::Restart => server_busy_until = self.restart(&mut rng, problems).await,
                 FaultKind::IdleTimeout => {
                     server_busy_until = self.idle_timeout(&mut rng, problems, now).await;
                 }
@@ -216,10 +216,10 @@ impl Nemesis {
     }
 
     /// `restart` of the server. Returns until when the server is busy.
-    async fn restart(&self, problems: &mut Vec<String>) -> u64 {
+    async fn restart(&self, rng: &mut fastrand::Rng, problems: &mut Vec<String>) -> u64 {
         let fault = FaultKind::Restart;
         self.record(now_ns(), fault, Phase::Start, None, None, String::new());
-        let result = self.server.restart().await;
+        let result = self.server.restart(rng.usize(..)).await;
         let detail = result.clone().unwrap_or_else(|e| e);
         if let Err(e) = result {
             problems.push(format!("restarting the server: {e}"));
