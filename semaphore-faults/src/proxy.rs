@@ -499,6 +499,22 @@ impl Proxies {
         self.0.iter().map(|(u, p)| (u, p))
     }
 
+    /// How many proxies: one per upstream.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The proxy to the `i`th upstream alone, as a group of one (for a
+    /// fault on one node of a cluster).
+    pub fn only(&self, i: usize) -> Proxies {
+        Proxies(self.0.get(i).cloned().into_iter().collect())
+    }
+
     /// The first proxy's port: the only one's, for a single server.
     pub fn port(&self) -> u16 {
         self.0.first().map_or(0, |(_, p)| p.port())

@@ -143,7 +143,7 @@ impl Nemesis {
     ) {
         let slot = &holders.slots[i];
         let (target, target_pid) = (Some(slot.index), Some(slot.pid));
-        let Some(proxy) = slot.proxy.clone() else {
+        let Some(mut proxy) = slot.proxy.clone() else {
             return;
         };
         let d = match fault {
@@ -151,7 +151,17 @@ impl Nemesis {
             FaultKind::Partition => rand_duration(rng, 3000, 5000),
             _ => rand_duration(rng, 2500, 6000),
         };
-        self.record(now_ns(), fault, Phase::Start, target, target_pid, secs(d));
+        let mut detail = secs(d);
+        // A cluster: half of the time, the holder loses one node only
+        // (a master or a replica), and reaches the others.
+        if proxy.len() > 1 && rng.bool() {
+            let node = rng.usize(..proxy.len());
+            proxy = proxy.only(node);
+            if let Some((upstream, _)) = proxy.each().next() {
+                detail = format!("{detail}, node {upstream:?} only");
+            }
+        }
+        self.record(now_ns(), fault, Phase::Start, target, target_pid, detail);
         match fault {
             FaultKind::Blip => proxy.blip(d),
             FaultKind::Partition => proxy.partition(d),
