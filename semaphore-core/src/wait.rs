@@ -134,7 +134,7 @@ impl Changes {
         }
         if let Some(queue) = self.queues.lock().get_mut(&pool) {
             queue.draining = false;
-            queue.news += 1;
+            queue.learned();
             queue.notify_head();
         }
         self.tell_watchers();
@@ -146,7 +146,7 @@ impl Changes {
     pub fn notify_all(&self) {
         for queue in self.queues.lock().values_mut() {
             queue.draining = false;
-            queue.news += 1;
+            queue.learned();
             queue.notify_head();
         }
         self.tell_watchers();
@@ -383,20 +383,22 @@ impl Changes {
         }
     }
 
-    /// How many changes of `pool` its queue learned of so far, for
-    /// [`weigh_read`](Changes::weigh_read): read it before reading the
-    /// count from the store.
-    pub(crate) fn news(&self, pool: PoolId) -> u64 {
-        self.queues.lock().get(&pool).map_or(0, |queue| queue.news)
+    /// What `pool`'s queue learned of it so far ([`News`](queue::News)),
+    /// for [`weigh_read`](Changes::weigh_read): read it before reading the
+    /// count from the store. `None` if nobody waits on `pool`.
+    pub(crate) fn news(&self, pool: PoolId) -> Option<queue::News> {
+        self.queues.lock().get(&pool).map(|queue| queue.news)
     }
 
     /// [`weigh`](Changes::weigh) with a `count` a waiter read from the store
     /// out of any change's step, having seen [`news`](Changes::news) at
     /// `seen` before the read; nothing if the queue learned of a change
     /// meanwhile (a count weighed in its own step, or a change told of,
-    /// which wakes the waiters that check the count to read it again).
-    pub(crate) fn weigh_read(&self, pool: PoolId, count: u32, seen: u64) {
-        if let Some(queue) = self.queues.lock().get_mut(&pool) {
+    /// which wakes the waiters that check the count to read it again), or
+    /// is not the queue seen (that one was removed, and the read may be
+    /// older than what the new one learned), or if none was seen.
+    pub(crate) fn weigh_read(&self, pool: PoolId, count: u32, seen: Option<queue::News>) {
+        if let (Some(queue), Some(seen)) = (self.queues.lock().get_mut(&pool), seen) {
             queue.weigh_read(count, seen);
         }
     }
@@ -470,7 +472,7 @@ impl Changes {
         }
         let mut head_of_all = true;
         for pool in pools {
-            let queue = queues.entry(*pool).or_default();
+            let queue = queues.entry(*pool).or_insert_with(|| Queue::made_by(seq));
             queue.join(waiter.clone());
             head_of_all &= queue.head().is_some_and(|head| Arc::ptr_eq(head, &waiter));
         }

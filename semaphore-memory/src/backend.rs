@@ -293,6 +293,16 @@ impl Store for MemoryStore {
                 return Err(Error::KeyReused { pool: request.pool });
             }
         }
+        // A queued borrower asks only as the head of each of its queues; one
+        // that a raise of a count passed over (R15 amended) since it
+        // checked its turn waits again, as a single-pool borrower does.
+        let passed_over = |r: &BorrowRequest| {
+            r.waiter
+                .is_some_and(|waiter| self.changes.passed_over(r.pool, waiter))
+        };
+        if requests.iter().any(passed_over) {
+            return Ok(TryBorrowAll::Exhausted { next_expiry: None });
+        }
         let mut blocked = Vec::new();
         for request in requests {
             let Some(table) = table(&mut tables, &ids, request.pool) else {

@@ -26,6 +26,7 @@ mod drain;
 mod edges;
 mod gate;
 mod held;
+mod in_flight;
 mod keepalive;
 mod keys;
 mod liveness;
@@ -47,6 +48,7 @@ pub use drain::*;
 pub use edges::*;
 pub use gate::{GatedStore, Stop};
 pub use held::*;
+pub use in_flight::*;
 pub use keepalive::*;
 pub use keys::*;
 pub use liveness::*;
@@ -172,6 +174,9 @@ macro_rules! store_conformance {
             r12_borrow_dropped_after_first_poll_holds_nothing,
             r12_grant_landing_after_the_drop_is_returned_at_once,
             r11_returns_meet_the_heads_own_call_in_flight,
+            r15_a_count_read_on_a_removed_queue_does_not_weigh_the_next,
+            keyed_hand_off_to_a_dropped_borrower_keeps_the_other_borrowers_lease,
+            r15_a_raise_holds_back_a_multi_pool_call_in_flight,
             r12_matrix_borrow_dropped_while_queued,
             r12_matrix_borrow_dropped_before_the_store_acts,
             r12_matrix_borrow_dropped_after_the_store_granted,

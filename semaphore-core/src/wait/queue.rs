@@ -27,17 +27,24 @@ pub(super) struct Queue {
     /// waiter that joins is weighed with it, so that weighing again with
     /// the same count has nothing to change and costs nothing.
     weighed: Option<u32>,
-    /// How many changes of the pool the queue learned of: counts it was
-    /// weighed with that changed the count weighed, and changes told of
-    /// ([`Changes::notify`](super::Changes::notify)). A waiter that read
-    /// the count out of any change's step weighs with it only if this did
-    /// not move meanwhile ([`Queue::weigh_read`]).
-    pub(super) news: u64,
+    /// What the queue learned of its pool so far: see [`News`]. A waiter
+    /// that read the count out of any change's step weighs with it only if
+    /// this did not move meanwhile ([`Queue::weigh_read`]).
+    pub(super) news: News,
     /// The most slots any single-pool waiter that joined asked for: no
     /// waiter is set aside while the count is at least this, so that
     /// finding one costs nothing in the common case.
     heaviest: u32,
 }
+
+/// What a queue learned of its pool so far: the sequence number of the
+/// waiter that made the queue (no two queues of a process share one, so
+/// that a count read while an earlier queue of the pool stood, since
+/// removed, is never taken for news of the queue now), and how many
+/// changes it learned of since: counts it was weighed with that changed
+/// the count weighed, and changes told of
+/// ([`Changes::notify`](super::Changes::notify)).
+pub(super) type News = (u64, u64);
 
 /// One queued borrower, as its queues see it.
 pub(super) struct Waiter {
@@ -109,6 +116,19 @@ impl Waiter {
 }
 
 impl Queue {
+    /// An empty queue, made for the waiter with sequence number `seq`.
+    pub(super) fn made_by(seq: u64) -> Self {
+        Self {
+            news: (seq, 0),
+            ..Self::default()
+        }
+    }
+
+    /// The queue learned of a change of its pool.
+    pub(super) fn learned(&mut self) {
+        self.news.1 += 1;
+    }
+
     /// Where the head is: the first waiter not set aside.
     pub(super) fn head_index(&self) -> Option<usize> {
         self.waiters.iter().position(|w| !w.is_aside())
@@ -146,7 +166,7 @@ impl Queue {
     /// of the count let back, so that those queued after it overtake it
     /// (R15, amended). The change itself was weighed in its step, or woke
     /// the waiters that check the count, who read it again.
-    pub(super) fn weigh_read(&mut self, count: u32, seen: u64) {
+    pub(super) fn weigh_read(&mut self, count: u32, seen: News) {
         if self.news == seen {
             self.weigh(count);
         }
@@ -172,7 +192,7 @@ impl Queue {
             return;
         }
         self.weighed = Some(count);
-        self.news += 1;
+        self.learned();
         let head = self.head().cloned();
         for waiter in &self.waiters {
             if let Some(asked) = &waiter.request {

@@ -143,11 +143,21 @@ impl Drop for Ticket<'_> {
     /// store once, which tells it when the earliest lease expires (without
     /// that it would sleep past an expiry, R5). A lease a hand-off granted
     /// that nobody took (the borrower gave up meanwhile) is returned at
-    /// once (R12).
+    /// once (R12), unless it is another borrow's: a hand-off to a keyed
+    /// borrower answers with the lease already active under its key, which
+    /// may be another borrower's of the same key (rule "Lost replies": a
+    /// borrow gives back only leases under its own ids).
     fn drop(&mut self) {
         self.leave_queues();
         if let Some(lease) = self.take_lease() {
-            return_detached(self.store, &lease);
+            let theirs = self
+                .waiter
+                .request
+                .as_ref()
+                .is_some_and(|asked| asked.key.is_some() && asked.lease != lease.id);
+            if !theirs {
+                return_detached(self.store, &lease);
+            }
         }
     }
 }
