@@ -22,6 +22,7 @@ fn store_flags(kind: StoreKind, url: &str, namespace: &str) -> Vec<String> {
         StoreKind::Redis => ["--redis", "--redis-prefix"],
         StoreKind::Mysql => ["--mysql", "--mysql-prefix"],
         StoreKind::Sqlite => unreachable!("no network to blip"),
+        StoreKind::RedisCluster => unreachable!("Server::proxied proxies one server"),
     };
     let mut args = vec![
         flags[0].into(),

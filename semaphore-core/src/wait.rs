@@ -179,10 +179,10 @@ impl Changes {
     /// telling the new head the earliest expiry the refusal reported (so a
     /// head that asks for more slots than are free holds back everyone
     /// behind it, R11 with weights, R15), at a multi-pool head, or at a
-    /// head whose own store call is in flight (under the lease id a grant
-    /// here would use: granting it twice could free the borrower's lease
-    /// when the spare is returned); those are woken to ask the store, as by
-    /// [`notify`](Changes::notify). Returns how many leases were handed
+    /// head whose own store call is in flight (a grant here would give it a
+    /// second lease, or, with a key, the very lease its call gets, which
+    /// the borrow would then give back as a spare); those are woken to ask
+    /// the store, as by [`notify`](Changes::notify). Returns how many leases were handed
     /// over; costs one atomic load when nobody waits.
     ///
     /// A store that calls this in its return instead of `notify` must also
@@ -224,11 +224,12 @@ impl Changes {
             // of its own between the look and the grant.
             let mut state = head.state.lock();
             if state.asking {
-                // Its own call is in flight under the same lease id (or has
-                // just granted it): a grant here would grant that id a
-                // second time, and the ticket would return one of the two
-                // by id, perhaps the one the borrower keeps. It asks again
-                // once that call ends, and finds the freed slot.
+                // Its own call is in flight (or has just been granted): a
+                // grant here would give it a second lease, which its
+                // ticket then gives back (a slot held by nobody meanwhile,
+                // and a borrower at a position not the lowest), or, with a
+                // key, the very lease its call gets. It asks again once
+                // that call ends, and finds the freed slot.
                 state.next_expiry = None;
                 drop(state);
                 head.notify.notify_one();

@@ -197,11 +197,16 @@ pub enum FaultKind {
     /// SQLite: the store's side files and directories (`<db>-holders`,
     /// `<db>-semaphore-writer`, `<db>-semaphore-turnstile`) are deleted.
     DeleteSidecars,
+    /// Redis Cluster: `SIGSTOP` of a node of the pool's shard (its master,
+    /// mostly) for 1.5-5 s, then `SIGCONT`: past the cluster's node timeout
+    /// (2 s) its replica is elected in its place, and the stopped master
+    /// wakes with the calls it had queued.
+    NodeStop,
 }
 
 impl FaultKind {
     /// Every fault.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Blip,
         FaultKind::Partition,
         FaultKind::Cut,
@@ -211,6 +216,7 @@ impl FaultKind {
         FaultKind::IdleTimeout,
         FaultKind::ServerKill,
         FaultKind::DeleteSidecars,
+        FaultKind::NodeStop,
     ];
 
     /// The fault of this [`name`](FaultKind::name).
@@ -230,6 +236,7 @@ impl FaultKind {
             FaultKind::IdleTimeout => "idle_timeout",
             FaultKind::ServerKill => "server_kill",
             FaultKind::DeleteSidecars => "delete_sidecars",
+            FaultKind::NodeStop => "node_stop",
         }
     }
 }

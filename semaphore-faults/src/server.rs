@@ -76,6 +76,10 @@ pub enum Server {
         cluster: Arc<TestCluster>,
         /// Its nodes' ports on `127.0.0.1`, where proxies forward.
         ports: Vec<u16>,
+        /// The ports of the master and the replica that served the pool's
+        /// slot when it was registered: that pair keeps the slot through
+        /// failovers, which only swap their roles.
+        shard: std::sync::OnceLock<[u16; 2]>,
     },
     /// A throwaway MariaDB server.
     Mysql {
@@ -139,6 +143,7 @@ impl Server {
                 Server::RedisCluster {
                     cluster: Arc::new(cluster),
                     ports,
+                    shard: std::sync::OnceLock::new(),
                 }
             }
             StoreKind::Mysql => {
@@ -188,7 +193,9 @@ impl Server {
             .prepare(&namespace, pool, count, ttl)
             .await
             .unwrap_or_else(|e| panic!("registering {pool}: {e}"));
-        let upstream = server.upstream().expect("a networked store");
+        let upstream = server
+            .upstream()
+            .expect("one networked server (a cluster's holders take holder_args)");
         let proxy = Proxy::start(upstream).await.expect("a proxy");
         (server, namespace, proxy)
     }
@@ -281,7 +288,9 @@ impl Server {
                 (url.clone(), Some(url))
             }
             Server::Redis { .. } => (format!("redis://127.0.0.1:{port}/"), None),
-            Server::RedisCluster { .. } => (self.url(), None),
+            Server::RedisCluster { .. } => {
+                panic!("a cluster has a proxy per node: take holder_args")
+            }
             // prefer_socket=false: else mysql_async looks up the server's
             // socket and goes around the proxy.
             Server::Mysql { database, .. } => (
@@ -325,7 +334,13 @@ impl Server {
                 .await
                 .map_err(|e| e.to_string())?,
             ),
-            Server::RedisCluster { cluster, .. } => {
+            Server::RedisCluster { cluster, shard, .. } => {
+                let tag = format!(
+                    "{{{}}}",
+                    semaphore_sqlite::PoolId::from_name(pool).as_uuid()
+                );
+                let (master, replica) = cluster.serving(&tag)?;
+                let _ = shard.set([master, replica]);
                 let urls = cluster.urls();
                 let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
                 Arc::new(
@@ -372,7 +387,16 @@ impl Server {
                 server.restart();
                 Ok(String::new())
             }
-            Server::RedisCluster { cluster, ports } => fail_over(cluster, ports, pick),
+            Server::RedisCluster {
+                cluster,
+                ports,
+                shard,
+            } => {
+                // Two times in three, the pool's own shard.
+                let shard = shard.get().filter(|_| !pick.is_multiple_of(3));
+                let ports = shard.map_or(&ports[..], |pair| &pair[..]);
+                fail_over(cluster, ports, pick / 3)
+            }
             Server::Mysql { server, .. } => {
                 server.restart();
                 Ok(String::new())
@@ -423,7 +447,7 @@ impl Server {
                     let answer = redis_command(socket, command).await?;
                     Ok(format!("{command}: {}", answer.trim()))
                 }
-                Server::RedisCluster { cluster, ports } => {
+                Server::RedisCluster { cluster, ports, .. } => {
                     let command = if on {
                         "CONFIG SET timeout 1"
                     } else {
@@ -487,7 +511,7 @@ impl Server {
                     let answer = redis_command(socket, "CLIENT KILL TYPE normal").await?;
                     Ok(format!("CLIENT KILL TYPE normal: {}", answer.trim()))
                 }
-                Server::RedisCluster { cluster, ports } => {
+                Server::RedisCluster { cluster, ports, .. } => {
                     on_every_node(cluster, ports, "CLIENT KILL TYPE normal").await
                 }
                 Server::Sqlite { .. } => Ok(String::new()),
@@ -553,6 +577,38 @@ async fn mysql_admin(url: &str) -> Result<mysql_async::Conn, String> {
     mysql_async::Conn::new(opts)
         .await
         .map_err(|e| e.to_string())
+}
+
+impl Server {
+    /// A cluster: the ports of the pool's shard (see
+    /// [`Server::RedisCluster`]), once the pool is registered.
+    pub fn pool_shard(&self) -> Option<[u16; 2]> {
+        match self {
+            Server::RedisCluster { shard, .. } => shard.get().copied(),
+            _ => None,
+        }
+    }
+
+    /// A cluster: sends `signal` (`STOP`, `CONT`) to the node on `port`.
+    pub(crate) fn signal_node(&self, port: u16, signal: &str) -> Result<String, String> {
+        match self {
+            Server::RedisCluster { cluster, .. } => {
+                cluster.signal(port, signal);
+                Ok(format!("SIG{signal} of node {port}"))
+            }
+            _ => Err("not a cluster".into()),
+        }
+    }
+
+    /// A cluster: the master's port among `ports` now, if one is.
+    pub(crate) fn master_among(&self, ports: &[u16]) -> Option<u16> {
+        match self {
+            Server::RedisCluster { cluster, .. } => {
+                ports.iter().copied().find(|port| cluster.is_master(*port))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// `command` on every node of `cluster` (at `ports`), on tokio's blocking

@@ -204,6 +204,12 @@ impl RedisStore {
                     .await
                     .map_err(storage(operation))
             }
+            // No connection to the node (a cluster's links all lost, say):
+            // redis-rs connects again from the seed nodes, under new ids.
+            Err(e) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
+                self.lost_a_connection();
+                Err(storage(operation)(e))
+            }
             answer => answer.map_err(storage(operation)),
         }
     }

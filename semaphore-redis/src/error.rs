@@ -6,9 +6,13 @@ use semaphore_core::Error;
 /// A `redis` error as a storage error of `operation`.
 ///
 /// Retryable: the connection refused, dropped or timed out (on a cluster,
-/// no connection to the node found), and the server's transient states (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`,
-/// `MASTERDOWN`). Not retryable: `OOM` (the server is out of memory: free
-/// memory or raise `maxmemory`; the script was refused whole, so nothing was
+/// no connection to the node found), the server's transient states
+/// (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`,
+/// `NOREPLICAS`), and a cluster's redirections that redis-rs's own retries
+/// did not outlast while its nodes agree on a failover (`MOVED`, `ASK`, and
+/// `READONLY` from a master just demoted). Not retryable: `OOM` (the server
+/// is out of memory: free memory or raise `maxmemory`; the script was
+/// refused whole, so nothing was
 /// written), `CROSSSLOT` (a multi-pool borrow across cluster slots, behind
 /// a cluster proxy), anything else the server refused, and a reply of the
 /// wrong shape.
@@ -16,7 +20,17 @@ pub(crate) fn storage(operation: &'static str) -> impl Fn(redis::RedisError) -> 
     move |e| {
         let transient = matches!(
             e.code(),
-            Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+            Some(
+                "LOADING"
+                    | "BUSY"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "MASTERDOWN"
+                    | "NOREPLICAS"
+                    | "MOVED"
+                    | "ASK"
+                    | "READONLY"
+            )
         );
         let retryable = transient
             || e.kind() == redis::ErrorKind::ClusterConnectionNotFound

@@ -220,14 +220,16 @@ pub async fn r12_grant_landing_after_the_drop_is_returned_at_once(f: Fixture) {
     );
 }
 
-/// R10, R11, R12: returns that free slots while the queue's head has its
-/// own store call in flight do not grant that head a second lease under
-/// the lease id its call asks with. The head ends up holding one lease, at
+/// R6, R10, R11, R12: returns that free slots while the queue's head has
+/// its own store call in flight do not grant that head a second lease
+/// besides the one its call gets. The head ends up holding one lease, at
 /// the lowest position freed, and the pool counts it and the one still
-/// held, nothing more. On the memory store, a hand-off that granted such a
-/// head let its call grant the same id again, and the ticket then gave back
-/// the spare by id, freeing the position the borrower kept (two holders)
-/// while the spare's slot stayed held by nobody: a CI run caught it.
+/// held, nothing more. On the memory store, a hand-off granted such a head
+/// a lease, its own call another at the next position, and the ticket gave
+/// the first back: the borrower kept a position that was not the lowest,
+/// and a slot sat held by nobody meanwhile (a CI run caught it; with a key
+/// the call's answer is the handed lease itself, which the ticket then
+/// freed under the borrower: see the `in_flight` cases).
 pub async fn r11_returns_meet_the_heads_own_call_in_flight(f: Fixture) {
     let gated = Arc::new(GatedStore::new(f.store.clone()));
     let pool = Pool::new(gated.clone(), PoolId::from_name("p"));

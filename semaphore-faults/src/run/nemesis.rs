@@ -14,7 +14,7 @@ use super::holders::Holders;
 use super::{Config, ns, secs};
 use crate::clock::now_ns;
 use crate::event::{FaultKind, FaultRecord, Log, Phase};
-use crate::proxy::Proxies;
+use crate::proxy::{Proxies, Upstream};
 use crate::server::{Server, StoreKind};
 
 /// A fault in progress that heals (or ends) later.
@@ -26,6 +26,8 @@ enum Heal {
     Stop(u32),
     /// The server's idle-session timeout: reset it.
     IdleTimeout,
+    /// A stopped cluster node: `SIGCONT` it.
+    NodeStop(u16),
 }
 
 /// A fault in progress: what it is, whom it hit, how it heals.
@@ -128,6 +130,9 @@ impl Nemesis {
                     server_busy_until = self.server_kill(holders, &mut rng, problems).await;
                 }
                 FaultKind::DeleteSidecars => server_busy_until = self.delete_sidecars(),
+                FaultKind::NodeStop => {
+                    server_busy_until = self.node_stop(&mut rng, problems, now);
+                }
             }
         }
     }
@@ -153,9 +158,23 @@ impl Nemesis {
         };
         let mut detail = secs(d);
         // A cluster: half of the time, the holder loses one node only
-        // (a master or a replica), and reaches the others.
+        // (a master or a replica), and reaches the others; that node is of
+        // the pool's shard two times in three.
         if proxy.len() > 1 && rng.bool() {
-            let node = rng.usize(..proxy.len());
+            let shard = self.server.pool_shard().unwrap_or_default();
+            let of_shard: Vec<usize> = proxy
+                .each()
+                .enumerate()
+                .filter(|(_, (upstream, _))| {
+                    matches!(upstream, Upstream::Tcp(a) if shard.contains(&a.port()))
+                })
+                .map(|(i, _)| i)
+                .collect();
+            let node = if !of_shard.is_empty() && rng.u32(..3) != 0 {
+                of_shard[rng.usize(..of_shard.len())]
+            } else {
+                rng.usize(..proxy.len())
+            };
             proxy = proxy.only(node);
             if let Some((upstream, _)) = proxy.each().next() {
                 detail = format!("{detail}, node {upstream:?} only");
@@ -300,6 +319,59 @@ impl Nemesis {
         now_ns() + ns(Duration::from_secs(1))
     }
 
+    /// `node_stop` (a cluster): `SIGSTOP` of a node of the pool's shard,
+    /// its master three times in four, for 1.5-5 s. Returns until when the
+    /// server is busy: the stop, and 3 s for the cluster to agree again.
+    fn node_stop(
+        self: &Arc<Self>,
+        rng: &mut fastrand::Rng,
+        problems: &mut Vec<String>,
+        now: u64,
+    ) -> u64 {
+        let fault = FaultKind::NodeStop;
+        let Some(shard) = self.server.pool_shard() else {
+            return now;
+        };
+        let master = self.server.master_among(&shard);
+        let port = match master {
+            Some(master) if rng.u32(..4) != 0 => master,
+            _ => shard[rng.usize(..2)],
+        };
+        let d = rand_duration(rng, 1500, 5000);
+        let t = now_ns();
+        match self.server.signal_node(port, "STOP") {
+            Ok(detail) => {
+                let role = if master == Some(port) {
+                    "master"
+                } else {
+                    "replica"
+                };
+                self.record(
+                    t,
+                    fault,
+                    Phase::Start,
+                    None,
+                    None,
+                    format!("{detail} ({role}), {}", secs(d)),
+                );
+                self.heal_later(
+                    Active {
+                        kind: fault,
+                        slot: None,
+                        pid: None,
+                        heal: Heal::NodeStop(port),
+                    },
+                    d,
+                );
+            }
+            Err(e) => {
+                self.record(t, fault, Phase::Start, None, None, format!("failed: {e}"));
+                problems.push(format!("stopping node {port}: {e}"));
+            }
+        }
+        now + ns(d) + ns(Duration::from_secs(3))
+    }
+
     /// `delete_sidecars` (SQLite). Returns until when the server is busy.
     fn delete_sidecars(&self) -> u64 {
         let t = now_ns();
@@ -380,6 +452,13 @@ impl Nemesis {
                 Ok(()) => "SIGCONT".into(),
                 Err(e) => format!("SIGCONT: {e}"),
             },
+            Heal::NodeStop(port) => match self.server.signal_node(*port, "CONT") {
+                Ok(d) => d,
+                Err(e) => {
+                    self.problem(format!("continuing node {port}: {e}"));
+                    e
+                }
+            },
             Heal::IdleTimeout => match self.server.idle_timeout(false).await {
                 Ok(d) => d,
                 Err(e) => {
@@ -412,7 +491,19 @@ impl Nemesis {
 /// The faults the nemesis picks from: those that fit the store, and are
 /// among the configured ones if any are.
 fn kinds(config: &Config) -> Vec<FaultKind> {
-    let fitting: &[FaultKind] = if config.store.networked() {
+    let fitting: &[FaultKind] = if config.store == StoreKind::RedisCluster {
+        &[
+            FaultKind::Blip,
+            FaultKind::Partition,
+            FaultKind::Cut,
+            FaultKind::Stop,
+            FaultKind::Kill,
+            FaultKind::Restart,
+            FaultKind::IdleTimeout,
+            FaultKind::ServerKill,
+            FaultKind::NodeStop,
+        ]
+    } else if config.store.networked() {
         &[
             FaultKind::Blip,
             FaultKind::Partition,
@@ -450,6 +541,7 @@ fn longest(fault: FaultKind, ttl: Duration) -> Duration {
         FaultKind::Cut => Duration::from_secs(6),
         FaultKind::Stop => ttl + Duration::from_secs(2),
         FaultKind::IdleTimeout => Duration::from_secs(6),
+        FaultKind::NodeStop => Duration::from_secs(5),
         _ => Duration::ZERO,
     }
 }
