@@ -491,37 +491,23 @@ impl Nemesis {
 /// The faults the nemesis picks from: those that fit the store, and are
 /// among the configured ones if any are.
 fn kinds(config: &Config) -> Vec<FaultKind> {
-    let fitting: &[FaultKind] = if config.store == StoreKind::RedisCluster {
-        &[
-            FaultKind::Blip,
-            FaultKind::Partition,
-            FaultKind::Cut,
-            FaultKind::Stop,
-            FaultKind::Kill,
-            FaultKind::Restart,
-            FaultKind::IdleTimeout,
-            FaultKind::ServerKill,
-            FaultKind::NodeStop,
-        ]
-    } else if config.store.networked() {
-        &[
-            FaultKind::Blip,
-            FaultKind::Partition,
-            FaultKind::Cut,
-            FaultKind::Stop,
-            FaultKind::Kill,
-            FaultKind::Restart,
-            FaultKind::IdleTimeout,
-            FaultKind::ServerKill,
-        ]
-    } else {
-        &[FaultKind::Stop, FaultKind::Kill, FaultKind::DeleteSidecars]
-    };
-    fitting
-        .iter()
-        .copied()
+    FaultKind::ALL
+        .into_iter()
+        .filter(|k| fits(*k, config.store))
         .filter(|k| config.faults.as_ref().is_none_or(|only| only.contains(k)))
         .collect()
+}
+
+/// Whether `fault` fits `store`: the holders' faults every store, the
+/// network's and the server's a networked one, a node's a cluster, side
+/// files SQLite.
+fn fits(fault: FaultKind, store: StoreKind) -> bool {
+    match fault {
+        FaultKind::Stop | FaultKind::Kill => true,
+        FaultKind::NodeStop => store == StoreKind::RedisCluster,
+        FaultKind::DeleteSidecars => store == StoreKind::Sqlite,
+        _ => store.networked(),
+    }
 }
 
 /// Whether `fault` hits one holder (else the server).
