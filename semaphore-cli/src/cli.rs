@@ -179,28 +179,8 @@ pub(crate) struct StoreArgs {
     /// for jobs on many machines.
     #[arg(long, value_name = "URL")]
     pub(crate) mysql: Option<String>,
-
-    /// The prefix of the MySQL store's tables.
-    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
-    pub(crate) mysql_prefix: String,
-
-    /// The prefix of the Redis store's keys.
-    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
-    pub(crate) redis_prefix: String,
-
-    /// How long a pool created on a Redis server younger than this grants
-    /// nothing: a restart that lost the data must not hand out slots whose
-    /// holders still run. Set it to the longest ttl in use; 0s turns it off.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
-    pub(crate) redis_restart_grace: Duration,
-
-    /// How long the store's session, which this process's leases belong
-    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; R16):
-    /// a network blip or a server restart shorter than this ends no lease,
-    /// and a process killed outright loses its slots after it. At least 1s.
-    /// Default 10s; for `run`, 30s.
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub(crate) session_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) tuning: StoreTuning,
 }
 
 /// Which pool: by name (the same name means the same pool everywhere) or
@@ -357,4 +337,32 @@ fn device_name(name: &str) -> Result<String, String> {
         return Err("a device name is empty (as in 0,,1): name one device per slot".into());
     }
     Ok(name.to_owned())
+}
+
+/// The store flags `semaphore run`, the lease commands and `semaphore
+/// serve` share: where a store keeps its tables or keys, its restart grace
+/// and its session timeout.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct StoreTuning {
+    /// The prefix of the MySQL store's tables.
+    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
+    pub(crate) mysql_prefix: String,
+
+    /// The prefix of the Redis store's keys.
+    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
+    pub(crate) redis_prefix: String,
+
+    /// How long a pool created on a Redis server younger than this grants
+    /// nothing: a restart that lost the data must not hand out slots whose
+    /// holders still run. Set it to the longest ttl in use; 0s turns it off.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
+    pub(crate) redis_restart_grace: Duration,
+
+    /// How long the store's session, which this process's leases belong
+    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; R16):
+    /// a network blip or a server restart shorter than this ends no lease,
+    /// and a process killed outright loses its slots after it. At least 1s.
+    /// Default 10s; for `run`, 30s.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) session_timeout: Option<Duration>,
 }

@@ -222,11 +222,11 @@ fn choice(store: &StoreArgs) -> Result<crate::store::Choice, Exit> {
         no_migrate: store.postgres_no_migrate,
         redis: store.redis.clone(),
         redis_cluster: store.redis_cluster.clone(),
-        prefix: store.redis_prefix.clone(),
-        grace: store.redis_restart_grace,
+        prefix: store.tuning.redis_prefix.clone(),
+        grace: store.tuning.redis_restart_grace,
         mysql: store.mysql.clone(),
-        mysql_prefix: store.mysql_prefix.clone(),
-        session: store.session_timeout,
+        mysql_prefix: store.tuning.mysql_prefix.clone(),
+        session: store.tuning.session_timeout,
         ..Default::default()
     };
     crate::store::Choice::from(flags)

@@ -54,11 +54,11 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
         no_migrate: args.postgres_no_migrate,
         redis: args.redis.clone(),
         redis_cluster: args.redis_cluster.clone(),
-        prefix: args.redis_prefix.clone(),
-        grace: args.redis_restart_grace,
+        prefix: args.tuning.redis_prefix.clone(),
+        grace: args.tuning.redis_restart_grace,
         mysql: args.mysql.clone(),
-        mysql_prefix: args.mysql_prefix.clone(),
-        session: args.session_timeout,
+        mysql_prefix: args.tuning.mysql_prefix.clone(),
+        session: args.tuning.session_timeout,
     })
     .map_err(ServeError::Usage)?;
     let shown = choice.shown();

@@ -71,28 +71,8 @@ pub(crate) struct ServeArgs {
     /// the poll's round trip to the database.
     #[arg(long, value_name = "URL", conflicts_with = "memory")]
     pub(crate) mysql: Option<String>,
-
-    /// The prefix of the MySQL store's tables.
-    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
-    pub(crate) mysql_prefix: String,
-
-    /// The prefix of the Redis store's keys.
-    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
-    pub(crate) redis_prefix: String,
-
-    /// How long a pool created on a Redis server younger than this grants
-    /// nothing: a restart that lost the data must not hand out slots whose
-    /// holders still run. Set it to the longest ttl in use; 0s turns it off.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
-    pub(crate) redis_restart_grace: Duration,
-
-    /// How long the store's session, which this process's leases belong
-    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; R16):
-    /// a network blip or a server restart shorter than this ends no lease,
-    /// and a process killed outright loses its slots after it. At least 1s.
-    /// Default 10s; for `run`, 30s.
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub(crate) session_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) tuning: super::StoreTuning,
 
     /// Keep pools in this process's memory only (lost on exit).
     #[arg(long)]
