@@ -46,12 +46,39 @@ impl Clock for SystemClock {
         SystemTime::now()
     }
 
+    /// Sleeps on tokio's timer, reading the clock again at least every
+    /// [`RECHECK`]: the timer's clock stops while the machine is
+    /// suspended, and this one does not.
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
-        let left = deadline
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO);
-        Box::pin(tokio::time::sleep(left))
+        sleep_rechecking(SystemTime::now, deadline)
     }
+}
+
+/// The longest a sleep on a real clock ([`SystemClock`],
+/// [`MonotonicClock`], and the [`ServerClock`](crate::store::ServerClock)
+/// views over them) goes without reading its clock again: 1 s.
+///
+/// tokio's timer runs on `CLOCK_MONOTONIC`, which stops while the machine
+/// is suspended; the clocks that decide (the system clock, and
+/// `CLOCK_BOOTTIME` under [`MonotonicClock`]) go on. A sleep that only
+/// trusted the timer would end late by the time the machine slept, and a
+/// holder waiting on [`LeaseGuard::lost`](crate::LeaseGuard::lost) would
+/// go on believing it holds a lease another process was granted meanwhile
+/// (R17 across a suspend). Reading the deciding clock once a second bounds
+/// that lateness to a second.
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+
+/// A sleep until `now()` reaches `deadline`, on tokio's timer in steps of
+/// at most [`RECHECK`].
+fn sleep_rechecking(now: impl Fn() -> SystemTime + Send + 'static, deadline: SystemTime) -> Sleep {
+    Box::pin(async move {
+        while let Ok(left) = deadline.duration_since(now()) {
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.min(RECHECK)).await;
+        }
+    })
 }
 
 /// This process's own monotonic clock, read as wall-clock time: the
@@ -67,15 +94,23 @@ impl Clock for SystemClock {
 pub struct MonotonicClock {
     wall: SystemTime,
     start: Duration,
+    /// Time since a fixed origin: [`elapsed`], or a test's own.
+    elapsed: fn() -> Duration,
 }
 
 impl MonotonicClock {
     /// A clock that reads the system clock's time now, and moves on from
     /// there monotonically.
     pub fn new() -> Self {
+        Self::counting(elapsed)
+    }
+
+    /// A clock that moves on with `elapsed` (time since a fixed origin).
+    fn counting(elapsed: fn() -> Duration) -> Self {
         Self {
             wall: SystemTime::now(),
             start: elapsed(),
+            elapsed,
         }
     }
 }
@@ -108,14 +143,15 @@ fn instant_elapsed() -> Duration {
 
 impl Clock for MonotonicClock {
     fn now(&self) -> SystemTime {
-        saturating_add(self.wall, elapsed().saturating_sub(self.start))
+        saturating_add(self.wall, (self.elapsed)().saturating_sub(self.start))
     }
 
+    /// Sleeps on tokio's timer, reading this clock again at least every
+    /// [`RECHECK`]: the timer stops while the machine is suspended, and
+    /// this clock counts that time.
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
-        let left = deadline
-            .duration_since(self.now())
-            .unwrap_or(Duration::ZERO);
-        Box::pin(tokio::time::sleep(left))
+        let clock = *self;
+        sleep_rechecking(move || clock.now(), deadline)
     }
 }
 
@@ -278,6 +314,40 @@ mod tests {
         assert!(sleep.as_mut().poll(&mut cx).is_pending());
         clock.advance(Duration::from_secs(1));
         assert_eq!(sleep.as_mut().poll(&mut cx), Poll::Ready(()));
+    }
+
+    /// A `CLOCK_BOOTTIME` that a test moves: the machine's suspend.
+    static SUSPENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    fn boottime_with_suspends() -> Duration {
+        let since = {
+            static ORIGIN: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+            ORIGIN.get_or_init(tokio::time::Instant::now).elapsed()
+        };
+        since + Duration::from_millis(SUSPENDED.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// R17 across a suspend: the machine sleeps 60 s (the deciding clock
+    /// jumps, tokio's timer does not move and no timer fires); a sleep until
+    /// a deadline the jump passed ends within a second of tokio's time, not
+    /// 60 s later. Through a server view too, as a networked store's holder
+    /// waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_sleep_sees_the_clock_jump_of_a_suspend_within_a_second() {
+        let clock = MonotonicClock::counting(boottime_with_suspends);
+        let view = crate::store::ServerClock::new(std::sync::Arc::new(clock));
+        let deadline = clock.now() + Duration::from_secs(60);
+        let mut sleeps = [clock.sleep_until(deadline), view.sleep_until(deadline)];
+        let mut cx = Context::from_waker(Waker::noop());
+        for sleep in &mut sleeps {
+            assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        }
+        SUSPENDED.fetch_add(60_000, std::sync::atomic::Ordering::SeqCst);
+        assert!(clock.now() >= deadline);
+        tokio::time::advance(RECHECK).await;
+        for sleep in &mut sleeps {
+            assert_eq!(sleep.as_mut().poll(&mut cx), Poll::Ready(()));
+        }
     }
 
     #[test]
