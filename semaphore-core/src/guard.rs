@@ -133,6 +133,8 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// (without keep-alive, or after a renewal hung or failed past it),
     /// [`Error::SessionLost`](crate::Error::SessionLost) when its session
     /// can no longer vouch for it,
+    /// [`Error::SessionEnded`](crate::Error::SessionEnded) when the store
+    /// ended its session (an operator's act: R17),
     /// [`Error::LeaseNotFound`](crate::Error::LeaseNotFound) when a renewal
     /// finds it force-returned, [`Error::PoolNotFound`](crate::Error::PoolNotFound)
     /// for a deleted pool, or the storage error that outlasted the lease.
@@ -196,6 +198,10 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     pub fn is_held(&self) -> bool {
         if self.is_lost() {
             return false;
+        }
+        #[cfg(feature = "fault-mutants")]
+        if crate::mutant::planted(crate::mutant::Mutant::IsHeldDeadline) {
+            return true;
         }
         let store = self.pool().store();
         if store.clock().now() >= self.latest_expiry() {

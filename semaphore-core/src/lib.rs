@@ -119,6 +119,8 @@ mod keepalive;
 mod layer;
 mod lease;
 mod limits;
+#[cfg(feature = "fault-mutants")]
+mod mutant;
 mod options;
 mod pool;
 mod positions;

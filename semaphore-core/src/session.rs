@@ -117,6 +117,9 @@ struct Shared {
     /// The last heartbeat's failure if retrying cannot mend it (a role
     /// without the right to write the sessions' table), until one lands.
     failed: parking_lot::Mutex<Option<String>>,
+    /// The last open session that the store ended (not its end passing
+    /// here): an operator's act, told apart in the holders' reason.
+    ended_by_store: parking_lot::Mutex<Option<SessionId>>,
     /// Held (read) by each unbinding in flight ([`Session::unbinding`]);
     /// the close on drop waits for them (write): a lease forgotten just
     /// before the store handle was dropped must leave the session before
@@ -166,6 +169,7 @@ impl Session {
             now,
             wake: tokio::sync::Notify::new(),
             failed: parking_lot::Mutex::new(None),
+            ended_by_store: parking_lot::Mutex::new(None),
             unbinding: Arc::default(),
         });
         let task = spawn(run(shared.clone()));
@@ -271,17 +275,23 @@ impl Session {
     /// an operator deleted it). If it is the open one it is lost at once,
     /// and a new one is opened without waiting for the next heartbeat.
     pub fn ended_on_store(&self, id: SessionId) {
-        let lost = self.shared.now.send_if_modified(|now| {
-            if now.open.is_some_and(|(open, _)| open == id) {
-                now.open = None;
-                now.state = SessionState::Lost;
-                return true;
-            }
-            false
-        });
-        if lost {
-            self.shared.wake.notify_one();
-        }
+        self.ends().ended_on_store(id);
+    }
+
+    /// A handle that tells this session of ends the store reports, for the
+    /// store's wake-up listener: a session ended by someone else reaches
+    /// its holder in milliseconds ([`SessionEnds::ended_on_store`]). It
+    /// does not keep the session alive.
+    pub fn ends(&self) -> SessionEnds {
+        SessionEnds(Arc::downgrade(&self.shared))
+    }
+
+    /// Whether the store ended session `id` while it was open here (an
+    /// operator deleted or cut short its record, or the server lost it),
+    /// rather than its end passing before a heartbeat landed: the holders'
+    /// reason is then [`Error::SessionEnded`](crate::Error::SessionEnded).
+    pub fn ended_by_store(&self, id: SessionId) -> bool {
+        *self.shared.ended_by_store.lock() == Some(id)
     }
 
     /// The error of a borrow step that named session `id` and found it
@@ -355,10 +365,7 @@ async fn run(shared: Arc<Shared>) {
             None => (*opening.get_or_insert_with(SessionId::new), None),
         };
         let before = local_now(&shared.time);
-        let beat = tokio::time::timeout(
-            every,
-            shared.heartbeat.beat(id, shared.timeout, end.is_none()),
-        );
+        let beat = tokio::time::timeout(every, beat(&shared, id, end.is_none()));
         let answer = match end {
             Some(end) => {
                 tokio::select! {
@@ -408,7 +415,10 @@ async fn run(shared: Arc<Shared>) {
                 // The store ended it (or never had it): lost, and a new one
                 // is opened at once.
                 opening = None;
-                lose(&shared, None);
+                match end {
+                    Some(_) => end_on_store(&shared, id),
+                    None => lose(&shared, None),
+                }
                 continue;
             }
             Some(Ok(Err(e))) => {
@@ -443,6 +453,65 @@ async fn run(shared: Arc<Shared>) {
         }
         retry = (retry * 2).clamp(Duration::from_millis(50), RETRY_MAX);
     }
+}
+
+/// A handle on a [`Session`] that tells it of session ends the store
+/// reports (from [`Session::ends`]); it does not keep the session alive.
+#[derive(Debug, Clone)]
+pub struct SessionEnds(std::sync::Weak<Shared>);
+
+impl SessionEnds {
+    /// The store reports session `id` ended: its record was deleted or cut
+    /// short by someone other than this holder, or the server lost it (an
+    /// operator's act, R17). If it is the open session it is lost at once,
+    /// its holders' reason is
+    /// [`Error::SessionEnded`](crate::Error::SessionEnded), and a new one
+    /// is opened without waiting for the next heartbeat. Any other id is
+    /// ignored.
+    pub fn ended_on_store(&self, id: SessionId) {
+        if let Some(shared) = self.0.upgrade() {
+            end_on_store(&shared, id);
+        }
+    }
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+/// Marks the open session `id` lost, ended by the store, and wakes the
+/// heartbeat loop to open another.
+fn end_on_store(shared: &Shared, id: SessionId) {
+    let lost = shared.now.send_if_modified(|now| {
+        if now.open.is_some_and(|(open, _)| open == id) {
+            now.open = None;
+            now.state = SessionState::Lost;
+            return true;
+        }
+        false
+    });
+    if lost {
+        *shared.ended_by_store.lock() = Some(id);
+        shared.wake.notify_one();
+    }
+}
+
+/// One heartbeat of session `id` (see [`Heartbeat::beat`]).
+async fn beat(shared: &Shared, id: SessionId, open: bool) -> Result<Option<SystemTime>> {
+    #[cfg(feature = "fault-mutants")]
+    {
+        use crate::mutant::{Mutant, planted};
+        if !open && planted(Mutant::HeartbeatSilent) {
+            return Ok(Some(shared.time.clock().now()));
+        }
+        if planted(Mutant::SessionEarly) {
+            let early = shared.timeout.saturating_sub(Duration::from_secs(1));
+            return shared.heartbeat.beat(id, early, open).await;
+        }
+    }
+    shared.heartbeat.beat(id, shared.timeout, open).await
 }
 
 /// Marks the open session lost; `close` names one to end on the store too

@@ -21,6 +21,9 @@ pub enum Event {
         pid: u32,
         /// The orchestrator's slot the process runs in (its proxy).
         slot: u32,
+        /// How it learns that a lease is lost.
+        #[serde(default)]
+        watch: Watch,
     },
     /// A borrow returned a lease: `t` is when it returned (the receipt),
     /// `asked` when the borrow was called.
@@ -37,6 +40,18 @@ pub enum Event {
         positions: Vec<u32>,
         /// The lease id, for reading the logs by hand.
         lease: String,
+    },
+    /// The holder will hold the lease of the grant it just logged until
+    /// `until`, unless told it lost it (the nemesis aims at long holds).
+    Hold {
+        /// When.
+        t: u64,
+        /// The holder's process id.
+        pid: u32,
+        /// The lease's token.
+        token: u64,
+        /// When it means to release the lease.
+        until: u64,
     },
     /// The holder acted on its positions: it read the time `t`, then
     /// `is_held()` said `true`.
@@ -108,6 +123,28 @@ pub enum Event {
     },
 }
 
+/// How a holder watches its lease: the two ways R17 tells a holder.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Watch {
+    /// It checks `is_held()` right before each act, and never awaits
+    /// `lost()`: only the check without I/O protects it.
+    IsHeld,
+    /// It also races `lost()` against its work.
+    #[default]
+    Lost,
+}
+
+impl Watch {
+    /// The name used on the holder's command line and in summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            Watch::IsHeld => "is-held",
+            Watch::Lost => "lost",
+        }
+    }
+}
+
 /// How a holder learned that its lease is no longer certainly held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -124,6 +161,7 @@ impl Event {
         match self {
             Event::Start { t, .. }
             | Event::Grant { t, .. }
+            | Event::Hold { t, .. }
             | Event::Act { t, .. }
             | Event::Told { t, .. }
             | Event::Release { t, .. }
@@ -138,6 +176,7 @@ impl Event {
         match self {
             Event::Start { pid, .. }
             | Event::Grant { pid, .. }
+            | Event::Hold { pid, .. }
             | Event::Act { pid, .. }
             | Event::Told { pid, .. }
             | Event::Release { pid, .. }
@@ -314,6 +353,7 @@ mod tests {
                 t: 1,
                 pid: 7,
                 slot: 0,
+                watch: Watch::IsHeld,
             },
             Event::Grant {
                 t: 3,
@@ -345,7 +385,7 @@ mod tests {
         assert_eq!(skipped, 1);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
-            text.starts_with(r#"{"ev":"start","t":1,"pid":7,"slot":0}"#),
+            text.starts_with(r#"{"ev":"start","t":1,"pid":7,"slot":0,"watch":"is_held"}"#),
             "{text}"
         );
     }

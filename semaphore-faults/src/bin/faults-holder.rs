@@ -8,6 +8,7 @@
 //!     [--listen-url URL] [--node-map HOST:PORT=HOST:PORT,...]
 //!     --namespace NAME --pool NAME --count N --ttl-ms N --session-ms N
 //!     (--until-ns T | --run-ms N) --seed N --log PATH [--slot N] [--two-slot-percent P]
+//!     [--watch is-held|lost]
 //! ```
 //!
 //! `--url` is a connection string, the database file for SQLite, or a
@@ -15,7 +16,9 @@
 //! dial each node of a cluster (as it announces itself: through a proxy);
 //! `--namespace` the PostgreSQL schema, the Redis key prefix or the MySQL
 //! table prefix (ignored for SQLite); `--until-ns` the end of the run on
-//! `CLOCK_MONOTONIC`. With `FAULTS_PARENT_PID` set, the process dies with
+//! `CLOCK_MONOTONIC`; `--watch` how the holder learns that a lease is
+//! lost: `is-held` checks `is_held()` before each act and nothing else,
+//! `lost` (the default) also races `lost()`. With `FAULTS_PARENT_PID` set, the process dies with
 //! its parent (`PR_SET_PDEATHSIG`).
 
 use std::collections::HashMap;
@@ -24,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use semaphore_faults::clock::now_ns;
-use semaphore_faults::event::{Event, Log, Via};
+use semaphore_faults::event::{Event, Log, Via, Watch};
 use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_redis::{RedisOptions, RedisStore};
 use semaphore_sqlite::store::Store;
@@ -54,6 +57,7 @@ struct Args {
     log: PathBuf,
     slot: u32,
     two_slot_percent: u32,
+    watch: Watch,
 }
 
 fn usage(why: &str) -> ! {
@@ -62,7 +66,8 @@ fn usage(why: &str) -> ! {
         "usage: faults-holder --store postgres|redis|redis-cluster|mysql|sqlite --url URL \
          [--listen-url URL] [--node-map HOST:PORT=HOST:PORT,...] \
          --namespace NAME --pool NAME --count N --ttl-ms N --session-ms N \
-         (--until-ns T | --run-ms N) --seed N --log PATH [--slot N] [--two-slot-percent P]"
+         (--until-ns T | --run-ms N) --seed N --log PATH [--slot N] [--two-slot-percent P] \
+         [--watch is-held|lost]"
     );
     std::process::exit(64)
 }
@@ -129,6 +134,11 @@ impl Args {
             log: PathBuf::from(text("log")),
             slot: u32::try_from(opt_num("slot", 0)).unwrap_or(0),
             two_slot_percent: u32::try_from(opt_num("two-slot-percent", 0)).unwrap_or(0),
+            watch: match map.get("watch").map(String::as_str) {
+                None | Some("lost") => Watch::Lost,
+                Some("is-held") => Watch::IsHeld,
+                Some(other) => usage(&format!("--watch {other:?}: is-held or lost")),
+            },
         }
     }
 }
@@ -313,23 +323,36 @@ impl Holder {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    /// Holds a lease for 10-800 ms (one time in five for 1.5-6 s, longer
-    /// than the session timeout and the ttl, so that faults find holders
-    /// holding and keep-alive renewing), acting every 2-5 ms while
-    /// `is_held()` says so, then releases it.
+    /// Holds a lease for 10-800 ms (half of the time for 3-8 s, longer
+    /// than the session timeout, so that faults find holders holding with
+    /// others waiting), acting every 2-5 ms while `is_held()` says so,
+    /// then releases it. A `lost` holder keeps the lease alive and also
+    /// stops acting when `lost()` resolves; an `is-held` holder does not
+    /// keep it alive (the ttl outlasts its holds, but on SQLite), so that
+    /// nothing but `is_held()`'s own check of the lease's expiry and its
+    /// session's end stands between it and the next holder.
     async fn hold(&mut self, mut guard: LeaseGuard<&Pool>, granted: u64) {
-        guard.keep_alive();
+        if self.args.watch == Watch::Lost {
+            guard.keep_alive();
+        }
         let token = guard.token;
         let positions = guard.positions.to_vec();
-        let hold_ms = if self.rng.u8(0..5) == 0 {
-            self.rng.u64(1_500..=6_000)
+        let hold_ms = if self.rng.bool() {
+            self.rng.u64(3_000..=8_000)
         } else {
             self.rng.u64(10..=800)
         };
         let end = granted + hold_ms * 1_000_000;
+        self.log.write(&Event::Hold {
+            t: now_ns(),
+            pid: self.pid,
+            token,
+            until: end,
+        });
         let lost = guard.lost();
         tokio::pin!(lost);
-        let (mut told, mut lost_seen) = (false, false);
+        // An `is-held` holder never awaits `lost()`.
+        let (mut told, mut lost_seen) = (false, self.args.watch == Watch::IsHeld);
         loop {
             let pause = Duration::from_micros(self.rng.u64(2_000..=5_000));
             tokio::select! {
@@ -404,6 +427,7 @@ fn main() {
         t: now_ns(),
         pid,
         slot: args.slot,
+        watch: args.watch,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -192,6 +192,10 @@ pub struct Report {
     pub excused: usize,
     /// Leases taken over by another before their holder's release.
     pub taken_over: usize,
+    /// Of those, the ones whose holder was running (neither stopped nor
+    /// dead) when the next grant came: the event R17 is about, which a run
+    /// must see often to judge it.
+    pub running_takeovers: usize,
     /// Log lines that did not parse.
     pub skipped_lines: usize,
     /// The broken invariants.
@@ -336,7 +340,7 @@ pub fn check(history: &History, options: &Options) -> Report {
                 };
                 *report.failed.entry(key).or_insert(0) += 1;
             }
-            Event::Start { .. } | Event::Exit { .. } => {}
+            Event::Start { .. } | Event::Hold { .. } | Event::Exit { .. } => {}
         }
     }
     report.processes = pids.len();
@@ -434,8 +438,17 @@ pub fn check(history: &History, options: &Options) -> Report {
         let Some(next) = next else { continue };
         let g = next.granted;
         let released_first = lease.release.is_some_and(|r| r <= g);
+        let from = g.max(lease.granted);
+        let down = downtime.down_during(
+            lease.pid,
+            from.saturating_sub(slack),
+            from.saturating_add(slack),
+        );
         if !released_first {
             report.taken_over += 1;
+            if !down {
+                report.running_takeovers += 1;
+            }
         }
         if let Some(&act) = lease.acts.iter().find(|&&t| t >= g) {
             report.violations.push(Violation::ActedAfterNextGrant {
@@ -448,18 +461,13 @@ pub fn check(history: &History, options: &Options) -> Report {
         if released_first {
             continue;
         }
-        let from = g.max(lease.granted);
         if lease
             .told
             .is_some_and(|(t, _)| t <= from.saturating_add(slack))
         {
             continue;
         }
-        if downtime.down_during(
-            lease.pid,
-            from.saturating_sub(slack),
-            from.saturating_add(slack),
-        ) {
+        if down {
             report.excused += 1;
             continue;
         }

@@ -159,8 +159,9 @@ impl fmt::Display for Report {
         writeln!(f, "faults: {}", list(&self.faults))?;
         writeln!(
             f,
-            "leases taken over before their release: {} ({} excused: holder stopped or dead)",
-            self.taken_over, self.excused
+            "leases taken over before their release: {}, of running holders {} \
+             (excused from being told: {}, holder stopped or dead)",
+            self.taken_over, self.running_takeovers, self.excused
         )?;
         if self.orphan_acts + self.skipped_lines > 0 {
             writeln!(

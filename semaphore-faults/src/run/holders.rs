@@ -1,6 +1,9 @@
 //! The holder processes: one per slot, each through the slot's proxy,
 //! started, replaced when killed or when they exit early, and waited for
-//! at the end of the run.
+//! at the end of the run. Even slots run `is-held` holders (they check
+//! `is_held()` before each act and nothing else), odd slots `lost`
+//! holders (they also race `lost()`), so that a bug in either way of
+//! telling a holder (R17) shows.
 
 use std::fs;
 use std::path::PathBuf;
@@ -9,6 +12,7 @@ use std::time::Duration;
 
 use super::{Config, POOL};
 use crate::clock::now_ns;
+use crate::event::{Event, Watch};
 use crate::proxy::Proxies;
 use crate::server::Server;
 
@@ -19,6 +23,8 @@ pub(super) struct Slot {
     child: Option<Child>,
     pub(super) pid: u32,
     generation: u32,
+    /// How its holders watch their leases.
+    pub(super) watch: Watch,
     /// No new fault on this slot before this time (ns).
     pub(super) busy_until: u64,
 }
@@ -70,6 +76,11 @@ impl<'a> Holders<'a> {
                     child: None,
                     pid: 0,
                     generation: 0,
+                    watch: if i % 2 == 0 {
+                        Watch::IsHeld
+                    } else {
+                        Watch::Lost
+                    },
                     busy_until: 0,
                 })
                 .collect(),
@@ -106,9 +117,11 @@ impl Holders<'_> {
             .args(["--seed", &seed.to_string()])
             .args(["--slot", &slot.index.to_string()])
             .args(["--two-slot-percent", &config.two_slot_percent.to_string()])
+            .args(["--watch", slot.watch.name()])
             .arg("--log")
             .arg(self.dir.join(format!("{name}.jsonl")))
             .env("FAULTS_PARENT_PID", std::process::id().to_string())
+            .env("SEMAPHORE_MUTANT", config.mutant.as_deref().unwrap_or(""))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
@@ -162,6 +175,28 @@ impl Holders<'_> {
             .collect()
     }
 
+    /// Until when slot `i`'s holder means to hold the lease it holds now,
+    /// if it holds one and has not been told it lost it: read from the
+    /// tail of its log (its last `hold`, with no `told` or `release`
+    /// after it).
+    pub(super) fn holding_until(&self, i: usize) -> Option<u64> {
+        let slot = &self.slots[i];
+        let path = self
+            .dir
+            .join(format!("holder-{}-{}.jsonl", slot.index, slot.generation));
+        let tail = read_tail(&path, 16 * 1024)?;
+        for line in tail.lines().rev() {
+            match serde_json::from_str::<Event>(line) {
+                Ok(Event::Hold { until, .. }) => return Some(until),
+                Ok(Event::Told { .. } | Event::Release { .. } | Event::Start { .. }) => {
+                    return None;
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
     /// Kills slot `i`'s holder (`SIGKILL`) and starts a new one in its
     /// place.
     pub(super) fn kill_and_replace(&mut self, i: usize) -> Result<(), String> {
@@ -210,4 +245,21 @@ impl Holders<'_> {
             }
         }
     }
+}
+
+/// The last `bytes` of the file at `path` (fewer if it is shorter), from
+/// its first whole line.
+fn read_tail(path: &std::path::Path, bytes: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let from = len.saturating_sub(bytes);
+    file.seek(SeekFrom::Start(from)).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    Some(match (from, text.find('\n')) {
+        (0, _) | (_, None) => text.into_owned(),
+        (_, Some(cut)) => text[cut + 1..].to_string(),
+    })
 }

@@ -44,7 +44,8 @@ pub struct Config {
     pub holders: usize,
     /// The pool's count.
     pub count: u32,
-    /// The leases' ttl (kept alive by the holders).
+    /// The leases' ttl (kept alive by the holders): far above the session
+    /// timeout, so that a holder cut off is protected by its session alone.
     pub ttl: Duration,
     /// The stores' session timeout (R16, amended).
     pub session_timeout: Duration,
@@ -66,6 +67,13 @@ pub struct Config {
     pub out_base: PathBuf,
     /// Whether to keep the logs of a run that passed.
     pub keep_logs: bool,
+    /// The fewest takeovers of running holders (the event R17 is about: a
+    /// lease granted to another while its holder runs and has not released
+    /// it) a run must see to be judged; a run with fewer fails as too weak.
+    pub min_takeovers: usize,
+    /// The planted bug the holders run with (`SEMAPHORE_MUTANT`, feature
+    /// `mutants`), if any: see the README.
+    pub mutant: Option<String>,
     /// The faults the nemesis picks from, if not all that fit the store.
     pub faults: Option<Vec<FaultKind>>,
 }
@@ -81,9 +89,13 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 impl Config {
-    /// The defaults for `store` (5 holders, count 2, ttl 3 s, session
-    /// timeout 2 s, 45 s of faults, a random seed), changed by:
-    /// `SEMAPHORE_FAULTS_SECONDS` (the nemesis's duration),
+    /// The defaults for `store` (8 holders, count 4, session timeout 2 s,
+    /// ttl 30 s, but 5 s on Redis, whose restart grace is the longest ttl
+    /// and would idle the pool for 30 s after each restart, and 3 s on
+    /// SQLite, where the session is the process; 45 s of faults;
+    /// at least 10 takeovers of running holders; a random seed), changed
+    /// by: `SEMAPHORE_FAULTS_SECONDS` (the nemesis's duration),
+    /// `SEMAPHORE_FAULTS_TTL_MS`, `SEMAPHORE_FAULTS_MIN_TAKEOVERS`,
     /// `SEMAPHORE_FAULTS_SEED`, `SEMAPHORE_FAULTS_HOLDERS`,
     /// `SEMAPHORE_FAULTS_KINDS` (a comma-separated list of the faults to
     /// pick from, by their names in the logs; `none` for none),
@@ -97,9 +109,15 @@ impl Config {
         let seed = env_u64("SEMAPHORE_FAULTS_SEED").unwrap_or_else(|| fastrand::u64(..));
         Self {
             store,
-            holders: env_u64("SEMAPHORE_FAULTS_HOLDERS").map_or(5, |n| n.clamp(2, 64) as usize),
-            count: 2,
-            ttl: Duration::from_secs(3),
+            holders: env_u64("SEMAPHORE_FAULTS_HOLDERS").map_or(8, |n| n.clamp(2, 64) as usize),
+            count: 4,
+            ttl: Duration::from_millis(env_u64("SEMAPHORE_FAULTS_TTL_MS").unwrap_or(match store {
+                StoreKind::Redis | StoreKind::RedisCluster => 5_000,
+                // The session is the process: only expiry takes a
+                // lease from a running holder.
+                StoreKind::Sqlite => 3_000,
+                _ => 30_000,
+            })),
             session_timeout: Duration::from_secs(2),
             duration: Duration::from_secs(env_u64("SEMAPHORE_FAULTS_SECONDS").unwrap_or(45)),
             settle: Duration::from_secs(4),
@@ -112,6 +130,8 @@ impl Config {
             out_base: out_base.as_ref().join("semaphore-faults"),
             keep_logs: std::env::var("SEMAPHORE_FAULTS_KEEP")
                 .is_ok_and(|v| !v.is_empty() && v != "0"),
+            min_takeovers: env_u64("SEMAPHORE_FAULTS_MIN_TAKEOVERS").map_or(10, |n| n as usize),
+            mutant: None,
             faults: std::env::var("SEMAPHORE_FAULTS_KINDS").ok().map(|list| {
                 list.split(',')
                     .map(str::trim)
@@ -202,12 +222,18 @@ async fn orchestrate(config: &Config) -> Outcome {
         .wait_for_end(until + ns(Duration::from_secs(25)), &mut problems)
         .await;
     let history = read_history(&dir);
-    run_problems(config, &history, &proxies, &mut problems);
+    let report = check::check(
+        &history,
+        &check::Options {
+            told_slack_ns: ns(config.told_slack),
+        },
+    );
+    run_problems(config, &history, &report, &proxies, &mut problems);
     problems.extend(nemesis.take_problems());
     drop(holders);
     drop(proxies);
 
-    let outcome = conclude(config, &history, problems, dir);
+    let outcome = conclude(config, report, problems, dir);
     drop(nemesis);
     drop(server);
     outcome
@@ -276,10 +302,12 @@ async fn start_proxies(server: &Server, holders: usize) -> Vec<Option<Proxies>> 
 }
 
 /// The problems of the run itself that the logs and the proxies show: too
-/// few grants to check anything, a proxy no holder went through.
+/// few grants to check anything, too few takeovers of running holders to
+/// judge R17, a proxy no holder went through.
 fn run_problems(
     config: &Config,
     history: &History,
+    report: &Report,
     proxies: &[Option<Proxies>],
     problems: &mut Vec<String>,
 ) {
@@ -293,6 +321,13 @@ fn run_problems(
             "only {grants} grants in the whole run: the holders could not borrow, so nothing was checked"
         ));
     }
+    if report.running_takeovers < config.min_takeovers {
+        problems.push(format!(
+            "only {} takeovers of running holders (at least {} are needed): too weak a run to judge \
+             whether holders know first",
+            report.running_takeovers, config.min_takeovers
+        ));
+    }
     for (i, p) in proxies.iter().enumerate() {
         if let Some(p) = p
             && p.accepted() == 0
@@ -302,15 +337,9 @@ fn run_problems(
     }
 }
 
-/// Checks the history and writes the summary; removes the logs of a run
-/// that passed unless they are kept.
-fn conclude(config: &Config, history: &History, problems: Vec<String>, dir: PathBuf) -> Outcome {
-    let report = check::check(
-        history,
-        &check::Options {
-            told_slack_ns: ns(config.told_slack),
-        },
-    );
+/// Writes the summary; removes the logs of a run that passed unless they
+/// are kept.
+fn conclude(config: &Config, report: Report, problems: Vec<String>, dir: PathBuf) -> Outcome {
     let summary = summary(config, &report, &problems, &dir);
     let passed = report.violations.is_empty() && problems.is_empty();
     if passed && !config.keep_logs {

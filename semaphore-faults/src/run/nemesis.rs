@@ -1,6 +1,11 @@
-//! The nemesis: one random fault that fits the store every 0.5-3 s, each
-//! logged in `faults.jsonl` and healed after its time (or at the end of
-//! the run). Its choices follow the run's seed.
+//! The nemesis: one random fault that fits the store every 0.3-1.5 s (on
+//! SQLite every 1-4 s), each logged in `faults.jsonl` and healed after its
+//! time (or at the end of the run). Its choices follow the run's seed.
+//! Partitions and cuts, and three blips in four (and stops, but on
+//! SQLite), are aimed at a holder in a long hold (one that means to hold
+//! its lease 2.8 s more at least, while others wait for the pool's
+//! slots): the event R17 is about is a running holder cut off while
+//! another waits.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -77,7 +82,7 @@ impl Nemesis {
             .collect()
     }
 
-    /// Injects faults until `end` (ns): one every 0.5-3 s, on a free holder
+    /// Injects faults until `end` (ns): one every 0.3-1.5 s, on a free holder
     /// or on the server, if it fits, is among the configured ones, and
     /// would not outlast the nemesis. Between faults, replaces the holders
     /// that exited early.
@@ -92,7 +97,12 @@ impl Nemesis {
         let mut server_busy_until = 0u64;
         let kinds = kinds(config);
         loop {
-            let pause = rand_duration(&mut rng, 500, 3000);
+            // SQLite's faults all stop, kill or unsettle holders: fewer of
+            // them leave holders running into their leases' ends.
+            let pause = match config.store {
+                StoreKind::Sqlite => rand_duration(&mut rng, 1000, 4000),
+                _ => rand_duration(&mut rng, 300, 1500),
+            };
             let now = now_ns();
             if now + ns(pause) >= end {
                 tokio::time::sleep(Duration::from_nanos(end.saturating_sub(now))).await;
@@ -104,19 +114,33 @@ impl Nemesis {
                 continue;
             }
             let fault = kinds[rng.usize(..kinds.len())];
-            let now = now_ns();
             let on_holder = on_holder(fault);
+            let aimed = match fault {
+                FaultKind::Partition | FaultKind::Cut => true,
+                FaultKind::Blip => rng.u32(..4) != 0,
+                // On SQLite a long hold ends at its ttl while its holder
+                // runs (the session is the process): the takeover a stop
+                // would turn into a stopped holder's.
+                FaultKind::Stop => config.store.networked() && rng.u32(..4) != 0,
+                _ => false,
+            };
+            let aimed_at = if aimed {
+                long_hold(holders, end).await
+            } else {
+                None
+            };
+            let now = now_ns();
             let free = holders.free(now);
             if on_holder && free.is_empty() || !on_holder && server_busy_until > now {
                 continue;
             }
-            if now + ns(longest(fault, config.ttl)) >= end {
+            if now + ns(longest(fault, config)) >= end {
                 continue;
             }
-            let i = if on_holder {
-                free[rng.usize(..free.len())]
-            } else {
-                0
+            let i = match aimed_at {
+                Some(i) => i,
+                None if on_holder => free[rng.usize(..free.len())],
+                None => 0,
             };
             match fault {
                 FaultKind::Blip | FaultKind::Partition | FaultKind::Cut => {
@@ -200,7 +224,9 @@ impl Nemesis {
         holders.slots[i].busy_until = now + ns(d) + ns(Duration::from_secs(1));
     }
 
-    /// `stop`: `SIGSTOP` of slot `i`'s holder for ttl + 0.3-2 s.
+    /// `stop`: `SIGSTOP` of slot `i`'s holder for 0.3-2 s past the
+    /// shorter of its lease's ttl and its session timeout: long enough for
+    /// its leases to end while it cannot look.
     fn stop(
         self: &Arc<Self>,
         holders: &mut Holders<'_>,
@@ -212,7 +238,7 @@ impl Nemesis {
         let slot = &holders.slots[i];
         let (target, pid) = (Some(slot.index), slot.pid);
         let target_pid = Some(pid);
-        let d = holders.config.ttl + rand_duration(rng, 300, 2000);
+        let d = stop_base(holders.config) + rand_duration(rng, 300, 2000);
         self.record(now_ns(), fault, Phase::Start, target, target_pid, secs(d));
         if let Err(e) = kill(Pid::from_raw(pid as i32), Signal::SIGSTOP) {
             self.problem(format!("SIGSTOP of {pid}: {e}"));
@@ -347,14 +373,27 @@ impl Nemesis {
     }
 }
 
-/// The faults the nemesis picks from: those that fit the store, and are
-/// among the configured ones if any are.
+/// The faults the nemesis picks from, each as many times as its weight:
+/// those that fit the store, and are among the configured ones if any are.
 fn kinds(config: &Config) -> Vec<FaultKind> {
     FaultKind::ALL
         .into_iter()
         .filter(|k| fits(*k, config.store))
         .filter(|k| config.faults.as_ref().is_none_or(|only| only.contains(k)))
+        .flat_map(|k| std::iter::repeat_n(k, weight(k, config.store)))
         .collect()
+}
+
+/// How often a fault is picked, relative to the others: the faults that cut
+/// a running holder off past its session timeout (partitions and cuts,
+/// then blips) are what R17 is about, so they come most often.
+fn weight(fault: FaultKind, store: StoreKind) -> usize {
+    match fault {
+        FaultKind::Partition | FaultKind::Cut => 4,
+        FaultKind::Blip => 2,
+        FaultKind::Stop if store.networked() => 2,
+        _ => 1,
+    }
 }
 
 /// Whether `fault` fits `store`: the holders' faults every store, the
@@ -379,17 +418,51 @@ fn on_holder(fault: FaultKind) -> bool {
 
 /// The longest `fault` lasts: one that would outlast the nemesis is not
 /// started.
-fn longest(fault: FaultKind, ttl: Duration) -> Duration {
+fn longest(fault: FaultKind, config: &Config) -> Duration {
     match fault {
         FaultKind::Blip => Duration::from_secs(3),
         FaultKind::Partition => Duration::from_secs(5),
         FaultKind::Cut => Duration::from_secs(6),
-        FaultKind::Stop => ttl + Duration::from_secs(2),
+        FaultKind::Stop => stop_base(config) + Duration::from_secs(2),
         FaultKind::IdleTimeout => Duration::from_secs(6),
         FaultKind::NodeStop => Duration::from_secs(5),
         _ => Duration::ZERO,
     }
 }
+
+/// How long a stopped holder's leases live at most: the shorter of the
+/// ttl and the session timeout (on SQLite the session is the process,
+/// which a stop does not end: the ttl).
+fn stop_base(config: &Config) -> Duration {
+    match config.store {
+        StoreKind::Sqlite => config.ttl,
+        _ => config.ttl.min(config.session_timeout),
+    }
+}
+
+/// A slot open to a fault whose holder means to hold its lease
+/// [`LONG_HOLD`] more at least, waited for 3 s at most (and not past
+/// `end`): a fault that cuts it off then finds others waiting for its
+/// slots.
+async fn long_hold(holders: &Holders<'_>, end: u64) -> Option<usize> {
+    let give_up = (now_ns() + 3_000_000_000).min(end);
+    loop {
+        let now = now_ns();
+        let long = holders.free(now).into_iter().find(|&i| {
+            holders
+                .holding_until(i)
+                .is_some_and(|until| until >= now + ns(LONG_HOLD))
+        });
+        if long.is_some() || now >= give_up {
+            return long;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How long a holder must mean to hold its lease still for a fault to be
+/// aimed at it: past the session timeout (2 s) and a heartbeat's period.
+const LONG_HOLD: Duration = Duration::from_millis(2_800);
 
 fn rand_duration(rng: &mut fastrand::Rng, from_ms: u64, to_ms: u64) -> Duration {
     Duration::from_millis(rng.u64(from_ms..=to_ms))
