@@ -121,13 +121,33 @@ pub enum Error {
     /// The lease was bound to its store handle's session (R16, amended),
     /// and the session can no longer vouch for it: no heartbeat landed
     /// before its end (the store was out of reach for longer than the
-    /// session timeout), or the store ended it. Others may be granted its
-    /// slots from that end on; the holder is told first (R17). Borrow
-    /// again: the store opens a new session.
+    /// session timeout). Others may be granted its slots from that end on;
+    /// the holder is told first (R17). Borrow again: the store opens a new
+    /// session. A session the store itself ended is
+    /// [`SessionEnded`](Error::SessionEnded).
     #[error(
         "lease {lease} of pool {pool} is lost with its session: the store could not be reached within the session timeout; borrow again"
     )]
     SessionLost {
+        /// The lease's pool.
+        pool: PoolId,
+        /// The lease.
+        lease: LeaseId,
+    },
+
+    /// The lease was bound to its store handle's session (R16, amended),
+    /// and the store ended that session while this holder still kept it:
+    /// its record was deleted or cut short by someone else (an operator, a
+    /// cleaning job), or the server lost it (a restart without its data).
+    /// An operator's act (R17): the holder learns of it through the
+    /// store's wake-up channel where it has one (PostgreSQL `NOTIFY`,
+    /// Redis pub/sub), else at its next heartbeat, and others may be
+    /// granted its slots meanwhile. Borrow again: the store opens a new
+    /// session.
+    #[error(
+        "lease {lease} of pool {pool} is lost with its session: the store ended the session (its record was deleted or cut short by someone else, or the server lost it); borrow again"
+    )]
+    SessionEnded {
         /// The lease's pool.
         pool: PoolId,
         /// The lease.

@@ -55,7 +55,7 @@ async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Send
         tokio::select! {
             biased;
             () = session_ended(&pool, session) => {
-                return give_up(&pool, &lease, &tx, session_lost(&lease));
+                return give_up(&pool, &lease, &tx, session_lost(&pool, &lease));
             }
             () = clock.sleep_until(next) => {}
         }
@@ -83,10 +83,24 @@ fn give_up(pool: &Pool, lease: &Lease, tx: &watch::Sender<Kept>, reason: Error) 
     let _ = tx.send(Kept::Lost(Arc::new(reason)));
 }
 
-fn session_lost(lease: &Lease) -> Error {
-    Error::SessionLost {
-        pool: lease.pool,
-        lease: lease.id,
+/// Why `lease` of `pool` is lost with its session: the store ended the
+/// session ([`Error::SessionEnded`]), or its end passed before a heartbeat
+/// landed ([`Error::SessionLost`]).
+pub(crate) fn session_lost(pool: &Pool, lease: &Lease) -> Error {
+    let by_store = match (lease.session, pool.store().session()) {
+        (Some(id), Some(session)) => session.ended_by_store(id),
+        _ => false,
+    };
+    if by_store {
+        Error::SessionEnded {
+            pool: lease.pool,
+            lease: lease.id,
+        }
+    } else {
+        Error::SessionLost {
+            pool: lease.pool,
+            lease: lease.id,
+        }
     }
 }
 
@@ -103,7 +117,8 @@ async fn session_ended(pool: &Pool, session: Option<crate::SessionId>) {
 /// Renews `lease`, or fails once it is lost while the renewal is still
 /// under way (a stalled server, a row lock held elsewhere, a partition):
 /// with [`Error::LeaseExpired`] once the store's clock reaches its expiry,
-/// with [`Error::SessionLost`] once its session no longer vouches for it.
+/// with [`Error::SessionLost`] (or [`Error::SessionEnded`]) once its
+/// session no longer vouches for it.
 /// The loss is reported then, whatever the store call is doing. The
 /// abandoned call is dropped; if it did renew after all, the guard's
 /// return frees the slot.
@@ -132,7 +147,7 @@ pub(crate) async fn until_lost(pool: &Pool, lease: &Lease) -> Error {
     };
     tokio::select! {
         biased;
-        () = session_ended(pool, lease.session) => session_lost(lease),
+        () = session_ended(pool, lease.session) => session_lost(pool, lease),
         () = expired => Error::LeaseExpired {
             pool: lease.pool,
             lease: lease.id,

@@ -66,6 +66,13 @@ impl Limits {
         self
     }
 
+    /// These limits with `max_ttl` lowered to what `store` can honour
+    /// ([`Store::max_ttl`](crate::store::Store::max_ttl)).
+    pub(crate) fn within(mut self, store: &dyn crate::store::Store) -> Self {
+        self.max_ttl = self.max_ttl.min(store.max_ttl());
+        self
+    }
+
     /// These limits with `max_ttl` set (R5).
     pub fn with_max_ttl(mut self, max_ttl: Duration) -> Self {
         self.max_ttl = max_ttl;

@@ -98,10 +98,11 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub fn new(store: Arc<dyn Store>, id: PoolId) -> Self {
+        let limits = Limits::default().within(&*store);
         Self {
             store,
             id,
-            limits: Limits::default(),
+            limits,
             alias: None,
             name: Name::hashed(id),
         }
@@ -127,9 +128,11 @@ impl Pool {
         &self.name
     }
 
-    /// The same handle with other [`Limits`] for the calls made through it.
+    /// The same handle with other [`Limits`] for the calls made through
+    /// it; a `max_ttl` above the store's own
+    /// ([`Store::max_ttl`](crate::store::Store::max_ttl)) is lowered to it.
     pub fn with_limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
+        self.limits = limits.within(&*self.store);
         self
     }
 
@@ -138,7 +141,8 @@ impl Pool {
         self.id
     }
 
-    /// The limits this handle checks and clamps against.
+    /// The limits this handle checks and clamps against: never a `max_ttl`
+    /// above the store's own (R5).
     pub fn limits(&self) -> &Limits {
         &self.limits
     }

@@ -11,7 +11,7 @@ pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, trun
 pub use crate::follow::follow;
 pub use crate::id::WaiterId;
 pub use crate::server_clock::{DecidingClock, RATE_MARGIN_PPM, ServerClock};
-pub use crate::session::Heartbeat;
+pub use crate::session::{Heartbeat, SessionEnds};
 pub use crate::slot::{SlotTable, lowest_free, lowest_free_n};
 pub use crate::wait::{Changes, Claim};
 /// Re-exported so that stores name the same `async_trait` as the trait.
@@ -340,6 +340,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// ([`Session::start`]). `None` for a store whose holder is the process
     /// itself (memory, SQLite).
     fn session(&self) -> Option<&Session>;
+
+    /// The longest ttl this store can honour ([`Duration::MAX`] when it has
+    /// no bound of its own): a store's own limits are limits (R5). A
+    /// [`Pool`](crate::Pool) on it reports at most this as
+    /// [`Limits::max_ttl`](crate::Limits::max_ttl) and clamps every ttl to
+    /// it, so that the lease's expiry says what was granted. The Redis
+    /// store's is its restart grace (rule "Restart grace").
+    fn max_ttl(&self) -> Duration;
 
     /// Creates pool `pool` with `count` slots, or sets the count of an
     /// existing one (R2); returns its state as of the step. Revokes no

@@ -214,6 +214,9 @@ impl Store for MemoryStore {
     fn session(&self) -> Option<&semaphore_core::Session> {
         None
     }
+    fn max_ttl(&self) -> Duration {
+        Duration::MAX
+    }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         let now = self.now();

@@ -377,6 +377,9 @@ impl Store for MysqlStore {
     fn session(&self) -> Option<&Session> {
         Some(&self.session)
     }
+    fn max_ttl(&self) -> Duration {
+        Duration::MAX
+    }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         let state = in_tx!(self, "register", |step, tx| step

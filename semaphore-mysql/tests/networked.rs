@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use semaphore_mysql::mysql_async::prelude::Queryable;
 use semaphore_mysql::testing::TestServer;
-use semaphore_mysql::{Clock, MysqlOptions, MysqlStore};
+use semaphore_mysql::{Clock, MysqlOptions, MysqlStore, SessionId};
 
 semaphore_core::networked_store_conformance! {
     fresh: TestServer::fresh_prefix,
@@ -31,4 +31,14 @@ semaphore_core::networked_store_conformance! {
             .unwrap();
         SystemTime::UNIX_EPOCH + Duration::from_millis(ms.unwrap())
     },
+    end_session: async |prefix: String, id: SessionId| {
+        let pool = semaphore_mysql::mysql_async::Pool::new(TestServer::shared().url());
+        let mut conn = pool.get_conn().await.unwrap();
+        let sql = format!("DELETE FROM `{prefix}_sessions` WHERE id = ?");
+        conn.exec_drop(sql, (id.as_uuid().as_bytes().to_vec(),)).await.unwrap();
+        assert_eq!(conn.affected_rows(), 1, "no such session row");
+        drop(conn);
+        pool.disconnect().await.unwrap();
+    },
+    pushes: false,
 }

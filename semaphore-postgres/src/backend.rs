@@ -212,6 +212,7 @@ impl PostgresStore {
             config: listen,
             channel: schema::channel(&options.schema),
             changes: changes.clone(),
+            ends: session.ends(),
             poll: options.poll_interval,
             time: options.time.clone(),
         });

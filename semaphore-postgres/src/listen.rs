@@ -1,6 +1,8 @@
 //! Wake-up across machines (rule "Stores"): `LISTEN` on one
 //! dedicated connection per store, which every function that can let a
-//! waiter in (`semaphore_wake`) notifies at commit.
+//! waiter in (`semaphore_wake`) notifies at commit, and which a session's
+//! row deleted or cut short notifies (`s:` and its id: R17, a session ended
+//! by another reaches its holder at once).
 //!
 //! A notification is a hint and the table is the truth. After every
 //! (re)connect all heads re-check, since notifications sent while the
@@ -15,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use semaphore_core::PoolId;
-use semaphore_core::store::Changes;
+use semaphore_core::store::{Changes, SessionEnds};
+use semaphore_core::{PoolId, SessionId};
 use tokio::sync::oneshot;
 use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Socket};
@@ -45,6 +47,7 @@ pub(crate) struct Setup {
     pub(crate) config: Config,
     pub(crate) channel: String,
     pub(crate) changes: Arc<Changes>,
+    pub(crate) ends: SessionEnds,
     pub(crate) poll: Duration,
     pub(crate) time: Time,
 }
@@ -81,7 +84,7 @@ async fn session(setup: &Setup, backend: &AtomicI32) {
     };
     let ready = tokio::time::timeout(SETUP_TIMEOUT, listen(&client, setup));
     let ready = async move { ready.await.ok().flatten() };
-    let Some(pid) = drive(&mut connection, &setup.changes, ready).await else {
+    let Some(pid) = drive(&mut connection, setup, ready).await else {
         return;
     };
     backend.store(pid, Ordering::Relaxed);
@@ -91,7 +94,7 @@ async fn session(setup: &Setup, backend: &AtomicI32) {
     loop {
         tokio::select! {
             message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
-                if !dispatch(&setup.changes, message) {
+                if !dispatch(&setup.changes, &setup.ends, message) {
                     return;
                 }
             }
@@ -99,7 +102,7 @@ async fn session(setup: &Setup, backend: &AtomicI32) {
                 if let Time::Server(view) = &setup.time {
                     let measured = tokio::time::timeout(SETUP_TIMEOUT, measure(&client, view));
                     let measured = async move { measured.await.ok().flatten() };
-                    if drive(&mut connection, &setup.changes, measured).await.is_none() {
+                    if drive(&mut connection, setup, measured).await.is_none() {
                         return;
                     }
                 }
@@ -142,7 +145,7 @@ pub(crate) async fn measure(client: &Client, view: &ServerClock) -> Option<()> {
 /// `None` if the connection ends first or `work` fails.
 async fn drive<T>(
     connection: &mut Conn,
-    changes: &Changes,
+    setup: &Setup,
     work: impl std::future::Future<Output = Option<T>>,
 ) -> Option<T> {
     let mut work = std::pin::pin!(work);
@@ -150,7 +153,7 @@ async fn drive<T>(
         tokio::select! {
             out = &mut work => return out,
             message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
-                if !dispatch(changes, message) {
+                if !dispatch(&setup.changes, &setup.ends, message) {
                     return None;
                 }
             }
@@ -158,14 +161,22 @@ async fn drive<T>(
     }
 }
 
-/// Hands a notification on to the waiters of its pool; `false` once the
-/// connection has ended.
+/// Hands a notification on: a pool's id to the waiters of its pool, `s:`
+/// and a session's id to the store's session; `false` once the connection
+/// has ended.
 fn dispatch(
     changes: &Changes,
+    ends: &SessionEnds,
     message: Option<Result<AsyncMessage, tokio_postgres::Error>>,
 ) -> bool {
     match message {
         Some(Ok(AsyncMessage::Notification(n))) => {
+            if let Some(session) = n.payload().strip_prefix("s:") {
+                if let Ok(id) = session.parse::<uuid::Uuid>() {
+                    ends.ended_on_store(SessionId::from_uuid(id));
+                }
+                return true;
+            }
             match n.payload().parse::<uuid::Uuid>() {
                 Ok(pool) => changes.notify(PoolId::from_uuid(pool)),
                 Err(_) => changes.notify_all(),

@@ -48,6 +48,9 @@ impl Store for PostgresStore {
     fn session(&self) -> Option<&Session> {
         Some(&self.session)
     }
+    fn max_ttl(&self) -> Duration {
+        Duration::MAX
+    }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         let (now, count) = (self.now_param(), i64::from(count));

@@ -26,10 +26,13 @@ use migrate::{before_3, migrate_from, shape_3};
 /// one pool commit in parallel (issue 22). Version 5 binds leases to the
 /// store handles' sessions (`semaphore_sessions`: R16, amended; issue 37)
 /// in place of backends: `session` replaces `holder` and `holder_start`
-/// on slots and places. Versions 1 to 4 are migrated in place
-/// ([`migrate`]); their bound leases become unbound (left to their ttl),
-/// since the processes that held them are gone before a migration.
-pub(crate) const VERSION: i32 = 5;
+/// on slots and places. Version 6 has the same tables, and triggers that
+/// tell a session's holder at once when someone else deletes its row or
+/// cuts its end short (R17). Versions 1 to 5 are migrated in place
+/// ([`migrate`]); the bound leases of 1 to 4 become unbound (left to
+/// their ttl), since the processes that held them are gone before a
+/// migration.
+pub(crate) const VERSION: i32 = 6;
 
 /// How long a queued head's row stays without being refreshed before other
 /// processes treat its process as gone (R11), in ms.
@@ -333,11 +336,11 @@ async fn prepare_once(client: &Client, schema: &str, migrate: bool) -> Result<()
         }
         return match version? {
             Some(VERSION) => Ok(()),
-            Some(old @ 1..=4) if !migrate => Err(not_migrated(
+            Some(old @ 1..=5) if !migrate => Err(not_migrated(
                 schema,
                 &format!("the store's tables at schema version {old}"),
             )),
-            Some(old @ 1..=4) => migrate_from(client, schema, old, &expected).await,
+            Some(old @ 1..=5) => migrate_from(client, schema, old, &expected).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),

@@ -1,4 +1,4 @@
--- The PostgreSQL store's tables and functions, schema version 5 (version 1
+-- The PostgreSQL store's tables and functions, schema version 6 (version 1
 -- had the same tables; 2 replaced functions only: `semaphore_delete` locks
 -- the pool row first, heads refresh their place at every look; 3 holds
 -- weighted leases, R15, and a queued head records the slots it waits for;
@@ -6,7 +6,9 @@
 -- row per slot, `semaphore_slots`, in place of a row per held slot, so
 -- that grants on one pool need not serialize on its pool row: issue 22;
 -- 5 binds leases to sessions with an end on the server's clock, kept by a
--- heartbeat, in place of backends, R16 amended, issue 37).
+-- heartbeat, in place of backends, R16 amended; 6 tells a session's
+-- holder at once when someone else deletes its row or moves its end
+-- earlier, R17, through triggers on semaphore_sessions).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
 -- Times are unix milliseconds on the server's clock (rule "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
@@ -27,6 +29,24 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_sessions (
     id uuid PRIMARY KEY,
     expires_at bigint NOT NULL
 );
+-- R17, a session ended by another (version 6): a session's row deleted,
+-- or its end moved earlier, by anyone (an operator, a cleaning job; the
+-- holder's own close too) is told on the store's channel as `s:` and the
+-- session's id, so that its holder, if it still keeps it, learns in
+-- milliseconds rather than at its next heartbeat.
+CREATE OR REPLACE FUNCTION {s}.semaphore_session_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('{channel}', 's:' || OLD.id::text);
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS semaphore_session_deleted ON {s}.semaphore_sessions;
+CREATE TRIGGER semaphore_session_deleted AFTER DELETE ON {s}.semaphore_sessions
+    FOR EACH ROW EXECUTE FUNCTION {s}.semaphore_session_ended();
+DROP TRIGGER IF EXISTS semaphore_session_cut ON {s}.semaphore_sessions;
+CREATE TRIGGER semaphore_session_cut AFTER UPDATE OF expires_at ON {s}.semaphore_sessions
+    FOR EACH ROW WHEN (NEW.expires_at < OLD.expires_at)
+    EXECUTE FUNCTION {s}.semaphore_session_ended();
 CREATE TABLE IF NOT EXISTS {s}.semaphore_pools (
     pool uuid PRIMARY KEY,
     count bigint NOT NULL,

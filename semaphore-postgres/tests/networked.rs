@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use semaphore_postgres::store::from_unix_ms;
 use semaphore_postgres::testing::TestServer;
-use semaphore_postgres::{Clock, PostgresOptions, PostgresStore};
+use semaphore_postgres::tokio_postgres::{self, NoTls};
+use semaphore_postgres::{Clock, PostgresOptions, PostgresStore, SessionId};
 
 semaphore_core::networked_store_conformance! {
     fresh: TestServer::fresh_schema,
@@ -31,4 +32,13 @@ semaphore_core::networked_store_conformance! {
             .unwrap();
         from_unix_ms(row.get::<_, i64>(0) as u64)
     },
+    end_session: async |schema: String, id: SessionId| {
+        let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let sql = format!("DELETE FROM \"{schema}\".semaphore_sessions WHERE id = $1");
+        assert_eq!(client.execute(&sql, &[id.as_uuid()]).await.unwrap(), 1);
+    },
+    pushes: true,
 }

@@ -48,7 +48,7 @@ async fn a_missing_database_is_named_in_the_error() {
     assert!(shown.contains("3D000"), "{shown}");
 }
 
-/// Turns the version 5 schema `schema` into version `old`'s shape, with
+/// Turns the version 6 schema `schema` into version `old`'s shape, with
 /// pool `pool_id` (count 3) and one lease at position 0.
 async fn downgrade(
     client: &tokio_postgres::Client,
@@ -56,6 +56,24 @@ async fn downgrade(
     old: i32,
     pool_id: semaphore_postgres::PoolId,
 ) {
+    if old == 5 {
+        // Version 5 had the same tables, without the sessions' triggers.
+        client
+            .batch_execute(&format!(
+                "UPDATE \"{schema}\".semaphore_store SET schema_version = 5;
+                 DROP TRIGGER semaphore_session_deleted ON \"{schema}\".semaphore_sessions;
+                 DROP TRIGGER semaphore_session_cut ON \"{schema}\".semaphore_sessions;
+                 DROP FUNCTION \"{schema}\".semaphore_session_ended();
+                 INSERT INTO \"{schema}\".semaphore_pools VALUES ('{p}', 3);
+                 INSERT INTO \"{schema}\".semaphore_slots (pool, position, lease, token, expires_at)
+                     VALUES ('{p}', 0, gen_random_uuid(), 1, 9000000000000),
+                         ('{p}', 1, NULL, NULL, 0), ('{p}', 2, NULL, NULL, 0);",
+                p = pool_id.as_uuid(),
+            ))
+            .await
+            .unwrap();
+        return;
+    }
     client
         .batch_execute(&format!(
             "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
@@ -124,15 +142,15 @@ async fn downgrade(
     }
 }
 
-/// A schema written at version 1, 2, 3 or 4 (up to 3 a row per held slot
-/// in `semaphore_leases`; at 1 and 2 a lease id unique, queued heads
+/// A schema written at version 1, 2, 3, 4 or 5 (up to 3 a row per held
+/// slot in `semaphore_leases`; at 1 and 2 a lease id unique, queued heads
 /// without a weight, older functions; up to 4 leases bound to backends, no
-/// sessions; one lease held) is migrated in place to version 5 when a
-/// store of this version connects, keeping its lease, and then grants
-/// weighted leases.
+/// sessions; up to 5 no triggers on the sessions; one lease held) is
+/// migrated in place to version 6 when a store of this version connects,
+/// keeping its lease, and then grants weighted leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_to_4_schema_is_migrated() {
-    for old in [1, 2, 3, 4] {
+async fn a_version_1_to_5_schema_is_migrated() {
+    for old in [1, 2, 3, 4, 5] {
         let schema = TestServer::fresh_schema();
         drop(open(&schema).await.unwrap());
         let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
@@ -146,7 +164,7 @@ async fn a_version_1_to_4_schema_is_migrated() {
             .await
             .unwrap_or_else(|e| panic!("the version {old} schema was refused: {e}"));
         let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-        assert_eq!(found, 5, "from version {old}");
+        assert_eq!(found, 6, "from version {old}");
         let pool = semaphore_postgres::Pool::new(std::sync::Arc::new(store), pool_id);
         assert_eq!(
             pool.inspect().await.unwrap().in_use,

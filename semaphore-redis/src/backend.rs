@@ -234,28 +234,12 @@ impl RedisStore {
         }
     }
 
-    /// Refuses a ttl longer than the restart grace: a lease granted for it
-    /// could still be live when a restart that lost the data ends the
-    /// grace, and its slot would go to a second holder (rule
-    /// "Restart grace, for every loss of state").
+    /// `ttl`, clamped to the restart grace ([`Store::max_ttl`]): the core
+    /// clamps before it calls, and so does a caller of the store itself.
     ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] naming `ttl`.
-    pub(crate) fn within_grace(&self, ttl: std::time::Duration) -> Result<()> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        if self.restart_grace_ms == 0 || ttl_ms <= self.restart_grace_ms {
-            return Ok(());
-        }
-        Err(Error::InvalidArgument {
-            field: "ttl",
-            allowed: format!(
-                "at most the Redis store's restart grace ({} ms), or a restart that lost the \
-                 data could hand a live lease's slot to another holder; raise \
-                 RedisOptions::restart_grace (semaphore: --redis-restart-grace) to the \
-                 longest ttl in use",
-                self.restart_grace_ms
-            ),
-            got: format!("{ttl_ms} ms"),
-        })
+    /// [`Store::max_ttl`]: semaphore_core::store::Store::max_ttl
+    pub(crate) fn within_grace(&self, ttl: std::time::Duration) -> std::time::Duration {
+        use semaphore_core::store::Store;
+        ttl.min(self.max_ttl())
     }
 }

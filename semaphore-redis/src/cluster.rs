@@ -115,6 +115,7 @@ impl Listener {
         urls: &[String],
         options: &RedisOptions,
         changes: Arc<Changes>,
+        ends: crate::subscribe::Ends,
         clock: Clock,
     ) -> Result<Self> {
         let (push, messages) = mpsc::unbounded_channel();
@@ -125,7 +126,7 @@ impl Listener {
             .map_err(storage("connect"))?;
         let (stop, stopped) = oneshot::channel();
         let poll = options.poll_interval;
-        tokio::spawn(run(messages, changes, poll, clock, stopped));
+        tokio::spawn(run(messages, changes, ends, poll, clock, stopped));
         Ok(Self {
             prefix: options.prefix.clone(),
             connection: tokio::sync::Mutex::new(connection),
@@ -219,6 +220,7 @@ impl Links {
 async fn run(
     messages: mpsc::UnboundedReceiver<PushInfo>,
     changes: Arc<Changes>,
+    ends: crate::subscribe::Ends,
     poll: Duration,
     (connection, time): Clock,
     stopped: oneshot::Receiver<()>,
@@ -231,7 +233,7 @@ async fn run(
         loop {
             tokio::select! {
                 push = messages.recv() => match push {
-                    Some(push) => dispatch(&changes, push),
+                    Some(push) => dispatch(&changes, &ends, push),
                     // The store is gone: nothing more will come.
                     None => std::future::pending::<()>().await,
                 },
@@ -253,10 +255,12 @@ async fn run(
 /// Hands a message on to the waiters of its pool; after a subscription
 /// made again (a reconnect, a failover) or a lost connection, every waiter
 /// looks again.
-fn dispatch(changes: &Changes, push: PushInfo) {
+fn dispatch(changes: &Changes, ends: &crate::subscribe::Ends, push: PushInfo) {
     match push.kind {
         PushKind::SMessage | PushKind::Message => match push.data.get(1) {
-            Some(redis::Value::BulkString(payload)) => crate::subscribe::dispatch(changes, payload),
+            Some(redis::Value::BulkString(payload)) => {
+                crate::subscribe::dispatch(changes, ends, payload);
+            }
             _ => changes.notify_all(),
         },
         PushKind::SSubscribe | PushKind::Disconnection => changes.notify_all(),

@@ -66,11 +66,13 @@ impl RedisStore {
         refuse_cluster(&connection).await?;
         Self::prepare(&mut connection, &options).await?;
         let changes = Arc::new(Changes::new());
+        let ends = subscribe::Ends::default();
         let subscriber = subscribe::spawn(subscribe::Setup {
             client: client.clone(),
             connection: connection.clone(),
             channel: Place::server(&options.prefix).channel,
             changes: changes.clone(),
+            ends: ends.clone(),
             poll: options.poll_interval,
             time: options.time.clone(),
         });
@@ -86,6 +88,7 @@ impl RedisStore {
             changes,
             options,
         )
+        .telling(&ends)
         .with_holder(holder)
         .with_session_up()
         .await
@@ -163,10 +166,12 @@ impl RedisStore {
         let mut connection = Connection::Cluster(connection);
         Self::prepare(&mut connection, &options).await?;
         let changes = Arc::new(Changes::new());
+        let ends = subscribe::Ends::default();
         let listener = Listener::start(
             &urls,
             &options,
             changes.clone(),
+            ends.clone(),
             (connection.clone(), options.time.clone()),
         )
         .await?;
@@ -181,13 +186,18 @@ impl RedisStore {
             changes,
             options,
         )
+        .telling(&ends)
         .with_session_up()
         .await
     }
 
-    /// Checks the version, loads the scripts and reads the server's clock.
+    /// Checks the version and the eviction policy, loads the scripts and
+    /// reads the server's clock.
     async fn prepare(connection: &mut Connection, options: &RedisOptions) -> Result<()> {
         check_version(connection).await?;
+        if !options.allow_eviction {
+            refuse_eviction(connection).await?;
+        }
         for script in [script(Kind::Grow), script(Kind::Shrink)] {
             script
                 .load_async(connection)
@@ -235,6 +245,13 @@ impl RedisStore {
         }
     }
 
+    /// This store, its wake-up listener telling its session of the
+    /// session ends the server reports.
+    fn telling(self, ends: &subscribe::Ends) -> Self {
+        let _ = ends.set(self.session.ends());
+        self
+    }
+
     fn with_holder(mut self, holder: Holder) -> Self {
         self.holder = Some(holder);
         self
@@ -271,10 +288,16 @@ fn grace_ms(grace: std::time::Duration, session: std::time::Duration) -> u64 {
 /// The server's `INFO` section `section` (on a cluster, a master's), read
 /// at connect.
 async fn info(connection: &Connection, section: &str) -> Result<String> {
+    info_on(connection, section, 0).await
+}
+
+/// The `INFO` section `section` of the master of hash slot `slot` (of the
+/// server, on one server).
+async fn info_on(connection: &Connection, section: &str, slot: u16) -> Result<String> {
     let mut cmd = redis::cmd("INFO");
     cmd.arg(section);
     let value = connection
-        .on_slot(cmd, 0)
+        .on_slot(cmd, slot)
         .await
         .map_err(storage("connect"))?;
     String::from_redis_value(value).map_err(|e| malformed("connect", &format!("INFO: {e}")))
@@ -296,6 +319,66 @@ async fn refuse_cluster(connection: &Connection) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Refuses a server (on a cluster, any master) whose `maxmemory-policy`
+/// may evict the store's keys: see [`RedisOptions::allow_eviction`].
+async fn refuse_eviction(connection: &Connection) -> Result<()> {
+    for slot in master_slots(connection).await? {
+        let info = info_on(connection, "memory", slot).await?;
+        let policy = info
+            .lines()
+            .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+            .map(str::trim)
+            .ok_or_else(|| malformed("connect", "INFO memory without a maxmemory_policy"))?;
+        if policy != "noeviction" {
+            return Err(Error::InvalidArgument {
+                field: "url",
+                allowed: "a server whose maxmemory-policy is noeviction: any other may evict \
+                          the store's keys and free live leases' slots (volatile-* policies \
+                          evict exactly the session keys); set it with CONFIG SET \
+                          maxmemory-policy noeviction, or opt in with \
+                          RedisOptions::allow_eviction"
+                    .into(),
+                got: format!("maxmemory-policy {policy}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A hash slot of each master: slot 0 on one server; on a cluster, the
+/// first slot of each master's ranges (`CLUSTER SLOTS`).
+async fn master_slots(connection: &Connection) -> Result<Vec<u16>> {
+    if !matches!(connection, Connection::Cluster(_)) {
+        return Ok(vec![0]);
+    }
+    let value = connection
+        .on_slot(redis::cmd("CLUSTER").arg("SLOTS").clone(), 0)
+        .await
+        .map_err(storage("connect"))?;
+    let ranges: Vec<Vec<redis::Value>> = FromRedisValue::from_redis_value(value)
+        .map_err(|e| malformed("connect", &format!("CLUSTER SLOTS: {e}")))?;
+    let mut masters: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        let start = range
+            .first()
+            .and_then(|v| u16::from_redis_value(v.clone()).ok());
+        let master = range
+            .get(2)
+            .and_then(|v| Vec::<redis::Value>::from_redis_value(v.clone()).ok())
+            .and_then(|node| node.get(2).cloned())
+            .and_then(|id| String::from_redis_value(id).ok());
+        if let (Some(start), Some(master)) = (start, master)
+            && !masters.iter().any(|(m, _)| *m == master)
+        {
+            masters.push((master, start));
+        }
+    }
+    if masters.is_empty() {
+        return Err(malformed("connect", "CLUSTER SLOTS names no master"));
+    }
+    Ok(masters.into_iter().map(|(_, slot)| slot).collect())
 }
 
 /// Fails unless the server is Redis 7.0 or later (the scripts' flags).

@@ -25,6 +25,7 @@ pub struct RedisOptions {
     pub(crate) restart_grace: Duration,
     pub(crate) time: DecidingClock,
     pub(crate) node_addresses: Vec<(String, String)>,
+    pub(crate) allow_eviction: bool,
 }
 
 impl Default for RedisOptions {
@@ -37,6 +38,7 @@ impl Default for RedisOptions {
             restart_grace: Duration::from_secs(60),
             time: DecidingClock::default(),
             node_addresses: Vec::new(),
+            allow_eviction: false,
         }
     }
 }
@@ -86,9 +88,11 @@ impl RedisOptions {
     /// id changes), nothing is granted until this long after the first
     /// grant that notices; on a server that kept none of the store's keys,
     /// until this long after it started. Default 60 s; at least the
-    /// session timeout. A ttl longer than it is refused
-    /// ([`Error::InvalidArgument`](semaphore_core::Error::InvalidArgument)
-    /// naming `ttl`): set it to the longest ttl your leases use.
+    /// session timeout. It is the store's longest ttl
+    /// ([`Store::max_ttl`](semaphore_core::store::Store::max_ttl)): a
+    /// longer one is clamped to it, as R5 clamps any ttl above the limits,
+    /// and the lease's expiry says what was granted; set it to the longest
+    /// ttl your leases use.
     ///
     /// Why: Redis often runs without persistence, or with snapshots and
     /// `appendfsync everysec`, and a restart or a failover then loses the
@@ -100,6 +104,23 @@ impl RedisOptions {
     /// whose data always survives a restart).
     pub fn restart_grace(mut self, grace: Duration) -> Self {
         self.restart_grace = grace;
+        self
+    }
+
+    /// Whether to connect to a server whose `maxmemory-policy` may evict
+    /// the store's keys (anything but `noeviction`). Default `false`: such
+    /// a server is refused at connect with
+    /// [`Error::InvalidArgument`](semaphore_core::Error::InvalidArgument)
+    /// naming `url`.
+    ///
+    /// Why: an evicted lease frees its slot under a live holder, and under
+    /// a `volatile-*` policy the session keys, the only keys of the store
+    /// with a TTL, are the first to go, taking every lease bound to them
+    /// (R10, R16). Set it only for a server whose memory never fills, and
+    /// know that a full one can over-issue. A cluster is checked on every
+    /// master.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
         self
     }
 

@@ -79,6 +79,16 @@ impl Store for RedisStore {
         Some(&self.session)
     }
 
+    /// The restart grace: a lease granted for longer could still be live
+    /// when a restart that lost the data ends the grace, and its slot would
+    /// go to a second holder (rule "Restart grace").
+    fn max_ttl(&self) -> Duration {
+        match self.restart_grace_ms {
+            0 => Duration::MAX,
+            ms => Duration::from_millis(ms),
+        }
+    }
+
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         let mut call = self.invocation(Kind::Grow, "register", [pool]);
         call.arg(count).arg(self.restart_grace_ms);
@@ -139,7 +149,6 @@ impl Store for RedisStore {
     /// A refusal that names holders that are gone frees their leases and
     /// tries once more (R16).
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        self.within_grace(request.ttl)?;
         if !self.ready(request.pool, request).await? {
             return Err(self.session.ended_error(request.session));
         }
@@ -147,7 +156,7 @@ impl Store for RedisStore {
         loop {
             let mut call = self.invocation(Kind::Grow, "borrow", [request.pool]);
             call.arg(request.lease.as_uuid().to_string())
-                .arg(millis(request.ttl))
+                .arg(millis(self.within_grace(request.ttl)))
                 .arg(waiter_label(request.waiter))
                 .arg(label(request.key.as_deref()))
                 .arg(label(request.owner.as_deref()))
@@ -186,9 +195,6 @@ impl Store for RedisStore {
     /// [`RedisStore::connect_cluster_with`](crate::RedisStore::connect_cluster_with)
     /// and the crate's README).
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
-        if let Some(head) = requests.first() {
-            self.within_grace(head.ttl)?;
-        }
         match crate::across::by_slot(self, requests) {
             Some(groups) => self.borrow_across(requests, groups).await,
             None => self.borrow_on_one_slot(requests, false, 0).await,
@@ -206,9 +212,9 @@ impl Store for RedisStore {
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
-        self.within_grace(ttl)?;
         let mut call = self.invocation(Kind::Shrink, "renew", [pool]);
-        call.arg(lease.as_uuid().to_string()).arg(millis(ttl));
+        call.arg(lease.as_uuid().to_string())
+            .arg(millis(self.within_grace(ttl)));
         match reply::attempt("renew", pool, self.run("renew", &call).await?)? {
             Attempt::Granted(lease) => Ok(Some(lease)),
             Attempt::Exhausted(..) | Attempt::SessionEnded => Ok(None),
@@ -290,7 +296,7 @@ impl RedisStore {
         }
         let mut call = self.invocation(Kind::Grow, "borrow_all", requests.iter().map(|r| r.pool));
         call.arg(requests.len())
-            .arg(millis(head.ttl))
+            .arg(millis(self.within_grace(head.ttl)))
             .arg(waiter_label(head.waiter))
             .arg(label(head.key.as_deref()))
             .arg(label(head.owner.as_deref()));

@@ -1,6 +1,8 @@
 //! Wake-up across machines: one pub/sub connection per store on
 //! `PREFIX:wake`, which every script that can let a waiter in publishes to
-//! (the pool's id) when a head is queued on the pool.
+//! (the pool's id) when a head is queued on the pool, and a script that
+//! finds a session ended publishes to (`s:` and the session's id), so that
+//! a holder whose session someone else ended learns of it at once (R17).
 //!
 //! A message is a hint and the keys are the truth: the core's
 //! [`follow`](semaphore_core::store::follow) reconnects, re-checks every
@@ -13,8 +15,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use semaphore_core::PoolId;
-use semaphore_core::store::{Changes, DecidingClock, ServerClock};
+use semaphore_core::SessionId;
+use semaphore_core::store::{Changes, DecidingClock, ServerClock, SessionEnds};
 use tokio::sync::oneshot;
+
+/// Where session ends the server reports go: the store's session, once it
+/// is started (after the listener).
+pub(crate) type Ends = Arc<std::sync::OnceLock<SessionEnds>>;
 
 /// How often the view of the server's clock is refreshed.
 pub(crate) const CLOCK_REFRESH: Duration = Duration::from_secs(60);
@@ -35,6 +42,7 @@ pub(crate) struct Setup {
     pub(crate) connection: crate::Connection,
     pub(crate) channel: String,
     pub(crate) changes: Arc<Changes>,
+    pub(crate) ends: Ends,
     pub(crate) poll: Duration,
     pub(crate) time: DecidingClock,
 }
@@ -75,7 +83,7 @@ async fn session(setup: &Setup) {
     loop {
         tokio::select! {
             message = messages.next() => match message {
-                Some(message) => dispatch(&setup.changes, message.get_payload_bytes()),
+                Some(message) => dispatch(&setup.changes, &setup.ends, message.get_payload_bytes()),
                 None => return,
             },
             _ = refresh.tick() => {
@@ -88,14 +96,19 @@ async fn session(setup: &Setup) {
     }
 }
 
-/// Hands a message (a pool's id) on to the waiters of its pool.
-pub(crate) fn dispatch(changes: &Changes, payload: &[u8]) {
-    match std::str::from_utf8(payload)
-        .ok()
-        .and_then(|p| p.parse::<uuid::Uuid>().ok())
-    {
-        Some(pool) => changes.notify(PoolId::from_uuid(pool)),
-        None => changes.notify_all(),
+/// Hands a message on: a pool's id to the waiters of its pool; `s:` and a
+/// session's id to the store's session, which the server found ended.
+pub(crate) fn dispatch(changes: &Changes, ends: &Ends, payload: &[u8]) {
+    let text = std::str::from_utf8(payload).unwrap_or("");
+    if let Some(session) = text.strip_prefix("s:") {
+        if let (Ok(id), Some(ends)) = (session.parse::<uuid::Uuid>(), ends.get()) {
+            ends.ended_on_store(SessionId::from_uuid(id));
+        }
+        return;
+    }
+    match text.parse::<uuid::Uuid>() {
+        Ok(pool) => changes.notify(PoolId::from_uuid(pool)),
+        Err(_) => changes.notify_all(),
     }
 }
 

@@ -133,3 +133,33 @@ async fn a_failover_that_lost_a_slots_run_key_over_issues_nothing() {
     let lost = on_a.try_borrow(TTL).await.unwrap().forget();
     fail_over(&cluster, nodes, &lost, sent + TTL, &on_b).await;
 }
+
+/// Every master of a cluster is checked for an eviction policy that may
+/// free live leases' slots (`RedisOptions::allow_eviction`): one master
+/// that may evict, not the one serving slot 0, is enough to refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_one_master_that_may_evict_is_refused() {
+    let cluster = TestCluster::start().expect("a throwaway cluster");
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let third: u16 = urls[2].rsplit(':').next().unwrap().parse().unwrap();
+    assert!(cluster.is_master(third));
+    let set =
+        |policy: &str| cluster.command(third, &format!("CONFIG SET maxmemory-policy {policy}"));
+    assert!(set("volatile-lru").starts_with("+OK"));
+    match RedisStore::connect_cluster_with(&urls, options()).await {
+        Err(Error::InvalidArgument {
+            field: "url", got, ..
+        }) => {
+            assert!(got.contains("volatile-lru"), "{got}");
+        }
+        other => panic!("a master that may evict was not refused: {other:?}"),
+    }
+    RedisStore::connect_cluster_with(&urls, options().allow_eviction(true))
+        .await
+        .expect("allowed");
+    assert!(set("noeviction").starts_with("+OK"));
+    RedisStore::connect_cluster_with(&urls, options())
+        .await
+        .expect("no master may evict");
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use semaphore_redis::testing::{TestCluster, TestServer};
-use semaphore_redis::{Clock, RedisStore};
+use semaphore_redis::{Clock, RedisStore, SessionId};
 
 semaphore_core::networked_store_conformance! {
     fresh: TestServer::fresh_prefix,
@@ -19,4 +19,11 @@ semaphore_core::networked_store_conformance! {
             .unwrap()
     },
     server_now: async |store: &RedisStore| -> SystemTime { common::server_now(store).await },
+    // On a cluster a session keeps its end once per hash slot: every node's
+    // keys of it go. Its holder learns at its next heartbeat (it listens
+    // only to the slots it waited on).
+    end_session: async |_prefix: String, id: SessionId| {
+        common::delete_cluster_keys(&format!("*:s:{}", id.as_uuid()));
+    },
+    pushes: false,
 }

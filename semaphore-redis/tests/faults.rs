@@ -245,33 +245,67 @@ async fn odd_labels_and_an_endless_grace_are_carried_exactly() {
     }
 }
 
-/// A ttl longer than the restart grace is refused (renewals likewise):
-/// such a lease could outlive a restart's grace and its slot go to a
-/// second holder (rule "Restart grace, for every loss of
-/// state"; issue 38, hostile round: a 5-minute lease's slot was granted
-/// again 60 s after a restart).
+/// A ttl longer than the restart grace is clamped to it, as R5 clamps a
+/// ttl above `max_ttl` (a store's own limits are limits): such a lease
+/// could outlive a restart's grace and its slot go to a second holder
+/// (rule "Restart grace"). The pool reports the grace as its `max_ttl`, and
+/// the lease's expiry says what was granted; renewals likewise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ttl_longer_than_the_restart_grace_is_refused() {
+async fn a_ttl_longer_than_the_restart_grace_is_clamped_to_it() {
     let server = TestServer::start().unwrap();
-    let grace = Duration::from_secs(60);
-    let options = RedisOptions::default().restart_grace(grace);
+    let grace = Duration::from_secs(1);
+    let options = RedisOptions::default()
+        .restart_grace(grace)
+        .session_timeout(grace);
     let pool = Pool::new(store(&server, options).await, PoolId::from_name("grace"));
+    assert_eq!(pool.limits().max_ttl, grace);
     pool.register(1).await.unwrap();
-    for ttl in [grace + Duration::from_millis(1), Duration::from_secs(300)] {
-        match pool.try_borrow(ttl).await {
-            Err(Error::InvalidArgument {
-                field: "ttl",
-                allowed,
-                ..
-            }) => {
-                assert!(allowed.contains("restart_grace"), "{allowed}");
+    // The young server's own grace passes first (at most 1 s).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut lease = loop {
+        match pool.try_borrow(Duration::from_secs(300)).await {
+            Ok(lease) => break lease,
+            Err(Error::Exhausted { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            other => panic!("a ttl over the grace was granted: {other:?}"),
+            other => panic!("a ttl over the grace was not granted: {other:?}"),
         }
+    };
+    let within = |expires_at: SystemTime| {
+        expires_at
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+            <= grace + Duration::from_millis(500)
+    };
+    assert!(within(lease.expires_at), "granted {:?}", lease.expires_at);
+    lease.renew(Duration::from_secs(300)).await.unwrap();
+    assert!(within(lease.expires_at), "renewed {:?}", lease.expires_at);
+}
+
+/// A server that may evict the store's keys is refused at connect, naming
+/// `url`, unless the caller opts in: any `maxmemory-policy` but
+/// `noeviction` may free a live lease's slot, and the `volatile-*` ones
+/// evict exactly the session keys, the only keys with a TTL (R10, R16).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_evict_the_keys_is_refused_unless_allowed() {
+    let server = TestServer::start().unwrap();
+    for policy in ["volatile-lru", "allkeys-lru", "volatile-ttl"] {
+        let set = format!("CONFIG SET maxmemory-policy {policy}");
+        assert!(server.command(&set).starts_with("+OK"));
+        match RedisStore::connect_with(server.url(), no_grace()).await {
+            Err(Error::InvalidArgument {
+                field: "url", got, ..
+            }) => assert!(got.contains(policy), "{got}"),
+            other => panic!("{policy} was not refused: {other:?}"),
+        }
+        let allowed = store(&server, no_grace().allow_eviction(true)).await;
+        let pool = Pool::new(allowed, PoolId::from_name("evictable"));
+        pool.register(1).await.unwrap();
     }
-    // Within it: refused only for the young server's grace, not the ttl.
-    match pool.try_borrow(grace).await {
-        Err(Error::Exhausted { .. }) | Ok(_) => {}
-        other => panic!("a ttl within the grace was refused: {other:?}"),
-    }
+    assert!(
+        server
+            .command("CONFIG SET maxmemory-policy noeviction")
+            .starts_with("+OK")
+    );
+    store(&server, no_grace()).await;
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use semaphore_redis::testing::TestServer;
-use semaphore_redis::{Clock, RedisStore};
+use semaphore_redis::{Clock, RedisStore, SessionId};
 
 semaphore_core::networked_store_conformance! {
     fresh: TestServer::fresh_prefix,
@@ -18,4 +18,9 @@ semaphore_core::networked_store_conformance! {
             .unwrap()
     },
     server_now: async |store: &RedisStore| -> SystemTime { common::server_now(store).await },
+    end_session: async |prefix: String, id: SessionId| {
+        let deleted = TestServer::shared().command(&format!("DEL {prefix}:s:{}", id.as_uuid()));
+        assert_eq!(deleted.trim(), ":1", "no such session key");
+    },
+    pushes: true,
 }

@@ -350,6 +350,9 @@ impl Store for SqliteStore {
     fn session(&self) -> Option<&semaphore_core::Session> {
         None
     }
+    fn max_ttl(&self) -> Duration {
+        Duration::MAX
+    }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         self.write_ringing(

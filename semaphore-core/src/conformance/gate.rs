@@ -209,6 +209,9 @@ impl Store for GatedStore {
     fn session(&self) -> Option<&crate::Session> {
         self.inner.session()
     }
+    fn max_ttl(&self) -> std::time::Duration {
+        self.inner.max_ttl()
+    }
     async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         self.through(self.inner.unbind(pool, lease)).await
     }

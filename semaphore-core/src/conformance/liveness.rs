@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::store::Store;
-use crate::{BorrowOptions, Error, Pool, PoolId};
+use crate::{BorrowOptions, Error, LeaseGuard, Pool, PoolId};
 
 const TTL: Duration = Duration::from_secs(3600);
 
@@ -95,4 +95,56 @@ pub async fn r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay<F, Fut>(
     assert!(listed.iter().all(|h| h.lease.id != bound.id));
     // The crashed holder's guard holds nothing; dropping it is harmless.
     drop(bound);
+}
+
+/// R17 and rule "A session ended by another": an operator (or a cleaning
+/// job) deletes a live holder's session record, `end` doing it as such a
+/// person would, on the store itself. The holder, which keeps its lease
+/// alive, is told with [`Error::SessionEnded`] (not "could not be
+/// reached"), `is_held()` turns `false`, and another borrower, waiting
+/// meanwhile, is granted the slot. The sessions' timeout is 30 s, so a
+/// heartbeat comes only every 10 s: a store that `pushes` ends through its
+/// wake-up channel (PostgreSQL `NOTIFY`, Redis pub/sub) must tell the
+/// holder within `5 s`, which a heartbeat could not; one that does not (MySQL)
+/// is waited for its next heartbeat, 15 s at most. A hang is a failure,
+/// not a timing claim.
+pub async fn r17_a_session_ended_by_another_tells_its_holder_why<F, Fut, E, EFut>(
+    open: F,
+    end: E,
+    pushes: bool,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn Store>>,
+    E: FnOnce(crate::SessionId) -> EFut,
+    EFut: Future<Output = ()>,
+{
+    let id = PoolId::from_name("ended-by-another");
+    let (first, second) = (open().await, open().await);
+    let holder = Pool::new(first.clone(), id);
+    let other = Pool::new(second, id);
+    holder.register(1).await.unwrap();
+    let mut lease = holder.try_borrow(TTL).await.unwrap();
+    lease.keep_alive();
+    let session = lease.session.expect("a bound lease names its session");
+    let waiter = tokio::spawn(async move {
+        let lease = other.borrow(TTL, Duration::from_secs(60)).await;
+        lease.map(LeaseGuard::forget)
+    });
+    end(session).await;
+    let patience = Duration::from_secs(if pushes { 5 } else { 15 });
+    let reason = tokio::time::timeout(patience, lease.lost())
+        .await
+        .expect("the holder was not told that the store ended its session");
+    assert!(
+        matches!(*reason, Error::SessionEnded { .. }),
+        "the holder was told another reason: {reason}"
+    );
+    assert!(!lease.is_held());
+    let granted = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("the waiter was never granted the ended session's slot")
+        .unwrap()
+        .unwrap();
+    assert_eq!(granted.position, 0);
+    assert!(first.session().unwrap().current() != Some(session));
 }

@@ -99,6 +99,9 @@ impl Store for LosingStore {
     fn session(&self) -> Option<&crate::Session> {
         self.inner.session()
     }
+    fn max_ttl(&self) -> std::time::Duration {
+        self.inner.max_ttl()
+    }
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         self.inner.register(pool, count).await
     }

@@ -16,6 +16,11 @@
 ///   workspace.
 /// - `server_now`: an async closure reading the server's clock through a
 ///   `&` store.
+/// - `end_session`: an async closure from the place name and a
+///   [`SessionId`](crate::SessionId) that deletes that session's record
+///   as an operator would (its own connection, plain SQL or commands).
+/// - `pushes`: whether the store tells a holder of a session ended by
+///   another through its wake-up channel (else at its next heartbeat).
 ///
 /// The clocks case connects two stores whose process clocks are 30 s ahead
 /// and 30 s behind, checks that each measured its offset to within 1 s,
@@ -23,10 +28,38 @@
 /// [`clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease`](crate::conformance::clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease);
 /// the session case runs
 /// [`r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay`](crate::conformance::r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay)
-/// with a session timeout of 1 s.
+/// with a session timeout of 1 s; the ended session's case runs
+/// [`r17_a_session_ended_by_another_tells_its_holder_why`](crate::conformance::r17_a_session_ended_by_another_tells_its_holder_why).
 #[macro_export]
 macro_rules! networked_store_conformance {
-    (fresh: $fresh:expr, connect: $connect:expr, server_now: $now:expr $(,)?) => {
+    (
+        fresh: $fresh:expr,
+        connect: $connect:expr,
+        server_now: $now:expr,
+        end_session: $end:expr,
+        pushes: $pushes:expr $(,)?
+    ) => {
+        /// A session an operator deleted: its holder is told why, through
+        /// the wake-up channel where the store has one.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_session_ended_by_another_tells_its_holder_why() {
+            let place: String = ($fresh)();
+            let thirty = ::std::time::Duration::from_secs(30);
+            let ended = place.clone();
+            $crate::conformance::r17_a_session_ended_by_another_tells_its_holder_why(
+                || {
+                    let place = place.clone();
+                    async move {
+                        let store = ($connect)(place, None, Some(thirty)).await;
+                        ::std::sync::Arc::new(store) as ::std::sync::Arc<dyn $crate::store::Store>
+                    }
+                },
+                move |id: $crate::SessionId| ($end)(ended, id),
+                $pushes,
+            )
+            .await;
+        }
+
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease() {
             const OFF: ::std::time::Duration = ::std::time::Duration::from_secs(30);

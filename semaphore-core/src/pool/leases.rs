@@ -112,10 +112,7 @@ impl Pool {
     fn not_renewed(&self, lease: &Lease) -> Error {
         let vouched = |id| self.store.session().is_some_and(|s| s.vouches(id));
         match lease.session {
-            Some(id) if !vouched(id) => Error::SessionLost {
-                pool: lease.pool,
-                lease: lease.id,
-            },
+            Some(id) if !vouched(id) => crate::keepalive::session_lost(self, lease),
             _ => Error::not_renewed(lease, self.now()),
         }
     }

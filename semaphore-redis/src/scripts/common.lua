@@ -177,7 +177,12 @@ local function reap(k)
             local r = cjson.decode(all[i + 1])
             if r.s and ended[r.s] then drop_lease(k, all[i], r) end
         end
-        for sid in pairs(ended) do redis.call('HDEL', k.pool, 's:' .. sid) end
+        for sid in pairs(ended) do
+            redis.call('HDEL', k.pool, 's:' .. sid)
+            -- Its holder, if it runs and still keeps it (its record was
+            -- deleted by someone else, or lost), learns of it now (R17).
+            redis.call(PUBLISH, CHANNEL, 's:' .. sid)
+        end
     end
     return earliest
 end

@@ -75,3 +75,26 @@ pub async fn server_now(store: &RedisStore) -> SystemTime {
         .unwrap();
     SystemTime::UNIX_EPOCH + Duration::from_secs(s) + Duration::from_micros(us)
 }
+
+/// Deletes every key matching `pattern` on every master of the shared
+/// test cluster, as an operator would (replicas refuse writes, and follow).
+pub fn delete_cluster_keys(pattern: &str) {
+    let mut deleted = 0;
+    for url in TestCluster::shared() {
+        let mut node = semaphore_redis::redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let keys: Vec<String> = semaphore_redis::redis::cmd("KEYS")
+            .arg(pattern)
+            .query(&mut node)
+            .unwrap();
+        for key in keys {
+            let gone: semaphore_redis::redis::RedisResult<i64> = semaphore_redis::redis::cmd("DEL")
+                .arg(&key)
+                .query(&mut node);
+            deleted += gone.unwrap_or(0);
+        }
+    }
+    assert!(deleted > 0, "no key matched {pattern}");
+}
