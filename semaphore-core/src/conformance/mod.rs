@@ -227,6 +227,7 @@ macro_rules! store_conformance {
             drain_stops_new_grants_and_lets_holders_return_and_renew,
             drain_fails_waiters_at_once_unless_they_wait_while_draining,
             drain_fails_borrowers_behind_a_head_that_waits_it_out,
+            drain_fails_a_borrow_without_a_wait_behind_a_head_that_waits_it_out,
             borrow_all_fails_whole_on_a_draining_pool,
             two_phase_borrowers_keep_their_places_between_polls,
             two_phase_borrow_dropped_queued_or_granted_holds_nothing,
