@@ -142,6 +142,43 @@ fn an_empty_device_name_is_refused() {
     assert!(said.contains("empty"), "{said}");
 }
 
+/// A device named twice in `--devices` (`0,0`) would give two slots one
+/// GPU: a usage error (64) naming the device, before anything is
+/// registered or borrowed.
+#[tokio::test]
+async fn a_repeated_device_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("r.db");
+    let ran = dir.path().join("ran");
+    let output = run(
+        &db,
+        &[
+            "--pool",
+            "gpus",
+            "--count",
+            "3",
+            "--devices",
+            "0,gpu-7,gpu-7",
+            "--",
+            "touch",
+        ],
+    )
+    .arg(&ran)
+    .output()
+    .unwrap();
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(64), "{said}");
+    assert!(said.contains("\"gpu-7\""), "names the device: {said}");
+    assert!(!ran.exists(), "the command ran");
+    assert!(
+        matches!(
+            pool(&db, "gpus").inspect().await,
+            Err(semaphore_sqlite::Error::PoolNotFound { .. })
+        ),
+        "registered before the refusal"
+    );
+}
+
 async fn futures_held(pool: &Pool, n: usize) -> Vec<semaphore_sqlite::Lease> {
     let mut held = Vec::new();
     for _ in 0..n {
