@@ -25,7 +25,7 @@ pub(crate) struct ErrorBody {
     /// `exhausted`, `lease_not_active`, `too_large`,
     /// `unsupported_media_type`, `method_not_allowed`, `no_route`,
     /// `idempotency_key_reused`, `ticket_not_found`, `too_many_tickets`,
-    /// `body_timeout`,
+    /// `body_timeout`, `too_many_slow_bodies`,
     /// `storage`, `store_broken`, `clock_skew`, `schema_mismatch`,
     /// `draining`, `pool_draining`, `shutting_down`, `unauthorized`,
     /// `internal`.

@@ -111,8 +111,9 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
     }
     // Outermost: every body is read within its deadline, before anything
     // else looks at the request.
+    let pending_bodies = args.max_pending_bodies.unwrap_or(args.max_connections / 4) as usize;
     let router = router.layer(axum::middleware::from_fn_with_state(
-        args.body_timeout,
+        crate::body_deadline::BodyLimits::new(args.body_timeout, pending_bodies),
         crate::body_deadline::read_within,
     ));
     let mut accepting = std::pin::pin!(crate::accept::serve(listener, router, limits));

@@ -110,6 +110,15 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub(crate) body_timeout: Duration,
 
+    /// The most requests whose body did not come whole with their head
+    /// that are waited for at once (default: a quarter of
+    /// --max-connections). More are answered 503 too_many_slow_bodies and
+    /// closed at once, so that clients sending bodies slowly cannot hold
+    /// every connection; a body that comes with its head never waits for
+    /// a place.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_pending_bodies: Option<u32>,
+
     /// The most connections served at once from one client address (off by
     /// default: behind a proxy or a NAT every client has the same address).
     /// More from that address are closed at once.
