@@ -20,6 +20,7 @@ mod openapi;
 mod parse_errors;
 mod run;
 mod serve;
+mod single_headers;
 mod store;
 mod ticket;
 mod ticket_answer;

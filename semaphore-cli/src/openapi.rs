@@ -72,7 +72,8 @@ impl Modify for BearerAuth {
 /// the token (issue 38, item 8); `408` on every one, a body that did not
 /// arrive within `--body-timeout` (item 2); `503` on every one, a body
 /// that did not come with its head while `--max-pending-bodies` are
-/// waited for (reliability round 5, item 7). An answer a route declares
+/// waited for (reliability round 5, item 7); `400` on every one, a
+/// header sent twice (item 10). An answer a route declares
 /// already gets the layer's reason added to its description.
 pub(crate) fn with_layer_answers(
     mut document: utoipa::openapi::OpenApi,
@@ -96,6 +97,10 @@ pub(crate) fn with_layer_answers(
     let slow = error(
         "The body did not arrive within --body-timeout (`body_timeout`); the connection \
          closes.",
+    );
+    let repeated = error(
+        "A header the server acts on (Authorization, Content-Type, Idempotency-Key, Host) \
+         came more than once (`duplicate_header`, naming it in `field`).",
     );
     let slow_bodies = error(
         "The body did not come with its head while the server waits for \
@@ -122,6 +127,7 @@ pub(crate) fn with_layer_answers(
             responses
                 .entry("408".to_string())
                 .or_insert_with(|| slow.clone().into());
+            add_answer(responses, "400", &repeated);
             add_answer(responses, "503", &slow_bodies);
         }
     }

@@ -109,6 +109,11 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
             crate::auth::require,
         ));
     }
+    // Around auth: a header sent twice is refused before anyone acts on
+    // either copy.
+    router = router.layer(axum::middleware::from_fn(
+        crate::single_headers::refuse_repeats,
+    ));
     // Outermost: every body is read within its deadline, before anything
     // else looks at the request.
     let pending_bodies = args.max_pending_bodies.unwrap_or(args.max_connections / 4) as usize;
