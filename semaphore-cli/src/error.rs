@@ -26,6 +26,7 @@ pub(crate) struct ErrorBody {
     /// `unsupported_media_type`, `method_not_allowed`, `no_route`,
     /// `idempotency_key_reused`, `ticket_not_found`, `too_many_tickets`,
     /// `body_timeout`, `too_many_slow_bodies`, `duplicate_header`,
+    /// `misdirected_host`,
     /// `storage`, `store_broken`, `clock_skew`, `schema_mismatch`,
     /// `draining`, `pool_draining`, `shutting_down`, `unauthorized`,
     /// `internal`.

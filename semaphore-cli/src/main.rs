@@ -14,6 +14,7 @@ mod commands;
 mod error;
 mod exit;
 mod extract;
+mod hosts;
 mod idempotency;
 mod metrics;
 mod openapi;

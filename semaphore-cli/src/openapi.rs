@@ -73,7 +73,8 @@ impl Modify for BearerAuth {
 /// arrive within `--body-timeout` (item 2); `503` on every one, a body
 /// that did not come with its head while `--max-pending-bodies` are
 /// waited for (reliability round 5, item 7); `400` on every one, a
-/// header sent twice (item 10). An answer a route declares
+/// header sent twice (item 10); `421` on every one but the probes', a
+/// host the server is not known as (item 9). An answer a route declares
 /// already gets the layer's reason added to its description.
 pub(crate) fn with_layer_answers(
     mut document: utoipa::openapi::OpenApi,
@@ -102,6 +103,10 @@ pub(crate) fn with_layer_answers(
         "A header the server acts on (Authorization, Content-Type, Idempotency-Key, Host) \
          came more than once (`duplicate_header`, naming it in `field`).",
     );
+    let misdirected = error(
+        "The request's host is none this server answers to (`misdirected_host`): \
+         localhost, 127.0.0.1, [::1], the --listen address, or an --allowed-host.",
+    );
     let slow_bodies = error(
         "The body did not come with its head while the server waits for \
          --max-pending-bodies others (`too_many_slow_bodies`); the connection closes.",
@@ -123,6 +128,7 @@ pub(crate) fn with_layer_answers(
                 responses
                     .entry("401".to_string())
                     .or_insert_with(|| unauthorized.clone().into());
+                add_answer(responses, "421", &misdirected);
             }
             responses
                 .entry("408".to_string())

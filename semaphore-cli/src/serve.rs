@@ -109,7 +109,14 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
             crate::auth::require,
         ));
     }
-    // Around auth: a header sent twice is refused before anyone acts on
+    // Around auth: a request for a host this server is not known as is
+    // refused whatever it bears (DNS rebinding).
+    let hosts = crate::hosts::AllowedHosts::new(address, &args.allowed_host);
+    router = router.layer(axum::middleware::from_fn_with_state(
+        std::sync::Arc::new(hosts),
+        crate::hosts::answer_known,
+    ));
+    // Around those: a header sent twice is refused before anyone acts on
     // either copy.
     router = router.layer(axum::middleware::from_fn(
         crate::single_headers::refuse_repeats,

@@ -1,11 +1,13 @@
 //! What the server makes of a request's headers (reliability round 5):
-//! a header the server acts on, sent twice, is refused (item 10). Raw
-//! requests over real sockets to a real server process.
+//! a host it is not known as is refused (item 9, DNS rebinding), and so is
+//! a header it acts on sent twice (item 10). Raw requests over real
+//! sockets to real server processes.
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{Server, pool_id};
@@ -103,5 +105,101 @@ async fn a_header_sent_twice_is_a_400_naming_it() {
             "",
         );
         assert_eq!((status, &state["in_use"]), (200, &json!(0)), "{state}");
+    }
+}
+
+/// `GET path` with `Host: host` (none if empty): the status and body.
+fn get(server: &Server, path: &str, host: &str) -> (u16, Value) {
+    let host = if host.is_empty() {
+        String::new()
+    } else {
+        format!("Host: {host}")
+    };
+    raw(server, &format!("GET {path} HTTP/1.1\r\n{host}"), "")
+}
+
+/// With auth off (the default), a request whose `Host` is a name this
+/// server is not known as, as a page that rebound its name to 127.0.0.1
+/// sends, is answered 421 `misdirected_host` and does nothing; the
+/// loopback names and addresses are answered with any port, in any case;
+/// the probes answer every host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebound_name_is_421_and_the_loopback_names_are_answered() {
+    let server = Server::start(&["--memory"]);
+    let port = server.base.rsplit(':').next().unwrap().to_string();
+    let pool = format!("/l/{}", pool_id());
+    let json = "Content-Type: application/json";
+    for host in ["rebound.example", &format!("rebound.example:{port}")] {
+        let (status, body) = get(&server, "/metrics", host);
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (421, Some("misdirected_host")),
+            "{host}: {body}"
+        );
+        assert_eq!(body["retryable"], false, "{body}");
+        let head = format!("PUT {pool} HTTP/1.1\r\nHost: {host}\r\n{json}");
+        let (status, body) = raw(&server, &head, r#"{"count": 1}"#);
+        assert_eq!(status, 421, "{host}: {body}");
+    }
+    let (status, body) = get(&server, &pool, "localhost");
+    assert_eq!(status, 404, "the refused PUT made no pool: {body}");
+    for host in [
+        "localhost".to_string(),
+        format!("LocalHost:{port}"),
+        "127.0.0.1".to_string(),
+        format!("127.0.0.1:{port}"),
+        "[::1]:1".to_string(),
+        String::new(),
+    ] {
+        let (status, body) = get(&server, "/metrics", &host);
+        assert_eq!(status, 200, "{host:?}: {body}");
+    }
+    for probe in ["/healthz", "/readyz"] {
+        let (status, body) = get(&server, probe, "rebound.example");
+        assert_eq!(status, 200, "{probe}: {body}");
+    }
+}
+
+/// `--allowed-host` (repeatable and comma-separated) adds names, and
+/// `.domain` every name under one; a server listening on every address
+/// (0.0.0.0) answers every IP address, but still no name it was not given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_hosts_and_every_address_of_a_server_listening_on_all() {
+    let mut child = Command::new(common::BIN)
+        .args(["serve", "--memory", "--listen", "0.0.0.0:0"])
+        .args(["--allowed-host", "semaphore.internal,.corp.example"])
+        .args(["--allowed-host", "other.example"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|url| url.rsplit(':').next())
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_string();
+    let server = Server {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        http: reqwest::Client::new(),
+    };
+    for host in [
+        "semaphore.internal:8443",
+        "corp.example",
+        "gpu.lab.corp.example",
+        "other.example",
+        "192.0.2.7:80",
+        "[2001:db8::7]",
+    ] {
+        let (status, body) = get(&server, "/metrics", host);
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    for host in ["evilcorp.example", "semaphore.internal.evil.example"] {
+        let (status, body) = get(&server, "/metrics", host);
+        assert_eq!(status, 421, "{host}: {body}");
     }
 }
