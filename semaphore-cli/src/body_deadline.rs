@@ -8,7 +8,21 @@
 //! whole within `--body-timeout` of the end of its head, before the route
 //! runs, including a body sent to a route that takes none. Past the
 //! deadline the answer is 408 `body_timeout`, and the connection closes.
+//!
+//! The deadline alone still let one client lock the others out
+//! (reliability round 5, item 7): re-opening 1,024 half-sent bodies every
+//! 10 s kept every connection busy. So a body that has not come whole with
+//! its head must also take a place among the `--max-pending-bodies`
+//! (a quarter of `--max-connections` by default) waited for at once; with
+//! none free it is answered 503 `too_many_slow_bodies` at once and its
+//! connection closes. A body that comes with its head (the API's always
+//! fit in one packet) is read without a place, so slow clients can hold
+//! at most that share of the connections, however many they open.
 
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -18,18 +32,60 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
+use tokio::sync::Semaphore;
+
 use crate::error::ApiError;
 use crate::extract::BODY_LIMIT;
 
-/// Reads the body of `request` within `limit`, then runs the route on it.
+/// How bodies are read: within `timeout` of the end of their head, and at
+/// most `pending` of them waited for at once.
+#[derive(Debug, Clone)]
+pub(crate) struct BodyLimits {
+    timeout: Duration,
+    /// The places of the bodies waited for (`--max-pending-bodies`).
+    pending: Arc<Semaphore>,
+    cap: usize,
+}
+
+impl BodyLimits {
+    /// Bodies read within `timeout`, at most `cap` (at least 1) waited
+    /// for at once.
+    pub(crate) fn new(timeout: Duration, cap: usize) -> Self {
+        let cap = cap.max(1);
+        Self {
+            timeout,
+            pending: Arc::new(Semaphore::new(cap)),
+            cap,
+        }
+    }
+}
+
+/// Reads the body of `request` within the limits, then runs the route on
+/// it: at once if it came with its head; else with a place among the
+/// bodies waited for, or 503 `too_many_slow_bodies` if none is free.
 pub(crate) async fn read_within(
-    State(limit): State<Duration>,
+    State(limits): State<BodyLimits>,
     request: Request,
     next: Next,
 ) -> Response {
+    let limit = limits.timeout;
     let (parts, body) = request.into_parts();
     let read = Limited::new(body, BODY_LIMIT).collect();
-    let refused = match tokio::time::timeout(limit, read).await {
+    let mut read = pin!(tokio::time::timeout(limit, read));
+    // One look: a body that came with its head is there already.
+    let at_once = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+    let read = match at_once {
+        Poll::Ready(read) => read,
+        Poll::Pending => match limits.pending.clone().try_acquire_owned() {
+            Ok(place) => {
+                let read = read.await;
+                drop(place);
+                read
+            }
+            Err(_) => return closing(too_many(limits.cap)),
+        },
+    };
+    let refused = match read {
         Ok(Ok(body)) => {
             let request = Request::from_parts(parts, Body::from(body.to_bytes()));
             return next.run(request).await;
@@ -54,8 +110,24 @@ pub(crate) async fn read_within(
             ),
         ),
     };
-    // The rest of the body is never read: the connection cannot carry
-    // another request.
+    closing(refused)
+}
+
+/// 503 `too_many_slow_bodies`: `cap` bodies are waited for already.
+fn too_many(cap: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too_many_slow_bodies",
+        format!(
+            "the server already waits for {cap} request bodies that did not come with their \
+             heads (--max-pending-bodies): send the whole body with the head, or retry"
+        ),
+    )
+}
+
+/// `refused` as an answer that closes the connection: the rest of the
+/// body is never read, so the connection cannot carry another request.
+fn closing(refused: ApiError) -> Response {
     let mut response = refused.into_response();
     response
         .headers_mut()

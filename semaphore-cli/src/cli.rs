@@ -264,6 +264,7 @@ pub(crate) struct RunArgs {
 
     /// Devices, one per position (0,2,5): CMD gets CUDA_VISIBLE_DEVICES set
     /// to the device of each of its positions (2,5 for positions 1 and 2).
+    /// Each device once: a device named twice is refused (exit 64).
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = device_name)]
     pub(crate) devices: Option<Vec<String>>,
 

@@ -25,12 +25,14 @@ pub(crate) struct ErrorBody {
     /// `exhausted`, `lease_not_active`, `too_large`,
     /// `unsupported_media_type`, `method_not_allowed`, `no_route`,
     /// `idempotency_key_reused`, `ticket_not_found`, `too_many_tickets`,
-    /// `body_timeout`,
+    /// `body_timeout`, `too_many_slow_bodies`, `duplicate_header`,
+    /// `misdirected_host`,
     /// `storage`, `store_broken`, `clock_skew`, `schema_mismatch`,
     /// `draining`, `pool_draining`, `shutting_down`, `unauthorized`,
     /// `internal`.
     code: &'static str,
-    /// The request field at fault, for `bad_request`.
+    /// The request field at fault, for `bad_request`; the header sent
+    /// twice, for `duplicate_header`.
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'static str>,
     /// Whether the same request may succeed later.
@@ -52,6 +54,13 @@ impl ApiError {
                 retryable,
             },
         }
+    }
+
+    /// The same error, naming `field` (a body field, or a header's name)
+    /// as the one at fault.
+    pub(crate) fn with_field(mut self, field: &'static str) -> Self {
+        self.body.field = Some(field);
+        self
     }
 
     /// The same error, saying that a retry will not help.

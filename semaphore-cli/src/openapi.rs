@@ -70,7 +70,12 @@ impl Modify for BearerAuth {
 /// operations: `401` on every one but the probes' (`/healthz`, `/readyz`),
 /// what a server run with `--auth-token-file` answers a request without
 /// the token (issue 38, item 8); `408` on every one, a body that did not
-/// arrive within `--body-timeout` (item 2).
+/// arrive within `--body-timeout` (item 2); `503` on every one, a body
+/// that did not come with its head while `--max-pending-bodies` are
+/// waited for (reliability round 5, item 7); `400` on every one, a
+/// header sent twice (item 10); `421` on every one but the probes', a
+/// host the server is not known as (item 9). An answer a route declares
+/// already gets the layer's reason added to its description.
 pub(crate) fn with_layer_answers(
     mut document: utoipa::openapi::OpenApi,
 ) -> utoipa::openapi::OpenApi {
@@ -94,6 +99,18 @@ pub(crate) fn with_layer_answers(
         "The body did not arrive within --body-timeout (`body_timeout`); the connection \
          closes.",
     );
+    let repeated = error(
+        "A header the server acts on (Authorization, Content-Type, Idempotency-Key, Host) \
+         came more than once (`duplicate_header`, naming it in `field`).",
+    );
+    let misdirected = error(
+        "The request's host is none this server answers to (`misdirected_host`): \
+         localhost, 127.0.0.1, [::1], the --listen address, or an --allowed-host.",
+    );
+    let slow_bodies = error(
+        "The body did not come with its head while the server waits for \
+         --max-pending-bodies others (`too_many_slow_bodies`); the connection closes.",
+    );
     for (path, item) in document.paths.paths.iter_mut() {
         let probe = path == "/healthz" || path == "/readyz";
         for operation in [
@@ -111,13 +128,47 @@ pub(crate) fn with_layer_answers(
                 responses
                     .entry("401".to_string())
                     .or_insert_with(|| unauthorized.clone().into());
+                add_answer(responses, "421", &misdirected);
             }
             responses
                 .entry("408".to_string())
                 .or_insert_with(|| slow.clone().into());
+            add_answer(responses, "400", &repeated);
+            add_answer(responses, "503", &slow_bodies);
         }
     }
     document
+}
+
+/// Adds `answer` under `status`: as it is if the route declares no answer
+/// with that status, else its description after the route's own.
+fn add_answer(
+    responses: &mut std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::Response>,
+    >,
+    status: &str,
+    answer: &utoipa::openapi::Response,
+) {
+    use std::collections::btree_map::Entry;
+    use utoipa::openapi::RefOr;
+    match responses.entry(status.to_string()) {
+        Entry::Vacant(entry) => {
+            entry.insert(answer.clone().into());
+        }
+        Entry::Occupied(mut entry) => {
+            if let RefOr::T(declared) = entry.get_mut() {
+                let mut reason = answer.description.chars();
+                let first = reason.next().map(|c| c.to_ascii_lowercase());
+                declared.description = format!(
+                    "{}; or {}{}",
+                    declared.description.trim_end_matches('.'),
+                    first.map(String::from).unwrap_or_default(),
+                    reason.as_str()
+                );
+            }
+        }
+    }
 }
 
 /// `document` as pretty JSON, as served and as committed.

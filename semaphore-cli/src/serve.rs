@@ -109,10 +109,23 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
             crate::auth::require,
         ));
     }
+    // Around auth: a request for a host this server is not known as is
+    // refused whatever it bears (DNS rebinding).
+    let hosts = crate::hosts::AllowedHosts::new(address, &args.allowed_host);
+    router = router.layer(axum::middleware::from_fn_with_state(
+        std::sync::Arc::new(hosts),
+        crate::hosts::answer_known,
+    ));
+    // Around those: a header sent twice is refused before anyone acts on
+    // either copy.
+    router = router.layer(axum::middleware::from_fn(
+        crate::single_headers::refuse_repeats,
+    ));
     // Outermost: every body is read within its deadline, before anything
     // else looks at the request.
+    let pending_bodies = args.max_pending_bodies.unwrap_or(args.max_connections / 4) as usize;
     let router = router.layer(axum::middleware::from_fn_with_state(
-        args.body_timeout,
+        crate::body_deadline::BodyLimits::new(args.body_timeout, pending_bodies),
         crate::body_deadline::read_within,
     ));
     let mut accepting = std::pin::pin!(crate::accept::serve(listener, router, limits));

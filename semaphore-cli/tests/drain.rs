@@ -219,7 +219,9 @@ async fn usr1_then_usr2_back_to_back_leave_the_server_serving() {
 /// With a borrower that waits while the pool drains queued, a drain makes
 /// new borrows and enqueues answer 503 `pool_draining` at once, not 409
 /// after their whole wait or 202 with a ticket that outlives the drain
-/// (issue 38, item 5); on every store this server can run alone.
+/// (issue 38, item 5), and a borrow that does not wait answers it too, not
+/// 409 (reliability round 5, item 8); on every store this server can run
+/// alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_answers_503_at_once_behind_a_queued_patient_borrower() {
     let dir = tempfile::tempdir().unwrap();
@@ -244,6 +246,8 @@ async fn a_drain_answers_503_at_once_behind_a_queued_patient_borrower() {
         assert_eq!(status, 200, "{store:?}: {body}");
         for (path, body) in [
             ("borrow", json!({"ttl": 60, "wait": 40})),
+            ("borrow", json!({"ttl": 60, "wait": 0})),
+            ("borrow", json!({"ttl": 60})),
             ("enqueue", json!({"ttl": 60})),
         ] {
             let (status, body) = server

@@ -57,7 +57,7 @@ fn a_half_sent_request_is_closed() {
     let server = Server::start(&["--memory", "--header-timeout", "1s"]);
     let mut socket = connect(&address(&server));
     socket
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
         .unwrap();
     let mut rest = Vec::new();
     match socket.read_to_end(&mut rest) {
@@ -82,7 +82,7 @@ fn a_slow_body_is_answered_408_and_closed() {
         "GET /healthz HTTP/1.1\r\n".to_string(),
     ] {
         let request = format!(
-            "{head}Host: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+            "{head}Host: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
         );
         let (status, body) = raw(&server, request.as_bytes());
         assert_eq!(
@@ -109,7 +109,7 @@ fn one_address_gets_its_share_of_connections() {
     let first = connect(&address);
     let _second = connect(&address);
     let mut third = connect(&address);
-    let _ = third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    let _ = third.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
     let mut answer = Vec::new();
     // Closed without an answer (a reset or an end of file), not left open.
     match third.read_to_end(&mut answer) {
@@ -120,7 +120,8 @@ fn one_address_gets_its_share_of_connections() {
     // The share frees as the server sees the close: poll until it serves.
     common::process::until(Duration::from_secs(30), "a connection served", || {
         let mut socket = connect(&address);
-        let _ = socket.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let _ = socket
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
         let mut answer = Vec::new();
         let _ = socket.read_to_end(&mut answer);
         answer.starts_with(b"HTTP/1.1 200")
@@ -140,7 +141,7 @@ fn connections_over_the_cap_wait_for_one_to_close() {
     // A whole request answered first: the server holds this connection
     // (its one permit) before the second one arrives.
     first
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let mut answered = Vec::new();
     let mut chunk = [0u8; 512];
@@ -155,7 +156,7 @@ fn connections_over_the_cap_wait_for_one_to_close() {
         move || {
             let mut socket = connect(&address);
             socket
-                .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 .unwrap();
             let mut answer = Vec::new();
             socket.read_to_end(&mut answer).unwrap();
@@ -210,7 +211,7 @@ fn every_error_answer_is_json() {
     let id = pool_id();
     for method in ["POST", "PATCH", "OPTIONS"] {
         let request = format!(
-            "{method} /l/{id} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            "{method} /l/{id} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
         );
         let (status, body) = raw(&server, request.as_bytes());
         assert_eq!(status, 405, "{method}: {body}");
@@ -218,10 +219,13 @@ fn every_error_answer_is_json() {
     }
     let long = "a".repeat(100_000);
     let cases: Vec<(String, u16)> = vec![
-        (format!("GET /l/{long} HTTP/1.1\r\nHost: x\r\n\r\n"), 414),
+        (
+            format!("GET /l/{long} HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+            414,
+        ),
         (
             format!(
-                "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: {}\r\n\r\n",
                 "b".repeat(1 << 20)
             ),
             431,

@@ -410,3 +410,45 @@ async fn one_pools_tickets_are_capped_and_other_pools_still_enqueue() {
 async fn post(server: &Server, path: String, body: Value) -> (u16, Value) {
     server.call("POST", &path, Some(body)).await
 }
+
+/// R15, amended: a ticket for more slots than the pool's count keeps its
+/// place but holds back no one: every later borrow of one, with no wait,
+/// is granted while the pool has room (on the memory store each answered
+/// 409 while the pool showed 4 free). Raised to its weight, the pool owes
+/// the ticket every slot: a newcomer is refused and the ticket's poll is
+/// granted all five.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_for_more_slots_than_the_count_holds_back_no_one() {
+    let dir = tempfile::tempdir().unwrap();
+    for server in servers(&dir, &[]) {
+        let pool = format!("/l/{}", pool_id());
+        server.call("PUT", &pool, Some(json!({"count": 4}))).await;
+        let (status, queued) = post(
+            &server,
+            format!("{pool}/enqueue"),
+            json!({"ttl": 60, "slots": 5}),
+        )
+        .await;
+        assert_eq!(status, 202, "{queued}");
+        let ticket = queued["ticket"].clone();
+        let mut leases = Vec::new();
+        for n in 0..4 {
+            let (status, lease) = post(&server, format!("{pool}/borrow"), json!({"ttl": 60})).await;
+            assert_eq!(status, 200, "borrow {n} of 4 free slots: {lease}");
+            leases.push(lease["lease"].clone());
+            let poll = json!({"ticket": ticket, "wait": 0});
+            let (status, body) = post(&server, format!("{pool}/wait"), poll).await;
+            assert_eq!(status, 202, "the ticket keeps its place: {body}");
+        }
+        server.call("PUT", &pool, Some(json!({"count": 5}))).await;
+        for lease in leases {
+            post(&server, format!("{pool}/return"), json!({"lease": lease})).await;
+        }
+        let (status, body) = post(&server, format!("{pool}/borrow"), json!({"ttl": 60})).await;
+        assert_eq!(status, 409, "the slots are the ticket's now: {body}");
+        let poll = json!({"ticket": ticket, "wait": 5});
+        let (status, lease) = post(&server, format!("{pool}/wait"), poll).await;
+        assert_eq!(status, 200, "{lease}");
+        assert_eq!(lease["positions"], json!([0, 1, 2, 3, 4]));
+    }
+}

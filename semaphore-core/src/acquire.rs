@@ -30,6 +30,11 @@ use crate::{Error, Lease, LeaseId, PoolId, Result, Store, WaiterId};
 /// full, until the drain ends (the store notifies) or the wait runs out,
 /// which then reports the drain.
 ///
+/// A borrower that does not wait and is held back by a queue (it does not
+/// ask the store, whose answer would jump the queue) reads the pools'
+/// states instead: a draining pool fails it with [`Error::Draining`], as
+/// it fails one that waits, not with `exhausted()`.
+///
 /// A single-pool borrower of more slots than the pool's count, refused, is
 /// set aside (R15, amended): it keeps its place but holds back no one,
 /// sleeps until a change is told of, and then checks the count (the
@@ -66,7 +71,8 @@ pub(crate) fn acquire<A: Answer>(
             .as_ref()
             .filter(|_| pools.len() == 1)
             .map_or(1, |asked| asked.slots);
-        if pools.iter().all(|pool| !changes.holds_back(*pool)) {
+        let asks_at_once = pools.iter().all(|pool| !changes.holds_back(*pool));
+        if asks_at_once {
             let first = attempt(start, None, false);
             let ids = first.made();
             match first.await {
@@ -83,6 +89,12 @@ pub(crate) fn acquire<A: Answer>(
             }
         }
         if wait.is_zero() {
+            if !asks_at_once
+                && !draining_waits
+                && let Some(e) = drained_behind_a_queue(store, pools).await
+            {
+                return Err(e);
+            }
             return Err(drained.unwrap_or_else(exhausted));
         }
         if tokio::runtime::Handle::try_current().is_err() {
@@ -226,6 +238,23 @@ pub(crate) fn acquire<A: Answer>(
             }
         }
     }
+}
+
+/// Whether one of `pools` drains, for a borrower that does not wait and
+/// did not ask the store because this process's queue holds it back: the
+/// drain it must fail with rather than exhausted (rule "Drain"), as one
+/// that waits would at once. One read of each pool's state; a pool the
+/// store no longer knows fails it as unknown (R5). A store that cannot
+/// answer leaves it exhausted, as the queue says.
+async fn drained_behind_a_queue(store: &Arc<dyn Store>, pools: &[PoolId]) -> Option<Error> {
+    for pool in pools {
+        match store.inspect(*pool).await {
+            Ok(state) if state.draining => return Some(Error::Draining { pool: *pool }),
+            Err(e @ Error::PoolNotFound { .. }) => return Some(e),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Reads the count of `pool` and [weighs](crate::wait::Changes::weigh) its

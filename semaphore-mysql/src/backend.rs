@@ -61,7 +61,8 @@ const INIT: [&str; 3] = [
 /// - **Wake-ups:** MySQL has no LISTEN/NOTIFY. A return in this process
 ///   wakes its waiters at once; another process's return is seen at the
 ///   next [`poll_interval`](MysqlOptions::poll_interval) (100 ms by
-///   default), when every waiting head looks again. For faster wake-ups
+///   default), when every waiting head looks again: a waiter is granted
+///   within the poll interval plus one query's round trip. For faster wake-ups
 ///   across machines, put `semaphore serve` in front of the database.
 /// - **Fair across machines (R11):** each process's head waiter is queued
 ///   in the waiters table, first come first served, each owed its weight;

@@ -59,7 +59,8 @@ impl MysqlOptions {
     /// LISTEN/NOTIFY, so this is how a process learns of another's return
     /// (returns in this process wake its waiters at once), and the
     /// heartbeat of a waiting process's place in the cross-machine queue.
-    /// Default 100 ms; allowed [`MIN_POLL_INTERVAL`](semaphore_core::store::MIN_POLL_INTERVAL) to
+    /// A waiter learns of another process's return within this interval
+    /// plus one query's round trip (its borrow attempt). Default 100 ms; allowed [`MIN_POLL_INTERVAL`](semaphore_core::store::MIN_POLL_INTERVAL) to
     /// [`MAX_POLL_INTERVAL`](semaphore_core::store::MAX_POLL_INTERVAL), else refused at connect naming
     /// `poll_interval`. Each process with waiters runs one borrow attempt
     /// per waiting pool per interval.

@@ -16,6 +16,20 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub(crate) listen: SocketAddr,
 
+    /// Host names this server also answers to (repeatable, or
+    /// comma-separated), besides localhost, 127.0.0.1, ::1 and the
+    /// --listen address (every IP address when listening on 0.0.0.0 or
+    /// ::). A request for any other host is answered 421: a web page
+    /// whose name was rebound to this machine's address must not read
+    /// its pools (DNS rebinding). .example.com allows example.com and every
+    /// name under it; * allows every host. The port is never checked.
+    /// Behind a proxy that passes the client's Host on, list the names
+    /// clients use; one that sends its upstream's address (nginx's
+    /// default) needs none.
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',',
+        value_parser = crate::hosts::parse_allowed)]
+    pub(crate) allowed_host: Vec<crate::hosts::Allowed>,
+
     /// A file holding a bearer token (16 to 4096 visible ASCII characters):
     /// every request but /healthz and /readyz must then send
     /// `Authorization: Bearer <token>`, else 401. Off by default, when the
@@ -109,6 +123,15 @@ pub(crate) struct ServeArgs {
     /// that.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub(crate) body_timeout: Duration,
+
+    /// The most requests whose body did not come whole with their head
+    /// that are waited for at once (default: a quarter of
+    /// --max-connections). More are answered 503 too_many_slow_bodies and
+    /// closed at once, so that clients sending bodies slowly cannot hold
+    /// every connection; a body that comes with its head never waits for
+    /// a place.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_pending_bodies: Option<u32>,
 
     /// The most connections served at once from one client address (off by
     /// default: behind a proxy or a NAT every client has the same address).

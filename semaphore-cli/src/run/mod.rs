@@ -68,6 +68,9 @@ pub(crate) async fn run(
     name: String,
     choice: Choice,
 ) -> Result<u8, Exit> {
+    if let Some(devices) = &args.devices {
+        distinct_devices(devices)?;
+    }
     let cmd = Cmd::resolve(&args)?;
     let timing = Timing::of(args.ttl, choice.session_timeout(), args.kill_after)?;
     if let Some(count) = args.count {
@@ -133,6 +136,24 @@ pub(crate) async fn run(
     job.close().await;
     let _ = lease.release().await;
     status
+}
+
+/// `--devices` must name each device once: a device named twice would be
+/// given to two slots, which the pool would let two commands use at once.
+/// Checked before anything else, so that a mistake registers and takes
+/// nothing.
+fn distinct_devices(devices: &[String]) -> Result<(), Exit> {
+    let mut seen = std::collections::HashSet::new();
+    match devices.iter().find(|device| !seen.insert(device.as_str())) {
+        None => Ok(()),
+        Some(device) => Err(Exit::new(
+            code::USAGE,
+            format!(
+                "--devices names device {device:?} more than once: two slots would share it; \
+                 name each device once, one per slot"
+            ),
+        )),
+    }
 }
 
 /// `--devices` must name a device for every position the pool can hand

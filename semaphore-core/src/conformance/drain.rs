@@ -133,6 +133,50 @@ pub async fn drain_fails_borrowers_behind_a_head_that_waits_it_out(f: Fixture) {
     assert_eq!(lease.position, 0);
 }
 
+/// A borrow that does not wait, on a draining pool whose queue holds a
+/// head that waits the drain out, fails with `Draining`, as one that waits
+/// does, not `Exhausted`: before a return, and after one (which tells the
+/// queue of a change) too (rule "Drain").
+pub async fn drain_fails_a_borrow_without_a_wait_behind_a_head_that_waits_it_out(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(2).await.unwrap();
+    let held: Vec<_> = [
+        pool.try_borrow(TTL).await.unwrap().forget(),
+        pool.try_borrow(TTL).await.unwrap().forget(),
+    ]
+    .into();
+    let patient = {
+        let pool = pool.clone();
+        let options = BorrowOptions::new().wait_while_draining(true).slots(2);
+        tokio::spawn(async move {
+            pool.borrow_with(TTL, LONG, options)
+                .await
+                .map(|g| g.forget())
+        })
+    };
+    until_waiting(&pool, 1).await;
+    pool.set_draining(true).await.unwrap();
+    for held in &held {
+        let refused = pool.try_borrow(TTL).await.map(|g| g.forget());
+        assert!(matches!(&refused, Err(e) if draining(e)), "{refused:?}");
+        let refused = pool
+            .borrow_n(1, TTL, Duration::ZERO)
+            .await
+            .map(|g| g.forget());
+        assert!(matches!(&refused, Err(e) if draining(e)), "{refused:?}");
+        assert!(pool.return_lease(held.id).await.unwrap(), "returns go on");
+    }
+    let refused = pool.try_borrow(TTL).await.map(|g| g.forget());
+    assert!(matches!(&refused, Err(e) if draining(e)), "{refused:?}");
+    assert_eq!(pool.inspect().await.unwrap().in_use, 0, "nothing taken");
+    pool.set_draining(false).await.unwrap();
+    let lease = patient
+        .await
+        .unwrap()
+        .expect("granted once the drain ended");
+    assert_eq!(&lease.positions[..], &[0, 1]);
+}
+
 /// A multi-pool borrow that names a draining pool fails whole, naming it,
 /// and takes nothing from the others.
 pub async fn borrow_all_fails_whole_on_a_draining_pool(f: Fixture) {

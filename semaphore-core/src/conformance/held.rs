@@ -155,6 +155,53 @@ pub async fn r11_held_places_know_their_place_and_are_woken_by_a_return(f: Fixtu
     assert_eq!(holders[0].owner.as_deref(), Some("ticket-two"));
 }
 
+/// R15, amended: a held place for more slots than the pool's count keeps
+/// its place but holds back no one while the count is below its weight:
+/// borrowers that come after it are granted, even with no wait. Once the
+/// count is raised to its weight, it is owed the slots before anyone who
+/// came after it.
+pub async fn r15_a_held_place_for_more_slots_than_the_count_holds_back_no_one(f: Fixture) {
+    let pool = f.pool("held-heavy");
+    pool.register(4).await.unwrap();
+    let ticket = WaiterId::new();
+    let five = || BorrowOptions::new().slots(5);
+    let first = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, five());
+    assert!(first.await.unwrap().is_none(), "5 slots of 4");
+    assert_eq!(pool.held_place(ticket).await.unwrap(), Some(1));
+    let one = pool
+        .try_borrow(TTL)
+        .await
+        .expect("a place for more slots than the count held back a borrower")
+        .forget();
+    let poll = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, five());
+    assert!(poll.await.unwrap().is_none(), "still 5 slots of 4");
+    assert_eq!(pool.held_place(ticket).await.unwrap(), Some(1), "kept");
+    let two = pool
+        .borrow(TTL, LONG)
+        .await
+        .expect("not held back")
+        .forget();
+    assert_eq!((one.position, two.position), (0, 1));
+    // Raised to its weight: the place is owed every slot.
+    pool.register(5).await.unwrap();
+    assert!(pool.return_lease(one.id).await.unwrap());
+    assert!(pool.return_lease(two.id).await.unwrap());
+    assert!(
+        matches!(
+            pool.try_borrow(TTL).await.map(|g| g.forget()),
+            Err(Error::Exhausted { .. })
+        ),
+        "a newcomer took a slot owed to the place raised to its weight"
+    );
+    let lease = pool
+        .wait_held(ticket, HOLD, TTL, Duration::ZERO, five())
+        .await
+        .unwrap()
+        .expect("served once the count is its weight")
+        .forget();
+    assert_eq!(&lease.positions[..], &[0, 1, 2, 3, 4]);
+}
+
 async fn take(pool: &crate::Pool) -> crate::Lease {
     pool.try_borrow(TTL).await.unwrap().forget()
 }

@@ -227,6 +227,7 @@ macro_rules! store_conformance {
             drain_stops_new_grants_and_lets_holders_return_and_renew,
             drain_fails_waiters_at_once_unless_they_wait_while_draining,
             drain_fails_borrowers_behind_a_head_that_waits_it_out,
+            drain_fails_a_borrow_without_a_wait_behind_a_head_that_waits_it_out,
             borrow_all_fails_whole_on_a_draining_pool,
             two_phase_borrowers_keep_their_places_between_polls,
             two_phase_borrow_dropped_queued_or_granted_holds_nothing,
@@ -235,6 +236,7 @@ macro_rules! store_conformance {
             r12_a_held_place_not_polled_within_its_hold_is_dropped,
             r11_held_places_know_their_place_and_are_woken_by_a_return,
             r11_a_held_place_waits_behind_borrowers_queued_before_it,
+            r15_a_held_place_for_more_slots_than_the_count_holds_back_no_one,
             a_dropped_guards_failed_return_is_tried_again,
         );
     };

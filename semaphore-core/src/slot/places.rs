@@ -7,7 +7,9 @@
 //! numbers from the same counter as this process's queued borrowers
 //! ([`Changes::arrival`](crate::store::Changes::arrival)). A place is
 //! granted only to a poll, never handed a slot by a return, and lapses
-//! `hold` after its latest poll (R12).
+//! `hold` after its latest poll (R12). A place for more slots than the
+//! pool's count keeps its place but is owed nothing until the count
+//! reaches its weight (R15, amended).
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
@@ -39,11 +41,14 @@ impl Places {
         }
     }
 
-    /// The slots owed to the places that came before `arrival`.
-    fn owed_before(&self, arrival: u64) -> u32 {
+    /// The slots owed to the places that came before `arrival`, on a pool
+    /// of `count` slots: a place for more than `count` keeps its place but
+    /// is owed nothing while the count is below its weight (R15, amended).
+    fn owed_before(&self, arrival: u64, count: u32) -> u32 {
         self.0
             .iter()
             .take_while(|place| place.arrival < arrival)
+            .filter(|place| place.slots <= count)
             .fold(0, |owed, place| owed.saturating_add(place.slots))
     }
 
@@ -62,7 +67,8 @@ impl SlotTable {
     /// [`Changes::arrival_of`](crate::store::Changes::arrival_of), or
     /// `u64::MAX` for one not queued): only from the slots left after
     /// those owed to the held places that came before it, each owed its
-    /// weight (R11, R15). A refusal tells the earliest moment the answer
+    /// weight, but none for more slots than the count (R11, R15 amended).
+    /// A refusal tells the earliest moment the answer
     /// can change by itself ([`next_change`](SlotTable::next_change)).
     pub fn grant_in_turn(
         &mut self,
@@ -72,7 +78,7 @@ impl SlotTable {
         next_token: impl FnOnce() -> u64,
     ) -> TryBorrow {
         self.places.lapse(now);
-        let owed = self.places.owed_before(arrival);
+        let owed = self.places.owed_before(arrival, self.count());
         if owed > 0 && !self.fits_after(request, now, owed) {
             return self.refusal();
         }
@@ -88,7 +94,7 @@ impl SlotTable {
         arrival: u64,
     ) -> bool {
         self.places.lapse(now);
-        let owed = self.places.owed_before(arrival);
+        let owed = self.places.owed_before(arrival, self.count());
         self.can_grant(request, now) && (owed == 0 || self.fits_after(request, now, owed))
     }
 
@@ -127,7 +133,7 @@ impl SlotTable {
         let arrival = place.arrival;
         let owed = self
             .places
-            .owed_before(arrival)
+            .owed_before(arrival, self.count())
             .saturating_add(in_process(arrival));
         if owed == 0 || self.fits_after(request, now, owed) {
             let answer = self.grant(request, now, next_token);
