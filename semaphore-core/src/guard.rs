@@ -109,11 +109,23 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// # Ok(()) }
     /// ```
     pub fn keep_alive(&mut self) {
+        self.keep_alive_every(self.ttl / 3);
+    }
+
+    /// [`keep_alive`](LeaseGuard::keep_alive), renewing every `every`
+    /// (at least 1 ms) rather than every third of the ttl: a holder's
+    /// local deadline (R17) runs from the last renewal that landed, so
+    /// renewing more often makes it lag the store's expiry by less, and an
+    /// outage survives more of the ttl (`semaphore run` renews every
+    /// second). Each renewal is one write on the store. Calling it (or
+    /// `keep_alive`) again changes nothing.
+    pub fn keep_alive_every(&mut self, every: Duration) {
         if self.keep.is_none() {
             self.keep = Some(keepalive::start(
                 self.pool().clone(),
                 self.lease.clone(),
                 self.ttl,
+                every,
             ));
         }
     }

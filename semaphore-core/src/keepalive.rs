@@ -12,6 +12,10 @@ use crate::{Error, Lease, Pool};
 /// The first pause before a failed renewal is tried again.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 
+/// The longest pause between two tries of a failing renewal: a store back
+/// after an outage is renewed within about this (and its reconnect).
+const RETRY_MAX: Duration = Duration::from_millis(250);
+
 /// What the renewing task last learned.
 #[derive(Debug, Clone)]
 pub(crate) enum Kept {
@@ -37,16 +41,22 @@ impl Drop for KeepAlive {
     }
 }
 
-/// Starts renewing `lease` of `pool` every `ttl / 3`, on the current
-/// runtime or else the library's.
-pub(crate) fn start(pool: Pool, lease: Lease, ttl: Duration) -> KeepAlive {
+/// Starts renewing `lease` of `pool` to `ttl` every `every`, on the
+/// current runtime or else the library's.
+pub(crate) fn start(pool: Pool, lease: Lease, ttl: Duration, every: Duration) -> KeepAlive {
     let (tx, state) = watch::channel(Kept::Alive(lease.clone()));
-    let task = crate::detach::spawn(renew_loop(pool, lease, ttl, tx));
+    let task = crate::detach::spawn(renew_loop(pool, lease, ttl, every, tx));
     KeepAlive { state, task }
 }
 
-async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Sender<Kept>) {
-    let every = (ttl / 3).max(Duration::from_millis(1));
+async fn renew_loop(
+    pool: Pool,
+    mut lease: Lease,
+    ttl: Duration,
+    every: Duration,
+    tx: watch::Sender<Kept>,
+) {
+    let every = every.max(Duration::from_millis(1));
     let mut next = due(&lease, ttl, every);
     let mut backoff = RETRY_FIRST;
     let session = lease.session;
@@ -71,7 +81,7 @@ async fn renew_loop(pool: Pool, mut lease: Lease, ttl: Duration, tx: watch::Send
                 // Retry until the lease would have expired; then the next
                 // try fails with LeaseExpired.
                 next = saturating_add(clock.now(), backoff).min(lease.expires_at);
-                backoff = (backoff * 2).min(every);
+                backoff = (backoff * 2).min(every).min(RETRY_MAX);
             }
             Err(e) => return give_up(&pool, &lease, &tx, e),
         }
