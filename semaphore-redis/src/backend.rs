@@ -11,9 +11,9 @@ use semaphore_core::{Error, PoolId, Result, Session};
 use crate::cluster::Listener;
 use crate::error::storage;
 use crate::holder::Holder;
-use crate::keys::Place;
 use crate::scripts::{self, Common, Kind};
 use crate::session::Beats;
+use crate::slots::Place;
 use crate::subscribe::Subscriber;
 use crate::{Connection, keys, slots};
 

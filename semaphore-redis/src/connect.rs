@@ -12,9 +12,9 @@ use crate::backend::Wake;
 use crate::cluster::Listener;
 use crate::error::{malformed, storage};
 use crate::holder::Holder;
-use crate::keys::Place;
 use crate::scripts::{Kind, script};
 use crate::session::{Beats, Client};
+use crate::slots::Place;
 use crate::subscribe;
 use crate::{Connection, RedisOptions, RedisStore, slots};
 

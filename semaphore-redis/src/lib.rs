@@ -9,6 +9,7 @@ mod connection;
 mod error;
 mod holder;
 mod keys;
+mod on_slot;
 mod options;
 mod primitives;
 mod reply;

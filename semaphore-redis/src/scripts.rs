@@ -46,7 +46,7 @@ pub(crate) struct Common<'a> {
     /// How long a queued head's place outlives its last look (ms).
     pub(crate) waiter_ttl_ms: i64,
     /// Where the session and run keys and the wake-up channel are.
-    pub(crate) place: &'a crate::keys::Place,
+    pub(crate) place: &'a crate::slots::Place,
     /// The restart grace (ms).
     pub(crate) grace_ms: u64,
 }

@@ -23,8 +23,8 @@ use semaphore_core::store::{DecidingClock, Heartbeat, async_trait, from_unix_ms,
 use semaphore_core::{Result, SessionId};
 
 use crate::error::storage;
-use crate::keys::Place;
 use crate::scripts::{self, Common, Kind};
+use crate::slots::Place;
 
 const OPERATION: &str = "session";
 

@@ -63,6 +63,41 @@ pub(crate) fn prefix(prefix: &str, slot: u16) -> String {
     format!("{prefix}:{{{}}}", TAGS[usize::from(slot % SLOTS)])
 }
 
+/// Where the scripts find what is kept once per server (one server) or
+/// once per hash slot (a cluster): the session and run keys, and the
+/// wake-up channel with the command that publishes to it.
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    /// The prefix of the session keys (`:s:<id>`) and the run key (`:run`).
+    pub(crate) prefix: String,
+    pub(crate) channel: String,
+    /// `PUBLISH`, or `SPUBLISH` for a slot's sharded channel.
+    pub(crate) publish: &'static str,
+}
+
+impl Place {
+    /// One server's: `PREFIX:s:<id>`, `PREFIX:run`, `PREFIX:wake`.
+    pub(crate) fn server(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_string(),
+            channel: format!("{prefix}:wake"),
+            publish: "PUBLISH",
+        }
+    }
+
+    /// Hash slot `slot`'s on a cluster: `PREFIX:{<tag>}:s:<id>`,
+    /// `PREFIX:{<tag>}:run` and the sharded channel `PREFIX:{<tag>}:wake`,
+    /// whose tag hashes to `slot`.
+    pub(crate) fn slot(prefix: &str, slot: u16) -> Self {
+        let prefix = self::prefix(prefix, slot);
+        Self {
+            channel: format!("{prefix}:wake"),
+            prefix,
+            publish: "SPUBLISH",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
