@@ -30,6 +30,10 @@ use crate::{Error, Lease, LeaseId, PoolId, Result, Store, WaiterId};
 /// full, until the drain ends (the store notifies) or the wait runs out,
 /// which then reports the drain.
 ///
+/// `first` says what the caller already found ([`First`]): a caller
+/// refused by an attempt of its own an instant ago (the common path, made
+/// in place) makes no first attempt before it queues.
+///
 /// A borrower that does not wait and is held back by a queue (it does not
 /// ask the store, whose answer would jump the queue) reads the pools'
 /// states instead: a draining pool fails it with [`Error::Draining`], as
@@ -40,6 +44,18 @@ use crate::{Error, Lease, LeaseId, PoolId, Result, Store, WaiterId};
 /// sleeps until a change is told of, and then checks the count (the
 /// first set aside checks for all); once the count reaches its weight it
 /// is again the head, ahead of those queued after it.
+/// What a borrower found before [`acquire`], on its common path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum First {
+    /// Nothing yet: whether a queue holds it back is looked up, and if
+    /// none does, the store is asked at once.
+    Ask,
+    /// Asked in place an instant ago and refused, with no queue ahead.
+    Refused,
+    /// A queue here holds it back (just looked up).
+    HeldBack,
+}
+
 #[allow(clippy::too_many_arguments)]
 #[allow(clippy::manual_async_fn)] // on purpose: see the body
 pub(crate) fn acquire<A: Answer>(
@@ -49,6 +65,7 @@ pub(crate) fn acquire<A: Answer>(
     wait: Duration,
     handoff: Option<HandOff>,
     draining_waits: bool,
+    first: First,
     exhausted: impl Fn() -> Error,
     mut attempt: impl FnMut(SystemTime, Option<WaiterId>, bool) -> InFlight<A>,
 ) -> impl Future<Output = Result<A::Granted>> {
@@ -71,7 +88,13 @@ pub(crate) fn acquire<A: Answer>(
             .as_ref()
             .filter(|_| pools.len() == 1)
             .map_or(1, |asked| asked.slots);
-        let asks_at_once = pools.iter().all(|pool| !changes.holds_back(*pool));
+        let held_back = match first {
+            First::Ask => pools.iter().any(|pool| changes.holds_back(*pool)),
+            First::Refused => false,
+            First::HeldBack => true,
+        };
+        // A caller that was just refused in place asks no second time.
+        let asks_at_once = first == First::Ask && !held_back;
         if asks_at_once {
             let first = attempt(start, None, false);
             let ids = first.made();
@@ -89,7 +112,7 @@ pub(crate) fn acquire<A: Answer>(
             }
         }
         if wait.is_zero() {
-            if !asks_at_once
+            if held_back
                 && !draining_waits
                 && let Some(e) = drained_behind_a_queue(store, pools).await
             {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::acquire::{acquire, keyed_lease};
+use crate::acquire::{First, acquire, keyed_lease};
 use crate::cancel::InFlight;
 use crate::clock::truncate_ms;
 use crate::options::Labels;
@@ -31,6 +31,14 @@ pub(crate) fn bind(store: &Arc<dyn Store>, bound: bool) -> Option<crate::Session
         return None;
     }
     store.session().and_then(crate::Session::current)
+}
+
+/// What the common path of a borrow found ([`Pool::grant_in_place`]).
+enum InPlace {
+    /// A free slot, granted.
+    Granted(Lease),
+    /// Not granted: the full path follows, told what was found.
+    Not(First),
 }
 
 /// A handle on one pool of a store: register, inspect, delete, borrow and
@@ -351,23 +359,68 @@ impl Pool {
             let ttl = self.limits.clamp_ttl(ttl)?;
             let wait = self.limits.clamp_wait(wait);
             let borrow = telemetry::Borrow::start(&self.name, ttl, wait);
-            let result = borrow
-                .run(self.acquire_clamped(ttl, wait, labels, None))
-                .await;
+            // The first attempt's lease id, in place or on the full path.
+            let first = LeaseId::new();
+            let result = match self.grant_in_place(first, ttl, &labels) {
+                InPlace::Granted(lease) => Ok(lease),
+                // Boxed: the slow path's state is large, and the common
+                // path should not carry (and copy) it in its future.
+                InPlace::Not(found) => {
+                    let slow = self.acquire_clamped(first, ttl, wait, labels, None, found);
+                    borrow.run(Box::pin(slow)).await
+                }
+            };
             borrow.finish(&result);
             result.map(|lease| (lease, ttl))
         }
     }
 
-    /// The lease, for a `ttl` and `wait` already clamped.
+    /// The common path (R5: a free slot, nobody queued ahead in this
+    /// process): one attempt made in place, by a store that answers
+    /// without I/O ([`Store::try_borrow_now`]), for a plain borrow (no key:
+    /// a keyed one may find its lease behind a queue). `None` if the store
+    /// cannot answer in place, someone is queued on the pool here, or the
+    /// pool has no free slot now: the borrow then takes the full path,
+    /// which waits (and asks again unless it was refused here). Nothing is
+    /// in flight in between, so a grant here cannot be left to nobody
+    /// (R12).
+    fn grant_in_place(&self, lease: LeaseId, ttl: Duration, labels: &Labels) -> InPlace {
+        if labels.key.is_some() {
+            return InPlace::Not(First::Ask);
+        }
+        if self.store.changes().holds_back(self.id) {
+            return InPlace::Not(First::HeldBack);
+        }
+        let mut request = BorrowRequest::new(self.id, lease, ttl);
+        request.slots = labels.slots;
+        request.bound = labels.bound;
+        request.session = bind(&self.store, labels.bound);
+        request.owner.clone_from(&labels.owner);
+        if crate::cancel::unsessioned(&self.store, &request).is_some() {
+            return InPlace::Not(First::Ask);
+        }
+        // An error (a drain the borrower may wait out, a missing pool) is
+        // the full path's to answer: it asks again.
+        match self.store.try_borrow_now(&request) {
+            Some(Ok(crate::store::TryBorrow::Granted { lease })) => InPlace::Granted(lease),
+            Some(Ok(crate::store::TryBorrow::Exhausted { .. })) => InPlace::Not(First::Refused),
+            _ => InPlace::Not(First::Ask),
+        }
+    }
+
+    /// The lease, for a `ttl` and `wait` already clamped; `first` is the
+    /// lease id of the first attempt (one made in place that was refused
+    /// granted nothing under it).
     /// `seat`, if given, is told when the borrow joins the pool's queue.
     #[allow(clippy::manual_async_fn)] // on purpose: see `acquire`
     fn acquire_clamped(
         &self,
+        first: LeaseId,
         ttl: Duration,
         wait: Duration,
         labels: Labels,
         seat: Option<Arc<Seat>>,
+        found: First,
     ) -> impl Future<Output = Result<Lease>> {
         async move {
             // Only the deadline counts from it: no need for whole milliseconds.
@@ -385,7 +438,6 @@ impl Pool {
                 pool: self.id,
                 waited: wait,
             };
-            let first = LeaseId::new();
             let mut last = first;
             acquire(
                 &self.store,
@@ -402,6 +454,7 @@ impl Pool {
                     seat,
                 }),
                 labels.wait_while_draining,
+                found,
                 exhausted,
                 |_now, waiter, again| {
                     // Only the first attempt, made before queueing, is made

@@ -225,6 +225,7 @@ impl PoolSet {
             wait,
             None,
             labels.wait_while_draining,
+            crate::acquire::First::Ask,
             exhausted,
             |_now, waiter, again| {
                 // After an attempt whose answer was lost, its ids again.

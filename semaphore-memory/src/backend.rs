@@ -411,3 +411,28 @@ impl Store for MemoryStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod future_size {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use semaphore_core::{Pool, PoolId};
+
+    use crate::MemoryStore;
+
+    /// Pay for what you use: a borrow's future carries the common path
+    /// (a slot free, nobody queued, answered in place) and a box for the
+    /// rest, not the waiting machinery's state, so that it stays small to
+    /// move and to keep in a task.
+    #[test]
+    fn a_borrow_future_is_at_most_512_bytes() {
+        let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("size"));
+        let ttl = Duration::from_secs(30);
+        let borrow = pool.borrow(ttl, Duration::from_secs(1));
+        let owned = pool.borrow_owned(ttl, Duration::from_secs(1));
+        let (borrow, owned) = (size_of_val(&borrow), size_of_val(&owned));
+        assert!(borrow <= 512, "borrow's future is {borrow} bytes");
+        assert!(owned <= 512, "borrow_owned's future is {owned} bytes");
+    }
+}

@@ -46,7 +46,12 @@ impl Pool {
         if lease.pool != self.id {
             return self.return_lease(lease.id).await;
         }
-        let result = self.store.return_held(lease.clone()).await;
+        // In place where the store answers without I/O (the common path:
+        // no future, no clone of the lease).
+        let result = match self.store.return_lease_now(self.id, lease.id) {
+            Some(result) => result,
+            None => self.store.return_held(lease.clone()).await,
+        };
         telemetry::returned(&self.name, Some(lease), Some(&result));
         result
     }

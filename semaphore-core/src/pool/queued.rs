@@ -102,7 +102,14 @@ impl Pool {
             async move {
                 let borrow = telemetry::Borrow::start(&pool.name, ttl, Duration::MAX);
                 let result = borrow
-                    .run(pool.acquire_clamped(ttl, Duration::MAX, labels, Some(seat)))
+                    .run(pool.acquire_clamped(
+                        crate::LeaseId::new(),
+                        ttl,
+                        Duration::MAX,
+                        labels,
+                        Some(seat),
+                        crate::acquire::First::Ask,
+                    ))
                     .await;
                 borrow.finish(&result);
                 // A receiver gone drops the guard, which returns the lease.
