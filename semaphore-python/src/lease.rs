@@ -174,7 +174,9 @@ impl Lease {
     }
 
     /// Seconds left before the lease may be lost (following keep-alive
-    /// renewals); 0 once `is_held()` is `False`.
+    /// renewals; for a lease bound to a networked store's session, no
+    /// later than that session's end as of its last heartbeat); 0 once
+    /// `is_held()` is `False`.
     fn time_left(&self, py: Python<'_>) -> f64 {
         self.held.with(py, |guard| {
             guard.as_ref().map_or(0.0, |g| g.time_left().as_secs_f64())
