@@ -12,7 +12,7 @@
 //! `memory` or a SQLite file path and prints two figures, pairs per second
 //! through the blocking API (`blocking_borrow`, then `blocking_release`:
 //! what a Python `with pool.borrow(...)` block does) and through the async
-//! API on a current-thread runtime, as `blocking=<n> async=<n>`.
+//! API on a multi-thread runtime, as `blocking=<n> async=<n>`.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -94,7 +94,10 @@ fn pairs(store: &str, seconds: f64) -> Result<(), Error> {
         done += 100;
     }
     let blocking = done as f64 / start.elapsed().as_secs_f64();
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // Multi-thread, as the Python module's own runtime: the store's
+    // background work (a return's wake-up ring) runs beside the loop.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime");

@@ -133,8 +133,7 @@ impl Pool {
     ) -> PyResult<Lease> {
         let (ttl, wait) = (seconds(py, "ttl", ttl)?, seconds(py, "wait", wait)?);
         let options = options(slots, key, owner, wait_while_draining);
-        let pool = self.pool.clone();
-        let borrowed = async move { pool.borrow_owned_with(ttl, wait, options).await };
+        let borrowed = self.pool.borrow_owned_with(ttl, wait, options);
         let guard = crate::runtime::wait(py, self.inline, Signals::Checked, borrowed)?;
         Ok(Lease::new(guard, self.inline))
     }
