@@ -149,10 +149,10 @@ def test_an_async_with_cancelled_while_it_waits_takes_nothing(pool):
 
 def test_lost_resolves_with_the_reason(pool):
     async def main():
-        lease = await pool.borrow_async(0.6)
+        lease = await pool.borrow_async(1.2)
         lease.keep_alive()
         lost = asyncio.ensure_future(lease.lost())
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.5)
         assert not lost.done() and lease.is_held()
         await pool.force_return_async(lease.position)
         reason = await asyncio.wait_for(lost, 10)
