@@ -12,6 +12,10 @@
 //!   release the GIL and let Ctrl-C in;
 //! - [`aio`]: asyncio awaitables of library calls;
 //! - [`errors`], [`time`], [`info`], [`held`]: conversions and plumbing.
+//!
+//! Nothing here is public Rust API (the module is Python's): its docs are
+//! for maintainers, built with `--document-private-items`.
+#![allow(rustdoc::private_intra_doc_links)]
 
 use pyo3::prelude::*;
 
