@@ -112,6 +112,11 @@ pub(crate) fn exception(py: Python<'_>, error: &Error) -> PyErr {
             fields.push(("lease", text(&lease.to_string())));
             "SessionLost"
         }
+        Error::SessionEnded { pool, lease } => {
+            fields.push(("pool", text(&pool.to_string())));
+            fields.push(("lease", text(&lease.to_string())));
+            "SessionEnded"
+        }
         Error::Storage { operation, .. } => {
             fields.push(("operation", text(operation)));
             "StorageError"

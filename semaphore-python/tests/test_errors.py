@@ -19,12 +19,13 @@ def pool():
 def test_the_classes_form_one_tree():
     for cls in (sp.Exhausted, sp.InvalidArgument, sp.PoolNotFound, sp.LeaseExpired,
                 sp.LeaseNotFound, sp.SessionLost, sp.KeyReused, sp.Draining, sp.StorageError,
-                sp.SchemaMismatch, sp.LeaseLost):
+                sp.SchemaMismatch, sp.LeaseLost, sp.SessionEnded):
         assert issubclass(cls, sp.SemaphoreError)
     assert issubclass(sp.InvalidArgument, ValueError)
     assert issubclass(sp.PoolNotFound, LookupError)
     assert issubclass(sp.LeaseExpired, sp.LeaseLost)
     assert issubclass(sp.SchemaMismatch, sp.StorageError)
+    assert issubclass(sp.SessionEnded, sp.SessionLost)
 
 
 @pytest.mark.parametrize(

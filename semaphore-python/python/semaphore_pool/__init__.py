@@ -29,6 +29,7 @@ from ._errors import (
     PoolNotFound,
     SchemaMismatch,
     SemaphoreError,
+    SessionEnded,
     SessionLost,
     StorageError,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "RedisStore",
     "SchemaMismatch",
     "SemaphoreError",
+    "SessionEnded",
     "SessionLost",
     "SqliteStore",
     "StorageError",

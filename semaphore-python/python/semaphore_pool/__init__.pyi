@@ -32,6 +32,7 @@ from ._errors import (
     PoolNotFound as PoolNotFound,
     SchemaMismatch as SchemaMismatch,
     SemaphoreError as SemaphoreError,
+    SessionEnded as SessionEnded,
     SessionLost as SessionLost,
     StorageError as StorageError,
 )
@@ -344,6 +345,7 @@ __all__ = [
     "RedisStore",
     "SchemaMismatch",
     "SemaphoreError",
+    "SessionEnded",
     "SessionLost",
     "SqliteStore",
     "StorageError",

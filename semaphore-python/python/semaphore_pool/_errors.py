@@ -14,6 +14,7 @@ KeyReused               KeyReused
 LeaseExpired            LeaseExpired (a LeaseLost)
 LeaseNotFound           LeaseNotFound (a LeaseLost)
 SessionLost             SessionLost (a LeaseLost)
+SessionEnded            SessionEnded (a SessionLost)
 Storage                 StorageError
 SchemaMismatch          SchemaMismatch (a StorageError, never retryable)
 ClockSkew               SemaphoreError (the base class)
@@ -121,7 +122,16 @@ class SessionLost(LeaseLost):
     """The lease was bound to its store's session, which can no longer vouch for it.
 
     The store was out of reach for longer than the session timeout, or it
-    ended the session (R16, R17).
+    ended the session (``SessionEnded``, a subclass) (R16, R17).
+    """
+
+
+class SessionEnded(SessionLost):
+    """The store ended the lease's session while its holder still kept it.
+
+    Its record was deleted or cut short by someone else (an operator, a
+    cleaning job), or the server lost it: an operator's act (R17). PostgreSQL
+    and Redis tell the holder at once, MySQL at its next heartbeat.
     """
 
 
