@@ -1,4 +1,4 @@
-//! Line 22 of BENCHMARKS.md (issue 42, "a million pools"): on PostgreSQL,
+//! Line 22 of BENCHMARKS.md ("a million pools"): on PostgreSQL,
 //! Redis and MySQL (MariaDB), a borrow + return pair on one pool among 1,000,000 registered
 //! pools, each holding one lease, against the same pair on one pool alone
 //! (the same server, before the others exist); with the time the pools

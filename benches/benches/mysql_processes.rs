@@ -11,7 +11,7 @@
 //! - Line 19: cross-process wake, by the store's poll (100 ms; MySQL has
 //!   no notifications; see `wake/mod.rs`).
 //!
-//! Group commit's profile (issue 39): for every line-18 run, the server's
+//! Group commit's profile: for every line-18 run, the server's
 //! CPU and its statement counters (`SHOW GLOBAL STATUS`), per pair (or
 //! per pair of the anchor's `UPDATE`s).
 

@@ -11,7 +11,7 @@
 //! commits per second, as pgbench's random-row `UPDATE` counts them. A pair
 //! is two commits, so 0.5x is the physical bound.
 //!
-//! Group commit's profile (issue 39): for every run, what the server did
+//! Group commit's profile: for every run, what the server did
 //! per pair or per commit: transactions, calls of the store's functions
 //! (`track_functions`), their time, and the server's CPU (the postmaster's
 //! process tree). The anchor runs twice, one row per transaction and eight

@@ -1,4 +1,4 @@
-//! Line 23 of BENCHMARKS.md (issue 42, Redis Cluster): borrow + return
+//! Line 23 of BENCHMARKS.md (Redis Cluster): borrow + return
 //! pairs per second on a Redis Cluster (three masters, one replica each,
 //! on loopback) against the same load on one Redis server (the same
 //! binary, TCP loopback, no persistence), on one server with a replica

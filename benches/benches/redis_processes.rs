@@ -10,7 +10,7 @@
 //!   `redis-semaphore`, at each point (see `peer/mod.rs`).
 //! - Line 16: cross-process wake through pub/sub (see `wake/mod.rs`).
 //!
-//! Group commit's profile (issue 39): for every line-15 run, the server's
+//! Group commit's profile: for every line-15 run, the server's
 //! CPU (`INFO cpu`) and its commands (`INFO commandstats`), per pair.
 
 mod hot;

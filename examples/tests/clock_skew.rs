@@ -1,5 +1,5 @@
-//! Processes whose clocks disagree, on one SQLite file (issue 11, item 1;
-//! rule "Time", R7, R10). The machine's clock decides for every process:
+//! Processes whose clocks disagree, on one SQLite file (rule "Time", R7,
+//! R10). The machine's clock decides for every process:
 //! a process given a clock that is off by more than `MAX_CLOCK_SKEW` is
 //! refused, and can never take a live lease's slot or write a lease that
 //! is already expired. The processes are the `holder` example.

@@ -1,4 +1,4 @@
-//! `semaphore serve`'s accept loop (issue 21, item 6): hyper's HTTP/1
+//! `semaphore serve`'s accept loop: hyper's HTTP/1
 //! server with a deadline on reading each request's head and a cap on open
 //! connections, which `axum::serve` does not expose.
 //!

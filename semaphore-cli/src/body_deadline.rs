@@ -1,4 +1,4 @@
-//! A deadline on each request's body (issue 38, item 2).
+//! A deadline on each request's body.
 //!
 //! `--header-timeout` bounds a request's head only: a client that sends a
 //! complete head with `Content-Length: 100` and then one byte would hold
@@ -9,9 +9,9 @@
 //! runs, including a body sent to a route that takes none. Past the
 //! deadline the answer is 408 `body_timeout`, and the connection closes.
 //!
-//! The deadline alone still let one client lock the others out
-//! (reliability round 5, item 7): re-opening 1,024 half-sent bodies every
-//! 10 s kept every connection busy. So a body that has not come whole with
+//! The deadline alone still let one client lock the others out:
+//! re-opening 1,024 half-sent bodies every 10 s kept every connection
+//! busy. So a body that has not come whole with
 //! its head must also take a place among the `--max-pending-bodies`
 //! (a quarter of `--max-connections` by default) waited for at once; with
 //! none free it is answered 503 `too_many_slow_bodies` at once and its

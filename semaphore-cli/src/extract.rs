@@ -1,4 +1,4 @@
-//! Extractors for the routes (issue 28, item 4): the pool named by the
+//! Extractors for the routes: the pool named by the
 //! path, and a JSON object body, each rejected with the seed's JSON error
 //! rather than axum's plain-text one.
 

@@ -1,4 +1,4 @@
-//! The hosts the server answers to (reliability round 5, item 9: DNS
+//! The hosts the server answers to (DNS
 //! rebinding). A web page on `attacker.example` that rebinds its name to
 //! 127.0.0.1 makes the browser send this server requests with `Host:
 //! attacker.example`, and read the answers as the page's own: with auth

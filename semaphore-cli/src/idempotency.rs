@@ -1,5 +1,5 @@
-//! `Idempotency-Key` on `POST /l/{id}/borrow` and `/enqueue` (issue 21,
-//! item 9; issue 38, item 4), after the IETF idempotency-key draft and
+//! `Idempotency-Key` on `POST /l/{id}/borrow` and `/enqueue`,
+//! after the IETF idempotency-key draft and
 //! Stripe: a retry with the same key and the same body gets the same
 //! lease; the same key with a different body is refused with 422, since it
 //! cannot be a retry.

@@ -69,12 +69,12 @@ impl Modify for BearerAuth {
 /// `document` with the answers of the layers around the routes on its
 /// operations: `401` on every one but the probes' (`/healthz`, `/readyz`),
 /// what a server run with `--auth-token-file` answers a request without
-/// the token (issue 38, item 8); `408` on every one, a body that did not
-/// arrive within `--body-timeout` (item 2); `503` on every one, a body
+/// the token; `408` on every one, a body that did not
+/// arrive within `--body-timeout`; `503` on every one, a body
 /// that did not come with its head while `--max-pending-bodies` are
-/// waited for (reliability round 5, item 7); `400` on every one, a
-/// header sent twice (item 10); `421` on every one but the probes', a
-/// host the server is not known as (item 9). An answer a route declares
+/// waited for; `400` on every one, a
+/// header sent twice; `421` on every one but the probes', a host the
+/// server is not known as. An answer a route declares
 /// already gets the layer's reason added to its description.
 pub(crate) fn with_layer_answers(
     mut document: utoipa::openapi::OpenApi,

@@ -1,4 +1,4 @@
-//! JSON bodies for the answers hyper writes itself (issue 21, item 8).
+//! JSON bodies for the answers hyper writes itself.
 //!
 //! A request that hyper cannot parse (a path over 64 KiB: 414; headers over
 //! its buffer: 431; a garbled request line: 400) is answered by hyper

@@ -1,6 +1,5 @@
-//! Headers the server acts on must come once (reliability round 5, item
-//! 10): with two `Authorization` headers the first one was checked and the
-//! second ignored, and a proxy or a cache in front may have taken the
+//! Headers the server acts on must come once: with two `Authorization`
+//! headers the first one was checked and the second ignored, and a proxy or a cache in front may have taken the
 //! other one. So a request that repeats one of [`SINGLE`] is answered 400
 //! `duplicate_header` naming it, before auth and before any route.
 

@@ -1,5 +1,5 @@
 //! Which store a command works on, and opening it: one rule for `serve`
-//! and every other subcommand (issue 21, item 5).
+//! and every other subcommand.
 //!
 //! A flag on the command line wins: `--memory` (serve only), `--sqlite
 //! FILE`, `--postgres URL`, `--redis URL`, `--mysql URL`. Without one,

@@ -121,7 +121,7 @@ fn a_short_token_is_refused_at_start() {
     assert!(said.contains("--auth-token-file"), "{said}");
 }
 
-/// Issue 38, item 8: SIGHUP reads the token file again, so a rotated token
+/// SIGHUP reads the token file again, so a rotated token
 /// takes effect without a restart; a file rewritten with an unusable token
 /// keeps the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -211,7 +211,7 @@ async fn oversized(server: &Server, path: &str) -> (u16, Value) {
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
-/// rule "HTTP" (issue 38, item 3): a body sent without a
+/// rule "HTTP": a body sent without a
 /// Content-Type, as a browser's form or `text/plain` post from any page
 /// would be (no preflight), is a 415 with the JSON error, and borrows
 /// nothing; with `application/json` the same body borrows.

@@ -181,7 +181,7 @@ fn semaphore_drain_stops_runs_until_it_is_turned_off() {
 
 /// `kill -USR1; kill -USR2` back to back starts and ends the drain, in that
 /// order: the server is not left draining (it was in 4 of 10 tries when
-/// the two were taken in random order; issue 38, item 5).
+/// the two were taken in random order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usr1_then_usr2_back_to_back_leave_the_server_serving() {
     use std::io::BufRead;
@@ -218,10 +218,9 @@ async fn usr1_then_usr2_back_to_back_leave_the_server_serving() {
 
 /// With a borrower that waits while the pool drains queued, a drain makes
 /// new borrows and enqueues answer 503 `pool_draining` at once, not 409
-/// after their whole wait or 202 with a ticket that outlives the drain
-/// (issue 38, item 5), and a borrow that does not wait answers it too, not
-/// 409 (reliability round 5, item 8); on every store this server can run
-/// alone.
+/// after their whole wait or 202 with a ticket that outlives the drain,
+/// and a borrow that does not wait answers it too, not 409; on every store
+/// this server can run alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_answers_503_at_once_behind_a_queued_patient_borrower() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,6 @@
-//! What the server makes of a request's headers (reliability round 5):
-//! a host it is not known as is refused (item 9, DNS rebinding), and so is
-//! a header it acts on sent twice (item 10). Raw requests over real
+//! What the server makes of a request's headers:
+//! a host it is not known as is refused (DNS rebinding), and so is
+//! a header it acts on sent twice. Raw requests over real
 //! sockets to real server processes.
 
 mod common;

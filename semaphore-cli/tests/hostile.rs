@@ -1,4 +1,4 @@
-//! What a hostile client sends the HTTP service (issue 21, items 6 to 10):
+//! What a hostile client sends the HTTP service:
 //! half-sent requests, arrays for objects, methods and paths the routes do
 //! not take, a reused idempotency key, a store broken under the server.
 //! Real server process, real sockets.
@@ -71,8 +71,7 @@ fn a_half_sent_request_is_closed() {
 /// A client that sends a whole head announcing 100 bytes of body and then
 /// one byte is answered 408 `body_timeout` and disconnected after the body
 /// timeout, on a route that reads a body and on one that takes none,
-/// instead of holding the connection for as long as it likes (issue 38,
-/// item 2).
+/// instead of holding the connection for as long as it likes.
 #[test]
 fn a_slow_body_is_answered_408_and_closed() {
     let server = Server::start(&["--memory", "--body-timeout", "1s", "--header-timeout", "1h"]);

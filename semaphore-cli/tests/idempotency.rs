@@ -1,4 +1,4 @@
-//! `Idempotency-Key` under races and retries (issue 38, item 4): the key's
+//! `Idempotency-Key` under races and retries: the key's
 //! request digest is kept with the lease in the store's step that grants,
 //! so that borrows racing with one key and two bodies get one lease
 //! however many servers share the store, and a retried `/enqueue` gets the

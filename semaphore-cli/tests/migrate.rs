@@ -1,4 +1,4 @@
-//! `semaphore migrate` (issue 37): the owner makes the PostgreSQL schema
+//! `semaphore migrate`: the owner makes the PostgreSQL schema
 //! and grants a runtime role; `semaphore run` as that role, with
 //! `--postgres-no-migrate`, works; before the migration it is refused with
 //! a message that names `semaphore migrate`.

@@ -1,4 +1,4 @@
-//! A client generated from the served OpenAPI document works (issue 25's
+//! A client generated from the served OpenAPI document works (a
 //! check that the document describes the API whole): openapi-python-client
 //! (PyPI, pinned, in a virtualenv under the target directory) generates a
 //! Python package from `/openapi.json`, and `scripts/python_client.py`

@@ -1,4 +1,4 @@
-//! `semaphore run` and its process tree (issue 21, items 1 to 3): a
+//! `semaphore run` and its process tree: a
 //! stopped wrapper, a killed wrapper, signals to a stopped command. Real
 //! processes, no terminal (see `terminal.rs` for those).
 

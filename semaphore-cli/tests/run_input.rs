@@ -1,5 +1,5 @@
 //! What `semaphore run` and the script subcommands check before they take
-//! a slot, and which store they open (issue 21, items 4 and 5).
+//! a slot, and which store they open.
 
 mod common;
 
@@ -65,7 +65,7 @@ async fn too_few_devices_are_refused_before_borrowing() {
 
 /// The pool can grow while a run waits: a position past `--devices` gets no
 /// device, so the run returns the lease and fails with 64 rather than run
-/// the command with `CUDA_VISIBLE_DEVICES=""` (issue 38, item 9).
+/// the command with `CUDA_VISIBLE_DEVICES=""`.
 #[tokio::test]
 async fn a_position_without_a_device_after_the_wait_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -374,7 +374,7 @@ async fn serve_and_inspect_share_one_default_file() {
 
 /// `serve --help` states the MySQL wake-up bound it can keep: the poll
 /// interval plus the poll's round trip, not "within 100 ms" (measured
-/// 100.6-103.4 ms; issue 38, item 10).
+/// 100.6-103.4 ms).
 #[test]
 fn serve_help_states_the_mysql_wake_up_bound_it_keeps() {
     let output = semaphore(&["serve", "--help"]).output().unwrap();
@@ -386,8 +386,7 @@ fn serve_help_states_the_mysql_wake_up_bound_it_keeps() {
 
 /// The READMEs that name MySQL's cross-process wake-up state the bound it
 /// keeps, the poll interval plus one query's round trip, not the interval
-/// alone (measured 100.7 ms with a 100 ms poll; reliability round 5, item
-/// 13).
+/// alone (measured 100.7 ms with a 100 ms poll).
 #[test]
 fn readmes_state_the_mysql_wake_up_bound_it_keeps() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

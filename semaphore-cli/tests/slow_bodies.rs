@@ -1,4 +1,4 @@
-//! Slow bodies on every connection (reliability round 5, item 7): one
+//! Slow bodies on every connection: one
 //! client address that keeps re-opening requests whose body never comes
 //! whole does not lock a default server's other clients out. Real server
 //! process, real sockets.

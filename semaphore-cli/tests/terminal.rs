@@ -1,5 +1,5 @@
 //! `semaphore run` typed into an interactive bash on a pseudo-terminal
-//! (job control on), as a person would (issue 21, items 1 and 2): the
+//! (job control on), as a person would: the
 //! command reads the terminal, Ctrl-C and Ctrl-Z reach it, `fg` resumes the
 //! job, and a job stopped past its ttl is ended when resumed.
 

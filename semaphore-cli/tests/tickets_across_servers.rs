@@ -1,4 +1,4 @@
-//! Two-phase tickets across servers (issue 25): two `semaphore serve`
+//! Two-phase tickets across servers: two `semaphore serve`
 //! processes on one shared store (a SQLite file, a PostgreSQL schema, a
 //! MySQL prefix, a Redis prefix), on 127.0.0.1. A ticket taken on one is
 //! polled, granted and cancelled on the other, keeps its place ahead of a

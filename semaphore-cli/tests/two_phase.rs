@@ -346,7 +346,7 @@ async fn a_draining_server_grants_its_tickets_nothing_until_its_drain_ends() {
 /// A ticket is spent with its lease, on every store: asked again while the
 /// lease is active it answers that lease; once the lease was returned and
 /// its position granted to another client, it answers 404, not the old
-/// lease (issue 38, item 7).
+/// lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_whose_lease_was_returned_is_spent_on_every_store() {
     let dir = tempfile::tempdir().unwrap();
@@ -379,7 +379,7 @@ async fn a_ticket_whose_lease_was_returned_is_spent_on_every_store() {
 /// One pool keeps at most 1,000 tickets, on every store: the next enqueue
 /// on it answers 503 `too_many_tickets`, while another pool's enqueue is
 /// still queued (one pool's clients cannot use up the server's tickets, nor
-/// grow a shared store's queue without bound; issue 38, item 7).
+/// grow a shared store's queue without bound).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_pools_tickets_are_capped_and_other_pools_still_enqueue() {
     let dir = tempfile::tempdir().unwrap();

@@ -71,7 +71,7 @@ pub(crate) fn acquire<A: Answer>(
 ) -> impl Future<Output = Result<A::Granted>> {
     // An async block, not an async fn: an async fn's future keeps each
     // argument twice (as given, and moved into the body), and this one is
-    // inside every borrow's future (issue 27).
+    // inside every borrow's future.
     async move {
         let changes = store.changes();
         // The drain a waiting borrower last found, reported if its wait runs

@@ -374,7 +374,7 @@ mod tests {
         }
     }
 
-    /// Issue 11, items 2 and 4: no ttl or wait overflows, panics or wraps.
+    /// no ttl or wait overflows, panics or wraps.
     #[test]
     fn times_saturate_at_the_last_instant_stores_keep() {
         let now = SystemTime::now();

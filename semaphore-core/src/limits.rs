@@ -252,7 +252,7 @@ mod tests {
         assert!(Limits::check_label("owner", "host-1/4242", 64).is_ok());
         assert!(Limits::check_label("owner", &"x".repeat(64), 64).is_ok());
         assert!(Limits::check_label("owner", "host a / 4242 \u{e9}", 64).is_ok());
-        // Issue 11, item 11: labels that do not print as they read, on one
+        // labels that do not print as they read, on one
         // line, are refused too.
         for bad in [
             "",

@@ -347,7 +347,7 @@ impl Pool {
     ///
     /// This and [`acquire_clamped`](Pool::acquire_clamped) return async
     /// blocks, not async fns: an async fn's future keeps each argument
-    /// twice, and these are inside every borrow's future (issue 27).
+    /// twice, and these are inside every borrow's future.
     #[allow(clippy::manual_async_fn)] // on purpose: see `acquire`
     fn acquire(
         &self,

@@ -137,8 +137,8 @@ impl ServerClock {
         // server's clock stepped forward, or another server with a clock
         // ahead answers after a failover): it no longer bounds anything,
         // and the new one replaces it at once, or a holder would see its
-        // lease live for as long as the step lasts (issue 38, hostile
-        // round: 4 s for a 4 s step).
+        // lease live for as long as the step lasts (4 s for a
+        // 4 s step, as a hostile test found).
         if bound.is_none_or(|old| new.at(after) <= old.at(after) || server_ms > old.at(after)) {
             *bound = Some(new);
         }

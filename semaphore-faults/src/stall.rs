@@ -1,5 +1,5 @@
-//! A call to a stalled store fails instead of hanging (issue 38, hostile
-//! round: with the holder's network frozen, `release().await` was still
+//! A call to a stalled store fails instead of hanging (a hostile
+//! test: with the holder's network frozen, `release().await` was still
 //! blocked after 90 s on PostgreSQL and MySQL, and `semaphore run` stayed
 //! up for as long as the stall lasted). Every call of a networked store is
 //! bounded by `CALL_TIMEOUT`; the bytes here stop moving, nothing closes.

@@ -30,7 +30,7 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   calling a server-side function. No transaction is ever held open
 ///   across an `.await`, so a dropped future never strands one on a pooled
 ///   connection (R12, R14).
-/// - **A row per slot** (schema version 4, issue 22): an unkeyed one-slot
+/// - **A row per slot** (schema version 4): an unkeyed one-slot
 ///   borrow with nobody queued ahead takes the lowest free slot row with
 ///   `FOR UPDATE SKIP LOCKED`, and a return frees only its rows; neither
 ///   locks the pool row, so grants on different slots commit in parallel.
@@ -41,13 +41,13 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   clocks disagree by any amount can neither over-issue nor take a live
 ///   lease. [`Store::clock`](semaphore_core::store::Store::clock) is this process's view of the server's clock,
 ///   its own plus an offset measured at connect and refreshed.
-/// - **Hand-off (issue 22):** a return on a pool with a queued head grants
+/// - **Hand-off:** a return on a pool with a queued head grants
 ///   the freed slot to that head in the return's own commit, so that one
 ///   commit serves both. This process's queued borrowers get their leases
 ///   delivered in memory, in queue order: every return in flight claims
 ///   one from the core's queue (naming a borrower that is not looking),
 ///   so that the returns of a busy pool hand their slots on in parallel,
-///   not one look of the head at a time (issue 38, item 11). A claiming
+///   not one look of the head at a time. A claiming
 ///   return runs on a task of its own, so the lease is delivered, or the
 ///   slot freed, even if the caller drops `release`. Another
 ///   process's head, first in `semaphore_waiters` and asking for one

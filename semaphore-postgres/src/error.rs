@@ -158,7 +158,7 @@ mod tests {
     }
 
     /// A row that does not decode fails the same way every time: not
-    /// retryable (issue 21, item 17).
+    /// retryable.
     #[tokio::test]
     async fn a_row_that_does_not_decode_is_not_retryable() {
         let row = client()

@@ -1,4 +1,4 @@
-//! A return, with the hand-off of its slot (issue 22): to another process's
+//! A return, with the hand-off of its slot: to another process's
 //! queued head in the database, or to this process's head claimed in the
 //! core ([`Claim`]), then the wake-up in a transaction of its own.
 

@@ -4,7 +4,7 @@
 -- weighted leases, R15, and a queued head records the slots it waits for;
 -- a lease bound to its holder, R16, names the holder's backend; 4 keeps a
 -- row per slot, `semaphore_slots`, in place of a row per held slot, so
--- that grants on one pool need not serialize on its pool row: issue 22;
+-- that grants on one pool need not serialize on its pool row;
 -- 5 binds leases to sessions with an end on the server's clock, kept by a
 -- heartbeat, in place of backends, R16 amended; 6 tells a session's
 -- holder at once when someone else deletes its row or moves its end
@@ -600,7 +600,7 @@ BEGIN
 END $$;
 
 -- R8: ends an active lease, and hands its slot on at once where it can
--- (issue 22: one commit then serves the return and the next grant). Only
+-- (one commit then serves the return and the next grant). Only
 -- the lease's slot rows and a head's place are locked, not the pool row:
 -- returns on different slots commit in parallel. One row: a grant as
 -- semaphore_try_borrow's (status 0, for the claimed head of the caller's

@@ -1,4 +1,4 @@
-//! Issue 38, item 11: a busy pool keeps every slot in use. 1,000 tasks on
+//! a busy pool keeps every slot in use. 1,000 tasks on
 //! one store borrow from a pool of count 5 with a wait, hold 0 to 2 ms and
 //! return, for 3.5 s: at some instant all 5 slots are held (no slot sits
 //! idle for the whole run while tasks wait, as it did when every return

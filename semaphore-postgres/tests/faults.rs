@@ -1,4 +1,4 @@
-//! Faults on a real server (issue 12, R14): a restart mid-run, the
+//! Faults on a real server (R14): a restart mid-run, the
 //! listener's connection killed, a statement timeout, the connection pool
 //! exhausted. Each gives a retryable storage error (never `Exhausted`),
 //! over-issues nothing, and the store recovers by itself.
@@ -201,7 +201,7 @@ async fn a_statement_timeout_is_a_retryable_error_and_changes_nothing() {
     assert_eq!(pool.try_borrow(TTL).await.unwrap().position, 0);
 }
 
-/// Issue 37: with no timeout of the caller's own, a borrow behind an
+/// with no timeout of the caller's own, a borrow behind an
 /// outside session's row lock (the pool's row, held in an open
 /// transaction) gives a retryable error after the store's lock timeout
 /// (5 s), never a wait without bound; once the lock goes, it is granted.
@@ -272,7 +272,7 @@ use semaphore_postgres::tokio_postgres;
 /// A listener whose server accepts the connection and never answers (a
 /// stalled server, or a `listen_url` to the wrong place): the fallback
 /// poll still wakes waiters, and the listener's connect gives up and tries
-/// again instead of hanging (issue 21, item 17).
+/// again instead of hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_polled_while_the_listener_cannot_connect() {
     let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

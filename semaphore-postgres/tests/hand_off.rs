@@ -1,5 +1,5 @@
 //! A return hands its slot to the head of the shared queue in its own
-//! commit (issue 22): the head finds its lease at its next look, and a head
+//! commit: the head finds its lease at its next look, and a head
 //! that leaves first frees it. The head here is a place written as another
 //! process's borrower writes it, so that nobody looks before the test does.
 

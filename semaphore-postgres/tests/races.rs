@@ -1,4 +1,4 @@
-//! Calls that race each other on a real server (issue 21).
+//! Calls that race each other on a real server.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,7 +128,7 @@ async fn a_head_polling_at_the_longest_interval_keeps_its_place() {
 
 /// Keep-alive reports the loss at the lease's expiry while its renewal is
 /// stuck behind a row lock held in another session: `lost()` resolves and
-/// `is_lost()` turns true without waiting for the lock (issue 21, item 13).
+/// `is_lost()` turns true without waiting for the lock.
 /// The server's clock is a manual one: no real time passes in the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_reports_the_loss_at_expiry_while_a_renewal_hangs() {
@@ -188,7 +188,7 @@ async fn keep_alive_reports_the_loss_at_expiry_while_a_renewal_hangs() {
     tx.rollback().await.unwrap();
 }
 
-/// Issue 22: a hot pool (count 8) under 64 tasks in four stores, each
+/// a hot pool (count 8) under 64 tasks in four stores, each
 /// looping borrow and return, mixes every path of the grant (a free row
 /// taken outside the pool row's lock, a row that was taken under it, a
 /// queued head's look, a new place and a return that meets it) without a

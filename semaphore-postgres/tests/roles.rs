@@ -1,4 +1,4 @@
-//! A deployment with two roles (issue 37): the owner migrates the schema
+//! A deployment with two roles: the owner migrates the schema
 //! once (`PostgresStore::migrate`), and the application's role, with only
 //! the grants `PostgresStore::grants` lists (no CREATE, owning nothing),
 //! connects with `migrate(false)` and borrows, waits, renews and returns.
@@ -75,7 +75,7 @@ async fn a_runtime_role_with_only_the_grants_works_on_a_migrated_schema() {
 
     // A role that may not write the sessions' table can never bind a
     // lease: it is refused at connect, not left to grant unbound leases
-    // that outlive a killed process (issue 38, hostile round).
+    // that outlive a killed process.
     owner
         .batch_execute(&format!(
             "REVOKE INSERT, UPDATE ON {schema}.semaphore_sessions FROM app"

@@ -1,5 +1,5 @@
 //! The store's schema: names it refuses, and the migrations from versions
-//! 1, 2 and 3 (issue 21, items 11 and 15; issue 22).
+//! 1, 2 and 3.
 
 use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::tokio_postgres::{self, NoTls};
@@ -188,7 +188,7 @@ async fn a_version_1_to_5_schema_is_migrated() {
 }
 
 /// Several processes that find a version 4 schema at once each migrate it
-/// or find it migrated: none fails (issue 38, hostile round: 3 of 4
+/// or find it migrated: none fails (3 of 4
 /// failed, on what another had already changed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_4_schema_opened_by_four_at_once_is_migrated_once() {

@@ -76,7 +76,7 @@ async fn a_killed_subscriber_reconnects_and_waiters_are_still_woken() {
 
 /// Every connection of the store killed (`CLIENT KILL TYPE normal`) while
 /// it holds a lease: its next call (the release) reconnects and is made
-/// again instead of failing with a broken pipe (issue 38, hostile round).
+/// again instead of failing with a broken pipe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_on_a_killed_connection_is_made_again_on_a_new_one() {
     let server = TestServer::start().unwrap();

@@ -1,7 +1,7 @@
 //! The store's primitives on a connection that someone else owns and
 //! drives: the SQLite loadable extension's (crate `semaphore-sqlite-ext`),
 //! which runs them for Python's `sqlite3`, the `sqlite3` shell, or any
-//! program that loads it (issue 41).
+//! program that loads it.
 //!
 //! Same file, same rules: every call here runs the statements a
 //! [`SqliteStore`](crate::SqliteStore) runs, in the same schema, read by

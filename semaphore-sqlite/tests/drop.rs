@@ -1,4 +1,4 @@
-//! Dropping a store gives back everything it took (issue 11, item 7): its
+//! Dropping a store gives back everything it took: its
 //! threads, its file descriptors and its inotify instance. Alone in its
 //! test binary, so that no other test's threads are counted.
 

@@ -146,7 +146,7 @@ async fn database_deleted_under_a_running_store_fails_instead_of_writing_to_nowh
     assert!(err.to_string().contains("borrow"), "{err}");
 }
 
-/// Issue 11, item 3: with its `-wal` and `-shm` files deleted, a store
+/// with its `-wal` and `-shm` files deleted, a store
 /// would write to unlinked files that no other process sees, and report
 /// success. It fails instead, naming the file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,7 +168,7 @@ async fn wal_deleted_under_a_running_store_fails_instead_of_writing_to_nowhere()
     assert!(not_retryable_storage(&err), "{err:?}");
 }
 
-/// Issue 11, item 10: a poll interval that would spin a core (zero) or
+/// a poll interval that would spin a core (zero) or
 /// outlive the queue heartbeat is refused, naming the field.
 #[test]
 fn poll_interval_out_of_range_is_refused_naming_the_field() {
@@ -222,7 +222,7 @@ async fn the_writers_queue_side_file_is_made_only_when_on() {
 /// The `-wal` file deleted while another handle holds the database open
 /// (an operator "cleaning up", a backup restored over it): opening the file
 /// again is a storage error that says the file was replaced or lost
-/// (not retryable), never a schema mismatch (issue 21, item 16).
+/// (not retryable), never a schema mismatch.
 #[tokio::test]
 async fn a_wal_deleted_under_a_holder_is_a_storage_error_not_a_schema_mismatch() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,7 @@
 //! of the batch is answered as the file has it. Before, the writes after
 //! the failed one ran outside any transaction and committed one by one,
 //! then were answered with the commit's failure: a return reported failed
-//! had landed (hostile round of issue 39).
+//! had landed (found by a hostile test).
 
 use std::sync::Arc;
 use std::time::Duration;

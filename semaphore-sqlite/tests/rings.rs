@@ -1,4 +1,4 @@
-//! The wake-up that follows the commit (issue 15): a process that returns a
+//! The wake-up that follows the commit: a process that returns a
 //! lease rings the processes whose heads wait on the pool, so that they
 //! need neither the file watch nor the poll. The waiting process here runs
 //! in test mode with both turned off: if the ring did not come, its borrow
@@ -79,8 +79,7 @@ async fn a_return_in_another_process_rings_the_waiting_head() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // Anyone on the machine may send to the socket: junk of every size,
-    // the empty datagram first, must leave the listener running (issue 21,
-    // item 14).
+    // the empty datagram first, must leave the listener running.
     junk_to_own_socket();
     writeln!(to_child, "return").unwrap();
     assert!(said("RETURNED"), "the holder did not return");

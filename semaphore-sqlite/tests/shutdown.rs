@@ -2,8 +2,8 @@
 //! "during shutdown"), on both write paths: group commit (`Synchronous::Full`)
 //! and one transaction per write (`Synchronous::Normal`). Before, a return
 //! that found the runtime's blocking pool refusing work was lost, and the
-//! slot stayed held by nobody to the end of its ttl (hostile round of
-//! issue 39).
+//! slot stayed held by nobody to the end of its ttl (found by a
+//! hostile test).
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! BENCHMARKS.md's instruction lines (issue 27): lines 1, 2 and 2c counted
+//! BENCHMARKS.md's instruction lines: lines 1, 2 and 2c counted
 //! by `valgrind --tool=callgrind`, ours and tokio's semaphore (the anchor)
 //! on the same binary, input and machine. Instruction counts repeat from
 //! run to run whatever else the machine does, unlike wall time.

@@ -1,5 +1,5 @@
 //! The guardian: a small process that ends the command's process group
-//! when `semaphore run` cannot (issue 21, items 2 and 3).
+//! when `semaphore run` cannot.
 //!
 //! `semaphore run` (the wrapper) starts `semaphore __guard` before the
 //! command, in a process group of its own, with pipes as its standard

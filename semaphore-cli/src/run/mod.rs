@@ -2,7 +2,7 @@
 //!
 //! The lease is short and kept alive (renewed every ttl/3) while the
 //! command runs, and returned the moment it exits. The command behaves as
-//! it would without `semaphore` (issue 21):
+//! it would without `semaphore`:
 //!
 //! - It runs in a process group apart from `semaphore run`'s (the
 //!   guardian's, below), which gets the terminal when

@@ -1,5 +1,5 @@
 //! The controlling terminal, handed to the command as a job-control shell
-//! hands it to a job (issue 21, item 1).
+//! hands it to a job.
 //!
 //! The command runs in a process group of its own, so that it and every
 //! process it starts can be signalled and ended together. When `semaphore

@@ -98,7 +98,7 @@ pub async fn drain_fails_waiters_at_once_unless_they_wait_while_draining(f: Fixt
 /// A head that waits while the pool drains holds back no one from failing:
 /// a borrower queued behind it, and one that comes during the drain, fail
 /// with `Draining` at once (the clock never moves), not at the end of
-/// their wait; the head is granted when the drain ends (issue 38, item 5).
+/// their wait; the head is granted when the drain ends.
 pub async fn drain_fails_borrowers_behind_a_head_that_waits_it_out(f: Fixture) {
     let pool = f.pool("p");
     pool.register(1).await.unwrap();

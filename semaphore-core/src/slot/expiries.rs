@@ -1,5 +1,5 @@
 //! The expiries of a slot table's leases, as a min-heap whose entries a
-//! return or a renewal leaves behind and a later look drops (issue 27: a
+//! return or a renewal leaves behind and a later look drops (a
 //! `BTreeSet` insert and remove cost about 270 instructions of a 3,400
 //! instruction pair; a heap push of the latest expiry costs a few).
 

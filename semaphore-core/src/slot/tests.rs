@@ -115,7 +115,7 @@ fn agrees_with_reference_across_bitset_words_and_count_changes() {
     }
 }
 
-/// Issue 11, item 6: registering a huge count allocates nothing per
+/// registering a huge count allocates nothing per
 /// slot; what is allocated follows the most leases held at once.
 #[test]
 fn memory_follows_leases_held_not_count() {
@@ -231,7 +231,7 @@ fn agrees_with_reference_on_a_long_mixed_run() {
 
 /// The expiry heap drops what returns and renewals leave behind: the
 /// earliest expiry is always an active lease's, and entries stay within a
-/// bound of the leases held however long the churn (issue 27).
+/// bound of the leases held however long the churn.
 #[test]
 fn expiries_left_by_returns_and_renewals_are_dropped() {
     let pool = PoolId::from_name("t");

@@ -1,10 +1,10 @@
 //! A return that grants its slot to this process's queued borrowers in the
 //! store's own step, when that step is asynchronous (a database
-//! transaction): [`Changes::claim_head`], then [`Claim::deliver`] (issue 22).
+//! transaction): [`Changes::claim_head`], then [`Claim::deliver`].
 //! [`Changes::hand_off`] does the same for a store whose return runs in
 //! place.
 //!
-//! Every return in flight may hold a claim (issue 38, item 11). With one
+//! Every return in flight may hold a claim. With one
 //! claim at a time, and none while the head asked the store itself, the
 //! returns of a busy pool nearly all found the head claimed or asking: they
 //! left their slots free, and the head took them one store call at a time,

@@ -1,6 +1,6 @@
 //! A queued borrower's wake-up ([`Signal`]): what `tokio::sync::Notify`'s
 //! `notify_one` gives a single waiting task, without Notify's list of
-//! waiters and its lock (issue 27: about 400 instructions per wake-up on
+//! waiters and its lock (about 400 instructions per wake-up on
 //! BENCHMARKS.md line 2).
 
 use std::future::poll_fn;

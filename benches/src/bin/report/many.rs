@@ -1,4 +1,4 @@
-//! The lines of issue 42 (past one server): a million pools (22) and
+//! The lines past one server: a million pools (22) and
 //! Redis Cluster (23).
 
 use super::{judged, processes, time};
