@@ -64,6 +64,6 @@ async fn a_process_whose_clock_is_off_is_refused_and_never_takes_a_live_slot() {
     let within = skewed(&db, -20);
     assert!(within.starts_with("GRANTED 0 "), "{within}");
     // It forgot its lease, detaching it from its guard and its session:
-    // the lease outlives the process, to its ttl (R13, amended).
+    // the lease outlives the process, to its ttl (R13).
     assert_eq!(pool.inspect().await.unwrap().in_use, 1);
 }

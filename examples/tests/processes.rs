@@ -30,7 +30,7 @@ fn holder(args: &[&str]) -> Child {
 fn holder_in(args: &[&str], schema: Option<&str>) -> Child {
     let mut command = Command::new(HOLDER);
     // The killed holder's session, and its bound lease, lapse within 1 s
-    // (R16, amended), long before the workers stop.
+    // (R16), long before the workers stop.
     command.env(store::SESSION_VAR, "1000");
     // The test's Redis server is fresh: no restart to wait out.
     command.env(store::GRACE_VAR, "0");
@@ -126,8 +126,8 @@ async fn eight_processes_on_mysql_never_over_issue_and_a_killed_holders_slot_ret
 async fn eight_processes(dir: &Path, db_arg: &str, schema: Option<&str>, pool: &Pool) {
     let holder = |args: &[&str]| holder_in(args, schema);
     // The victim holds a slot for 30 s (the CLI's default ttl) and is
-    // killed while holding it. Its lease is bound to its session (R16,
-    // amended): the slot comes back once the session's 1 s lapses, long
+    // killed while holding it. Its lease is bound to its session (R16):
+    // the slot comes back once the session's 1 s lapses, long
     // before the ttl; the workers loop for 4 s.
     let mut victim = holder(&["hold", db_arg, "three", "30000"]);
     let mut out = BufReader::new(victim.stdout.take().unwrap());

@@ -85,7 +85,7 @@ fn sqlite() {
     killed_wrapper_gives_the_slot_back(&["--sqlite", db.to_str().unwrap()]);
 }
 
-/// R16, amended: a waiter killed outright holds back no one. A first run
+/// R16: a waiter killed outright holds back no one. A first run
 /// holds the one slot; a second waits, its process's place in the store's
 /// queue; it is killed (SIGKILL); the first ends; a third run that waits
 /// at most 2 s gets the slot, though the dead waiter's place would have

@@ -40,7 +40,7 @@ use crate::{Error, Lease, LeaseId, PoolId, Result, Store, WaiterId};
 /// it fails one that waits, not with `exhausted()`.
 ///
 /// A single-pool borrower of more slots than the pool's count, refused, is
-/// set aside (R15, amended): it keeps its place but holds back no one,
+/// set aside (R15): it keeps its place but holds back no one,
 /// sleeps until a change is told of, and then checks the count (the
 /// first set aside checks for all); once the count reaches its weight it
 /// is again the head, ahead of those queued after it.
@@ -83,7 +83,7 @@ pub(crate) fn acquire<A: Answer>(
         // does not end up holding of them is returned (rule "Lost replies").
         let mut unsure = Unsure::new(store, pools);
         // A single-pool borrow of more than one slot checks the count when
-        // refused: above it, it is set aside (R15, amended).
+        // refused: above it, it is set aside (R15).
         let weight = handoff
             .as_ref()
             .filter(|_| pools.len() == 1)
@@ -281,7 +281,7 @@ async fn drained_behind_a_queue(store: &Arc<dyn Store>, pools: &[PoolId]) -> Opt
 }
 
 /// Reads the count of `pool` and [weighs](crate::wait::Changes::weigh) its
-/// queue with it (R15, amended), unless the queue learned of a change while
+/// queue with it (R15), unless the queue learned of a change while
 /// the read was in flight ([`weigh_read`](crate::wait::Changes::weigh_read)):
 /// a stale count must not set aside again a waiter a raise let back. A
 /// storage error leaves the queue as it is, for the next change to weigh

@@ -125,7 +125,7 @@ impl Made {
 
 /// A bound request to a store with sessions while none is open (the first
 /// is opening, or a lost one is being replaced): it must not be granted
-/// unbound (R16, amended), so the attempt fails retryably and a waiting
+/// unbound (R16), so the attempt fails retryably and a waiting
 /// borrow asks again once the session is open.
 pub(crate) fn unsessioned(store: &Arc<dyn Store>, request: &BorrowRequest) -> Option<crate::Error> {
     let session = store.session()?;

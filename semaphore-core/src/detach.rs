@@ -24,7 +24,7 @@
 //! work lost; the leases involved then free themselves at their ttl.
 //!
 //! Work whose loss would end a lease the caller keeps (a forgotten lease's
-//! unbinding, R13 amended) or keep one its holder gave up (a session's
+//! unbinding, R13) or keep one its holder gave up (a session's
 //! close) runs with [`run_detached_awaited`]: the caller's runtime, when
 //! dropped (the end of a `#[tokio::main]`), waits for it, up to
 //! [`EXIT_WAIT`], and a caller outside any runtime waits for it in place.

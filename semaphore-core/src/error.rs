@@ -118,7 +118,7 @@ pub enum Error {
         lease: LeaseId,
     },
 
-    /// The lease was bound to its store handle's session (R16, amended),
+    /// The lease was bound to its store handle's session (R16),
     /// and the session can no longer vouch for it: no heartbeat landed
     /// before its end (the store was out of reach for longer than the
     /// session timeout). Others may be granted its slots from that end on;
@@ -135,7 +135,7 @@ pub enum Error {
         lease: LeaseId,
     },
 
-    /// The lease was bound to its store handle's session (R16, amended),
+    /// The lease was bound to its store handle's session (R16),
     /// and the store ended that session while this holder still kept it:
     /// its record was deleted or cut short by someone else (an operator, a
     /// cleaning job), or the server lost it (a restart without its data).

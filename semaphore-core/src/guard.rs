@@ -306,8 +306,8 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         Ok(())
     }
 
-    /// Keeps the lease until its ttl instead of returning it on drop (R13,
-    /// amended), and hands back the plain [`Lease`]; return it early later
+    /// Keeps the lease until its ttl instead of returning it on drop (R13),
+    /// and hands back the plain [`Lease`]; return it early later
     /// with [`Pool::return_lease`] and its `id`. The lease is also unbound
     /// from its holder (R16): it lives to its ttl whatever becomes of this
     /// process, the store handle or its session. The unbinding

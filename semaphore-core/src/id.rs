@@ -125,7 +125,7 @@ impl WaiterId {
     }
 }
 
-/// The id of a store handle's session (R16, amended): a record in a
+/// The id of a store handle's session (R16): a record in a
 /// networked store, with an expiry on the server's clock, that bound
 /// leases belong to ([`Session`](crate::Session)). Random (UUID v4), made
 /// by the handle; never reused.

@@ -38,7 +38,7 @@ pub struct Lease {
     /// When the lease frees itself, in wall-clock time, to whole
     /// milliseconds (R7).
     pub expires_at: SystemTime,
-    /// The session the lease is bound to (R16, amended), on a store whose
+    /// The session the lease is bound to (R16), on a store whose
     /// bound leases belong to its handle's session (the networked ones):
     /// the lease is active only while that session lives. `None` for an
     /// unbound lease and on stores whose holder is the process itself

@@ -22,7 +22,7 @@
 //! A borrow may take `n` slots as one lease ([`Pool::borrow_n`],
 //! [`BorrowOptions::slots`]; R15): the `n` lowest free positions, one id,
 //! one token, one expiry. A lease is by default bound to its holder's
-//! session ([`BorrowOptions::bound`]; R16 as amended): the process itself
+//! session ([`BorrowOptions::bound`]; R16): the process itself
 //! for SQLite (a kernel lock), and for PostgreSQL, Redis and MySQL a
 //! [`Session`] of the store handle, a record with an end on the server's
 //! clock that the handle heartbeats. A connection lost and back within the

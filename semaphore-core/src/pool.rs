@@ -25,7 +25,7 @@ pub use held::HELD_POLL_INTERVAL;
 pub use queued::{Enqueued, QueuedBorrow};
 
 /// The session a bound request names: the one open now on a store with
-/// sessions (R16, amended), `None` otherwise.
+/// sessions (R16), `None` otherwise.
 pub(crate) fn bind(store: &Arc<dyn Store>, bound: bool) -> Option<crate::SessionId> {
     if !bound {
         return None;

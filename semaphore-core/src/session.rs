@@ -1,4 +1,4 @@
-//! Sessions (R16 as amended, R17): what a networked store's bound
+//! Sessions (R16, R17): what a networked store's bound
 //! leases belong to, kept alive by a heartbeat, and how a holder knows,
 //! without asking, that its session still vouches for them.
 //!
@@ -97,7 +97,7 @@ pub(super) struct Now {
 
 /// A store handle's session: opened when the handle connects, heartbeated
 /// every third of its timeout while the handle lives, and closed when the
-/// handle is dropped (R16, amended). A networked store owns one and shows
+/// handle is dropped (R16). A networked store owns one and shows
 /// it through [`Store::session`](crate::store::Store::session); bound
 /// leases name the session open when they were borrowed.
 ///
@@ -129,7 +129,7 @@ pub(super) struct Shared {
     /// Held (read) by each unbinding in flight ([`Session::unbinding`]);
     /// the close on drop waits for them (write): a lease forgotten just
     /// before the store handle was dropped must leave the session before
-    /// the session's end ends it (R13, amended).
+    /// the session's end ends it (R13).
     pub(super) unbinding: Arc<tokio::sync::RwLock<()>>,
 }
 
@@ -316,7 +316,7 @@ impl Session {
     }
 
     /// The error of a borrow step that named session `id` and found it
-    /// ended (R16, amended): retryable, once this session is told
+    /// ended (R16): retryable, once this session is told
     /// ([`ended_on_store`](Session::ended_on_store)), so that the core's
     /// next attempt names a new session.
     pub fn ended_error(&self, id: Option<SessionId>) -> crate::Error {

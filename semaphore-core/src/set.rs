@@ -323,7 +323,7 @@ impl LeaseSet {
     }
 
     /// Keeps the leases until their ttl instead of returning them on drop,
-    /// and hands them back, unbound from their holder (R13, amended, as
+    /// and hands them back, unbound from their holder (R13, as
     /// [`LeaseGuard::forget`](crate::LeaseGuard::forget)): they live to
     /// their ttl whatever becomes of this process, the store handle or its
     /// session.

@@ -69,7 +69,7 @@ pub struct BorrowRequest {
     /// an unbound request, leaves the lease to its ttl.
     pub bound: bool,
     /// The session a bound lease belongs to, for a store that has sessions
-    /// ([`Store::session`]; R16, amended): the one open when the borrow
+    /// ([`Store::session`]; R16): the one open when the borrow
     /// started (or, after it ended, when the attempt was made). `None` for
     /// an unbound request, a store without sessions, or while no session is
     /// open; such a lease is left to its ttl. A store that has sessions
@@ -276,7 +276,7 @@ impl TryBorrowAll {
 ///   A store also calls `notify` (or [`Changes::notify_all`]) for what it
 ///   learns of other processes' changes: a notification, a poll, the
 ///   leases of a gone holder it reaped.
-/// - **Holders** (R16, amended). A bound lease belongs to its holder's
+/// - **Holders** (R16). A bound lease belongs to its holder's
 ///   session. A store whose holder is the process (SQLite: a kernel lock
 ///   that only the process's end releases) records the holder with each
 ///   lease of a [`BorrowRequest::bound`] request; a networked store records
@@ -335,7 +335,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// queues of its pools.
     fn changes(&self) -> &Changes;
 
-    /// The handle's session (R16, amended), for a store whose bound leases
+    /// The handle's session (R16), for a store whose bound leases
     /// belong to one: a networked store's, kept by a heartbeat
     /// ([`Session::start`]). `None` for a store whose holder is the process
     /// itself (memory, SQLite).
@@ -403,7 +403,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// lease, or `None` if it was not active.
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>>;
 
-    /// Unbinds lease `lease` of `pool` from its holder (R13, amended): if
+    /// Unbinds lease `lease` of `pool` from its holder (R13): if
     /// it is active, it stays active until its expiry whatever becomes of
     /// the process, the store handle or its session; `true` if it was
     /// active. What [`LeaseGuard::forget`](crate::LeaseGuard::forget)

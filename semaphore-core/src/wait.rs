@@ -21,7 +21,7 @@
 //! may hold a claim.
 //!
 //! A single-pool waiter that asks for more slots than the pool's count is
-//! set aside (R15, amended): it keeps its place, but the head is the first
+//! set aside (R15): it keeps its place, but the head is the first
 //! waiter not set aside, so it holds back no one. The first waiter set
 //! aside is woken by each change to check the count
 //! ([`Changes::weigh`]); once the count reaches its weight it is no longer
@@ -244,7 +244,7 @@ impl Changes {
 
     /// Whether a borrower of `pool` that is not set aside waits in this
     /// process: one that a new borrower must queue behind (R11; one set
-    /// aside holds back no one, R15 amended).
+    /// aside holds back no one, R15).
     pub(crate) fn holds_back(&self, pool: PoolId) -> bool {
         if !self.has_waiters() {
             return false;
@@ -257,7 +257,7 @@ impl Changes {
 
     /// Whether the queued borrower `waiter` of `pool` is not its queue's
     /// head: another is (R11), such as one set aside that a raise of the
-    /// count just brought back ahead of it (R15, amended). A store that
+    /// count just brought back ahead of it (R15). A store that
     /// grants in place refuses such an attempt, which may have left the
     /// borrower's check of its turn before the raise. `false` if it is not
     /// queued in this process.
@@ -274,7 +274,7 @@ impl Changes {
     }
 
     /// Tells the queue of `pool` its count, as a store or a waiter just
-    /// read it (R15, amended): each single-pool waiter for more slots than
+    /// read it (R15): each single-pool waiter for more slots than
     /// `count` is set aside (it keeps its place, but the head is the first
     /// waiter not set aside, so it holds back no one), and each set aside
     /// for no more than `count` takes its place back, ahead of everyone

@@ -109,7 +109,7 @@ impl MemoryStore {
             }
             // A queued borrower asks only as its queue's head; one that
             // is no longer the head (a raise of the count brought back a
-            // borrower ahead of it, R15 amended) waits its turn again.
+            // borrower ahead of it, R15) waits its turn again.
             if let Some(waiter) = request.waiter
                 && self.changes.passed_over(request.pool, waiter)
             {
@@ -224,7 +224,7 @@ impl Store for MemoryStore {
             table.set_count(count);
             // In the count's own step: a waiter for more slots than the
             // count is set aside, one the count now suits is owed the
-            // slots before anyone queued after it (R15, amended).
+            // slots before anyone queued after it (R15).
             self.changes.weigh(pool, count);
             state(pool, table, now)
         };
@@ -297,7 +297,7 @@ impl Store for MemoryStore {
             }
         }
         // A queued borrower asks only as the head of each of its queues; one
-        // that a raise of a count passed over (R15 amended) since it
+        // that a raise of a count passed over (R15) since it
         // checked its turn waits again, as a single-pool borrower does.
         let passed_over = |r: &BorrowRequest| {
             r.waiter

@@ -21,7 +21,7 @@ use crate::schema::{self, Tables};
 use crate::session::Beats;
 
 /// How long `connect` waits for the store's session to open and its
-/// holder connection (R16, amended).
+/// holder connection (R16).
 const HOLDER_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a pooled connection may idle before it is closed.
@@ -105,7 +105,7 @@ pub struct MysqlStore {
     changes: Arc<Changes>,
     time: Time,
     holder: Arc<Holder>,
-    /// The session this store's bound leases belong to (R16, amended).
+    /// The session this store's bound leases belong to (R16).
     session: Session,
     /// The most connections the pool opens: how many stale ones a step
     /// may meet in a row.
@@ -237,14 +237,14 @@ impl MysqlStore {
 
     /// The uuid of the named lock, `semaphore_holder_<uuid>`, that this
     /// store's holder connection keeps while it is up, and that marks its
-    /// queued heads as alive (R16, amended); `None` while it is down. A
+    /// queued heads as alive (R16); `None` while it is down. A
     /// new uuid after each reconnect.
     pub fn holder_id(&self) -> Option<uuid::Uuid> {
         self.holder.current()
     }
 
     /// `result`, after telling the session if the step found the session
-    /// it named ended (R16, amended).
+    /// it named ended (R16).
     fn told<T>(&self, session: Option<semaphore_core::SessionId>, result: Result<T>) -> Result<T> {
         if let (Err(Error::Storage { source, .. }), Some(id)) = (&result, session)
             && source.is::<crate::primitives::SessionEnded>()

@@ -1,4 +1,4 @@
--- The borrow, written once (R5, R6, R9, R10, R11, R15, R16 amended, rules
+-- The borrow, written once (R5, R6, R9, R10, R11, R15, R16, rules
 -- "Lost replies" and "Idempotency keys are atomic"). `{p}` is the table
 -- prefix. Names carry the bodies' revision: a store that finds older ones
 -- (processes of an earlier release still call them) creates its own
@@ -104,9 +104,9 @@ step: BEGIN
     -- One look at the queue: its stale places, this waiter's own live one,
     -- and the slots owed to the live places ahead of it (all of them for
     -- a borrower that is not queued; none to a place whose weight is over
-    -- the count, R15 amended). Stale places are deleted only if there are
+    -- the count, R15). Stale places are deleted only if there are
     -- any. A place whose store's connection is gone (its named lock free)
-    -- is stale too (R16, amended: a killed waiter holds back no one).
+    -- is stale too (R16: a killed waiter holds back no one).
     SELECT COALESCE(SUM(w.alive_until <= v_now OR (w.holder IS NOT NULL AND IS_FREE_LOCK(
                 CONCAT('semaphore_holder_', LOWER(HEX(w.holder)))) <=> 1)), 0),
             COALESCE(SUM(IF(w.alive_until > v_now AND NOT (w.holder IS NOT NULL AND IS_FREE_LOCK(
@@ -152,7 +152,7 @@ step: BEGIN
             END IF;
         END IF;
         -- The earliest end of an active lease: its expiry, or its
-        -- session's end (R16, amended).
+        -- session's end (R16).
         SET o_status = 1, o_next = (SELECT MIN(IF(l.holder IS NULL, l.expires_at,
                     LEAST(l.expires_at, (SELECT x.expires_at FROM {p}_sessions x
                                          WHERE x.id = l.holder))))
@@ -161,7 +161,7 @@ step: BEGIN
                                               WHERE x.id = l.holder AND x.expires_at > v_now)));
         LEAVE step;
     END IF;
-    -- R16, amended: no lease is born dead.
+    -- R16: no lease is born dead.
     IF p_session IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {p}_sessions x
             WHERE x.id = p_session AND x.expires_at > v_now) THEN
         SET o_status = 5;

@@ -5,7 +5,7 @@ use semaphore_core::store::{self, from_unix_ms};
 use semaphore_core::{Holder, LeaseId, PoolId, SessionId};
 
 /// One lease row: `lease, position, token, expires_at, owner, borrow_key,
-/// holder` (the holder is the lease's session, R16 amended).
+/// holder` (the holder is the lease's session, R16).
 pub(crate) type LeaseRow = (
     Vec<u8>,
     u32,

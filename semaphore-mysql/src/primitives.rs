@@ -33,7 +33,7 @@ pub(crate) struct Step<'a> {
 }
 
 /// The source of the error of a step that named a session that has ended
-/// (R16, amended): nothing was granted; the store opens a new session.
+/// (R16): nothing was granted; the store opens a new session.
 #[derive(Debug)]
 pub(crate) struct SessionEnded;
 
@@ -214,7 +214,7 @@ impl Step<'_> {
         Ok(q.affected_rows() > 0)
     }
 
-    /// R13, amended: unbinds an active lease from its session; whether it
+    /// R13: unbinds an active lease from its session; whether it
     /// was active. One statement in autocommit.
     pub(crate) async fn unbind(
         &self,

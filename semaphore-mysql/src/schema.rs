@@ -15,7 +15,7 @@
 //!   would count on from the floor alone.)
 //! - `P_leases`: a row per slot held (R15: a lease of `n` slots has `n`
 //!   rows under one id); the labels on its lowest row; `holder`, the
-//!   session a bound lease belongs to (R16, amended; version 3).
+//!   session a bound lease belongs to (R16; version 3).
 //! - `P_sessions`: a row per store handle's session, its end on the
 //!   server's clock (version 3): a bound lease is active only while its
 //!   session's end is in the future.
@@ -79,7 +79,7 @@ impl Tables {
     }
 
     /// Whether a lease row's session has ended at `now`, an SQL
-    /// expression (R16, amended): it names one, and that session has no
+    /// expression (R16): it names one, and that session has no
     /// row or an end at or before `now`.
     pub(crate) fn gone_at(&self, now: &str) -> String {
         format!(

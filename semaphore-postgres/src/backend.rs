@@ -20,7 +20,7 @@ use crate::{PostgresOptions, schema};
 use semaphore_core::store::DecidingClock as Time;
 
 /// How long `connect` waits for the store's session to open, which holds
-/// its bound leases (R16, amended).
+/// its bound leases (R16).
 const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A [`Store`](semaphore_core::store::Store) in one PostgreSQL database, shared by any number of

@@ -11,7 +11,7 @@
 //! store's view of the server's clock, and records its backend's pid so
 //! that other processes can tell, from `pg_stat_activity`, that a queued
 //! head's process has died (a waiter's place may be bound to its
-//! connection: R16, amended; leases belong to the store's session).
+//! connection: R16; leases belong to the store's session).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -24,7 +24,7 @@ pub(crate) struct Returning {
     pub(crate) changes: Arc<Changes>,
     /// The test's now, unix ms, or `None` for the server's clock.
     pub(crate) now: Option<i64>,
-    /// The session bound leases name (R16, amended), for a claimed head's
+    /// The session bound leases name (R16), for a claimed head's
     /// lease.
     pub(crate) session: Option<semaphore_core::SessionId>,
 }

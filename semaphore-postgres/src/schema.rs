@@ -24,7 +24,7 @@ use migrate::{before_3, migrate_from, shape_3};
 /// free or held (`semaphore_slots`), in place of a row per held slot
 /// (`semaphore_leases`), so that grants and returns on different slots of
 /// one pool commit in parallel. Version 5 binds leases to the
-/// store handles' sessions (`semaphore_sessions`: R16, amended)
+/// store handles' sessions (`semaphore_sessions`: R16)
 /// in place of backends: `session` replaces `holder` and `holder_start`
 /// on slots and places. Version 6 has the same tables, and triggers that
 /// tell a session's holder at once when someone else deletes its row or

@@ -6,7 +6,7 @@
 -- row per slot, `semaphore_slots`, in place of a row per held slot, so
 -- that grants on one pool need not serialize on its pool row;
 -- 5 binds leases to sessions with an end on the server's clock, kept by a
--- heartbeat, in place of backends, R16 amended; 6 tells a session's
+-- heartbeat, in place of backends, R16; 6 tells a session's
 -- holder at once when someone else deletes its row or moves its end
 -- earlier, R17, through triggers on semaphore_sessions).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_store (
 );
 CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tokens;
 CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tickets;
--- R16, amended: a store handle's session, which its bound leases belong
+-- R16: a store handle's session, which its bound leases belong
 -- to. It lives while `expires_at` is in the future; a heartbeat moves it
 -- (semaphore_beat), a clean close deletes it (semaphore_close). An ended
 -- session never lives again, so neither do its leases; its row may be
@@ -104,7 +104,7 @@ LANGUAGE sql VOLATILE AS $$
     SELECT coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)
 $$;
 
--- R16, amended: whether session p_session lives at p_now (its end is
+-- R16: whether session p_session lives at p_now (its end is
 -- after it); true for an unbound lease (no session).
 CREATE OR REPLACE FUNCTION {s}.semaphore_alive(p_session uuid, p_now bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
@@ -120,7 +120,7 @@ LANGUAGE sql STABLE AS $$
         (SELECT x.expires_at FROM {s}.semaphore_sessions x WHERE x.id = p_session), 0)) END
 $$;
 
--- R16, amended: one heartbeat of session p_session. If it lives, its end
+-- R16: one heartbeat of session p_session. If it lives, its end
 -- moves to now + p_timeout; if it has no row and p_open (a fresh id, or
 -- the retry of its first beat), it is created so. The step's reading of
 -- the clock if it lives after, NULL if it ended: an ended session never
@@ -147,7 +147,7 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- R16, amended: ends session p_session at once (a clean close): its
+-- R16: ends session p_session at once (a clean close): its
 -- leases stop being active, and every process's waiters look again.
 CREATE OR REPLACE FUNCTION {s}.semaphore_close(p_session uuid) RETURNS void
 LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
@@ -307,7 +307,7 @@ DECLARE
     v_session uuid; v_stored text;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
-    -- R16, amended: no lease is born dead. The caller opens a new session
+    -- R16: no lease is born dead. The caller opens a new session
     -- and asks again.
     IF p_session IS NOT NULL AND NOT {s}.semaphore_alive(p_session, v_now) THEN
         RETURN QUERY SELECT 5::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
@@ -456,7 +456,7 @@ BEGIN
     END IF;
     SELECT count(*) INTO v_held FROM {s}.semaphore_slots l
         WHERE l.pool = p_pool AND l.expires_at > v_now;
-    -- R15, amended: a head whose weight is over the count keeps its place
+    -- R15: a head whose weight is over the count keeps its place
     -- but is owed nothing while the count is below it.
     SELECT coalesce(sum(w.slots), 0) INTO v_ahead FROM {s}.semaphore_waiters w
         WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807)
@@ -749,7 +749,7 @@ BEGIN
     RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp, v_session;
 END $$;
 
--- R13, amended: unbinds an active lease from its session, so that it
+-- R13: unbinds an active lease from its session, so that it
 -- lives to its expiry whatever becomes of its holder; whether it was
 -- active.
 CREATE OR REPLACE FUNCTION {s}.semaphore_unbind(p_pool uuid, p_lease uuid, p_now bigint)

@@ -55,7 +55,7 @@ pub(crate) struct Sql {
     pub(crate) queue_heads: String,
     /// The wake-up after a return, in a transaction of its own.
     pub(crate) wake: String,
-    /// A session's heartbeat and its close (R16, amended).
+    /// A session's heartbeat and its close (R16).
     pub(crate) beat: String,
     pub(crate) close: String,
     pub(crate) unbind: String,
@@ -79,7 +79,7 @@ pub(crate) struct ReturnArgs<'a> {
     /// Its ttl, in ms, and owner label.
     pub(crate) ttl: Option<i64>,
     pub(crate) owner: Option<&'a str>,
-    /// The session its lease is bound to (R16, amended), if bound.
+    /// The session its lease is bound to (R16), if bound.
     pub(crate) session: Option<uuid::Uuid>,
 }
 
@@ -142,7 +142,7 @@ pub(crate) struct TryBorrowArgs<'a> {
     pub(crate) keep_place: bool,
     /// How many slots to grant as one lease (R15).
     pub(crate) slots: i64,
-    /// The session of a bound lease (R16, amended); `None` for a lease
+    /// The session of a bound lease (R16); `None` for a lease
     /// left to its ttl.
     pub(crate) session: Option<uuid::Uuid>,
     /// A held place's hold, in ms ([`BorrowRequest::hold`](semaphore_core::store::BorrowRequest::hold)):
@@ -249,7 +249,7 @@ impl Sql {
 /// expires_at, session`).
 pub(crate) enum Attempt {
     Granted(Lease),
-    /// The session the request named has ended (R16, amended): nothing was
+    /// The session the request named has ended (R16): nothing was
     /// granted; a new session is needed.
     SessionEnded,
     /// Exhausted; the earliest expiry, if any lease is active.

@@ -99,7 +99,7 @@ async fn a_server_restart_fails_calls_retryably_then_waiters_are_served() {
     assert_eq!(retry(|| pool.inspect()).await.in_use, 1);
 }
 
-/// R16, amended: a server restart with the data intact ends no session.
+/// R16: a server restart with the data intact ends no session.
 /// A bound lease outlives the restart and twice the session timeout after
 /// it: its holder still holds it (the heartbeat landed again), and a
 /// borrower that waits that long is refused; once the holder lets go, the
@@ -297,7 +297,7 @@ async fn waiters_are_polled_while_the_listener_cannot_connect() {
     let waiter = {
         let pool = pool.clone();
         // Unbound: the session's heartbeat also connects by `listen_url`,
-        // so this handle has no session to bind a lease to (R16, amended).
+        // so this handle has no session to bind a lease to (R16).
         let unbound = BorrowOptions::default().bound(false);
         tokio::spawn(async move {
             pool.borrow_with(TTL, Duration::from_secs(20), unbound)

@@ -75,10 +75,10 @@ pub struct RedisStore {
     pub(crate) time: DecidingClock,
     pub(crate) restart_grace_ms: u64,
     /// The connection that marks this process's queued heads as alive
-    /// (R16, amended: a waiter's place is bound to a connection); none on
+    /// (R16: a waiter's place is bound to a connection); none on
     /// a cluster.
     pub(crate) holder: Option<Holder>,
-    /// The session this store's bound leases belong to (R16, amended).
+    /// The session this store's bound leases belong to (R16).
     pub(crate) session: Session,
     /// Its heartbeat, which a bound borrow on a cluster slot joins first.
     pub(crate) beats: Arc<Beats>,
@@ -97,7 +97,7 @@ pub(crate) enum Wake {
 
 impl RedisStore {
     /// The client id of the connection that marks this process's queued
-    /// heads as alive (R16, amended), `None` while it is down, and always
+    /// heads as alive (R16), `None` while it is down, and always
     /// on a cluster.
     pub fn holder_id(&self) -> Option<i64> {
         self.holder.as_ref().and_then(Holder::id)

@@ -113,7 +113,7 @@ impl RedisStore {
     ///
     /// What differs from one server (each script touches its pool's slot
     /// alone):
-    /// - **Sessions** (R16, amended) keep their end once per hash slot
+    /// - **Sessions** (R16) keep their end once per hash slot
     ///   where they hold bound leases, `PREFIX:{<slot's tag>}:s:<id>`; the
     ///   first bound borrow on a slot costs one more round trip, and each
     ///   heartbeat renews every such key.
@@ -132,7 +132,7 @@ impl RedisStore {
     ///   grant, then taken in order, and what was taken given back if a
     ///   later slot refuses in between). A hash tag in the prefix puts a
     ///   store's pools on one slot ([`RedisOptions::prefix`]).
-    /// - **Waiters' places** (R16, amended) name the store's own link to
+    /// - **Waiters' places** (R16) name the store's own link to
     ///   the master of the pool's slot (its `CLIENT ID` there, learned once
     ///   per slot): a killed waiter holds back no one. After a failover or
     ///   a reconnect, places named by an old link are judged gone: their

@@ -32,7 +32,7 @@ fn session_label(session: Option<semaphore_core::SessionId>) -> String {
     label(session.map(|s| s.as_uuid().to_string()).as_deref())
 }
 
-/// Waiter liveness (R16, amended): see [`holder`](crate::holder).
+/// Waiter liveness (R16): see [`holder`](crate::holder).
 impl RedisStore {
     /// The client id that marks this process's queued heads as alive.
     pub(crate) fn connection_label(&self, pool: PoolId) -> String {
@@ -40,7 +40,7 @@ impl RedisStore {
     }
 
     /// Forgets the queued heads of `pool` whose connections, among
-    /// `connections`, the server no longer has (R16, amended: a killed
+    /// `connections`, the server no longer has (R16: a killed
     /// waiter holds back no one), waking its waiters; whether any was.
     pub(crate) async fn reap_gone(&self, pool: PoolId, connections: &[i64]) -> Result<bool> {
         let own = self.waiter_link(pool);

@@ -9,7 +9,7 @@ use crate::error::malformed;
 /// A borrow's or renew's answer for one pool.
 pub(crate) enum Attempt {
     Granted(Lease),
-    /// The session the request named has ended (R16, amended).
+    /// The session the request named has ended (R16).
     SessionEnded,
     /// Refused; when to look again (the earliest expiry), unix ms, and the
     /// holders of the pool's bound leases (R16).

@@ -346,7 +346,7 @@ impl Store for SqliteStore {
     }
 
     /// None: a bound lease's holder is this process, held by a kernel lock
-    /// (R16, amended); it has no end but the process's.
+    /// (R16); it has no end but the process's.
     fn session(&self) -> Option<&semaphore_core::Session> {
         None
     }

@@ -38,7 +38,7 @@ pub(crate) fn forget_waiter(
 
 /// Drops the heads queued ahead of `ticket` whose process is gone (see
 /// [`liveness`](crate::liveness)); the slots they were owed (R15; none for
-/// a head whose weight is over `count`, R15 amended).
+/// a head whose weight is over `count`, R15).
 pub(crate) fn drop_dead_heads(
     conn: &Connection,
     key: &[u8],
@@ -67,7 +67,7 @@ pub(crate) fn drop_dead_heads(
         conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
             .execute(params![key, w])?;
     }
-    // Only the weights that were owed (R15, amended: not those over the count).
+    // Only the weights that were owed (R15: not those over the count).
     Ok(dead
         .iter()
         .map(|(_, slots)| *slots)

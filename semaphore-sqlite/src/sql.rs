@@ -231,7 +231,7 @@ pub(crate) fn try_borrow(
         None => None,
     };
     let my_ticket = mine.map_or(i64::MAX, |m| m.0);
-    // R15, amended: a head whose weight exceeds the count keeps its place
+    // R15: a head whose weight exceeds the count keeps its place
     // but is owed nothing while the count is below it.
     let mut ahead: i64 = conn
         .prepare_cached(

@@ -155,7 +155,7 @@ pub async fn r11_held_places_know_their_place_and_are_woken_by_a_return(f: Fixtu
     assert_eq!(holders[0].owner.as_deref(), Some("ticket-two"));
 }
 
-/// R15, amended: a held place for more slots than the pool's count keeps
+/// R15: a held place for more slots than the pool's count keeps
 /// its place but holds back no one while the count is below its weight:
 /// borrowers that come after it are granted, even with no wait. Once the
 /// count is raised to its weight, it is owed the slots before anyone who

@@ -1,6 +1,6 @@
 //! Cases where a change lands while a borrower's store call or count read
-//! is in flight, each held at a [`GatedStore`]'s gate (R11, R12, R15
-//! amended). A hostile review found each of them; each failed on the memory
+//! is in flight, each held at a [`GatedStore`]'s gate (R11, R12, R15).
+//! A hostile review found each of them; each failed on the memory
 //! store before its fix.
 
 use std::sync::Arc;
@@ -28,7 +28,7 @@ async fn settle() {
     }
 }
 
-/// R15 amended, R5: a count read while an earlier queue of the pool stood
+/// R15, R5: a count read while an earlier queue of the pool stood
 /// is not applied to the queue made after it. A borrower of 2 reads the
 /// count (2, held at the gate); the count is raised to 4 and a return
 /// serves it, which empties the queue. A borrower of 3 then queues anew
@@ -116,7 +116,7 @@ pub async fn keyed_hand_off_to_a_dropped_borrower_keeps_the_other_borrowers_leas
     );
 }
 
-/// R11, R15 amended: a multi-pool head's own call, started before a raise
+/// R11, R15: a multi-pool head's own call, started before a raise
 /// of a count brought a borrower set aside back ahead of it, is not
 /// granted: the borrower of 3, queued first, is served first.
 pub async fn r15_a_raise_holds_back_a_multi_pool_call_in_flight(f: Fixture) {

@@ -12,7 +12,7 @@ use crate::{BorrowOptions, Error, LeaseGuard, Pool, PoolId};
 
 const TTL: Duration = Duration::from_secs(3600);
 
-/// R16 (amended), R17, R13 (amended): a bound lease (the default) frees
+/// R16, R17, R13: a bound lease (the default) frees
 /// once its holder ends, long before its ttl, and the slot goes to the next
 /// borrower; an unbound lease and a forgotten one of the same holder stay
 /// until their ttl; while the holder lives, nobody takes its leases; and a

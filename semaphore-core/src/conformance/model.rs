@@ -113,7 +113,7 @@ where
     MF: Future<Output = Fixture>,
 {
     // Multi-thread, so that `forget()` lands its unbinding before it returns
-    // (R13 amended): on a current-thread runtime it runs in the background,
+    // (R13): on a current-thread runtime it runs in the background,
     // and a networked store's next grant of the sequence could find the
     // lease's row locked by it and take a higher position.
     let runtime = tokio::runtime::Builder::new_multi_thread()

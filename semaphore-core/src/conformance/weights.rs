@@ -121,7 +121,7 @@ pub async fn r15_slots_zero_or_above_max_count_are_refused_and_nothing_changes(f
     );
 }
 
-/// R15, amended: a borrower of more slots than the count keeps its place
+/// R15: a borrower of more slots than the count keeps its place
 /// but holds back no one while the count is below its weight: later
 /// borrowers of one are granted, the second even with no wait. Once the
 /// count is raised to its weight it is served before later borrowers: a
@@ -159,7 +159,7 @@ pub async fn r15_more_slots_than_the_count_hold_back_no_one_until_a_raise(f: Fix
     assert_eq!(later.await.unwrap().unwrap().position, 0);
 }
 
-/// R15, amended: a count read that a raise overtakes does not set aside
+/// R15: a count read that a raise overtakes does not set aside
 /// again the waiter the raise let back. A borrower of 3 on a pool of 2
 /// reads the count (2) after its refusal; the count is raised to 3 before
 /// that read reaches it. Weighing with the stale 2 would set it aside, so

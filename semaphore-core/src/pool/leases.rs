@@ -164,7 +164,7 @@ impl Pool {
         Ok(renewed)
     }
 
-    /// Unbinds lease `lease` from its holder (R13 and R16, amended): if it
+    /// Unbinds lease `lease` from its holder (R13 and R16): if it
     /// is active, it stays active until its expiry whatever becomes of
     /// this process, the store handle or its session. `true` if it was
     /// active. [`LeaseGuard::forget`](crate::LeaseGuard::forget) does this

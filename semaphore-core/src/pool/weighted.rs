@@ -19,7 +19,7 @@ impl Pool {
     /// waits for the count to be raised, as a borrow on a pool of count 0
     /// does (R2), but keeps its place without holding back anyone behind
     /// it meanwhile; once the count reaches `n` it is served before those
-    /// queued after it (R15, amended). This last part does not hold for
+    /// queued after it (R15). This last part does not hold for
     /// a multi-pool borrow ([`PoolSet`](crate::PoolSet)), whose head holds
     /// back its queues as before.
     ///

@@ -9,7 +9,7 @@
 //! granted only to a poll, never handed a slot by a return, and lapses
 //! `hold` after its latest poll (R12). A place for more slots than the
 //! pool's count keeps its place but is owed nothing until the count
-//! reaches its weight (R15, amended).
+//! reaches its weight (R15).
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
@@ -43,7 +43,7 @@ impl Places {
 
     /// The slots owed to the places that came before `arrival`, on a pool
     /// of `count` slots: a place for more than `count` keeps its place but
-    /// is owed nothing while the count is below its weight (R15, amended).
+    /// is owed nothing while the count is below its weight (R15).
     fn owed_before(&self, arrival: u64, count: u32) -> u32 {
         self.0
             .iter()
@@ -67,7 +67,7 @@ impl SlotTable {
     /// [`Changes::arrival_of`](crate::store::Changes::arrival_of), or
     /// `u64::MAX` for one not queued): only from the slots left after
     /// those owed to the held places that came before it, each owed its
-    /// weight, but none for more slots than the count (R11, R15 amended).
+    /// weight, but none for more slots than the count (R11, R15).
     /// A refusal tells the earliest moment the answer
     /// can change by itself ([`next_change`](SlotTable::next_change)).
     pub fn grant_in_turn(

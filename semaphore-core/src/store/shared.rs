@@ -1,7 +1,7 @@
 //! What the stores whose processes share one queue (SQLite, PostgreSQL,
 //! Redis, MySQL) do alike: the range of their poll, how long a queued
 //! head's place in the shared queue outlives its last look and when a look
-//! refreshes it (R11, R16 amended), the checks of their common options,
+//! refreshes it (R11, R16), the checks of their common options,
 //! and lease rows read back as [`Holder`]s (R15).
 
 use std::time::{Duration, SystemTime};
@@ -153,7 +153,7 @@ pub struct LeaseRow {
     pub owner: Option<String>,
     /// The idempotency key given at borrow, if any, as it is listed.
     pub key: Option<String>,
-    /// The session the lease is bound to, if any (R16, amended).
+    /// The session the lease is bound to, if any (R16).
     pub session: Option<SessionId>,
 }
 
@@ -234,7 +234,7 @@ macro_rules! networked_store_options {
                 self
             }
 
-            /// The session timeout (R16, amended): how long the store's
+            /// The session timeout (R16): how long the store's
             /// session, which holds its bound leases, outlives its last
             /// heartbeat on the server's clock. A connection that drops and
             /// comes back within it keeps every bound lease; a process

@@ -1,16 +1,15 @@
-//! The times a store's calls and sessions are bounded by (R16, amended;
-//! the fourth round's hostile testing).
+//! The times a store's calls and sessions are bounded by (R16).
 
 use std::time::Duration;
 
 use super::{DecidingClock, MAX_UNIX_MS};
 use crate::Result;
 
-/// The session timeout a networked store uses unless told otherwise (R16,
-/// amended): 10 s.
+/// The session timeout a networked store uses unless told otherwise (R16):
+/// 10 s.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The shortest session timeout a store accepts (R16, amended): 1 s.
+/// The shortest session timeout a store accepts (R16): 1 s.
 pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Checks a store option's session timeout, if one was set, against

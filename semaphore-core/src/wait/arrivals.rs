@@ -33,7 +33,7 @@ impl Changes {
     }
 
     /// The borrowers of `pool` queued in this process before `arrival` that
-    /// are not set aside (R15, amended): how many, and the slots they ask
+    /// are not set aside (R15): how many, and the slots they ask
     /// for (one for a multi-pool borrower). What an in-process store's
     /// held place that came at `arrival` waits behind.
     pub fn ahead_of(&self, pool: PoolId, arrival: u64) -> (usize, u32) {

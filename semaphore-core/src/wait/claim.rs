@@ -79,7 +79,7 @@ impl Changes {
         }
         let queues = self.queues.lock();
         let mut like: Option<&HandOff> = None;
-        // Those set aside hold back no one (R15, amended).
+        // Those set aside hold back no one (R15).
         let waiters = queues.get(&pool)?.waiters.iter();
         for waiter in waiters.filter(|w| !w.is_aside()) {
             let asked = claimable(waiter)?;

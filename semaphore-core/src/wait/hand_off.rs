@@ -13,7 +13,7 @@ impl Changes {
     /// pool's atomic step (its lock or transaction) and before anyone else
     /// can take them. `count` is the pool's count in that step: the queue
     /// is first [weighed](Changes::weigh) with it, so that a waiter for
-    /// more slots than `count` is passed over (R15, amended). `grant` grants one request as a borrow would, in that
+    /// more slots than `count` is passed over (R15). `grant` grants one request as a borrow would, in that
     /// same step; each lease it grants goes to the head, which is taken
     /// out of the queue and woken with it. It stops at the first refusal,
     /// telling the new head the earliest expiry the refusal reported (so a

@@ -131,7 +131,7 @@ impl Ticket<'_> {
     }
 
     /// Whether the ticket is set aside: it asks for more slots than its
-    /// pool's count when last weighed ([`Changes::weigh`], R15 amended).
+    /// pool's count when last weighed ([`Changes::weigh`], R15).
     pub(crate) fn is_aside(&self) -> bool {
         self.waiter.is_aside()
     }

@@ -47,7 +47,7 @@ pub struct Config {
     /// The leases' ttl (kept alive by the holders): far above the session
     /// timeout, so that a holder cut off is protected by its session alone.
     pub ttl: Duration,
-    /// The stores' session timeout (R16, amended).
+    /// The stores' session timeout (R16).
     pub session_timeout: Duration,
     /// How long the nemesis injects faults.
     pub duration: Duration,

@@ -5,7 +5,7 @@
 -- while the pool grants nothing new), 'w:' .. head
 -- for a queued head waiting for more than one slot, 'c:' .. head for the
 -- client id of the connection that marks its process alive, and 's:' ..
--- session for each session of bound leases, R16 amended: how many it
+-- session for each session of bound leases, R16: how many it
 -- holds), leases (hash:
 -- lease id -> JSON record {p, t, e, o, k}, with ps, every position, for a
 -- lease of several slots, R15, and s, its session, for a bound lease),
@@ -18,7 +18,7 @@
 --
 -- Outside the pools, under ARGV[6] (PREFIX on one server, PREFIX:{<tag of
 -- the pool's slot>} on a cluster): :s:<session> (string: the session's
--- end, ms; R16 amended: a bound lease is active only while its session's
+-- end, ms; R16: a bound lease is active only while its session's
 -- end is in the future), and :run (hash: id, the server run id that last
 -- granted or registered; until, the end of the restart grace it set).
 --
@@ -100,7 +100,7 @@ local function member(id, p, low)
     return id .. ':' .. fmt(p)
 end
 
--- R16, amended: the end of session sid (ms), or nil if it has none.
+-- R16: the end of session sid (ms), or nil if it has none.
 local function session_end(sid)
     local e = redis.call('GET', PREFIX .. ':s:' .. sid)
     if not e then return nil end

@@ -79,7 +79,7 @@ local function room(k, st, waiter)
         heads = redis.call('ZRANGE', k.queue, 0, -1)
     end
     for _, w in ipairs(heads) do
-        -- R15, amended: a head whose weight is over the count keeps its
+        -- R15: a head whose weight is over the count keeps its
         -- place but is owed nothing while the count is below it.
         local weight = tonumber(redis.call('HGET', k.pool, 'w:' .. w) or '1')
         if weight <= st.count then ahead = ahead + weight end
@@ -156,7 +156,7 @@ end
 -- A refusal: when to look again (the earliest expiry or end of a live
 -- session, or the grace's end), and, if slots are free but owed to the
 -- heads ahead, the client ids of their connections, for the caller to ask
--- which are gone (R16, amended: a killed waiter holds back no one).
+-- which are gone (R16: a killed waiter holds back no one).
 local function refusal(k, st, owed, heads)
     if in_grace(st) then return {1, false, false, false, st.grace, {}} end
     local first = redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES')
@@ -218,7 +218,7 @@ if op == 'borrow' then
     end
     local free, heads = room(k, st, waiter)
     if free >= n then
-        -- R16, amended: no lease is born dead.
+        -- R16: no lease is born dead.
         if session and not alive(session) then return {5} end
         leave(k, waiter)
         return grant(k, id, ttl, owner, key, n, session)
@@ -283,7 +283,7 @@ if op == 'borrow_all' then
         for i = 1, n do replies[i] = replies[i] or {3} end
         return replies
     end
-    -- R16, amended: no lease is born dead.
+    -- R16: no lease is born dead.
     if session and not alive(session) then return {{5, 1}} end
     for i = 1, n do
         replies[i] = replies[i]

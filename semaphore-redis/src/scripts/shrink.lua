@@ -32,7 +32,7 @@ if op == 'set_draining' then
 end
 
 if op == 'reap_waiters' then
-    -- R16, amended: forgets every queued head whose connection is one of
+    -- R16: forgets every queued head whose connection is one of
     -- those named (gone, as the server's client list said); how many.
     local k = K(1)
     if not exists(k) then return 0 end
@@ -51,7 +51,7 @@ if op == 'reap_waiters' then
 end
 
 if op == 'beat' then
-    -- R16, amended: one heartbeat of the session whose key is KEYS[1]: if
+    -- R16: one heartbeat of the session whose key is KEYS[1]: if
     -- it lives, its end moves to now + ARGV[A] ms; if it has no key and
     -- ARGV[A + 1] is '1' (a fresh id), it is made so. Now if it lives
     -- after, false if it has ended: an ended session never lives again.
@@ -67,7 +67,7 @@ if op == 'beat' then
 end
 
 if op == 'close' then
-    -- R16, amended: ends the session whose key is KEYS[1] at once; every
+    -- R16: ends the session whose key is KEYS[1] at once; every
     -- process's waiters look again.
     if redis.call('DEL', KEYS[1]) == 1 then redis.call(PUBLISH, CHANNEL, '*') end
     return 1
@@ -119,7 +119,7 @@ if op == 'renew' then
 end
 
 if op == 'unbind' then
-    -- R13, amended: unbinds an active lease from its session; 1 if it was
+    -- R13: unbinds an active lease from its session; 1 if it was
     -- active.
     local k = K(1)
     if not exists(k) then return 0 end

@@ -232,8 +232,8 @@ pub(crate) fn holders(
     Ok(Some(holders_of(rows, pool)))
 }
 
-/// Unbinds lease `lease` of `pool` from its holder if it is active (R13,
-/// amended): it then lives to its expiry whatever becomes of the process;
+/// Unbinds lease `lease` of `pool` from its holder if it is active (R13):
+/// it then lives to its expiry whatever becomes of the process;
 /// whether it was active.
 pub(crate) fn unbind(
     conn: &Connection,
