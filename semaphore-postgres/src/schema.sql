@@ -130,7 +130,11 @@ CREATE OR REPLACE FUNCTION {s}.semaphore_beat(
 LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE v_now bigint := {s}.semaphore_now(p_now);
 BEGIN
-    UPDATE {s}.semaphore_sessions x SET expires_at = least(v_now + p_timeout, {max_ms})
+    -- Never earlier than it was: a server clock stepped back (NTP, a
+    -- standby that lags) must not read as someone cutting the session
+    -- short (the trigger below), nor end it before its holder's deadline.
+    UPDATE {s}.semaphore_sessions x
+        SET expires_at = greatest(x.expires_at, least(v_now + p_timeout, {max_ms}))
         WHERE x.id = p_session AND x.expires_at > v_now;
     IF FOUND THEN
         RETURN v_now;
