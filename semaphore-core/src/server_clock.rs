@@ -45,8 +45,8 @@ pub struct ServerClock {
     /// Server minus local, in ms, at the midpoint of the last reading.
     offset_ms: AtomicI64,
     /// The reading that bounds the server's clock lowest; `None` before
-    /// the first.
-    bound: Mutex<Option<Bound>>,
+    /// the first. Shared with the sleeps on the view, which read it again.
+    bound: Arc<Mutex<Option<Bound>>>,
 }
 
 /// One reading of the server's clock: `server_ms` read in a step sent at
@@ -106,7 +106,7 @@ impl ServerClock {
         Self {
             local,
             offset_ms: AtomicI64::new(0),
-            bound: Mutex::new(None),
+            bound: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -150,27 +150,46 @@ impl ServerClock {
     }
 }
 
+/// The latest the server's clock can read at local time `local`, by
+/// `bound` (module docs); `local` itself before the first reading.
+fn view_at(bound: Option<Bound>, local: SystemTime) -> SystemTime {
+    match bound {
+        Some(bound) => from_unix_ms(bound.at(unix_ms(local) as i64).max(0) as u64),
+        None => local,
+    }
+}
+
 impl Clock for ServerClock {
     /// The latest the server's clock can read now (module docs).
     fn now(&self) -> SystemTime {
-        let local = self.local.now();
-        match *self.bound.lock() {
-            Some(bound) => from_unix_ms(bound.at(unix_ms(local) as i64).max(0) as u64),
-            None => local,
-        }
+        view_at(*self.bound.lock(), self.local.now())
     }
 
     /// Completes once [`now`](Clock::now) reaches `deadline`: no later
-    /// than the server's clock does.
+    /// than the server's clock does. The local time that reaching takes is
+    /// worked out again from the newest reading at least every
+    /// [`RECHECK`](crate::clock::RECHECK) of local time, so a reading that
+    /// moves the view (the server's clock stepped forward, a failover to a
+    /// server ahead) ends the sleep within a second (R17).
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
-        let bound = *self.bound.lock();
-        match bound {
-            Some(bound) => {
-                let when = bound.local_when(unix_ms(deadline) as i64);
-                self.local.sleep_until(from_unix_ms(when.max(0) as u64))
+        let (local, bound) = (self.local.clone(), self.bound.clone());
+        Box::pin(async move {
+            loop {
+                let current = *bound.lock();
+                let now = local.now();
+                if view_at(current, now) >= deadline {
+                    return;
+                }
+                let when = match current {
+                    Some(bound) => {
+                        from_unix_ms(bound.local_when(unix_ms(deadline) as i64).max(0) as u64)
+                    }
+                    None => deadline,
+                };
+                let recheck = crate::clock::saturating_add(now, crate::clock::RECHECK);
+                local.sleep_until(when.min(recheck)).await;
             }
-            None => self.local.sleep_until(deadline),
-        }
+        })
     }
 }
 
@@ -280,6 +299,27 @@ mod tests {
             "the view stayed behind the stepped clock: {:?}",
             view.now()
         );
+    }
+
+    /// R17: a reading that moves the view past a deadline (the server's
+    /// clock stepped 10 s forward) ends a sleep on the view within a
+    /// second of local time, not at the local deadline worked out before.
+    #[test]
+    fn a_sleep_on_the_view_sees_a_new_reading_within_a_second() {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let local = Arc::new(ManualClock::new());
+        let view = ServerClock::new(local.clone());
+        let t = local.now();
+        view.observe(t, unix_ms(t) as i64, t);
+        let deadline = view.now() + Duration::from_secs(6);
+        let mut sleep = view.sleep_until(deadline);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(sleep.as_mut().poll(&mut cx).is_pending());
+        view.observe(t, unix_ms(t) as i64 + 10_000, t);
+        assert!(view.now() >= deadline);
+        local.advance(crate::clock::RECHECK);
+        assert_eq!(sleep.as_mut().poll(&mut cx), Poll::Ready(()));
     }
 
     #[test]
