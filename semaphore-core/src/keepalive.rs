@@ -69,7 +69,11 @@ async fn renew_loop(
             }
             () = clock.sleep_until(next) => {}
         }
-        match renew_before_expiry(&pool, &lease, ttl).await {
+        // One attempt may not wait longer than twice the renewal period
+        // (at most a third of the ttl): a renewal stuck on a connection
+        // gone silent is given up and tried again, on another.
+        let attempt = (every * 2).min(ttl / 3).max(RETRY_FIRST);
+        match renew_before_expiry(&pool, &lease, ttl, attempt).await {
             Ok(renewed) => {
                 // The renewed lease keeps its binding.
                 lease = renewed.with_session(session);
@@ -124,20 +128,31 @@ async fn session_ended(pool: &Pool, session: Option<crate::SessionId>) {
     }
 }
 
-/// Renews `lease`, or fails once it is lost while the renewal is still
-/// under way (a stalled server, a row lock held elsewhere, a partition):
-/// with [`Error::LeaseExpired`] once the store's clock reaches its expiry,
+/// Renews `lease` in one attempt of at most `attempt` (then a retryable
+/// error), or fails once it is lost while the renewal is still under way
+/// (a stalled server, a row lock held elsewhere, a partition): with
+/// [`Error::LeaseExpired`] once the store's clock reaches its expiry,
 /// with [`Error::SessionLost`] (or [`Error::SessionEnded`]) once its
 /// session no longer vouches for it.
 /// The loss is reported then, whatever the store call is doing. The
 /// abandoned call is dropped; if it did renew after all, the guard's
 /// return frees the slot.
-async fn renew_before_expiry(pool: &Pool, lease: &Lease, ttl: Duration) -> Result<Lease, Error> {
+async fn renew_before_expiry(
+    pool: &Pool,
+    lease: &Lease,
+    ttl: Duration,
+    attempt: Duration,
+) -> Result<Lease, Error> {
     let mut renewal = std::pin::pin!(pool.renew(lease, ttl));
     tokio::select! {
         biased;
         renewed = &mut renewal => renewed,
         e = until_lost(pool, lease) => Err(e),
+        () = tokio::time::sleep(attempt) => Err(Error::Storage {
+            operation: "renew",
+            retryable: true,
+            source: format!("no answer within {attempt:?}; trying again").into(),
+        }),
     }
 }
 

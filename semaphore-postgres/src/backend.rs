@@ -102,6 +102,55 @@ pub struct PostgresStore {
     pub(crate) session: Session,
 }
 
+/// A pooled connection that leaves the pool for good (and closes) if the
+/// call using it is dropped before it finishes, as a call given up on a
+/// connection gone silent is (a half-open connection, a stalled flow):
+/// the next call gets another instead of queueing behind the stuck one.
+struct Leased(Option<deadpool_postgres::Object>);
+
+impl Leased {
+    fn client(&self) -> &deadpool_postgres::Object {
+        self.0
+            .as_ref()
+            .expect("a leased connection until it goes back")
+    }
+
+    /// The call finished: the connection goes back to the pool.
+    fn back(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for Leased {
+    fn drop(&mut self) {
+        if let Some(object) = self.0.take() {
+            drop(deadpool_postgres::Object::take(object));
+        }
+    }
+}
+
+/// `config` with the socket options that make a connection to a peer gone
+/// silent (a half-open connection: a dropped NAT or firewall entry, a
+/// partition) fail rather than hang, unless the connection string set
+/// them: a connect gives up after 5 s, data not acknowledged within 10 s
+/// (`tcp_user_timeout`, Linux) and an idle connection whose keep-alive
+/// probes go unanswered for about 11 s fail the connection, so that a
+/// renewal or a heartbeat stuck on it is tried again on another (R17).
+fn dead_peers_fail(mut config: Config) -> Config {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(std::time::Duration::from_secs(5));
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(std::time::Duration::from_secs(10));
+    }
+    config
+        .keepalives(true)
+        .keepalives_idle(std::time::Duration::from_secs(5))
+        .keepalives_interval(std::time::Duration::from_secs(2))
+        .keepalives_retries(3);
+    config
+}
+
 fn invalid_url(field: &'static str, e: impl std::fmt::Display) -> Error {
     Error::InvalidArgument {
         field,
@@ -139,7 +188,7 @@ impl PostgresStore {
     ///   refuses (not retryable).
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
         options.check()?;
-        let config: Config = url.parse().map_err(|e| invalid_url("url", e))?;
+        let config = dead_peers_fail(url.parse().map_err(|e| invalid_url("url", e))?);
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -159,7 +208,7 @@ impl PostgresStore {
                 got: e.to_string(),
             })?;
         let listen = match &options.listen_url {
-            Some(url) => url.parse().map_err(|e| invalid_url("listen_url", e))?,
+            Some(url) => dead_peers_fail(url.parse().map_err(|e| invalid_url("listen_url", e))?),
             None => config,
         };
         Self::from_pool(pool, listen, options).await
@@ -368,10 +417,12 @@ impl PostgresStore {
             return Err(Error::NoRuntime { operation });
         }
         semaphore_core::store::bounded(operation, async {
-            let client = self.pool.get().await.map_err(pool_error(operation))?;
-            crate::sql::run(&client, self.sql.prepared, statement, params)
+            let client = Leased(Some(self.pool.get().await.map_err(pool_error(operation))?));
+            let rows = crate::sql::run(client.client(), self.sql.prepared, statement, params)
                 .await
-                .map_err(storage(operation))
+                .map_err(storage(operation));
+            client.back();
+            rows
         })
         .await
     }
