@@ -306,7 +306,6 @@ mod tests {
     /// second of local time, not at the local deadline worked out before.
     #[test]
     fn a_sleep_on_the_view_sees_a_new_reading_within_a_second() {
-        use std::future::Future;
         use std::task::{Context, Poll, Waker};
         let local = Arc::new(ManualClock::new());
         let view = ServerClock::new(local.clone());
