@@ -89,7 +89,11 @@ fn sleep_rechecking(now: impl Fn() -> SystemTime + Send + 'static, deadline: Sys
 /// A networked store's [`ServerClock`](crate::store::ServerClock) views the
 /// server's clock through it, so that a holder's local deadlines (R17) move
 /// neither when an administrator or NTP steps the system clock nor when the
-/// machine sleeps. Sleeps use tokio's timer.
+/// machine sleeps. Sleeps use tokio's timer, reading this clock again at
+/// least every second. Outside Linux, [`std::time::Instant`] may stop while
+/// the machine sleeps (macOS's does): there a suspended machine's holders
+/// learn of a lost lease up to the time slept late (R17 across a suspend
+/// holds on Linux).
 #[derive(Debug, Clone, Copy)]
 pub struct MonotonicClock {
     wall: SystemTime,

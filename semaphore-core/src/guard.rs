@@ -113,7 +113,8 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     }
 
     /// [`keep_alive`](LeaseGuard::keep_alive), renewing every `every`
-    /// (at least 1 ms) rather than every third of the ttl: a holder's
+    /// (at least 1 ms, at most a third of the ttl) rather than every third
+    /// of the ttl: a holder's
     /// local deadline (R17) runs from the last renewal that landed, so
     /// renewing more often makes it lag the store's expiry by less, and an
     /// outage survives more of the ttl (`semaphore run` renews every
@@ -125,7 +126,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
                 self.pool().clone(),
                 self.lease.clone(),
                 self.ttl,
-                every,
+                every.min(self.ttl / 3),
             ));
         }
     }

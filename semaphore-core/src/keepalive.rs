@@ -65,6 +65,7 @@ async fn renew_loop(
         tokio::select! {
             biased;
             () = session_ended(&pool, session) => {
+                planted_lateness().await;
                 return give_up(&pool, &lease, &tx, session_lost(&pool, &lease));
             }
             () = clock.sleep_until(next) => {}
@@ -160,6 +161,21 @@ async fn renew_before_expiry(
 /// its session: what [`LeaseGuard::lost`](crate::LeaseGuard::lost) waits
 /// for without keep-alive.
 pub(crate) async fn until_lost(pool: &Pool, lease: &Lease) -> Error {
+    let lost = until_lost_on_time(pool, lease).await;
+    planted_lateness().await;
+    lost
+}
+
+/// The fault suite's planted bug `lost_late` (feature `fault-mutants`):
+/// the lost signal 3 s late. Nothing otherwise.
+async fn planted_lateness() {
+    #[cfg(feature = "fault-mutants")]
+    if crate::mutant::planted(crate::mutant::Mutant::LostLate) {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+}
+
+async fn until_lost_on_time(pool: &Pool, lease: &Lease) -> Error {
     let clock = pool.store().clock();
     let expired = async {
         loop {

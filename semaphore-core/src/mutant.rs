@@ -11,6 +11,7 @@
 //! | `is_held_deadline` | [`LeaseGuard::is_held`](crate::LeaseGuard::is_held) ignores the lease's expiry and its session: it says `!is_lost()` |
 //! | `heartbeat_silent` | a session's heartbeat opens the session and then sends nothing, while it tells the holder each beat landed |
 //! | `session_early` | the store judges a session ended 1 s before its holder does (every beat asks the store for a timeout 1 s shorter than the holder counts) |
+//! | `lost_late` | [`LeaseGuard::lost`](crate::LeaseGuard::lost) resolves 3 s late (with keep-alive and without) |
 //!
 //! Unset, or any other value, plants nothing. The feature refuses to
 //! build without debug assertions, so no release build carries it.
@@ -29,6 +30,7 @@ pub(crate) enum Mutant {
     IsHeldDeadline,
     HeartbeatSilent,
     SessionEarly,
+    LostLate,
 }
 
 /// Whether `mutant` is the one this process runs with.
@@ -38,6 +40,7 @@ pub(crate) fn planted(mutant: Mutant) -> bool {
         Ok("is_held_deadline") => Some(Mutant::IsHeldDeadline),
         Ok("heartbeat_silent") => Some(Mutant::HeartbeatSilent),
         Ok("session_early") => Some(Mutant::SessionEarly),
+        Ok("lost_late") => Some(Mutant::LostLate),
         _ => None,
     }) == Some(mutant)
 }

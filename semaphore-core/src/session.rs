@@ -226,11 +226,16 @@ impl Session {
     /// outage up to its session timeout less the command's `--kill-after`
     /// and a margin ends nothing. Each beat is one write on the store.
     pub fn beat_every(&self, every: Duration) {
-        let every = every.clamp(Duration::from_millis(10), self.shared.timeout / 3);
-        self.shared
+        let every = every
+            .max(Duration::from_millis(10))
+            .min(self.shared.timeout / 3);
+        let before = self
+            .shared
             .every_us
-            .store(micros(every), std::sync::atomic::Ordering::Relaxed);
-        self.shared.wake.notify_one();
+            .swap(micros(every), std::sync::atomic::Ordering::Relaxed);
+        if before != micros(every) {
+            self.shared.wake.notify_one();
+        }
     }
 
     /// The state of the handle's session now (Curator's connection states).

@@ -3,7 +3,8 @@
 //! violations. Each bug breaks one thing R17 rests on, on each networked
 //! store: the local deadline of `is_held()`, the heartbeat (it fails
 //! silently), and the store's session check (a session judged ended 1 s
-//! early). A planted bug the checker does not see is a failing test.
+//! early); and, on PostgreSQL, the lost signal (3 s late: the signal is
+//! the core's, the same on every store). A planted bug the checker does not see is a failing test.
 //!
 //! Each run is `SEMAPHORE_FAULTS_MUTANT_SECONDS` (20 by default) of the
 //! network faults that cut a holder off (blips, partitions, cuts), aimed
@@ -59,4 +60,5 @@ mutant_tests! {
     mysql_is_held_deadline: Mysql, "is_held_deadline";
     mysql_heartbeat_silent: Mysql, "heartbeat_silent";
     mysql_session_early: Mysql, "session_early";
+    postgres_lost_late: Postgres, "lost_late";
 }

@@ -321,11 +321,20 @@ async fn refuse_cluster(connection: &Connection) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a server (on a cluster, any master) whose `maxmemory-policy`
-/// may evict the store's keys: see [`RedisOptions::allow_eviction`].
+/// Refuses a server (on a cluster, any master) with a memory limit
+/// (`maxmemory` set) whose `maxmemory-policy` may evict the store's keys:
+/// see [`RedisOptions::allow_eviction`].
 async fn refuse_eviction(connection: &Connection) -> Result<()> {
     for slot in master_slots(connection).await? {
         let info = info_on(connection, "memory", slot).await?;
+        // No memory limit: nothing is ever evicted, whatever the policy.
+        if info
+            .lines()
+            .find_map(|l| l.strip_prefix("maxmemory:"))
+            .is_some_and(|limit| limit.trim() == "0")
+        {
+            continue;
+        }
         let policy = info
             .lines()
             .find_map(|l| l.strip_prefix("maxmemory_policy:"))

@@ -107,9 +107,10 @@ impl RedisOptions {
         self
     }
 
-    /// Whether to connect to a server whose `maxmemory-policy` may evict
-    /// the store's keys (anything but `noeviction`). Default `false`: such
-    /// a server is refused at connect with
+    /// Whether to connect to a server with a memory limit (`maxmemory`
+    /// set) whose `maxmemory-policy` may evict the store's keys (anything
+    /// but `noeviction`). Default `false`: such a server is refused at
+    /// connect with
     /// [`Error::InvalidArgument`](semaphore_core::Error::InvalidArgument)
     /// naming `url`.
     ///

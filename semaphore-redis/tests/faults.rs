@@ -282,13 +282,26 @@ async fn a_ttl_longer_than_the_restart_grace_is_clamped_to_it() {
     assert!(within(lease.expires_at), "renewed {:?}", lease.expires_at);
 }
 
-/// A server that may evict the store's keys is refused at connect, naming
-/// `url`, unless the caller opts in: any `maxmemory-policy` but
+/// A server that may evict the store's keys (a memory limit and any policy
+/// but `noeviction`) is refused at connect, naming `url`, unless the caller
+/// opts in: any `maxmemory-policy` but
 /// `noeviction` may free a live lease's slot, and the `volatile-*` ones
 /// evict exactly the session keys, the only keys with a TTL (R10, R16).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_may_evict_the_keys_is_refused_unless_allowed() {
     let server = TestServer::start().unwrap();
+    // Without a memory limit nothing is evicted, whatever the policy.
+    assert!(
+        server
+            .command("CONFIG SET maxmemory-policy volatile-lru")
+            .starts_with("+OK")
+    );
+    store(&server, no_grace()).await;
+    assert!(
+        server
+            .command("CONFIG SET maxmemory 1gb")
+            .starts_with("+OK")
+    );
     for policy in ["volatile-lru", "allkeys-lru", "volatile-ttl"] {
         let set = format!("CONFIG SET maxmemory-policy {policy}");
         assert!(server.command(&set).starts_with("+OK"));

@@ -15,9 +15,10 @@
 //!   first, at `g`. Then L never acts at or after `g` (`acted after next
 //!   grant`: whatever its process went through); and unless L's holder
 //!   released it before `g`, the holder was told (`is_held()` said `false`,
-//!   or `lost()` resolved) by `g`, give or take `told_slack` (the holders
-//!   look every 2-5 ms), unless its process was stopped or dead around `g`
-//!   (the faults log says when; `told late`).
+//!   or `lost()` resolved; for a holder that watches `lost()`, only
+//!   `lost()` counts) by `g`, give or take `told_slack` (the holders look
+//!   every 2-5 ms), unless its process was stopped or dead around `g` (the
+//!   faults log says when; `told late`).
 //! - **(d) tokens are unique.** No token is granted twice (R9).
 
 mod downtime;
@@ -27,7 +28,7 @@ mod text;
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::event::{Event, FaultRecord, Phase, Via};
+use crate::event::{Event, FaultRecord, Phase, Via, Watch};
 use downtime::Downtime;
 use text::context;
 
@@ -267,6 +268,20 @@ pub fn check(history: &History, options: &Options) -> Report {
 
     let mut events: Vec<&Event> = history.events.iter().collect();
     events.sort_by_key(|e| e.t());
+    // How each holder process watches its leases: a `lost` holder must be
+    // told by `lost()` itself (its `is_held()` checks guard its acts, but
+    // would hide a late lost signal).
+    let watching_lost: std::collections::HashSet<u32> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Start {
+                pid,
+                watch: Watch::Lost,
+                ..
+            } => Some(*pid),
+            _ => None,
+        })
+        .collect();
     let mut leases: HashMap<(u32, u64), Lease> = HashMap::new();
     let mut pids = std::collections::HashSet::new();
     let mut duplicates = Vec::new();
@@ -312,6 +327,9 @@ pub fn check(history: &History, options: &Options) -> Report {
             Event::Told {
                 t, pid, token, via, ..
             } => {
+                if *via != Via::Lost && watching_lost.contains(pid) {
+                    continue;
+                }
                 if let Some(lease) = leases.get_mut(&(*pid, *token))
                     && lease.told.is_none()
                 {

@@ -19,8 +19,9 @@
 -- Outside the pools, under ARGV[6] (PREFIX on one server, PREFIX:{<tag of
 -- the pool's slot>} on a cluster): :s:<session> (string: the session's
 -- end, ms; R16: a bound lease is active only while its session's
--- end is in the future), and :run (hash: id, the server run id that last
--- granted or registered; until, the end of the restart grace it set).
+-- end is in the future), and :run (hash: id, the server's run id and
+-- replication id, `run:replid`, that last granted or registered; until,
+-- the end of the restart grace it set).
 --
 -- ARGV: 1 the operation, 2 the test's now in unix ms or '' (the server's
 -- clock decides, rule "Time"), 3 the longest time stored (ms), 4 a queued

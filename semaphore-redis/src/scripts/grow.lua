@@ -4,8 +4,11 @@
 
 -- rule "Restart grace": the end of the grace this server is
 -- in, by its own clock (ms), 0 for none. The server's run id changes with
--- every restart and failover; the first grant after one finds another id
--- in PREFIX:run and starts the grace: from now if our keys outlived the
+-- every restart, and its replication id with every promotion (a failover,
+-- and a failback to a node that was master before, whose run id is the
+-- one it had then but whose data came back from the other side); the
+-- first grant after either finds another id in PREFIX:run and starts the
+-- grace: from now if our keys outlived the
 -- change (an RDB snapshot, AOF everysec, a replica's copy: the newest
 -- grants may be lost while their holders run), from the server's start if
 -- none did and it started less than the grace ago (no persistence), and
@@ -15,10 +18,18 @@ local run_written = false
 local function grace_end()
     if GRACE == 0 then return 0 end
     local run_key = PREFIX .. ':run'
-    local info = redis.call('INFO', 'server')
-    local run = string.match(info, 'run_id:(%w+)')
+    local info = redis.call('INFO', 'server', 'replication')
+    local run_id = string.match(info, 'run_id:(%w+)')
+    local run = run_id .. ':' .. (string.match(info, 'master_replid:(%w+)') or '')
     local seen = redis.call('HMGET', run_key, 'id', 'until')
     if seen[1] == run then return tonumber(seen[2]) end
+    if seen[1] == run_id then
+        -- Written by an earlier version of the store (a run id alone) on
+        -- this very process: named anew, no grace.
+        redis.call('HSET', run_key, 'id', run)
+        run_written = true
+        return tonumber(seen[2])
+    end
     local real = math.floor(server_us() / 1000)
     local grace = 0
     if seen[1] then
@@ -29,8 +40,7 @@ local function grace_end()
         if started + GRACE > real then grace = started + GRACE end
         -- A promoted replica (it has a second replication id) may have
         -- lost the newest writes, this key among them: from now.
-        local repl = redis.call('INFO', 'replication')
-        local second = tonumber(string.match(repl, 'second_repl_offset:(%-?%d+)'))
+        local second = tonumber(string.match(info, 'second_repl_offset:(%-?%d+)'))
         if second and second ~= -1 then grace = real + GRACE end
     end
     redis.call('HSET', run_key, 'id', run, 'until', fmt(grace))
