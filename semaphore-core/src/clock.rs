@@ -47,7 +47,7 @@ impl Clock for SystemClock {
     }
 
     /// Sleeps on tokio's timer, reading the clock again at least every
-    /// [`RECHECK`]: the timer's clock stops while the machine is
+    /// second: the timer's clock stops while the machine is
     /// suspended, and this one does not.
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
         sleep_rechecking(SystemTime::now, deadline)
@@ -151,7 +151,7 @@ impl Clock for MonotonicClock {
     }
 
     /// Sleeps on tokio's timer, reading this clock again at least every
-    /// [`RECHECK`]: the timer stops while the machine is suspended, and
+    /// second: the timer stops while the machine is suspended, and
     /// this clock counts that time.
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
         let clock = *self;

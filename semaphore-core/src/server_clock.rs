@@ -168,7 +168,7 @@ impl Clock for ServerClock {
     /// Completes once [`now`](Clock::now) reaches `deadline`: no later
     /// than the server's clock does. The local time that reaching takes is
     /// worked out again from the newest reading at least every
-    /// [`RECHECK`](crate::clock::RECHECK) of local time, so a reading that
+    /// second of local time, so a reading that
     /// moves the view (the server's clock stepped forward, a failover to a
     /// server ahead) ends the sleep within a second (R17).
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {

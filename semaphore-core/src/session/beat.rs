@@ -124,8 +124,8 @@ pub(super) async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// A handle on a [`Session`] that tells it of session ends the store
-/// reports (from [`Session::ends`]); it does not keep the session alive.
+/// A handle on a [`Session`](super::Session) that tells it of session ends
+/// the store reports (from [`Session::ends`](super::Session::ends)); it does not keep the session alive.
 #[derive(Debug, Clone)]
 pub struct SessionEnds(pub(super) std::sync::Weak<Shared>);
 
