@@ -183,10 +183,10 @@ impl Nemesis {
             _ => rand_duration(rng, 2500, 6000),
         };
         let mut detail = secs(d);
-        // A cluster: half of the time, the holder loses one node only
-        // (a master or a replica), and reaches the others; that node is of
+        // A cluster: one time in four, the holder loses one node only (a
+        // master or a replica), and reaches the others; that node is of
         // the pool's shard two times in three.
-        if proxy.len() > 1 && rng.bool() {
+        if proxy.len() > 1 && rng.u32(..4) == 0 {
             let shard = self.server.pool_shard().unwrap_or_default();
             let of_shard: Vec<usize> = proxy
                 .each()
