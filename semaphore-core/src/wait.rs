@@ -141,6 +141,24 @@ impl Changes {
         self.tell_watchers();
     }
 
+    /// Tells `pool`'s head, as [`notify`](Changes::notify) does, only if
+    /// `waiter` waits on `pool` in this process: for a store whose return
+    /// handed a slot to that waiter, which finds its lease at its next
+    /// look, while the heads of other processes need not look.
+    pub fn notify_waiter(&self, pool: PoolId, waiter: WaiterId) {
+        if !self.has_waiters() {
+            return;
+        }
+        let is_here = self
+            .queues
+            .lock()
+            .get(&pool)
+            .is_some_and(|queue| queue.waiters.iter().any(|w| w.id.get() == Some(&waiter)));
+        if is_here {
+            self.notify(pool);
+        }
+    }
+
     /// Tells the waiters of every pool that something may have changed, for
     /// a store that learns of another process's change without knowing
     /// which pool it touched.

@@ -165,7 +165,8 @@ impl Store for RedisStore {
                 .arg(label(
                     request.hold.map(|h| millis(h).to_string()).as_deref(),
                 ))
-                .arg(self.connection_label(request.pool));
+                .arg(self.connection_label(request.pool))
+                .arg(if request.retried { "1" } else { "0" });
             // A call that timed out may still run once the server answers
             // again: the core asks again under the same lease id, and
             // returns it if it ends up holding another (rule "Lost replies").
@@ -201,14 +202,32 @@ impl Store for RedisStore {
         }
     }
 
+    /// The slot goes to the first head of the pool's shared queue in the
+    /// same script, if it is one a return may hand a slot to (R8, R11; see
+    /// the crate's README): that head alone is told.
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         let mut call = self.invocation(Kind::Shrink, "return", [pool]);
-        call.arg(lease.as_uuid().to_string());
-        let returned = int("return", &self.run("return", &call).await?)? == 1;
-        if returned {
-            self.changes.notify(pool);
+        call.arg(lease.as_uuid().to_string())
+            .arg(if self.changes.hand_offs_allowed() {
+                "1"
+            } else {
+                "0"
+            });
+        match self.run("return", &call).await? {
+            redis::Value::BulkString(head) => {
+                let head = std::str::from_utf8(&head)
+                    .ok()
+                    .and_then(|h| h.parse::<uuid::Uuid>().ok())
+                    .ok_or_else(|| malformed("return", "a head that is not a UUID"))?;
+                self.changes.notify_waiter(pool, WaiterId::from_uuid(head));
+                Ok(true)
+            }
+            value if int("return", &value)? == 1 => {
+                self.changes.notify(pool);
+                Ok(true)
+            }
+            _ => Ok(false),
         }
-        Ok(returned)
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {

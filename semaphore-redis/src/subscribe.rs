@@ -96,10 +96,28 @@ async fn session(setup: &Setup) {
     }
 }
 
-/// Hands a message on: a pool's id to the waiters of its pool; `s:` and a
-/// session's id to the store's session, which the server found ended.
+/// Hands a message on: a pool's id to the waiters of its pool; `g:`, a
+/// queued head's id, `:` and a pool's id to that head, if it waits here
+/// (a return handed it a slot); `s:` and a session's id to the store's
+/// session, which the server found ended.
 pub(crate) fn dispatch(changes: &Changes, ends: &Ends, payload: &[u8]) {
     let text = std::str::from_utf8(payload).unwrap_or("");
+    if let Some(handed) = text.strip_prefix("g:") {
+        let parsed = handed.split_once(':').and_then(|(waiter, pool)| {
+            Some((
+                waiter.parse::<uuid::Uuid>().ok()?,
+                pool.parse::<uuid::Uuid>().ok()?,
+            ))
+        });
+        match parsed {
+            Some((waiter, pool)) => changes.notify_waiter(
+                PoolId::from_uuid(pool),
+                semaphore_core::store::WaiterId::from_uuid(waiter),
+            ),
+            None => changes.notify_all(),
+        }
+        return;
+    }
     if let Some(session) = text.strip_prefix("s:") {
         if let (Ok(id), Some(ends)) = (session.parse::<uuid::Uuid>(), ends.get()) {
             ends.ended_on_store(SessionId::from_uuid(id));

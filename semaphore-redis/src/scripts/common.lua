@@ -12,9 +12,14 @@
 -- exp (zset: lease id by expiry), pos (zset:
 -- one member per held position: the lease id at its lowest position, 'id:p'
 -- at its others; so in_use is its size), keys (hash: idempotency key ->
--- lease id), queue (zset: queued head by ticket), alive (zset: queued head
--- by the time its place lapses), token (string: the last fencing token,
--- kept for a day after a delete).
+-- lease id), queue (zset: queued head by ticket), alive (zset: queued
+-- head, or one handed a slot that it has not taken yet, by the time its
+-- place lapses), token (string: the last fencing token, kept for a day
+-- after a delete). The pool hash also keeps, for a head that a return may
+-- hand a slot to (one slot, no key, not a held place), 'h:' .. head ->
+-- JSON {i, t, o, s}: the lease id, ttl, owner and session of its grant;
+-- and for a head handed a slot that it has not taken yet, 'g:' .. head ->
+-- the lease id, '@', and the time of the hand-off (ms).
 --
 -- Outside the pools, under ARGV[6] (PREFIX on one server, PREFIX:{<tag of
 -- the pool's slot>} on a cluster): :s:<session> (string: the session's
@@ -60,6 +65,13 @@ else
 end
 
 local function fmt(n) return string.format('%.0f', n) end
+
+-- The server's clock (ms), whatever instant a test decides by: what the
+-- restart grace is judged on.
+local function real_ms()
+    if ARGV[2] == '' then return now_ms end
+    return math.floor(server_us() / 1000)
+end
 
 -- An optional string argument: '-' for none, else '+' and the value.
 local function opt(s)
@@ -126,12 +138,10 @@ end
 local function drop_lease(k, id, r)
     if r and r.s then
         local field = 's:' .. r.s
-        if redis.call('HEXISTS', k.pool, field) == 1
-            and redis.call('HINCRBY', k.pool, field, -1) <= 0 then
-            redis.call('HDEL', k.pool, field)
-        end
+        if redis.call('HINCRBY', k.pool, field, -1) <= 0 then redis.call('HDEL', k.pool, field) end
     end
     if r and r.k then redis.call('HDEL', k.keys, key_name(r.k)) end
+    if r and r.g then redis.call('HDEL', k.pool, 'g:' .. r.g) end
     redis.call('HDEL', k.leases, id)
     redis.call('ZREM', k.exp, id)
     redis.call('ZREM', k.pos, id)
@@ -145,12 +155,32 @@ local function draining(k)
     return redis.call('HGET', k.pool, 'draining') == '1'
 end
 
--- Forgets a queued head: its place, its heartbeat, its weight and its
--- connection.
+-- Forgets a queued head: its place, its heartbeat, its weight, its
+-- connection and what a return needs to hand it a slot. Every head has a
+-- heartbeat (a head handed a slot keeps it until it takes the slot): one
+-- that has none has nothing to forget.
 local function forget(k, w)
+    if redis.call('ZREM', k.alive, w) == 0 then return end
     redis.call('ZREM', k.queue, w)
-    redis.call('ZREM', k.alive, w)
-    redis.call('HDEL', k.pool, 'w:' .. w, 'c:' .. w)
+    redis.call('HDEL', k.pool, 'w:' .. w, 'c:' .. w, 'h:' .. w)
+end
+
+-- Ends the lease a return handed to head w (it left the queue, or its
+-- process is gone: R12, R16); whether there was one. A head that took it
+-- (its look answered) and then left the queue is a borrow dropped while
+-- that answer was on its way, which nobody holds (the core leaves the
+-- queue only for a borrow that was not granted).
+local function unclaim(k, w)
+    local g = redis.call('HGET', k.pool, 'g:' .. w)
+    if not g then return false end
+    local id = string.match(g, '^[^@]+')
+    local r = record(k, id)
+    if not r then
+        redis.call('HDEL', k.pool, 'g:' .. w)
+        return false
+    end
+    drop_lease(k, id, r)
+    return true
 end
 
 -- Forgets expired leases (R7), the leases of ended sessions (R16), and
@@ -161,15 +191,22 @@ local function reap(k)
         drop_lease(k, id, record(k, id))
     end
     for _, w in ipairs(redis.call('ZRANGEBYSCORE', k.alive, '-inf', now_ms)) do
+        unclaim(k, w)
         forget(k, w)
     end
     local ended, earliest = {}, nil
-    for _, sid in ipairs(fields(k, 's:')) do
-        local e = session_end(sid)
-        if e == nil or e <= now_ms then
-            ended[sid] = true
-        elseif earliest == nil or e < earliest then
-            earliest = e
+    local sids = fields(k, 's:')
+    if #sids > 0 then
+        local names = {}
+        for i, sid in ipairs(sids) do names[i] = PREFIX .. ':s:' .. sid end
+        local ends = redis.call('MGET', unpack(names))
+        for i, sid in ipairs(sids) do
+            local e = ends[i] and tonumber(ends[i]) or nil
+            if e == nil or e <= now_ms then
+                ended[sid] = true
+            elseif earliest == nil or e < earliest then
+                earliest = e
+            end
         end
     end
     if next(ended) then
@@ -209,4 +246,153 @@ end
 local function holder_reply(id, r)
     return {id, tonumber(r.p), tonumber(r.t), tonumber(r.e), r.o or false, r.k or false,
         positions(r)}
+end
+
+-- rule "Restart grace": the end of the grace this server is
+-- in, by its own clock (ms), 0 for none. The server's run id changes with
+-- every restart, and its replication id with every promotion (a failover,
+-- and a failback to a node that was master before, whose run id is the
+-- one it had then but whose data came back from the other side); the
+-- first grant after either finds another id in PREFIX:run and starts the
+-- grace: from now if our keys outlived the
+-- change (an RDB snapshot, AOF everysec, a replica's copy: the newest
+-- grants may be lost while their holders run), from the server's start if
+-- none did and it started less than the grace ago (no persistence), and
+-- from now if none did on a promoted replica.
+local run_written = false
+
+local function grace_end()
+    if GRACE == 0 then return 0 end
+    local run_key = PREFIX .. ':run'
+    local info = redis.call('INFO', 'server', 'replication')
+    local run_id = string.match(info, 'run_id:(%w+)')
+    local run = run_id .. ':' .. (string.match(info, 'master_replid:(%w+)') or '')
+    local seen = redis.call('HMGET', run_key, 'id', 'until')
+    if seen[1] == run then return tonumber(seen[2]) end
+    if seen[1] == run_id then
+        -- Written by an earlier version of the store (a run id alone) on
+        -- this very process: named anew, no grace.
+        redis.call('HSET', run_key, 'id', run)
+        run_written = true
+        return tonumber(seen[2])
+    end
+    local real = math.floor(server_us() / 1000)
+    local grace = 0
+    if seen[1] then
+        grace = real + GRACE
+    else
+        local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+        local started = real - up * 1000
+        if started + GRACE > real then grace = started + GRACE end
+        -- A promoted replica (it has a second replication id) may have
+        -- lost the newest writes, this key among them: from now.
+        local second = tonumber(string.match(info, 'second_repl_offset:(%-?%d+)'))
+        if second and second ~= -1 then grace = real + GRACE end
+    end
+    redis.call('HSET', run_key, 'id', run, 'until', fmt(grace))
+    run_written = true
+    return grace
+end
+
+-- Whether the store is in its restart grace, by the server's clock.
+local function in_grace(st)
+    return st.grace > 0 and real_ms() < st.grace
+end
+
+-- The n lowest positions no active lease holds (R6, R15).
+local function lowest_free(k, n)
+    local held = redis.call('ZCARD', k.pos)
+    local free, want = {}, 0
+    if held > 0 then
+        local last = redis.call('ZRANGE', k.pos, -1, -1, 'WITHSCORES')
+        if tonumber(last[2]) == held - 1 then
+            want = held
+        else
+            local taken = redis.call('ZRANGE', k.pos, 0, -1, 'WITHSCORES')
+            for i = 2, #taken, 2 do
+                local p = tonumber(taken[i])
+                while want < p and #free < n do
+                    free[#free + 1] = want
+                    want = want + 1
+                end
+                if #free >= n then break end
+                want = p + 1
+            end
+        end
+    end
+    while #free < n do
+        free[#free + 1] = want
+        want = want + 1
+    end
+    return free
+end
+
+-- The last token this call granted: a multi-pool grant's tokens grow in
+-- the order of its pools.
+local granted_token = 0
+
+local function grant(k, id, ttl, owner, key, n, session, to)
+    local ps = lowest_free(k, n)
+    local last = tonumber(redis.call('GET', k.token) or '0')
+    local token = math.max(last + 1, now_us, granted_token + 1)
+    granted_token = token
+    redis.call('SET', k.token, fmt(token))
+    local exp = math.min(now_ms + ttl, MAX_MS)
+    local r = {p = ps[1], t = fmt(token), e = fmt(exp), o = owner, k = key, g = to}
+    if n > 1 then r.ps = ps end
+    if session then
+        r.s = session
+        redis.call('HINCRBY', k.pool, 's:' .. session, 1)
+    end
+    redis.call('HSET', k.leases, id, cjson.encode(r))
+    redis.call('ZADD', k.exp, exp, id)
+    for _, p in ipairs(ps) do redis.call('ZADD', k.pos, p, member(id, p, ps[1])) end
+    if key then redis.call('HSET', k.keys, key_name(key), id) end
+    return lease_reply(id, r)
+end
+
+-- R8, R11: hands the slot a return just freed to the first head queued
+-- (one whose weight is over the count is aside, R15), if that head is one
+-- a return may hand a slot to ('h:'), the pool grants (not draining, not
+-- in its restart grace), the head's session lives (R16) and a slot is
+-- free once expired leases and ended sessions are judged (R6, R7, R10).
+-- The lease is the one the head queued to get (its id, ttl, owner and
+-- session); it is 'g:' .. head until the head takes it at its next look,
+-- told by a message naming it ('g:' .. head .. ':' .. the pool's id), and
+-- the head keeps its heartbeat till then (a head whose process is gone
+-- lets it go when its place lapses, or sooner, `unclaim`). The head, or
+-- nil if the slot stays free.
+local function hand_on(k)
+    if redis.call('ZCARD', k.queue) == 0 then return nil end
+    local p = redis.call('HMGET', k.pool, 'count', 'draining')
+    local count = tonumber(p[1])
+    if not count or p[2] == '1' then return nil end
+    if in_grace({grace = grace_end()}) then return nil end
+    reap(k)
+    local heads = redis.call('ZRANGE', k.queue, 0, -1)
+    if #heads == 0 then return nil end
+    local names = {}
+    for i, w in ipairs(heads) do names[i] = 'w:' .. w end
+    local weights = redis.call('HMGET', k.pool, unpack(names))
+    local head
+    for i, w in ipairs(heads) do
+        if tonumber(weights[i] or '1') <= count then
+            head = w
+            break
+        end
+    end
+    if not head then return nil end
+    local h = redis.call('HGET', k.pool, 'h:' .. head)
+    if not h or redis.call('ZCARD', k.pos) >= count then return nil end
+    local want = cjson.decode(h)
+    if want.s and not alive(want.s) then return nil end
+    grant(k, want.i, tonumber(want.t), want.o, nil, 1, want.s, head)
+    redis.call('ZREM', k.queue, head)
+    redis.call('HDEL', k.pool, 'h:' .. head, 'w:' .. head)
+    redis.call('HSET', k.pool, 'g:' .. head, want.i .. '@' .. fmt(now_ms))
+    redis.call(PUBLISH, CHANNEL, 'g:' .. head .. ':' .. string.match(k.pool, '.*{(.-)}'))
+    -- Slots free beside this one (expired leases judged just now) are
+    -- for the heads after it.
+    if redis.call('ZCARD', k.pos) < count then wake(k) end
+    return head
 end

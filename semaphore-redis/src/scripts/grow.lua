@@ -2,52 +2,6 @@
 -- while the server is out of memory (no allow-oom flag), so nothing is
 -- ever half written.
 
--- rule "Restart grace": the end of the grace this server is
--- in, by its own clock (ms), 0 for none. The server's run id changes with
--- every restart, and its replication id with every promotion (a failover,
--- and a failback to a node that was master before, whose run id is the
--- one it had then but whose data came back from the other side); the
--- first grant after either finds another id in PREFIX:run and starts the
--- grace: from now if our keys outlived the
--- change (an RDB snapshot, AOF everysec, a replica's copy: the newest
--- grants may be lost while their holders run), from the server's start if
--- none did and it started less than the grace ago (no persistence), and
--- from now if none did on a promoted replica.
-local run_written = false
-
-local function grace_end()
-    if GRACE == 0 then return 0 end
-    local run_key = PREFIX .. ':run'
-    local info = redis.call('INFO', 'server', 'replication')
-    local run_id = string.match(info, 'run_id:(%w+)')
-    local run = run_id .. ':' .. (string.match(info, 'master_replid:(%w+)') or '')
-    local seen = redis.call('HMGET', run_key, 'id', 'until')
-    if seen[1] == run then return tonumber(seen[2]) end
-    if seen[1] == run_id then
-        -- Written by an earlier version of the store (a run id alone) on
-        -- this very process: named anew, no grace.
-        redis.call('HSET', run_key, 'id', run)
-        run_written = true
-        return tonumber(seen[2])
-    end
-    local real = math.floor(server_us() / 1000)
-    local grace = 0
-    if seen[1] then
-        grace = real + GRACE
-    else
-        local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-        local started = real - up * 1000
-        if started + GRACE > real then grace = started + GRACE end
-        -- A promoted replica (it has a second replication id) may have
-        -- lost the newest writes, this key among them: from now.
-        local second = tonumber(string.match(info, 'second_repl_offset:(%-?%d+)'))
-        if second and second ~= -1 then grace = real + GRACE end
-    end
-    redis.call('HSET', run_key, 'id', run, 'until', fmt(grace))
-    run_written = true
-    return grace
-end
-
 -- The pool's count, grace and drain, and the earliest end of a live
 -- session of its leases; nil if there is no pool.
 local function load(k)
@@ -56,11 +10,6 @@ local function load(k)
     local sessions = reap(k)
     return {count = tonumber(p[1]), grace = grace_end(), draining = p[2] == '1',
         sessions = sessions}
-end
-
--- Whether the store is in its restart grace, by the server's clock.
-local function in_grace(st)
-    return st.grace > 0 and math.floor(server_us() / 1000) < st.grace
 end
 
 -- The active lease under the name of `key`, as a grant reply; {6} if it
@@ -88,80 +37,42 @@ local function room(k, st, waiter)
     else
         heads = redis.call('ZRANGE', k.queue, 0, -1)
     end
-    for _, w in ipairs(heads) do
-        -- R15: a head whose weight is over the count keeps its
-        -- place but is owed nothing while the count is below it.
-        local weight = tonumber(redis.call('HGET', k.pool, 'w:' .. w) or '1')
-        if weight <= st.count then ahead = ahead + weight end
+    if #heads > 0 then
+        local names = {}
+        for i, w in ipairs(heads) do names[i] = 'w:' .. w end
+        local weights = redis.call('HMGET', k.pool, unpack(names))
+        for i = 1, #heads do
+            -- R15: a head whose weight is over the count keeps its
+            -- place but is owed nothing while the count is below it.
+            local weight = tonumber(weights[i] or '1')
+            if weight <= st.count then ahead = ahead + weight end
+        end
     end
     if in_grace(st) then return 0, {} end
     return st.count - held - ahead, heads
 end
 
--- The n lowest positions no active lease holds (R6, R15).
-local function lowest_free(k, n)
-    local held = redis.call('ZCARD', k.pos)
-    local free, want = {}, 0
-    if held > 0 then
-        local last = redis.call('ZRANGE', k.pos, -1, -1, 'WITHSCORES')
-        if tonumber(last[2]) == held - 1 then
-            want = held
-        else
-            local taken = redis.call('ZRANGE', k.pos, 0, -1, 'WITHSCORES')
-            for i = 2, #taken, 2 do
-                local p = tonumber(taken[i])
-                while want < p and #free < n do
-                    free[#free + 1] = want
-                    want = want + 1
-                end
-                if #free >= n then break end
-                want = p + 1
-            end
-        end
-    end
-    while #free < n do
-        free[#free + 1] = want
-        want = want + 1
-    end
-    return free
-end
-
--- The last token this call granted: a multi-pool grant's tokens grow in
--- the order of its pools.
-local granted_token = 0
-
-local function grant(k, id, ttl, owner, key, n, session)
-    local ps = lowest_free(k, n)
-    local last = tonumber(redis.call('GET', k.token) or '0')
-    local token = math.max(last + 1, now_us, granted_token + 1)
-    granted_token = token
-    redis.call('SET', k.token, fmt(token))
-    local exp = math.min(now_ms + ttl, MAX_MS)
-    local r = {p = ps[1], t = fmt(token), e = fmt(exp), o = owner, k = key}
-    if n > 1 then r.ps = ps end
-    if session then
-        r.s = session
-        redis.call('HINCRBY', k.pool, 's:' .. session, 1)
-    end
-    redis.call('HSET', k.leases, id, cjson.encode(r))
-    redis.call('ZADD', k.exp, exp, id)
-    for _, p in ipairs(ps) do redis.call('ZADD', k.pos, p, member(id, p, ps[1])) end
-    if key then redis.call('HSET', k.keys, key_name(key), id) end
-    return lease_reply(id, r)
-end
-
 -- Keeps a refused head's place, weight and connection, or refreshes its
 -- heartbeat: alive for the store's waiter ttl, or for `hold` ms (a held
--- place, bound to no connection).
-local function queue(k, waiter, n, hold, conn)
+-- place, bound to no connection). `grant`, for a head a return may hand a
+-- slot to, is what its lease would be: {i = lease id, t = ttl, o =
+-- owner, s = session}.
+local function queue(k, waiter, n, hold, conn, grant)
     if not waiter then return end
     if not redis.call('ZSCORE', k.queue, waiter) then
         redis.call('ZADD', k.queue, redis.call('HINCRBY', k.pool, 'ticket', 1), waiter)
-        if n > 1 then redis.call('HSET', k.pool, 'w:' .. waiter, n) end
-        if conn and not hold then redis.call('HSET', k.pool, 'c:' .. waiter, conn) end
+        local set = {}
+        if n > 1 then set[#set + 1] = 'w:' .. waiter; set[#set + 1] = n end
+        if conn and not hold then set[#set + 1] = 'c:' .. waiter; set[#set + 1] = conn end
+        if grant then set[#set + 1] = 'h:' .. waiter; set[#set + 1] = cjson.encode(grant) end
+        if #set > 0 then redis.call('HSET', k.pool, unpack(set)) end
     end
     redis.call('ZADD', k.alive, now_ms + (hold or WAITER_TTL), waiter)
 end
+
+-- How long a head handed a slot may leave it untaken before the caller
+-- asks whether its process is still there (ms).
+local UNTAKEN_MS = 200
 
 -- A refusal: when to look again (the earliest expiry or end of a live
 -- session, or the grace's end), and, if slots are free but owed to the
@@ -172,10 +83,24 @@ local function refusal(k, st, owed, heads)
     local first = redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES')
     local at = first[2] and tonumber(first[2])
     if st.sessions and (not at or st.sessions < at) then at = st.sessions end
-    local conns = {}
+    local asked = {}
     if owed then
-        for _, w in ipairs(heads) do
-            local c = redis.call('HGET', k.pool, 'c:' .. w)
+        for _, w in ipairs(heads) do asked[#asked + 1] = 'c:' .. w end
+    end
+    -- A head handed a slot that it has not taken for a while: its process
+    -- may be gone, holding the slot back (R16).
+    local handed = fields(k, 'g:')
+    if #handed > 0 then
+        local names = {}
+        for i, w in ipairs(handed) do names[i] = 'g:' .. w end
+        for i, g in ipairs(redis.call('HMGET', k.pool, unpack(names))) do
+            local at_ms = g and tonumber(string.match(g, '@(%d+)$'))
+            if at_ms and now_ms - at_ms >= UNTAKEN_MS then asked[#asked + 1] = 'c:' .. handed[i] end
+        end
+    end
+    local conns = {}
+    if #asked > 0 then
+        for _, c in ipairs(redis.call('HMGET', k.pool, unpack(asked))) do
             if c then conns[#conns + 1] = c end
         end
     end
@@ -207,7 +132,6 @@ if op == 'borrow' then
     local k = K(1)
     local st = load(k)
     if not st then return {2} end
-    if st.draining then return {4} end
     local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
     local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
     local n, session = tonumber(ARGV[A + 5]), opt(ARGV[A + 6])
@@ -215,11 +139,27 @@ if op == 'borrow' then
     hold = hold and tonumber(hold)
     local conn = opt(ARGV[A + 8])
     -- Lost replies: a retry finds the lease it was granted.
-    local mine = record(k, id)
-    if mine then
-        leave(k, waiter)
-        return lease_reply(id, mine)
+    if ARGV[A + 9] == '1' then
+        local mine = record(k, id)
+        if mine then
+            leave(k, waiter)
+            return lease_reply(id, mine)
+        end
     end
+    -- A queued head finds the lease a return handed it (`hand_on`), under
+    -- the id it queued with, and marks it taken ('@t'); a retry finds it
+    -- again.
+    if waiter then
+        local g = redis.call('HGET', k.pool, 'g:' .. waiter)
+        local gid = g and string.match(g, '^[^@]+')
+        local r = gid and record(k, gid)
+        if r then
+            leave(k, waiter)
+            if string.sub(g, -2) ~= '@t' then redis.call('HSET', k.pool, 'g:' .. waiter, gid .. '@t') end
+            return lease_reply(gid, r)
+        end
+    end
+    if st.draining then return {4} end
     local found = keyed(k, key)
     if found then
         if found[1] == 6 then return found end
@@ -233,7 +173,9 @@ if op == 'borrow' then
         leave(k, waiter)
         return grant(k, id, ttl, owner, key, n, session)
     end
-    queue(k, waiter, n, hold, conn)
+    local grant_to = nil
+    if n == 1 and not key and not hold then grant_to = {i = id, t = ttl, o = owner, s = session} end
+    queue(k, waiter, n, hold, conn, grant_to)
     return refusal(k, st, st.count - redis.call('ZCARD', k.pos) >= n, heads)
 end
 

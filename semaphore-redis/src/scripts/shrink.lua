@@ -39,9 +39,12 @@ if op == 'reap_waiters' then
     local dead = {}
     for i = A, #ARGV do dead[ARGV[i]] = true end
     local dropped = 0
-    for _, w in ipairs(redis.call('ZRANGE', k.queue, 0, -1)) do
+    -- Queued heads, and heads handed a slot they have not taken (R16:
+    -- the slot is freed).
+    for _, w in ipairs(fields(k, 'c:')) do
         local c = redis.call('HGET', k.pool, 'c:' .. w)
         if c and dead[c] then
+            unclaim(k, w)
             forget(k, w)
             dropped = dropped + 1
         end
@@ -84,14 +87,16 @@ if op == 'delete' then
 end
 
 if op == 'return' then
-    -- R8: 1 only if the lease was active.
+    -- R8: 0 if the lease was not active; else the head its slot was
+    -- handed to (`hand_on`, unless ARGV[A + 1] is '0'), or 1.
     local k = K(1)
-    if not exists(k) then return 0 end
     local id = ARGV[A]
     local r = record(k, id)
     if not r then return 0 end
     drop_lease(k, id, r)
     if tonumber(r.e) > now_ms and not (r.s and not alive(r.s)) then
+        local head = ARGV[A + 1] == '1' and hand_on(k)
+        if head then return head end
         wake(k)
         return 1
     end
@@ -170,10 +175,11 @@ end
 if op == 'leave_queue' then
     -- R12: 1 if the head was queued (the next is woken).
     local k = K(1)
-    local left = redis.call('ZREM', k.queue, ARGV[A])
-    redis.call('ZREM', k.alive, ARGV[A])
-    redis.call('HDEL', k.pool, 'w:' .. ARGV[A])
-    if left == 1 then
+    local w = ARGV[A]
+    local handed = unclaim(k, w)
+    local left = redis.call('ZSCORE', k.queue, w)
+    forget(k, w)
+    if left or handed then
         wake(k)
         return 1
     end
