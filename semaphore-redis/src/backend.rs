@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use redis::{ScriptInvocation, Value};
+use redis::Value;
 use semaphore_core::store::{Changes, DecidingClock, WAITER_TTL_MS};
 use semaphore_core::{Error, PoolId, Result, Session};
 
@@ -20,9 +20,11 @@ use crate::{Connection, keys, slots};
 /// A [`Store`](semaphore_core::store::Store) on one Redis server (7.0 or
 /// later), shared by any number of processes on any number of machines.
 ///
-/// - **One round trip per primitive**: each is one `EVALSHA` of one of the
-///   store's two Lua scripts (loaded again on `NOSCRIPT`), atomic on the
-///   server.
+/// - **One round trip per primitive**: each is one `FCALL` of one of the
+///   two functions of the store's Lua library (Redis 7 Functions; loaded at
+///   connect, and again by a call that finds it missing), atomic on the
+///   server. The server's user needs `FUNCTION LOAD` and `FCALL`
+///   (`@scripting`).
 /// - **The server's clock decides** (rule "Time"): the scripts read `TIME`,
 ///   so clients whose clocks disagree can neither over-issue nor take a
 ///   live lease. [`Store::clock`](semaphore_core::store::Store::clock) is
@@ -162,7 +164,7 @@ impl RedisStore {
         kind: Kind,
         op: &str,
         pools: impl IntoIterator<Item = PoolId>,
-    ) -> ScriptInvocation<'static> {
+    ) -> scripts::Invocation {
         let pools: Vec<PoolId> = pools.into_iter().collect();
         let place = match pools.first() {
             Some(pool) => self.place(*pool),
@@ -185,7 +187,7 @@ impl RedisStore {
     pub(crate) async fn run(
         &self,
         operation: &'static str,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &scripts::Invocation,
     ) -> Result<Value> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime { operation });

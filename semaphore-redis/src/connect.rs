@@ -12,7 +12,7 @@ use crate::backend::Wake;
 use crate::cluster::Listener;
 use crate::error::{malformed, storage};
 use crate::holder::Holder;
-use crate::scripts::{Kind, script};
+
 use crate::session::{Beats, Client};
 use crate::slots::Place;
 use crate::subscribe;
@@ -198,12 +198,9 @@ impl RedisStore {
         if !options.allow_eviction {
             refuse_eviction(connection).await?;
         }
-        for script in [script(Kind::Grow), script(Kind::Shrink)] {
-            script
-                .load_async(connection)
-                .await
-                .map_err(storage("connect"))?;
-        }
+        crate::scripts::load(connection)
+            .await
+            .map_err(storage("connect"))?;
         if let Some(view) = options.time.server() {
             subscribe::measure(connection, view)
                 .await

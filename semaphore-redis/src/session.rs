@@ -74,7 +74,7 @@ impl fmt::Debug for Line {
 impl Line {
     async fn invoke(
         &mut self,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &crate::scripts::Invocation,
     ) -> redis::RedisResult<redis::Value> {
         match self {
             Self::Server(c) => invocation.invoke_async(c).await,

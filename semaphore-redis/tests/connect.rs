@@ -62,3 +62,29 @@ async fn a_node_address_that_does_not_parse_is_refused() {
         }
     }
 }
+
+/// The store's function library is loaded at connect; a server that lost
+/// it since (a restart without persistence, a `FUNCTION FLUSH`) is given
+/// it again by the next call, which then does what it was asked.
+#[tokio::test]
+async fn a_server_that_lost_the_library_is_given_it_again() {
+    let server = TestServer::start().unwrap();
+    let store = RedisStore::connect_with(
+        server.url(),
+        RedisOptions::default().restart_grace(std::time::Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    let pool = semaphore_redis::Pool::new(
+        std::sync::Arc::new(store),
+        semaphore_redis::PoolId::from_name("lost-library"),
+    );
+    pool.register(1).await.unwrap();
+    server.command("FUNCTION FLUSH");
+    let lease = pool
+        .try_borrow(std::time::Duration::from_secs(30))
+        .await
+        .expect("a borrow after the library was flushed");
+    assert_eq!(lease.position, 0);
+    assert_eq!(pool.inspect().await.unwrap().in_use, 1);
+}

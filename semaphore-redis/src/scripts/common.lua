@@ -1,4 +1,4 @@
--- The Redis store's primitives: what both scripts share.
+-- The Redis store's function library: what both functions share.
 --
 -- KEYS: 8 per pool, all under the pool's hash tag {<pool id>} (one
 -- cluster slot per pool): pool (hash: count, ticket, draining ('1'
@@ -41,27 +41,39 @@
 -- across a restart that lost every key (R9). Numbers stay below 2^53, exact
 -- in Lua's doubles; they are written with %.0f, never tostring.
 
-local op = ARGV[1]
-local MAX_MS = tonumber(ARGV[3])
-local WAITER_TTL = tonumber(ARGV[4])
-local CHANNEL = ARGV[5]
-local PREFIX = ARGV[6]
-local GRACE = tonumber(ARGV[7])
-local PUBLISH = ARGV[8]
+-- One call's keys, arguments, clock and state, set by `begin`: the
+-- library's code runs once, when the server loads it, and each call only
+-- sets these (the server runs one call at a time).
+local KEYS, ARGV
+local op, MAX_MS, WAITER_TTL, CHANNEL, PREFIX, GRACE, PUBLISH
 local A = 9
+local now_ms, now_us
+-- A grant's side notes: whether it wrote the run key, and the last token
+-- it granted (a multi-pool grant's tokens grow in the order of its pools).
+local run_written, granted_token = false, 0
 
 local function server_us()
     local t = redis.call('TIME')
     return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local now_ms, now_us
-if ARGV[2] ~= '' then
-    now_ms = tonumber(ARGV[2])
-    now_us = now_ms * 1000
-else
-    now_us = server_us()
-    now_ms = math.floor(now_us / 1000)
+local function begin(keys, args)
+    KEYS, ARGV = keys, args
+    op = ARGV[1]
+    MAX_MS = tonumber(ARGV[3])
+    WAITER_TTL = tonumber(ARGV[4])
+    CHANNEL = ARGV[5]
+    PREFIX = ARGV[6]
+    GRACE = tonumber(ARGV[7])
+    PUBLISH = ARGV[8]
+    run_written, granted_token = false, 0
+    if ARGV[2] ~= '' then
+        now_ms = tonumber(ARGV[2])
+        now_us = now_ms * 1000
+    else
+        now_us = server_us()
+        now_ms = math.floor(now_us / 1000)
+    end
 end
 
 local function fmt(n) return string.format('%.0f', n) end
@@ -259,7 +271,6 @@ end
 -- grants may be lost while their holders run), from the server's start if
 -- none did and it started less than the grace ago (no persistence), and
 -- from now if none did on a promoted replica.
-local run_written = false
 
 local function grace_end()
     if GRACE == 0 then return 0 end
@@ -327,9 +338,6 @@ local function lowest_free(k, n)
     return free
 end
 
--- The last token this call granted: a multi-pool grant's tokens grow in
--- the order of its pools.
-local granted_token = 0
 
 local function grant(k, id, ttl, owner, key, n, session, to)
     local ps = lowest_free(k, n)

@@ -107,142 +107,144 @@ local function refusal(k, st, owed, heads)
     return {1, false, false, false, at or false, conns}
 end
 
-if op == 'register' then
-    -- R2: {count, in_use, 0, draining, 1 if it wrote the run key}. The run
-    -- key is written here too, so that it is on a replica before any
-    -- grant of the pool's slot (a cluster store waits for that).
-    local k = K(1)
-    local count = tonumber(ARGV[A])
-    grace_end()
-    if redis.call('EXISTS', k.pool) == 0 then
-        redis.call('HSET', k.pool, 'count', count)
-        redis.call('PERSIST', k.token)
-    else
-        redis.call('HSET', k.pool, 'count', count)
-        reap(k)
-    end
-    wake(k)
-    return {count, redis.call('ZCARD', k.pos), 0, draining(k) and 1 or 0, run_written and 1 or 0}
-end
-
-if op == 'borrow' then
-    -- R5, R6, R11, R15. {0, lease, position, token, expiry, positions,
-    -- session}, {1, _, _, _, next look, connections}, {2} (no pool), {4}
-    -- (it drains) or {5} (the session named has ended).
-    local k = K(1)
-    local st = load(k)
-    if not st then return {2} end
-    local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
-    local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
-    local n, session = tonumber(ARGV[A + 5]), opt(ARGV[A + 6])
-    local hold = opt(ARGV[A + 7])
-    hold = hold and tonumber(hold)
-    local conn = opt(ARGV[A + 8])
-    -- Lost replies: a retry finds the lease it was granted.
-    if ARGV[A + 9] == '1' then
-        local mine = record(k, id)
-        if mine then
-            leave(k, waiter)
-            return lease_reply(id, mine)
+local function grow_ops()
+    if op == 'register' then
+        -- R2: {count, in_use, 0, draining, 1 if it wrote the run key}. The run
+        -- key is written here too, so that it is on a replica before any
+        -- grant of the pool's slot (a cluster store waits for that).
+        local k = K(1)
+        local count = tonumber(ARGV[A])
+        grace_end()
+        if redis.call('EXISTS', k.pool) == 0 then
+            redis.call('HSET', k.pool, 'count', count)
+            redis.call('PERSIST', k.token)
+        else
+            redis.call('HSET', k.pool, 'count', count)
+            reap(k)
         end
+        wake(k)
+        return {count, redis.call('ZCARD', k.pos), 0, draining(k) and 1 or 0, run_written and 1 or 0}
     end
-    -- A queued head finds the lease a return handed it (`hand_on`), under
-    -- the id it queued with, and marks it taken ('@t'); a retry finds it
-    -- again.
-    if waiter then
-        local g = redis.call('HGET', k.pool, 'g:' .. waiter)
-        local gid = g and string.match(g, '^[^@]+')
-        local r = gid and record(k, gid)
-        if r then
-            leave(k, waiter)
-            if string.sub(g, -2) ~= '@t' then redis.call('HSET', k.pool, 'g:' .. waiter, gid .. '@t') end
-            return lease_reply(gid, r)
-        end
-    end
-    if st.draining then return {4} end
-    local found = keyed(k, key)
-    if found then
-        if found[1] == 6 then return found end
-        leave(k, waiter)
-        return found
-    end
-    local free, heads = room(k, st, waiter)
-    if free >= n then
-        -- R16: no lease is born dead.
-        if session and not alive(session) then return {5} end
-        leave(k, waiter)
-        return grant(k, id, ttl, owner, key, n, session)
-    end
-    local grant_to = nil
-    if n == 1 and not key and not hold then grant_to = {i = id, t = ttl, o = owner, s = session} end
-    queue(k, waiter, n, hold, conn, grant_to)
-    return refusal(k, st, st.count - redis.call('ZCARD', k.pos) >= n, heads)
-end
 
-if op == 'borrow_all' then
-    -- All or nothing over n pools: one reply per pool as borrow's, or {{2,
-    -- i}} for the first unknown pool. When refused, the pools that had room
-    -- answer {3}. After the n lease ids come the n weights, then the
-    -- session, the connection, '1' to check only (then nothing is
-    -- granted, and the pools that have room answer {3}: a borrow across a
-    -- cluster's hash slots checks every slot before it takes any), and the
-    -- token its tokens must be above (a borrow across slots: the last of
-    -- the slots taken before, so that tokens grow in the pools' order).
-    local n, ttl = tonumber(ARGV[A]), tonumber(ARGV[A + 1])
-    local session = opt(ARGV[A + 5 + 2 * n])
-    local conn = opt(ARGV[A + 6 + 2 * n])
-    local check = ARGV[A + 7 + 2 * n] == '1'
-    granted_token = tonumber(ARGV[A + 8 + 2 * n]) or 0
-    local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
-    local ks, sts = {}, {}
-    for i = 1, n do
-        ks[i] = K(i)
-        sts[i] = load(ks[i])
-        if not sts[i] then return {{2, i}} end
-    end
-    for i = 1, n do
-        if sts[i].draining then return {{4, i}} end
-    end
-    local replies, need, blocked = {}, {}, false
-    for i = 1, n do
-        local id = ARGV[A + 4 + i]
-        local mine = record(ks[i], id)
-        replies[i] = (mine and lease_reply(id, mine)) or keyed(ks[i], key)
-        if replies[i] and replies[i][1] == 6 then return {{6, i}} end
-        if not replies[i] then
-            local pool = ks[i].pool
-            local weight = tonumber(ARGV[A + 4 + n + i])
-            need[pool] = (need[pool] or 0) + weight
-            local free, heads = room(ks[i], sts[i], waiter)
-            if free < need[pool] then
-                local owed = sts[i].count - redis.call('ZCARD', ks[i].pos) >= need[pool]
-                replies[i] = refusal(ks[i], sts[i], owed, heads)
-                blocked = true
+    if op == 'borrow' then
+        -- R5, R6, R11, R15. {0, lease, position, token, expiry, positions,
+        -- session}, {1, _, _, _, next look, connections}, {2} (no pool), {4}
+        -- (it drains) or {5} (the session named has ended).
+        local k = K(1)
+        local st = load(k)
+        if not st then return {2} end
+        local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
+        local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
+        local n, session = tonumber(ARGV[A + 5]), opt(ARGV[A + 6])
+        local hold = opt(ARGV[A + 7])
+        hold = hold and tonumber(hold)
+        local conn = opt(ARGV[A + 8])
+        -- Lost replies: a retry finds the lease it was granted.
+        if ARGV[A + 9] == '1' then
+            local mine = record(k, id)
+            if mine then
+                leave(k, waiter)
+                return lease_reply(id, mine)
             end
         end
+        -- A queued head finds the lease a return handed it (`hand_on`), under
+        -- the id it queued with, and marks it taken ('@t'); a retry finds it
+        -- again.
+        if waiter then
+            local g = redis.call('HGET', k.pool, 'g:' .. waiter)
+            local gid = g and string.match(g, '^[^@]+')
+            local r = gid and record(k, gid)
+            if r then
+                leave(k, waiter)
+                if string.sub(g, -2) ~= '@t' then redis.call('HSET', k.pool, 'g:' .. waiter, gid .. '@t') end
+                return lease_reply(gid, r)
+            end
+        end
+        if st.draining then return {4} end
+        local found = keyed(k, key)
+        if found then
+            if found[1] == 6 then return found end
+            leave(k, waiter)
+            return found
+        end
+        local free, heads = room(k, st, waiter)
+        if free >= n then
+            -- R16: no lease is born dead.
+            if session and not alive(session) then return {5} end
+            leave(k, waiter)
+            return grant(k, id, ttl, owner, key, n, session)
+        end
+        local grant_to = nil
+        if n == 1 and not key and not hold then grant_to = {i = id, t = ttl, o = owner, s = session} end
+        queue(k, waiter, n, hold, conn, grant_to)
+        return refusal(k, st, st.count - redis.call('ZCARD', k.pos) >= n, heads)
     end
-    if blocked then
+
+    if op == 'borrow_all' then
+        -- All or nothing over n pools: one reply per pool as borrow's, or {{2,
+        -- i}} for the first unknown pool. When refused, the pools that had room
+        -- answer {3}. After the n lease ids come the n weights, then the
+        -- session, the connection, '1' to check only (then nothing is
+        -- granted, and the pools that have room answer {3}: a borrow across a
+        -- cluster's hash slots checks every slot before it takes any), and the
+        -- token its tokens must be above (a borrow across slots: the last of
+        -- the slots taken before, so that tokens grow in the pools' order).
+        local n, ttl = tonumber(ARGV[A]), tonumber(ARGV[A + 1])
+        local session = opt(ARGV[A + 5 + 2 * n])
+        local conn = opt(ARGV[A + 6 + 2 * n])
+        local check = ARGV[A + 7 + 2 * n] == '1'
+        granted_token = tonumber(ARGV[A + 8 + 2 * n]) or 0
+        local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
+        local ks, sts = {}, {}
         for i = 1, n do
+            ks[i] = K(i)
+            sts[i] = load(ks[i])
+            if not sts[i] then return {{2, i}} end
+        end
+        for i = 1, n do
+            if sts[i].draining then return {{4, i}} end
+        end
+        local replies, need, blocked = {}, {}, false
+        for i = 1, n do
+            local id = ARGV[A + 4 + i]
+            local mine = record(ks[i], id)
+            replies[i] = (mine and lease_reply(id, mine)) or keyed(ks[i], key)
+            if replies[i] and replies[i][1] == 6 then return {{6, i}} end
             if not replies[i] then
-                replies[i] = {3}
-            elseif replies[i][1] == 1 then
-                queue(ks[i], waiter, tonumber(ARGV[A + 4 + n + i]), nil, conn)
+                local pool = ks[i].pool
+                local weight = tonumber(ARGV[A + 4 + n + i])
+                need[pool] = (need[pool] or 0) + weight
+                local free, heads = room(ks[i], sts[i], waiter)
+                if free < need[pool] then
+                    local owed = sts[i].count - redis.call('ZCARD', ks[i].pos) >= need[pool]
+                    replies[i] = refusal(ks[i], sts[i], owed, heads)
+                    blocked = true
+                end
             end
+        end
+        if blocked then
+            for i = 1, n do
+                if not replies[i] then
+                    replies[i] = {3}
+                elseif replies[i][1] == 1 then
+                    queue(ks[i], waiter, tonumber(ARGV[A + 4 + n + i]), nil, conn)
+                end
+            end
+            return replies
+        end
+        if check then
+            for i = 1, n do replies[i] = replies[i] or {3} end
+            return replies
+        end
+        -- R16: no lease is born dead.
+        if session and not alive(session) then return {{5, 1}} end
+        for i = 1, n do
+            replies[i] = replies[i]
+                or grant(ks[i], ARGV[A + 4 + i], ttl, owner, key, tonumber(ARGV[A + 4 + n + i]), session)
+            leave(ks[i], waiter)
         end
         return replies
     end
-    if check then
-        for i = 1, n do replies[i] = replies[i] or {3} end
-        return replies
-    end
-    -- R16: no lease is born dead.
-    if session and not alive(session) then return {{5, 1}} end
-    for i = 1, n do
-        replies[i] = replies[i]
-            or grant(ks[i], ARGV[A + 4 + i], ttl, owner, key, tonumber(ARGV[A + 4 + n + i]), session)
-        leave(ks[i], waiter)
-    end
-    return replies
-end
 
-return redis.error_reply('ERR semaphore: unknown operation ' .. tostring(op))
+    return redis.error_reply('ERR semaphore: unknown operation ' .. tostring(op))
+end

@@ -10,198 +10,200 @@ local TOMBSTONE_MS = 86400000
 
 local function exists(k) return redis.call('EXISTS', k.pool) == 1 end
 
-if op == 'inspect' then
-    -- R3: {count, in_use, {}, draining}, or {} if there is no pool.
-    local k = K(1)
-    local count = redis.call('HGET', k.pool, 'count')
-    if not count then return {} end
-    reap(k)
-    return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0}
-end
-
-if op == 'set_draining' then
-    -- Starts ('1') or ends ('0') the pool's drain; its state as inspect's,
-    -- or {} if there is no pool. Wakes waiters either way.
-    local k = K(1)
-    local count = redis.call('HGET', k.pool, 'count')
-    if not count then return {} end
-    redis.call('HSET', k.pool, 'draining', ARGV[A])
-    reap(k)
-    wake(k)
-    return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0}
-end
-
-if op == 'reap_waiters' then
-    -- R16: forgets every queued head whose connection is one of
-    -- those named (gone, as the server's client list said); how many.
-    local k = K(1)
-    if not exists(k) then return 0 end
-    local dead = {}
-    for i = A, #ARGV do dead[ARGV[i]] = true end
-    local dropped = 0
-    -- Queued heads, and heads handed a slot they have not taken (R16:
-    -- the slot is freed).
-    for _, w in ipairs(fields(k, 'c:')) do
-        local c = redis.call('HGET', k.pool, 'c:' .. w)
-        if c and dead[c] then
-            unclaim(k, w)
-            forget(k, w)
-            dropped = dropped + 1
-        end
+local function shrink_ops()
+    if op == 'inspect' then
+        -- R3: {count, in_use, {}, draining}, or {} if there is no pool.
+        local k = K(1)
+        local count = redis.call('HGET', k.pool, 'count')
+        if not count then return {} end
+        reap(k)
+        return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0}
     end
-    if dropped > 0 then wake(k) end
-    return dropped
-end
 
-if op == 'beat' then
-    -- R16: one heartbeat of the session whose key is KEYS[1]: if
-    -- it lives, its end moves to now + ARGV[A] ms; if it has no key and
-    -- ARGV[A + 1] is '1' (a fresh id), it is made so. Now if it lives
-    -- after, false if it has ended: an ended session never lives again.
-    -- The key outlives its end by a minute, then the server drops it.
-    local key, timeout = KEYS[1], tonumber(ARGV[A])
-    local e = redis.call('GET', key)
-    if (e and tonumber(e) > now_ms) or (not e and ARGV[A + 1] == '1') then
-        local ends = math.min(now_ms + timeout, MAX_MS)
-        redis.call('SET', key, fmt(ends), 'PX', fmt(timeout + 60000))
-        return now_ms
-    end
-    return false
-end
-
-if op == 'close' then
-    -- R16: ends the session whose key is KEYS[1] at once; every
-    -- process's waiters look again.
-    if redis.call('DEL', KEYS[1]) == 1 then redis.call(PUBLISH, CHANNEL, '*') end
-    return 1
-end
-
-if op == 'delete' then
-    -- R4: 1 if the pool existed. Its token outlives it for a day (R9).
-    local k = K(1)
-    local existed = exists(k)
-    wake(k)
-    redis.call('DEL', k.pool, k.leases, k.exp, k.pos, k.keys, k.queue, k.alive)
-    if redis.call('EXISTS', k.token) == 1 then redis.call('PEXPIRE', k.token, TOMBSTONE_MS) end
-    return existed and 1 or 0
-end
-
-if op == 'return' then
-    -- R8: 0 if the lease was not active; else the head its slot was
-    -- handed to (`hand_on`, unless ARGV[A + 1] is '0'), or 1.
-    local k = K(1)
-    local id = ARGV[A]
-    local r = record(k, id)
-    if not r then return 0 end
-    drop_lease(k, id, r)
-    if tonumber(r.e) > now_ms and not (r.s and not alive(r.s)) then
-        local head = ARGV[A + 1] == '1' and hand_on(k)
-        if head then return head end
+    if op == 'set_draining' then
+        -- Starts ('1') or ends ('0') the pool's drain; its state as inspect's,
+        -- or {} if there is no pool. Wakes waiters either way.
+        local k = K(1)
+        local count = redis.call('HGET', k.pool, 'count')
+        if not count then return {} end
+        redis.call('HSET', k.pool, 'draining', ARGV[A])
+        reap(k)
         wake(k)
+        return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0}
+    end
+
+    if op == 'reap_waiters' then
+        -- R16: forgets every queued head whose connection is one of
+        -- those named (gone, as the server's client list said); how many.
+        local k = K(1)
+        if not exists(k) then return 0 end
+        local dead = {}
+        for i = A, #ARGV do dead[ARGV[i]] = true end
+        local dropped = 0
+        -- Queued heads, and heads handed a slot they have not taken (R16:
+        -- the slot is freed).
+        for _, w in ipairs(fields(k, 'c:')) do
+            local c = redis.call('HGET', k.pool, 'c:' .. w)
+            if c and dead[c] then
+                unclaim(k, w)
+                forget(k, w)
+                dropped = dropped + 1
+            end
+        end
+        if dropped > 0 then wake(k) end
+        return dropped
+    end
+
+    if op == 'beat' then
+        -- R16: one heartbeat of the session whose key is KEYS[1]: if
+        -- it lives, its end moves to now + ARGV[A] ms; if it has no key and
+        -- ARGV[A + 1] is '1' (a fresh id), it is made so. Now if it lives
+        -- after, false if it has ended: an ended session never lives again.
+        -- The key outlives its end by a minute, then the server drops it.
+        local key, timeout = KEYS[1], tonumber(ARGV[A])
+        local e = redis.call('GET', key)
+        if (e and tonumber(e) > now_ms) or (not e and ARGV[A + 1] == '1') then
+            local ends = math.min(now_ms + timeout, MAX_MS)
+            redis.call('SET', key, fmt(ends), 'PX', fmt(timeout + 60000))
+            return now_ms
+        end
+        return false
+    end
+
+    if op == 'close' then
+        -- R16: ends the session whose key is KEYS[1] at once; every
+        -- process's waiters look again.
+        if redis.call('DEL', KEYS[1]) == 1 then redis.call(PUBLISH, CHANNEL, '*') end
         return 1
     end
-    return 0
-end
 
-if op == 'renew' then
-    -- {0, lease, position, token, expiry, positions}, {1} if not active, {2}
-    -- if no pool.
-    local k = K(1)
-    if not exists(k) then return {2} end
-    local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
-    local r = record(k, id)
-    if not r or tonumber(r.e) <= now_ms then return {1} end
-    if r.s and not alive(r.s) then
+    if op == 'delete' then
+        -- R4: 1 if the pool existed. Its token outlives it for a day (R9).
+        local k = K(1)
+        local existed = exists(k)
+        wake(k)
+        redis.call('DEL', k.pool, k.leases, k.exp, k.pos, k.keys, k.queue, k.alive)
+        if redis.call('EXISTS', k.token) == 1 then redis.call('PEXPIRE', k.token, TOMBSTONE_MS) end
+        return existed and 1 or 0
+    end
+
+    if op == 'return' then
+        -- R8: 0 if the lease was not active; else the head its slot was
+        -- handed to (`hand_on`, unless ARGV[A + 1] is '0'), or 1.
+        local k = K(1)
+        local id = ARGV[A]
+        local r = record(k, id)
+        if not r then return 0 end
         drop_lease(k, id, r)
+        if tonumber(r.e) > now_ms and not (r.s and not alive(r.s)) then
+            local head = ARGV[A + 1] == '1' and hand_on(k)
+            if head then return head end
+            wake(k)
+            return 1
+        end
+        return 0
+    end
+
+    if op == 'renew' then
+        -- {0, lease, position, token, expiry, positions}, {1} if not active, {2}
+        -- if no pool.
+        local k = K(1)
+        if not exists(k) then return {2} end
+        local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
+        local r = record(k, id)
+        if not r or tonumber(r.e) <= now_ms then return {1} end
+        if r.s and not alive(r.s) then
+            drop_lease(k, id, r)
+            return {1}
+        end
+        local exp = math.min(now_ms + ttl, MAX_MS)
+        r.e = fmt(exp)
+        redis.call('HSET', k.leases, id, cjson.encode(r))
+        redis.call('ZADD', k.exp, exp, id)
+        wake(k)
+        return lease_reply(id, r)
+    end
+
+    if op == 'unbind' then
+        -- R13: unbinds an active lease from its session; 1 if it was
+        -- active.
+        local k = K(1)
+        if not exists(k) then return 0 end
+        reap(k)
+        local id = ARGV[A]
+        local r = record(k, id)
+        if not r then return 0 end
+        if r.s then
+            local field = 's:' .. r.s
+            if redis.call('HINCRBY', k.pool, field, -1) <= 0 then redis.call('HDEL', k.pool, field) end
+            r.s = nil
+            redis.call('HSET', k.leases, id, cjson.encode(r))
+        end
+        return 1
+    end
+
+    if op == 'holders' then
+        -- {0, holder...} by lowest position, or {2}.
+        local k = K(1)
+        if not exists(k) then return {2} end
+        reap(k)
+        local out = {0}
+        for _, m in ipairs(redis.call('ZRANGE', k.pos, 0, -1)) do
+            if not string.find(m, ':', 1, true) then
+                out[#out + 1] = holder_reply(m, record(k, m))
+            end
+        end
+        return out
+    end
+
+    if op == 'force_return' then
+        -- {0, holder} if an active lease held the position (any of its
+        -- positions, R15), {1} if none, {2}.
+        local k = K(1)
+        if not exists(k) then return {2} end
+        reap(k)
+        local pos = ARGV[A]
+        for _, m in ipairs(redis.call('ZRANGEBYSCORE', k.pos, pos, pos)) do
+            local id = string.match(m, '^[^:]+')
+            local r = record(k, id)
+            drop_lease(k, id, r)
+            wake(k)
+            return {0, holder_reply(id, r)}
+        end
         return {1}
     end
-    local exp = math.min(now_ms + ttl, MAX_MS)
-    r.e = fmt(exp)
-    redis.call('HSET', k.leases, id, cjson.encode(r))
-    redis.call('ZADD', k.exp, exp, id)
-    wake(k)
-    return lease_reply(id, r)
-end
 
-if op == 'unbind' then
-    -- R13: unbinds an active lease from its session; 1 if it was
-    -- active.
-    local k = K(1)
-    if not exists(k) then return 0 end
-    reap(k)
-    local id = ARGV[A]
-    local r = record(k, id)
-    if not r then return 0 end
-    if r.s then
-        local field = 's:' .. r.s
-        if redis.call('HINCRBY', k.pool, field, -1) <= 0 then redis.call('HDEL', k.pool, field) end
-        r.s = nil
-        redis.call('HSET', k.leases, id, cjson.encode(r))
-    end
-    return 1
-end
-
-if op == 'holders' then
-    -- {0, holder...} by lowest position, or {2}.
-    local k = K(1)
-    if not exists(k) then return {2} end
-    reap(k)
-    local out = {0}
-    for _, m in ipairs(redis.call('ZRANGE', k.pos, 0, -1)) do
-        if not string.find(m, ':', 1, true) then
-            out[#out + 1] = holder_reply(m, record(k, m))
+    if op == 'leave_queue' then
+        -- R12: 1 if the head was queued (the next is woken).
+        local k = K(1)
+        local w = ARGV[A]
+        local handed = unclaim(k, w)
+        local left = redis.call('ZSCORE', k.queue, w)
+        forget(k, w)
+        if left or handed then
+            wake(k)
+            return 1
         end
+        return 0
     end
-    return out
-end
 
-if op == 'force_return' then
-    -- {0, holder} if an active lease held the position (any of its
-    -- positions, R15), {1} if none, {2}.
-    local k = K(1)
-    if not exists(k) then return {2} end
-    reap(k)
-    local pos = ARGV[A]
-    for _, m in ipairs(redis.call('ZRANGEBYSCORE', k.pos, pos, pos)) do
-        local id = string.match(m, '^[^:]+')
-        local r = record(k, id)
-        drop_lease(k, id, r)
-        wake(k)
-        return {0, holder_reply(id, r)}
+    if op == 'place' then
+        -- The place of waiter ARGV[A] among the pool's live places, 1 for the
+        -- first, or 0 if it has none.
+        local k = K(1)
+        reap(k)
+        local rank = redis.call('ZRANK', k.queue, ARGV[A])
+        if not rank then return 0 end
+        return rank + 1
     end
-    return {1}
-end
 
-if op == 'leave_queue' then
-    -- R12: 1 if the head was queued (the next is woken).
-    local k = K(1)
-    local w = ARGV[A]
-    local handed = unclaim(k, w)
-    local left = redis.call('ZSCORE', k.queue, w)
-    forget(k, w)
-    if left or handed then
-        wake(k)
-        return 1
+    if op == 'queue_heads' then
+        -- The heads queued on the pool, on every machine, once lapsed ones are
+        -- forgotten.
+        local k = K(1)
+        reap(k)
+        return redis.call('ZCARD', k.queue)
     end
-    return 0
-end
 
-if op == 'place' then
-    -- The place of waiter ARGV[A] among the pool's live places, 1 for the
-    -- first, or 0 if it has none.
-    local k = K(1)
-    reap(k)
-    local rank = redis.call('ZRANK', k.queue, ARGV[A])
-    if not rank then return 0 end
-    return rank + 1
+    return redis.error_reply('ERR semaphore: unknown operation ' .. tostring(op))
 end
-
-if op == 'queue_heads' then
-    -- The heads queued on the pool, on every machine, once lapsed ones are
-    -- forgotten.
-    local k = K(1)
-    reap(k)
-    return redis.call('ZCARD', k.queue)
-end
-
-return redis.error_reply('ERR semaphore: unknown operation ' .. tostring(op))
