@@ -154,6 +154,13 @@ local function grow_ops()
             local g = redis.call('HGET', k.pool, 'g:' .. waiter)
             local gid = g and string.match(g, '^[^@]+')
             local r = gid and record(k, gid)
+            -- Not in a restart grace (rule "Restart grace"): taken then,
+            -- the lease would be a grant in the grace. A slot handed on a
+            -- former master just before a failover may have been freed
+            -- and granted again there, after the failover, by writes the
+            -- new master never sees: its holder believes it holds for up
+            -- to its ttl, which the grace outlasts.
+            if r and in_grace(st) then return {1, false, false, false, st.grace, {}} end
             if r then
                 leave(k, waiter)
                 if string.sub(g, -2) ~= '@t' then redis.call('HSET', k.pool, 'g:' .. waiter, gid .. '@t') end
