@@ -165,8 +165,7 @@ impl Store for RedisStore {
                 .arg(label(
                     request.hold.map(|h| millis(h).to_string()).as_deref(),
                 ))
-                .arg(self.connection_label(request.pool))
-                .arg(if request.retried { "1" } else { "0" });
+                .arg(self.connection_label(request.pool));
             // A call that timed out may still run once the server answers
             // again: the core asks again under the same lease id, and
             // returns it if it ends up holding another (rule "Lost replies").

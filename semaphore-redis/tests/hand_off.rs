@@ -190,3 +190,43 @@ async fn a_head_for_several_slots_is_woken_not_handed() {
     assert!(a.return_lease(pool, lease).await.unwrap());
     assert_eq!(a.inspect(pool).await.unwrap().in_use, 1);
 }
+
+/// A head that looks after its handed lease's ttl has run (its notice
+/// lost: the fallback poll looks later) keeps its place ahead of those
+/// queued after it (R11): the untaken lease's end queues it again at its
+/// old ticket, and the next return hands it the slot. A lease it takes has
+/// its ttl from the look that took it.
+#[tokio::test]
+async fn a_head_that_looks_late_keeps_its_place() {
+    let (a, b, pool, lease, clock) = held_pool().await;
+    let (first, second) = (WaiterId::new(), WaiterId::new());
+    let short = Duration::from_millis(500);
+    let mut request = BorrowRequest::new(pool, LeaseId::new(), short);
+    request.waiter = Some(first);
+    assert!(matches!(
+        b.try_borrow(&request).await,
+        Ok(TryBorrow::Exhausted { .. })
+    ));
+    queue(&a, pool, second).await;
+    assert!(a.return_lease(pool, lease).await.unwrap());
+
+    clock.advance(Duration::from_millis(600));
+    // The second head looks first: the first is still ahead of it.
+    assert!(matches!(
+        look(&a, pool, second).await,
+        TryBorrow::Exhausted { .. }
+    ));
+    let mut late = BorrowRequest::new(pool, LeaseId::new(), short);
+    late.waiter = Some(first);
+    let TryBorrow::Granted { lease: taken } = b.try_borrow(&late).await.unwrap() else {
+        panic!("the first head lost its turn");
+    };
+    // Its ttl runs from the look that took it.
+    let now = semaphore_redis::Clock::now(&*clock);
+    let least = now + short - Duration::from_millis(1);
+    assert!(
+        taken.expires_at >= least,
+        "{:?} < {least:?}",
+        taken.expires_at
+    );
+}

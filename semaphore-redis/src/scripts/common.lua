@@ -78,6 +78,23 @@ end
 
 local function fmt(n) return string.format('%.0f', n) end
 
+-- `command` (MGET, or HMGET of `key`) of every name in `names`, in chunks
+-- (Lua unpacks at most about 8000 values; a pool may queue more places).
+local function read_all(command, key, names)
+    local out = {}
+    for first = 1, #names, 1000 do
+        local chunk = {unpack(names, first, math.min(first + 999, #names))}
+        local got
+        if key then
+            got = redis.call(command, key, unpack(chunk))
+        else
+            got = redis.call(command, unpack(chunk))
+        end
+        for i = 1, #got do out[first + i - 1] = got[i] end
+    end
+    return out
+end
+
 -- The server's clock (ms), whatever instant a test decides by: what the
 -- restart grace is judged on.
 local function real_ms()
@@ -153,7 +170,19 @@ local function drop_lease(k, id, r)
         if redis.call('HINCRBY', k.pool, field, -1) <= 0 then redis.call('HDEL', k.pool, field) end
     end
     if r and r.k then redis.call('HDEL', k.keys, key_name(r.k)) end
-    if r and r.g then redis.call('HDEL', k.pool, 'g:' .. r.g) end
+    if r and r.g then
+        -- A slot handed to a head that never took it (it expired, or was
+        -- taken back): the head, if it is still alive, is queued again at
+        -- its old ticket, so that no one queued after it goes first (R11).
+        if not r.tk then
+            local g = redis.call('HGET', k.pool, 'g:' .. r.g)
+            local ticket = g and tonumber(string.match(g, '@%d+@(%d+)$'))
+            if ticket and redis.call('ZSCORE', k.alive, r.g) then
+                redis.call('ZADD', k.queue, ticket, r.g)
+            end
+        end
+        redis.call('HDEL', k.pool, 'g:' .. r.g)
+    end
     redis.call('HDEL', k.leases, id)
     redis.call('ZREM', k.exp, id)
     redis.call('ZREM', k.pos, id)
@@ -211,7 +240,7 @@ local function reap(k)
     if #sids > 0 then
         local names = {}
         for i, sid in ipairs(sids) do names[i] = PREFIX .. ':s:' .. sid end
-        local ends = redis.call('MGET', unpack(names))
+        local ends = read_all('MGET', nil, names)
         for i, sid in ipairs(sids) do
             local e = ends[i] and tonumber(ends[i]) or nil
             if e == nil or e <= now_ms then
@@ -347,6 +376,7 @@ local function grant(k, id, ttl, owner, key, n, session, to)
     redis.call('SET', k.token, fmt(token))
     local exp = math.min(now_ms + ttl, MAX_MS)
     local r = {p = ps[1], t = fmt(token), e = fmt(exp), o = owner, k = key, g = to}
+    if to then r.l = ttl end
     if n > 1 then r.ps = ps end
     if session then
         r.s = session
@@ -381,7 +411,7 @@ local function hand_on(k)
     if #heads == 0 then return nil end
     local names = {}
     for i, w in ipairs(heads) do names[i] = 'w:' .. w end
-    local weights = redis.call('HMGET', k.pool, unpack(names))
+    local weights = read_all('HMGET', k.pool, names)
     local head
     for i, w in ipairs(heads) do
         if tonumber(weights[i] or '1') <= count then
@@ -394,10 +424,10 @@ local function hand_on(k)
     if not h or redis.call('ZCARD', k.pos) >= count then return nil end
     local want = cjson.decode(h)
     if want.s and not alive(want.s) then return nil end
+    local ticket = redis.call('ZSCORE', k.queue, head)
     grant(k, want.i, tonumber(want.t), want.o, nil, 1, want.s, head)
     redis.call('ZREM', k.queue, head)
-    redis.call('HDEL', k.pool, 'h:' .. head, 'w:' .. head)
-    redis.call('HSET', k.pool, 'g:' .. head, want.i .. '@' .. fmt(now_ms))
+    redis.call('HSET', k.pool, 'g:' .. head, want.i .. '@' .. fmt(now_ms) .. '@' .. ticket)
     redis.call(PUBLISH, CHANNEL, 'g:' .. head .. ':' .. string.match(k.pool, '.*{(.-)}'))
     -- Slots free beside this one (expired leases judged just now) are
     -- for the heads after it.

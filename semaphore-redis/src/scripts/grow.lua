@@ -40,7 +40,7 @@ local function room(k, st, waiter)
     if #heads > 0 then
         local names = {}
         for i, w in ipairs(heads) do names[i] = 'w:' .. w end
-        local weights = redis.call('HMGET', k.pool, unpack(names))
+        local weights = read_all('HMGET', k.pool, names)
         for i = 1, #heads do
             -- R15: a head whose weight is over the count keeps its
             -- place but is owed nothing while the count is below it.
@@ -93,14 +93,14 @@ local function refusal(k, st, owed, heads)
     if #handed > 0 then
         local names = {}
         for i, w in ipairs(handed) do names[i] = 'g:' .. w end
-        for i, g in ipairs(redis.call('HMGET', k.pool, unpack(names))) do
-            local at_ms = g and tonumber(string.match(g, '@(%d+)$'))
+        for i, g in ipairs(read_all('HMGET', k.pool, names)) do
+            local at_ms = g and tonumber(string.match(g, '^[^@]+@(%d+)'))
             if at_ms and now_ms - at_ms >= UNTAKEN_MS then asked[#asked + 1] = 'c:' .. handed[i] end
         end
     end
     local conns = {}
     if #asked > 0 then
-        for _, c in ipairs(redis.call('HMGET', k.pool, unpack(asked))) do
+        for _, c in ipairs(read_all('HMGET', k.pool, asked)) do
             if c then conns[#conns + 1] = c end
         end
     end
@@ -139,13 +139,13 @@ local function grow_ops()
         local hold = opt(ARGV[A + 7])
         hold = hold and tonumber(hold)
         local conn = opt(ARGV[A + 8])
-        -- Lost replies: a retry finds the lease it was granted.
-        if ARGV[A + 9] == '1' then
-            local mine = record(k, id)
-            if mine then
-                leave(k, waiter)
-                return lease_reply(id, mine)
-            end
+        -- Lost replies: a call made again finds the lease it was granted
+        -- (the core's retry, or a call sent again after its connection
+        -- dropped, as the store and the cluster client do).
+        local mine = record(k, id)
+        if mine then
+            leave(k, waiter)
+            return lease_reply(id, mine)
         end
         -- A queued head finds the lease a return handed it (`hand_on`), under
         -- the id it queued with, and marks it taken ('@t'); a retry finds it
@@ -163,7 +163,17 @@ local function grow_ops()
             if r and in_grace(st) then return {1, false, false, false, st.grace, {}} end
             if r then
                 leave(k, waiter)
-                if string.sub(g, -2) ~= '@t' then redis.call('HSET', k.pool, 'g:' .. waiter, gid .. '@t') end
+                if not r.tk then
+                    -- Taken: its ttl runs from now, as a grant's would.
+                    r.tk = 1
+                    if r.l then
+                        local exp = math.min(now_ms + tonumber(r.l), MAX_MS)
+                        r.e = fmt(exp)
+                        redis.call('ZADD', k.exp, exp, gid)
+                    end
+                    redis.call('HSET', k.leases, gid, cjson.encode(r))
+                    redis.call('HSET', k.pool, 'g:' .. waiter, gid .. '@t')
+                end
                 return lease_reply(gid, r)
             end
         end
