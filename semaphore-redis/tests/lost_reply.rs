@@ -73,18 +73,20 @@ fn proxy() -> (u16, Arc<AtomicBool>) {
                 continue;
             };
             let swallow = Arc::new(AtomicBool::new(false));
+            // Told when the server's reply to the cut call arrived.
+            let (replied, reply_came) = std::sync::mpsc::channel::<()>();
             // Server -> client.
             {
                 let (mut from, mut to) = (server.another(), client.another());
                 let swallow = swallow.clone();
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 65536];
-                    loop {
-                        let Ok(n) = from.read(&mut buf) else { break };
+                    while let Ok(n) = from.read(&mut buf) {
                         if n == 0 {
                             break;
                         }
                         if swallow.load(Ordering::SeqCst) {
+                            let _ = replied.send(());
                             continue;
                         }
                         if to.write_all(&buf[..n]).is_err() {
@@ -100,8 +102,7 @@ fn proxy() -> (u16, Arc<AtomicBool>) {
                 let (mut from, mut to): (Box<dyn Duplex>, Box<dyn Duplex>) =
                     (Box::new(client), server);
                 let mut buf = [0u8; 65536];
-                loop {
-                    let Ok(n) = from.read(&mut buf) else { break };
+                while let Ok(n) = from.read(&mut buf) {
                     if n == 0 {
                         break;
                     }
@@ -110,8 +111,9 @@ fn proxy() -> (u16, Arc<AtomicBool>) {
                     if is_borrow && armed.swap(false, Ordering::SeqCst) {
                         swallow.store(true, Ordering::SeqCst);
                         let _ = to.write_all(chunk);
-                        // The script runs; its reply is swallowed.
-                        std::thread::sleep(Duration::from_millis(150));
+                        // The call runs; its reply is swallowed, then the
+                        // connection cut.
+                        let _ = reply_came.recv_timeout(Duration::from_secs(10));
                         from.close();
                         to.close();
                         break;
