@@ -160,7 +160,12 @@ local function grow_ops()
             -- and granted again there, after the failover, by writes the
             -- new master never sees: its holder believes it holds for up
             -- to its ttl, which the grace outlasts.
-            if r and in_grace(st) then return {1, false, false, false, st.grace, {}} end
+            if r and in_grace(st) then
+                -- Its heartbeat kept meanwhile (it is out of the queue:
+                -- only this keeps its place).
+                redis.call('ZADD', k.alive, now_ms + WAITER_TTL, waiter)
+                return {1, false, false, false, st.grace, {}}
+            end
             if r then
                 leave(k, waiter)
                 if not r.tk then
