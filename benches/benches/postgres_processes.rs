@@ -6,10 +6,10 @@
 //!
 //! A hot pool (count 8): tasks loop borrow(30 s, wait 10 s) + return for
 //! 3 s, at 1 task, 16 tasks in 4 processes and 64 tasks in 4 processes;
-//! pairs/s against 16 tasks in 4 processes, each with a connection of its
-//! own, running one-row `UPDATE`s of rows spread over 1,000 (autocommit):
-//! commits per second, as pgbench's random-row `UPDATE` counts them. A pair
-//! is two commits, so 0.5x is the physical bound.
+//! pairs/s against 1 task, and 16 tasks in 4 processes, each with a
+//! connection of its own, running one-row `UPDATE`s of rows spread over
+//! 1,000 (autocommit): commits per second, as pgbench's random-row `UPDATE`
+//! counts them. A pair is two commits, so 0.5x is the physical bound.
 //!
 //! Group commit's profile: for every run, what the server did
 //! per pair or per commit: transactions, calls of the store's functions
@@ -143,6 +143,7 @@ async fn main() {
         profile.insert(name.into(), after.per(&before, rate * SECONDS as f64));
         rate
     };
+    let anchor_1 = run("anchor_1", "anchor", 1, 1).await;
     let anchor = run("anchor", "anchor", 4, 4).await;
     let anchor8 = run("anchor8", "anchor8", 4, 4).await;
     let one = run("ours_1", "ours", 1, 1).await;
@@ -155,6 +156,7 @@ async fn main() {
         "pairs_per_s_1_task": one,
         "pairs_per_s_64_tasks": sixty_four,
         "anchor_commits_per_s": anchor,
+        "anchor_commits_per_s_1_client": anchor_1,
         "anchor8_commits_per_s": anchor8,
         "profile": profile,
     });

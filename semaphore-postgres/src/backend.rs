@@ -36,6 +36,10 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   locks the pool row, so grants on different slots commit in parallel.
 ///   Keyed and weighted borrows, queue places and the leases of gone
 ///   holders take the pool row's lock.
+/// - **The common path** (version 7): while nobody is queued, a
+///   one-slot borrow's first attempt and a return each run one statement
+///   inside their function, write only the slot's row, and notify
+///   nobody: a pair is two transactions.
 /// - **The server's clock decides** (rule "Time"): `clock_timestamp()`,
 ///   read in the deciding call, judges expiry and sets `expires_at`. Clients whose
 ///   clocks disagree by any amount can neither over-issue nor take a live

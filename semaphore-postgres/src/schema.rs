@@ -28,11 +28,14 @@ use migrate::{before_3, migrate_from, shape_3};
 /// in place of backends: `session` replaces `holder` and `holder_start`
 /// on slots and places. Version 6 has the same tables, and triggers that
 /// tell a session's holder at once when someone else deletes its row or
-/// cuts its end short (R17). Versions 1 to 5 are migrated in place
+/// cuts its end short (R17). Version 7 has the same tables again, and
+/// functions whose borrow and return of one slot, while nobody is queued,
+/// each run one statement that writes only the slot and notify nobody.
+/// Versions 1 to 6 are migrated in place
 /// ([`migrate`]); the bound leases of 1 to 4 become unbound (left to
 /// their ttl), since the processes that held them are gone before a
 /// migration.
-pub(crate) const VERSION: i32 = 6;
+pub(crate) const VERSION: i32 = 7;
 
 /// How long a queued head's row stays without being refreshed before other
 /// processes treat its process as gone (R11), in ms.
@@ -336,11 +339,11 @@ async fn prepare_once(client: &Client, schema: &str, migrate: bool) -> Result<()
         }
         return match version? {
             Some(VERSION) => Ok(()),
-            Some(old @ 1..=5) if !migrate => Err(not_migrated(
+            Some(old @ 1..=6) if !migrate => Err(not_migrated(
                 schema,
                 &format!("the store's tables at schema version {old}"),
             )),
-            Some(old @ 1..=5) => migrate_from(client, schema, old, &expected).await,
+            Some(old @ 1..=6) => migrate_from(client, schema, old, &expected).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),

@@ -1,4 +1,4 @@
--- The PostgreSQL store's tables and functions, schema version 6 (version 1
+-- The PostgreSQL store's tables and functions, schema version 7 (version 1
 -- had the same tables; 2 replaced functions only: `semaphore_delete` locks
 -- the pool row first, heads refresh their place at every look; 3 holds
 -- weighted leases, R15, and a queued head records the slots it waits for;
@@ -8,7 +8,10 @@
 -- 5 binds leases to sessions with an end on the server's clock, kept by a
 -- heartbeat, in place of backends, R16; 6 tells a session's
 -- holder at once when someone else deletes its row or moves its end
--- earlier, R17, through triggers on semaphore_sessions).
+-- earlier, R17, through triggers on semaphore_sessions; 7 has the same
+-- tables, and a borrow and a return of one slot while nobody is queued
+-- that each run one statement, writing only the slot, and send no
+-- notification).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
 -- Times are unix milliseconds on the server's clock (rule "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
@@ -311,6 +314,50 @@ DECLARE
     v_session uuid; v_stored text;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
+    -- The common path (version 7): a first attempt for one slot without a
+    -- key, while nobody is queued, the pool grants and its session lives:
+    -- one statement, that writes only the slot it takes (the lowest free
+    -- one no other transaction holds locked) and reads the rest, and an
+    -- answer made without another. (In a subtransaction: a row locked
+    -- here that then failed its recheck, taken since this statement's
+    -- snapshot, stays locked until the end of the (sub)transaction, and
+    -- the paths below must not hold it while they wait for the pool row.)
+    IF p_slots = 1 AND p_key IS NULL AND p_lease IS NOT NULL AND p_waiter IS NULL
+            AND NOT p_retried THEN
+        v_exp := least(v_now + p_ttl, {max_ms});
+        BEGIN
+            UPDATE {s}.semaphore_slots l SET lease = p_lease,
+                    token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
+                    owner = p_owner, borrow_key = NULL, session = p_session, granted_to = NULL
+                WHERE l.pool = p_pool AND l.position = (
+                    SELECT f.position FROM {s}.semaphore_slots f, {s}.semaphore_pools p
+                    WHERE p.pool = p_pool AND NOT p.draining AND f.pool = p_pool
+                        AND f.position < p.count AND f.expires_at <= v_now
+                        AND (p_session IS NULL OR EXISTS (
+                            SELECT 1 FROM {s}.semaphore_sessions x
+                            WHERE x.id = p_session AND x.expires_at > v_now))
+                        AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_waiters w
+                            WHERE w.pool = p_pool AND w.alive_until > v_now)
+                        AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots a
+                            WHERE a.pool = p_pool AND a.position >= p.count
+                            AND a.expires_at > v_now)
+                    ORDER BY f.position LIMIT 1
+                    FOR UPDATE OF f SKIP LOCKED)
+                RETURNING l.position, l.token INTO v_pos, v_tok;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'SMNOF';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'SMNOF' THEN
+            v_tok := NULL;
+        END;
+        IF v_tok IS NOT NULL THEN
+            -- (RETURN NEXT runs no statement, as RETURN QUERY would.)
+            o_status := 0; o_lease := p_lease; o_positions := ARRAY[v_pos]; o_token := v_tok;
+            o_expires_at := v_exp; o_session := p_session;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
     -- R16: no lease is born dead. The caller opens a new session
     -- and asks again.
     IF p_session IS NOT NULL AND NOT {s}.semaphore_alive(p_session, v_now) THEN
@@ -349,7 +396,9 @@ BEGIN
             v_ticket := NULL;
         END IF;
     END IF;
-    IF p_slots = 1 AND p_key IS NULL AND p_lease IS NOT NULL THEN
+    -- A queued head's look, or a retry (a first attempt looked above).
+    IF p_slots = 1 AND p_key IS NULL AND p_lease IS NOT NULL
+            AND (p_waiter IS NOT NULL OR p_retried) THEN
         v_exp := least(v_now + p_ttl, {max_ms});
         SELECT p.count INTO v_count FROM {s}.semaphore_pools p
             WHERE p.pool = p_pool AND NOT p.draining
@@ -609,9 +658,10 @@ END $$;
 -- returns on different slots commit in parallel. One row: a grant as
 -- semaphore_try_borrow's (status 0, for the claimed head of the caller's
 -- process; else 1), whether the lease was active, whether its slot went to
--- another process's head, and whether it was left free (then, or if
--- handed to another process, the caller wakes the heads; a slot handed to
--- its own claimed head needs nobody woken). The caller wakes the queued heads with
+-- another process's head, and whether it was left free with someone to
+-- wake (then, or if handed to another process, the caller wakes the
+-- heads; a slot handed to its own claimed head, or left free while nobody
+-- is queued, needs nobody woken). The caller wakes the queued heads with
 -- semaphore_returned, in a transaction of its own after this one commits:
 -- PostgreSQL serializes the commits of notifying transactions, flush
 -- included, so a notification sent here would make returns take turns.
@@ -636,8 +686,38 @@ RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bi
 LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE v_now bigint; v_count bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
     v_head {s}.semaphore_waiters%ROWTYPE; v_free boolean := true; v_session uuid;
+    v_open boolean; v_queued boolean; v_returned boolean;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
+    -- The common path (version 7): no head of the caller's process
+    -- claimed and nobody queued. One statement frees the lease's rows;
+    -- the pool's gate, held shared from before it until commit, decides
+    -- whether anyone must be woken (semaphore_gate): a borrow taking a
+    -- place either committed it before this statement's snapshot, which
+    -- then sees it and takes the path below, or waits for this commit and
+    -- then sees the slot free, or holds the gate now (then o_free asks the
+    -- caller for the wake-up).
+    IF p_grant IS NULL THEN
+        v_open := pg_try_advisory_xact_lock_shared({s}.semaphore_gate(p_pool));
+        WITH queued AS (
+            SELECT EXISTS (SELECT 1 FROM {s}.semaphore_waiters w WHERE w.pool = p_pool) AS any),
+        freed AS (
+            UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
+                    owner = NULL, borrow_key = NULL, session = NULL, granted_to = NULL
+                FROM queued q
+                WHERE NOT q.any AND l.pool = p_pool AND l.lease = p_lease
+                    AND l.expires_at > v_now
+                    AND (l.session IS NULL OR EXISTS (SELECT 1 FROM {s}.semaphore_sessions x
+                        WHERE x.id = l.session AND x.expires_at > v_now))
+                RETURNING 1)
+        SELECT q.any, EXISTS (SELECT 1 FROM freed) INTO v_queued, v_returned FROM queued q;
+        IF NOT v_queued THEN
+            o_status := 1; o_returned := v_returned; o_handed := false;
+            o_free := v_returned AND NOT v_open;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
             owner = NULL, borrow_key = NULL, session = NULL, granted_to = NULL
         WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now

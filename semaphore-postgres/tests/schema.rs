@@ -1,5 +1,5 @@
 //! The store's schema: names it refuses, and the migrations from versions
-//! 1, 2 and 3.
+//! 1 to 6.
 
 use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::tokio_postgres::{self, NoTls};
@@ -48,7 +48,7 @@ async fn a_missing_database_is_named_in_the_error() {
     assert!(shown.contains("3D000"), "{shown}");
 }
 
-/// Turns the version 6 schema `schema` into version `old`'s shape, with
+/// Turns the version 7 schema `schema` into version `old`'s shape, with
 /// pool `pool_id` (count 3) and one lease at position 0.
 async fn downgrade(
     client: &tokio_postgres::Client,
@@ -56,6 +56,21 @@ async fn downgrade(
     old: i32,
     pool_id: semaphore_postgres::PoolId,
 ) {
+    if old == 6 {
+        // Version 6 had the same tables, and functions of the same
+        // arguments; one of them stands in for the old ones here.
+        client
+            .batch_execute(&format!(
+                "INSERT INTO \"{schema}\".semaphore_pools VALUES ('{p}', 3);
+                 INSERT INTO \"{schema}\".semaphore_slots (pool, position, lease, token, expires_at)
+                     VALUES ('{p}', 0, gen_random_uuid(), 1, 9000000000000);",
+                p = pool_id.as_uuid(),
+            ))
+            .await
+            .unwrap();
+        as_version_6(client, schema).await;
+        return;
+    }
     if old == 5 {
         // Version 5 had the same tables, without the sessions' triggers.
         client
@@ -142,15 +157,29 @@ async fn downgrade(
     }
 }
 
-/// A schema written at version 1, 2, 3, 4 or 5 (up to 3 a row per held
+/// Marks schema `schema` as version 6, with a `semaphore_delete` that
+/// deletes nothing standing in for that version's functions, which a
+/// migration replaces.
+async fn as_version_6(client: &tokio_postgres::Client, schema: &str) {
+    client
+        .batch_execute(&format!(
+            "UPDATE \"{schema}\".semaphore_store SET schema_version = 6;
+             CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
+             RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;"
+        ))
+        .await
+        .unwrap();
+}
+
+/// A schema written at version 1 to 6 (up to 3 a row per held
 /// slot in `semaphore_leases`; at 1 and 2 a lease id unique, queued heads
 /// without a weight, older functions; up to 4 leases bound to backends, no
-/// sessions; up to 5 no triggers on the sessions; one lease held) is
-/// migrated in place to version 6 when a store of this version connects,
-/// keeping its lease, and then grants weighted leases.
+/// sessions; up to 5 no triggers on the sessions; up to 6 older functions;
+/// one lease held) is migrated in place to version 7 when a store of this
+/// version connects, keeping its lease, and then grants weighted leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_to_5_schema_is_migrated() {
-    for old in [1, 2, 3, 4, 5] {
+async fn a_version_1_to_6_schema_is_migrated() {
+    for old in [1, 2, 3, 4, 5, 6] {
         let schema = TestServer::fresh_schema();
         drop(open(&schema).await.unwrap());
         let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
@@ -164,7 +193,7 @@ async fn a_version_1_to_5_schema_is_migrated() {
             .await
             .unwrap_or_else(|e| panic!("the version {old} schema was refused: {e}"));
         let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-        assert_eq!(found, 6, "from version {old}");
+        assert_eq!(found, 7, "from version {old}");
         let pool = semaphore_postgres::Pool::new(std::sync::Arc::new(store), pool_id);
         assert_eq!(
             pool.inspect().await.unwrap().in_use,
@@ -185,6 +214,70 @@ async fn a_version_1_to_5_schema_is_migrated() {
             .expect("the old renew function was replaced");
         assert!(pool.delete().await.unwrap(), "the old function was kept");
     }
+}
+
+/// A version 6 schema in use, with a lease held and a borrower of
+/// another store handle queued behind it, is migrated by a third handle
+/// that connects: the lease stays held, the queued borrower is granted
+/// its slot when the lease is returned after the migration, and the
+/// functions are the new version's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_6_schema_in_use_is_migrated_under_its_leases_and_waiters() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    let schema = TestServer::fresh_schema();
+    let pool_id = semaphore_postgres::PoolId::from_name("live");
+    let holder = semaphore_postgres::Pool::new(Arc::new(open(&schema).await.unwrap()), pool_id);
+    holder.register(1).await.unwrap();
+    let held = holder
+        .borrow(Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    let waiter = semaphore_postgres::Pool::new(Arc::new(open(&schema).await.unwrap()), pool_id);
+    let waiting = tokio::spawn(async move {
+        let granted = waiter
+            .borrow(Duration::from_secs(60), Duration::from_secs(60))
+            .await?;
+        let positions = granted.positions.clone();
+        granted.release().await?;
+        Ok::<_, Error>(positions)
+    });
+    let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let places = format!("SELECT count(*) FROM \"{schema}\".semaphore_waiters");
+    while client
+        .query_one(&places, &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    as_version_6(&client, &schema).await;
+    let migrating = semaphore_postgres::Pool::new(Arc::new(open(&schema).await.unwrap()), pool_id);
+    let version = format!("SELECT schema_version FROM \"{schema}\".semaphore_store");
+    let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
+    assert_eq!(found, 7);
+    assert_eq!(
+        migrating.inspect().await.unwrap().in_use,
+        1,
+        "the lease was kept"
+    );
+    assert!(held.is_held(), "the lease is still its holder's");
+    held.release().await.unwrap();
+    let positions = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the queued borrower was never granted")
+        .unwrap()
+        .expect("the queued borrower's borrow failed");
+    assert_eq!(&positions[..], &[0]);
+    assert!(
+        migrating.delete().await.unwrap(),
+        "the old function was kept"
+    );
 }
 
 /// Several processes that find a version 4 schema at once each migrate it
