@@ -1,7 +1,8 @@
 //! The blocking API, for code with no async runtime (rule "Beyond the basic
 //! model"), in the style of tokio's `blocking_*` methods: the same calls and
 //! rules as the async ones, driven to completion on the library's own
-//! runtime while the calling thread waits.
+//! runtime while the calling thread waits ([`Pool::blocking`], and a
+//! guard's `blocking_release` and `blocking_renew`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -20,15 +21,25 @@ fn block_on<T>(operation: &'static str, call: impl Future<Output = Result<T>>) -
     runtime.block_on(call)
 }
 
-/// # Blocking API
+impl Pool {
+    /// This pool's blocking API, for code with no async runtime: the same
+    /// calls as the async methods, each run to completion while the
+    /// calling thread waits ([`Blocking`]).
+    pub fn blocking(&self) -> Blocking<'_> {
+        Blocking { pool: self }
+    }
+}
+
+/// A [`Pool`]'s blocking API ([`Pool::blocking`]), in the style of tokio's
+/// `blocking_*` methods.
 ///
-/// Each `blocking_*` method is its async namesake run to completion while
+/// Each method is its async namesake on [`Pool`] run to completion while
 /// the calling thread waits: same arguments, same errors, same rules
-/// (fairness, cancel safety does not apply). The calls are driven by the
+/// (fairness; cancel safety does not apply). The calls are driven by the
 /// library's own runtime (one worker thread, started on first use), so no
 /// runtime of the caller's is needed. A guard from
-/// [`blocking_borrow`](Pool::blocking_borrow) returns its lease when
-/// dropped, from any thread.
+/// [`borrow`](Blocking::borrow) returns its lease when dropped, from any
+/// thread.
 ///
 /// They must not be called from inside a tokio runtime, where blocking
 /// would stall the runtime's workers: there they fail at once with
@@ -41,72 +52,65 @@ fn block_on<T>(operation: &'static str, call: impl Future<Output = Result<T>>) -
 ///
 /// # fn main() -> Result<(), semaphore_memory::Error> {
 /// let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("workers"));
-/// pool.blocking_register(2)?;
-/// let lease = pool.blocking_borrow(Duration::from_secs(30), Duration::from_secs(5))?;
+/// pool.blocking().register(2)?;
+/// let lease = pool.blocking().borrow(Duration::from_secs(30), Duration::from_secs(5))?;
 /// assert_eq!(lease.position, 0);
 /// drop(lease); // returned at once, from this plain thread
-/// assert_eq!(pool.blocking_inspect()?.in_use, 0);
+/// assert_eq!(pool.blocking().inspect()?.in_use, 0);
 /// # Ok(()) }
 /// ```
-impl Pool {
-    /// [`register`](Pool::register), blocking. Same errors, and
+#[derive(Debug, Clone, Copy)]
+pub struct Blocking<'a> {
+    pool: &'a Pool,
+}
+
+impl Blocking<'_> {
+    /// [`Pool::register`], blocking. Same errors, and
     /// [`Error::BlockingInRuntime`] inside a runtime.
-    pub fn blocking_register(&self, count: u32) -> Result<PoolState> {
-        block_on("register", self.register(count))
+    pub fn register(&self, count: u32) -> Result<PoolState> {
+        block_on("register", self.pool.register(count))
     }
 
-    /// [`inspect`](Pool::inspect), blocking. Same errors, and
+    /// [`Pool::inspect`], blocking. Same errors, and
     /// [`Error::BlockingInRuntime`] inside a runtime.
-    pub fn blocking_inspect(&self) -> Result<PoolState> {
-        block_on("inspect", self.inspect())
+    pub fn inspect(&self) -> Result<PoolState> {
+        block_on("inspect", self.pool.inspect())
     }
 
-    /// [`delete`](Pool::delete), blocking. Same errors, and
+    /// [`Pool::delete`], blocking. Same errors, and
     /// [`Error::BlockingInRuntime`] inside a runtime.
-    pub fn blocking_delete(&self) -> Result<bool> {
-        block_on("delete", self.delete())
+    pub fn delete(&self) -> Result<bool> {
+        block_on("delete", self.pool.delete())
     }
 
-    /// [`borrow_owned`](Pool::borrow_owned), blocking: waits up to `wait`
-    /// for a slot. Same errors, and [`Error::BlockingInRuntime`] inside a
-    /// runtime.
-    pub fn blocking_borrow(&self, ttl: Duration, wait: Duration) -> Result<OwnedLeaseGuard> {
-        block_on("borrow", self.borrow_owned(ttl, wait))
+    /// [`Pool::borrow_owned`], blocking: waits up to `wait` for a slot.
+    /// Same errors, and [`Error::BlockingInRuntime`] inside a runtime.
+    pub fn borrow(&self, ttl: Duration, wait: Duration) -> Result<OwnedLeaseGuard> {
+        block_on("borrow", self.pool.borrow_owned(ttl, wait))
     }
 
-    /// [`borrow_n`](Pool::borrow_n), blocking, with an owned guard: `n`
-    /// slots as one lease (R15). Same errors, and
+    /// [`Pool::borrow_owned_with`], blocking: several slots, a key, an
+    /// owner label ([`BorrowOptions`]). Same errors, and
     /// [`Error::BlockingInRuntime`] inside a runtime.
-    pub fn blocking_borrow_n(
-        &self,
-        n: u32,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<OwnedLeaseGuard> {
-        self.blocking_borrow_with(ttl, wait, BorrowOptions::new().slots(n))
-    }
-
-    /// [`borrow_owned_with`](Pool::borrow_owned_with), blocking. Same
-    /// errors, and [`Error::BlockingInRuntime`] inside a runtime.
-    pub fn blocking_borrow_with(
+    pub fn borrow_with(
         &self,
         ttl: Duration,
         wait: Duration,
         options: BorrowOptions,
     ) -> Result<OwnedLeaseGuard> {
-        block_on("borrow", self.borrow_owned_with(ttl, wait, options))
+        block_on("borrow", self.pool.borrow_owned_with(ttl, wait, options))
     }
 
-    /// [`return_lease`](Pool::return_lease), blocking. Same errors, and
+    /// [`Pool::return_lease`], blocking. Same errors, and
     /// [`Error::BlockingInRuntime`] inside a runtime.
-    pub fn blocking_return_lease(&self, lease: LeaseId) -> Result<bool> {
-        block_on("return", self.return_lease(lease))
+    pub fn return_lease(&self, lease: LeaseId) -> Result<bool> {
+        block_on("return", self.pool.return_lease(lease))
     }
 
-    /// [`renew`](Pool::renew), blocking. Same errors, and
+    /// [`Pool::renew`], blocking. Same errors, and
     /// [`Error::BlockingInRuntime`] inside a runtime.
-    pub fn blocking_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        block_on("renew", self.renew(lease, ttl))
+    pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        block_on("renew", self.pool.renew(lease, ttl))
     }
 }
 

@@ -19,7 +19,7 @@
 //! written down in [`rules`], the contract every store keeps.
 //!
 //! # Several slots, and holders that die
-//! A borrow may take `n` slots as one lease ([`Pool::borrow_n`],
+//! A borrow may take `n` slots as one lease ([`Pool::borrow_with`] with
 //! [`BorrowOptions::slots`]; R15): the `n` lowest free positions, one id,
 //! one token, one expiry. A lease is by default bound to its holder's
 //! session ([`BorrowOptions::bound`]; R16): the process itself
@@ -138,6 +138,7 @@ mod wait;
 pub mod conformance;
 
 // The user API: one page.
+pub use blocking::Blocking;
 pub use clock::{Clock, ManualClock, MonotonicClock, Sleep, SystemClock};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseGuard, OwnedLeaseGuard};
@@ -147,7 +148,7 @@ pub use layer::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use lease::{Holder, Lease, PoolState, Positions};
 pub use limits::Limits;
 pub use options::BorrowOptions;
-pub use pool::{Enqueued, HELD_POLL_INTERVAL, Pool, QueuedBorrow};
+pub use pool::{HELD_POLL_INTERVAL, Pool};
 pub use session::{Session, SessionState};
 pub use set::{LeaseSet, PoolSet};
 #[cfg(feature = "metrics")]

@@ -89,7 +89,44 @@ impl BorrowOptions {
         Self::default()
     }
 
-    /// These options for `slots` slots in one lease (R15).
+    /// These options for `slots` slots in one lease (R15): the `slots`
+    /// lowest free positions, under one lease id, one fencing token and
+    /// one expiry, granted once that many are free at once. Returning,
+    /// renewing, forcing or expiring the lease acts on all of them; it
+    /// counts `slots` in `in_use`. A borrow checks it: 0 or above
+    /// [`Limits::max_count`] fails with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming
+    /// `slots`, and nothing changes.
+    ///
+    /// Fairness is tokio's `acquire_many`'s: a borrower of several slots
+    /// at the head of the queue is not overtaken by later borrowers,
+    /// smaller or larger, while it waits (R11), in this process and across
+    /// the processes sharing a store. A weight above the pool's current
+    /// count waits for the count to be raised (R2), keeping its place
+    /// without holding back anyone behind it meanwhile; once the count
+    /// reaches it, it is served before those queued after it. (A
+    /// multi-pool borrow's head, [`PoolSet`](crate::PoolSet), holds back its
+    /// queues as before.) A dropped weighted borrow takes nothing and lets
+    /// the smaller borrowers behind it move up.
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use semaphore_memory::{BorrowOptions, MemoryStore, Pool, PoolId};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), semaphore_memory::Error> {
+    /// let gpus = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("gpus"));
+    /// gpus.register(4).await?;
+    /// let one = gpus.borrow(Duration::from_secs(60), Duration::ZERO).await?;
+    /// // A 2-GPU job: the two lowest free positions, one lease.
+    /// let two_gpus = BorrowOptions::new().slots(2);
+    /// let two = gpus.borrow_with(Duration::from_secs(60), Duration::from_secs(5), two_gpus).await?;
+    /// assert_eq!(&two.positions[..], &[1, 2]);
+    /// assert_eq!(gpus.inspect().await?.in_use, 3);
+    /// drop(two); // both slots come back at once
+    /// assert_eq!(gpus.inspect().await?.in_use, 1);
+    /// # drop(one);
+    /// # Ok(()) }
+    /// ```
     pub fn slots(mut self, slots: u32) -> Self {
         self.slots = slots;
         self

@@ -8,21 +8,18 @@ use crate::cancel::InFlight;
 use crate::clock::truncate_ms;
 use crate::options::Labels;
 use crate::telemetry::{self, Name};
-use crate::wait::{HandOff, Seat};
+use crate::wait::HandOff;
 
 mod admin;
 mod drain;
 mod held;
 mod leases;
-mod queued;
 mod waiters;
-mod weighted;
 use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseGuard, LeaseId, Limits, OwnedLeaseGuard,
     PoolId, Result, Store,
 };
 pub use held::HELD_POLL_INTERVAL;
-pub use queued::{Enqueued, QueuedBorrow};
 
 /// The session a bound request names: the one open now on a store with
 /// sessions (R16), `None` otherwise.
@@ -366,7 +363,7 @@ impl Pool {
                 // Boxed: the slow path's state is large, and the common
                 // path should not carry (and copy) it in its future.
                 InPlace::Not(found) => {
-                    let slow = self.acquire_clamped(first, ttl, wait, labels, None, found);
+                    let slow = self.acquire_clamped(first, ttl, wait, labels, found);
                     borrow.run(Box::pin(slow)).await
                 }
             };
@@ -411,7 +408,6 @@ impl Pool {
     /// The lease, for a `ttl` and `wait` already clamped; `first` is the
     /// lease id of the first attempt (one made in place that was refused
     /// granted nothing under it).
-    /// `seat`, if given, is told when the borrow joins the pool's queue.
     #[allow(clippy::manual_async_fn)] // on purpose: see `acquire`
     fn acquire_clamped(
         &self,
@@ -419,7 +415,6 @@ impl Pool {
         ttl: Duration,
         wait: Duration,
         labels: Labels,
-        seat: Option<Arc<Seat>>,
         found: First,
     ) -> impl Future<Output = Result<Lease>> {
         async move {
@@ -451,7 +446,6 @@ impl Pool {
                     ttl,
                     key: labels.key.clone(),
                     owner: labels.owner.clone(),
-                    seat,
                 }),
                 labels.wait_while_draining,
                 found,

@@ -90,31 +90,6 @@ pub(crate) struct HandOff {
     pub(crate) ttl: Duration,
     pub(crate) key: Option<Arc<str>>,
     pub(crate) owner: Option<Arc<str>>,
-    /// Told the waiter's sequence number when it joins the queue, for a
-    /// two-phase borrow to find its place.
-    pub(crate) seat: Option<Arc<Seat>>,
-}
-
-/// Where a queued borrow learns that it joined its pool's queue, and by
-/// which sequence number ([`Changes::place`]).
-#[derive(Debug, Default)]
-pub(crate) struct Seat {
-    seq: AtomicU64,
-    joined: Notify,
-}
-
-impl Seat {
-    /// Completes once the borrow has joined its queue (at once if it has).
-    pub(crate) async fn joined(&self) {
-        if self.seq() == 0 {
-            self.joined.notified().await;
-        }
-    }
-
-    /// The waiter's sequence number, 0 until it joins.
-    pub(crate) fn seq(&self) -> u64 {
-        self.seq.load(Ordering::Acquire)
-    }
 }
 
 impl Changes {
@@ -343,22 +318,6 @@ impl Changes {
         Some(now.duration_since(since).unwrap_or(Duration::ZERO))
     }
 
-    /// The place (1 for the head) in the queue of `pool` of the waiter
-    /// with sequence number `seq`; `None` if it is not there (granted,
-    /// gone, or never joined).
-    pub(crate) fn place(&self, pool: PoolId, seq: u64) -> Option<usize> {
-        if seq == 0 || !self.has_waiters() {
-            return None;
-        }
-        let queues = self.queues.lock();
-        let queue = queues.get(&pool)?;
-        queue
-            .waiters
-            .iter()
-            .position(|w| w.seq == seq)
-            .map(|i| i + 1)
-    }
-
     /// Joins the tail of the queue of every pool in `pools`, all under one
     /// lock, so that any two tickets stand in the same order in every queue
     /// they share: no two multi-pool borrowers can each hold the head of a
@@ -378,7 +337,6 @@ impl Changes {
         leaves_on_drain: bool,
     ) -> Result<Ticket<'a>, PoolId> {
         let seq = self.joined.fetch_add(1, Ordering::Relaxed) + 1;
-        let seat = request.as_ref().and_then(|r| r.seat.clone());
         let waiter = Arc::new(Waiter {
             notify: signal::Signal::default(),
             request: request.filter(|_| pools.len() == 1),
@@ -408,10 +366,6 @@ impl Changes {
             waiter.notify.notify_one();
         }
         drop(queues);
-        if let Some(seat) = seat {
-            seat.seq.store(seq, Ordering::Release);
-            seat.joined.notify_one();
-        }
         Ok(Ticket {
             changes: self,
             store,

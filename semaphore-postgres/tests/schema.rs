@@ -201,10 +201,10 @@ async fn a_version_1_to_6_schema_is_migrated() {
             "the lease was kept"
         );
         let two = pool
-            .borrow_n(
-                2,
+            .borrow_with(
                 std::time::Duration::from_secs(60),
                 std::time::Duration::ZERO,
+                semaphore_postgres::BorrowOptions::new().slots(2),
             )
             .await
             .unwrap();

@@ -1,7 +1,7 @@
 """Benchmarks of the Python module (semaphore-python/bench/run builds what it needs).
 
 1. memory: a Python borrow+return pair (`with pool.borrow(ttl): pass`) against
-   the same pair from Rust, through its blocking API (`blocking_borrow`, then
+   the same pair from Rust, through its blocking API (`blocking().borrow`, then
    `blocking_release`: what the `with` block does) and through its async API;
    goal >= 0.5x of the blocking pair.
 2. SQLite: the same on one file (synchronous=NORMAL); goal >= 0.8x.

@@ -10,7 +10,7 @@
 //! (unix microseconds just after the grant and just before the return),
 //! as the Python workers of `tests/test_processes.py` do. `pairs` runs on
 //! `memory` or a SQLite file path and prints two figures, pairs per second
-//! through the blocking API (`blocking_borrow`, then `blocking_release`:
+//! through the blocking API (`blocking().borrow`, then `blocking_release`:
 //! what a Python `with pool.borrow(...)` block does) and through the async
 //! API on a multi-thread runtime, as `blocking=<n> async=<n>`.
 
@@ -83,12 +83,13 @@ fn pairs(store: &str, seconds: f64) -> Result<(), Error> {
         file => Arc::new(SqliteStore::open(file)?),
     };
     let pool = Pool::new(store, PoolId::from_name("bench-pairs"));
-    pool.blocking_register(1)?;
+    pool.blocking().register(1)?;
     let budget = Duration::from_secs_f64(seconds);
     let (start, mut done) = (Instant::now(), 0u64);
     while start.elapsed() < budget {
         for _ in 0..100 {
-            pool.blocking_borrow(TTL, Duration::ZERO)?
+            pool.blocking()
+                .borrow(TTL, Duration::ZERO)?
                 .blocking_release()?;
         }
         done += 100;

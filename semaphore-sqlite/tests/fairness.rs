@@ -106,9 +106,13 @@ async fn a_weighted_waiter_of_one_process_is_not_overtaken_by_a_single_of_anothe
         held.push(a.try_borrow(TTL).await.unwrap().forget());
     }
     let waiter = tokio::spawn(async move {
-        b.borrow_n(3, TTL, Duration::from_secs(30))
-            .await
-            .map(|l| l.forget())
+        b.borrow_with(
+            TTL,
+            Duration::from_secs(30),
+            semaphore_sqlite::BorrowOptions::new().slots(3),
+        )
+        .await
+        .map(|l| l.forget())
     });
     until_queued_in_file(&db, 1).await;
 

@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&dir)?;
     let store = Arc::new(SqliteStore::open(dir.join("shared.db"))?);
     let pool = Pool::new(store, PoolId::from_name("hashers"));
-    pool.blocking_register(SLOTS)?;
+    pool.blocking().register(SLOTS)?;
     let mut bytes = std::fs::read(std::env::current_exe()?)?;
     bytes.truncate(1 << 20);
     let started = Instant::now();
@@ -35,8 +35,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::thread::spawn(move || -> Result<Vec<Hold>, semaphore_sqlite::Error> {
                 let mut holds = Vec::new();
                 for job in 0..JOBS {
-                    let lease =
-                        pool.blocking_borrow(Duration::from_secs(30), Duration::from_secs(60))?;
+                    let lease = pool
+                        .blocking()
+                        .borrow(Duration::from_secs(30), Duration::from_secs(60))?;
                     let start_us = unix_us();
                     let mut hasher = DefaultHasher::new();
                     for _ in 0..8 {
@@ -67,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let most = max_concurrency(&holds);
     let shared = shared_positions(&holds).len();
-    let in_use = pool.blocking_inspect()?.in_use;
+    let in_use = pool.blocking().inspect()?.in_use;
     std::fs::remove_dir_all(&dir).ok();
     if holds.len() != THREADS * JOBS || most > SLOTS as usize || shared > 0 || in_use != 0 {
         return Err(format!(

@@ -14,7 +14,7 @@ const LONG: Duration = Duration::from_secs(3600);
 /// blocked waiter; inside a runtime the blocking calls refuse clearly.
 pub async fn blocking_api_serves_plain_threads_and_refuses_inside_a_runtime(f: Fixture) {
     let pool = f.pool("p");
-    match pool.blocking_inspect() {
+    match pool.blocking().inspect() {
         Err(Error::BlockingInRuntime {
             operation: "inspect",
         }) => {}
@@ -22,13 +22,13 @@ pub async fn blocking_api_serves_plain_threads_and_refuses_inside_a_runtime(f: F
     }
     let plain = pool.clone();
     std::thread::spawn(move || {
-        assert_eq!(plain.blocking_register(2).unwrap().count, 2);
-        let first = plain.blocking_borrow(TTL, Duration::ZERO).unwrap();
-        let mut second = plain.blocking_borrow(TTL, Duration::ZERO).unwrap();
+        assert_eq!(plain.blocking().register(2).unwrap().count, 2);
+        let first = plain.blocking().borrow(TTL, Duration::ZERO).unwrap();
+        let mut second = plain.blocking().borrow(TTL, Duration::ZERO).unwrap();
         assert_eq!((first.position, second.position), (0, 1));
         let waiter = {
             let pool = plain.clone();
-            std::thread::spawn(move || pool.blocking_borrow(TTL, LONG).map(|g| g.forget()))
+            std::thread::spawn(move || pool.blocking().borrow(TTL, LONG).map(|g| g.forget()))
         };
         while plain.waiting() != 1 {
             std::thread::yield_now();
@@ -38,9 +38,9 @@ pub async fn blocking_api_serves_plain_threads_and_refuses_inside_a_runtime(f: F
         assert_eq!(woken.position, 0);
         second.blocking_renew(TTL).unwrap();
         assert!(second.blocking_release().unwrap());
-        assert!(plain.blocking_return_lease(woken.id).unwrap());
-        assert_eq!(plain.blocking_inspect().unwrap().in_use, 0);
-        assert!(plain.blocking_delete().unwrap());
+        assert!(plain.blocking().return_lease(woken.id).unwrap());
+        assert_eq!(plain.blocking().inspect().unwrap().in_use, 0);
+        assert!(plain.blocking().delete().unwrap());
     })
     .join()
     .expect("the blocking API on a plain thread");

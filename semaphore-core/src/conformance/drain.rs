@@ -26,7 +26,10 @@ pub async fn drain_stops_new_grants_and_lets_holders_return_and_renew(f: Fixture
     let refused = pool.try_borrow(TTL).await.unwrap_err();
     assert!(draining(&refused), "{refused:?}");
     assert!(draining(
-        &pool.borrow_n(1, TTL, Duration::ZERO).await.unwrap_err()
+        &pool
+            .borrow_with(TTL, Duration::ZERO, BorrowOptions::new().slots(1))
+            .await
+            .unwrap_err()
     ));
     assert!(
         draining(&pool.borrow(TTL, LONG).await.unwrap_err()),
@@ -160,7 +163,7 @@ pub async fn drain_fails_a_borrow_without_a_wait_behind_a_head_that_waits_it_out
         let refused = pool.try_borrow(TTL).await.map(|g| g.forget());
         assert!(matches!(&refused, Err(e) if draining(e)), "{refused:?}");
         let refused = pool
-            .borrow_n(1, TTL, Duration::ZERO)
+            .borrow_with(TTL, Duration::ZERO, BorrowOptions::new().slots(1))
             .await
             .map(|g| g.forget());
         assert!(matches!(&refused, Err(e) if draining(e)), "{refused:?}");

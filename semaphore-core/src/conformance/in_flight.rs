@@ -18,7 +18,11 @@ const BOUND: Duration = Duration::from_secs(10);
 
 fn spawn_borrow_n(pool: &Pool, n: u32) -> tokio::task::JoinHandle<Result<Lease>> {
     let pool = pool.clone();
-    tokio::spawn(async move { pool.borrow_n(n, TTL, LONG).await.map(|g| g.forget()) })
+    tokio::spawn(async move {
+        pool.borrow_with(TTL, LONG, BorrowOptions::new().slots(n))
+            .await
+            .map(|g| g.forget())
+    })
 }
 
 /// Lets spawned tasks run what they can.

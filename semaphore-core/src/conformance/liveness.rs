@@ -68,7 +68,10 @@ pub async fn r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay<F, Fut>(
     crash(&first);
     let freed = tokio::time::timeout(patience, async {
         loop {
-            match other.borrow_n(2, TTL, Duration::ZERO).await {
+            match other
+                .borrow_with(TTL, Duration::ZERO, BorrowOptions::new().slots(2))
+                .await
+            {
                 Ok(lease) => {
                     // R17: told before anyone else could take its slot.
                     let told = !bound.is_held() || first.session().is_none();

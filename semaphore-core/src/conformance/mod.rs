@@ -36,7 +36,6 @@ mod multi;
 mod networked;
 mod offset;
 mod renew;
-mod two_phase;
 mod waiting;
 mod weights;
 
@@ -56,7 +55,6 @@ pub use lost::*;
 pub use multi::*;
 pub use offset::{OffsetClock, clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease};
 pub use renew::*;
-pub use two_phase::*;
 pub use waiting::*;
 pub use weights::*;
 
@@ -229,9 +227,6 @@ macro_rules! store_conformance {
             drain_fails_borrowers_behind_a_head_that_waits_it_out,
             drain_fails_a_borrow_without_a_wait_behind_a_head_that_waits_it_out,
             borrow_all_fails_whole_on_a_draining_pool,
-            two_phase_borrowers_keep_their_places_between_polls,
-            two_phase_borrow_dropped_queued_or_granted_holds_nothing,
-            two_phase_wait_is_cancel_safe_and_reports_a_deleted_pool,
             r11_a_held_place_outlives_its_asker_within_its_hold,
             r12_a_held_place_not_polled_within_its_hold_is_dropped,
             r11_held_places_know_their_place_and_are_woken_by_a_return,

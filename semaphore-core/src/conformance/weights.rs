@@ -15,11 +15,15 @@ const LONG: Duration = Duration::from_secs(3600);
 /// it gets.
 fn spawn_borrow_n(pool: &Pool, n: u32) -> tokio::task::JoinHandle<Result<Lease>> {
     let pool = pool.clone();
-    tokio::spawn(async move { pool.borrow_n(n, TTL, LONG).await.map(|g| g.forget()) })
+    tokio::spawn(async move {
+        pool.borrow_with(TTL, LONG, BorrowOptions::new().slots(n))
+            .await
+            .map(|g| g.forget())
+    })
 }
 
 async fn take(pool: &Pool, n: u32) -> Lease {
-    pool.borrow_n(n, TTL, Duration::ZERO)
+    pool.borrow_with(TTL, Duration::ZERO, BorrowOptions::new().slots(n))
         .await
         .unwrap_or_else(|e| panic!("borrow of {n}: {e}"))
         .forget()
@@ -53,7 +57,8 @@ pub async fn r15_weighted_borrow_takes_the_n_lowest_free_as_one_lease(f: Fixture
     assert_eq!(single.position, 4);
     assert!(
         matches!(
-            pool.borrow_n(2, TTL, Duration::ZERO).await,
+            pool.borrow_with(TTL, Duration::ZERO, BorrowOptions::new().slots(2))
+                .await,
             Err(Error::Exhausted { .. })
         ),
         "1 free slot is not 2"
@@ -92,7 +97,11 @@ pub async fn r15_weighted_lease_is_returned_renewed_forced_and_expired_whole(f: 
     assert_eq!(pool.inspect().await.unwrap().in_use, 0, "forced whole");
 
     let three = pool
-        .borrow_n(3, Duration::from_secs(5), Duration::ZERO)
+        .borrow_with(
+            Duration::from_secs(5),
+            Duration::ZERO,
+            BorrowOptions::new().slots(3),
+        )
         .await
         .unwrap()
         .forget();
@@ -108,7 +117,10 @@ pub async fn r15_slots_zero_or_above_max_count_are_refused_and_nothing_changes(f
     let pool = f.pool("p").with_limits(Limits::default().with_max_count(8));
     pool.register(8).await.unwrap();
     for n in [0, 9, u32::MAX] {
-        match pool.borrow_n(n, TTL, LONG).await {
+        match pool
+            .borrow_with(TTL, LONG, BorrowOptions::new().slots(n))
+            .await
+        {
             Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "slots"),
             other => panic!("{n} slots: {other:?}"),
         }
@@ -255,7 +267,11 @@ pub async fn r15_dropped_weighted_waiter_lets_smaller_ones_behind_it_move_up(f: 
     gated.arm(Stop::AfterGrant);
     let borrow = {
         let pool = pool.clone();
-        tokio::spawn(async move { pool.borrow_n(2, TTL, Duration::ZERO).await.map(drop) })
+        tokio::spawn(async move {
+            pool.borrow_with(TTL, Duration::ZERO, BorrowOptions::new().slots(2))
+                .await
+                .map(drop)
+        })
     };
     gated.caught().await;
     borrow.abort();
@@ -323,7 +339,8 @@ pub async fn r15_lowered_count_counts_every_slot_held(f: Fixture) {
     assert!(pool.return_lease(low.id).await.unwrap());
     // in_use 2 (positions 2, 3) of count 3: one more fits, two do not.
     assert!(matches!(
-        pool.borrow_n(2, TTL, Duration::ZERO).await,
+        pool.borrow_with(TTL, Duration::ZERO, BorrowOptions::new().slots(2))
+            .await,
         Err(Error::Exhausted { .. })
     ));
     assert_eq!(take(&pool, 1).await.position, 0);
