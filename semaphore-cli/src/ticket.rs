@@ -1,5 +1,5 @@
 //! A two-phase borrow's ticket: the place is kept in the store
-//! ([`Pool::wait_held`](semaphore_core::Pool::wait_held)), and the ticket
+//! ([`HeldPlace::wait`](semaphore_core::HeldPlace::wait)), and the ticket
 //! describes the borrow itself, so that any server sharing the store can
 //! poll it: one taken on server A can be waited on server B, and no
 //! server keeps anything between polls (on the memory store, only the

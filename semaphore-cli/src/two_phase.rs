@@ -1,7 +1,7 @@
 //! The two-phase borrow routes (dflockd's enqueue/wait): `enqueue` answers
 //! a lease or a ticket, `wait` long-polls the ticket, `cancel` gives it
 //! up. A ticket's place is a held place in the store
-//! ([`Pool::wait_held`]), kept between polls for as long as it is polled
+//! ([`HeldPlace::wait`](semaphore_core::HeldPlace::wait)), kept between polls for as long as it is polled
 //! within the server's `--ticket-hold`; any server sharing the store can
 //! poll it.
 
@@ -89,14 +89,16 @@ pub(crate) async fn enqueue(
     let ticket = Ticket::new(id, ttl, &options, keyed.as_ref());
     let options = ticket.options();
     let waiter = ticket.waiter();
-    let taken = pool.wait_held(waiter, app.ticket_hold, ttl, Duration::ZERO, options);
+    let taken = pool
+        .held(waiter)
+        .wait(app.ticket_hold, ttl, Duration::ZERO, options);
     if let Some(guard) = app.track(taken.await)? {
         return Ok(granted(&app, &guard.forget()));
     }
-    let place = app.track(pool.held_place(waiter).await)?;
+    let place = app.track(pool.held(waiter).place().await)?;
     if place.is_some_and(|place| place > MAX_TICKETS_PER_POOL as u64) {
         // Past the pool's cap: the place goes, and nobody holds a ticket.
-        app.track(pool.leave_held(waiter).await)?;
+        app.track(pool.held(waiter).leave().await)?;
         return Err(too_many());
     }
     Ok(answer_queued_at(&app, &ticket, place))
@@ -133,20 +135,19 @@ pub(crate) async fn wait(
     // it is active), or dropped: its hold passed without a poll, it was
     // cancelled, or its lease was returned. Polling it would queue anew at
     // the back, which the client must choose to do.
-    if app.track(pool.held_place(ticket.waiter()).await)?.is_none() {
-        return match app.track(pool.held_lease(ticket.waiter(), &ticket.options()).await)? {
+    if app
+        .track(pool.held(ticket.waiter()).place().await)?
+        .is_none()
+    {
+        return match app.track(pool.held(ticket.waiter()).lease(&ticket.options()).await)? {
             Some(lease) => Ok(granted(&app, &lease)),
             None => Err(unknown_ticket()),
         };
     }
     let (mut shutdown, mut draining) = (app.shutdown.clone(), app.draining.clone());
-    let poll = pool.wait_held(
-        ticket.waiter(),
-        app.ticket_hold,
-        ticket.ttl(),
-        wait,
-        ticket.options(),
-    );
+    let poll =
+        pool.held(ticket.waiter())
+            .wait(app.ticket_hold, ticket.ttl(), wait, ticket.options());
     // A client that disconnects drops this future; the place is kept, and
     // a lease granted meanwhile is found again by the next poll (its key).
     let polled = tokio::select! {
@@ -157,7 +158,7 @@ pub(crate) async fn wait(
     match polled {
         Some(guard) => Ok(granted(&app, &guard.forget())),
         None => {
-            let place = app.track(pool.held_place(ticket.waiter()).await)?;
+            let place = app.track(pool.held(ticket.waiter()).place().await)?;
             Ok(answer_queued_at(&app, &ticket, place))
         }
     }
@@ -225,7 +226,9 @@ async fn give_up(app: &App, id: PoolId, text: &str) -> Result<Json<wire::Cancell
         return Ok(Json(wire::Cancelled { cancelled: false }));
     };
     let pool: Pool = app.pool(id);
-    let had = app.track(pool.held_place(ticket.waiter()).await)?.is_some();
-    app.track(pool.leave_held(ticket.waiter()).await)?;
+    let had = app
+        .track(pool.held(ticket.waiter()).place().await)?
+        .is_some();
+    app.track(pool.held(ticket.waiter()).leave().await)?;
     Ok(Json(wire::Cancelled { cancelled: had }))
 }

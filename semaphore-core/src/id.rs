@@ -95,7 +95,7 @@ impl LeaseId {
 
 /// The identity of a place in a pool's queue (R11, R12): a queued head of
 /// this process, or a held place that any process sharing the store may
-/// poll ([`Pool::wait_held`](crate::Pool::wait_held): make one with
+/// poll ([`HeldPlace::wait`](crate::HeldPlace::wait): make one with
 /// [`WaiterId::new`] and keep it, an HTTP ticket's id for instance).
 ///
 /// The core passes it in [`BorrowRequest::waiter`](crate::store::BorrowRequest::waiter) on
@@ -119,7 +119,7 @@ impl WaiterId {
     }
 
     /// The waiter id with this UUID: a held place's id read back from
-    /// where its poller keeps it ([`Pool::wait_held`](crate::Pool::wait_held)).
+    /// where its poller keeps it ([`HeldPlace::wait`](crate::HeldPlace::wait)).
     pub const fn from_uuid(uuid: Uuid) -> Self {
         Self(uuid)
     }

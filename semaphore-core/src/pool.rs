@@ -19,7 +19,7 @@ use crate::{
     BorrowOptions, BorrowRequest, Error, Lease, LeaseGuard, LeaseId, Limits, OwnedLeaseGuard,
     PoolId, Result, Store,
 };
-pub use held::HELD_POLL_INTERVAL;
+pub use held::{HELD_POLL_INTERVAL, HeldPlace};
 
 /// The session a bound request names: the one open now on a store with
 /// sessions (R16), `None` otherwise.
@@ -74,7 +74,6 @@ pub struct Pool {
     store: Arc<dyn Store>,
     id: PoolId,
     limits: Limits,
-    alias: Option<Arc<str>>,
     name: Name,
 }
 
@@ -108,7 +107,6 @@ impl Pool {
             store,
             id,
             limits,
-            alias: None,
             name: Name::hashed(id),
         }
     }
@@ -118,15 +116,8 @@ impl Pool {
     /// people, such as `"gpus"`. The id itself never appears there, since it
     /// may be a secret, unless it is made the alias. Changes nothing else.
     pub fn with_alias(mut self, alias: impl Into<Arc<str>>) -> Self {
-        let alias = alias.into();
-        self.name = Name::alias(&alias);
-        self.alias = Some(alias);
+        self.name = Name::alias(&alias.into());
         self
-    }
-
-    /// The alias given by [`with_alias`](Pool::with_alias), if any.
-    pub fn alias(&self) -> Option<&str> {
-        self.alias.as_deref()
     }
 
     pub(crate) fn name(&self) -> &Name {

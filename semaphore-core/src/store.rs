@@ -96,7 +96,7 @@ pub struct BorrowRequest {
     /// refused: `None` (the default) for the store's own waiter ttl, with
     /// the place bound to this process as any head's. `Some(hold)` for a
     /// place that outlives its asker: a ticket that any process sharing the
-    /// store may poll ([`Pool::wait_held`](crate::Pool::wait_held)). Such
+    /// store may poll ([`HeldPlace::wait`](crate::HeldPlace::wait)). Such
     /// a place is bound to no process, lives until `hold` after the
     /// latest attempt made for it (each refused attempt moves its end to
     /// the step's reading of the clock plus `hold`), and is never handed

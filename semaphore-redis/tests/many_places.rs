@@ -1,5 +1,5 @@
 //! A pool with more queued places than Lua unpacks at once (about 8000:
-//! held places, `Pool::wait_held`, are tickets any number of clients may
+//! held places, `HeldPlace::wait` (`pool.held(id)`), are tickets any number of clients may
 //! take) still answers every borrow: the store reads the heads' weights
 //! in chunks.
 
@@ -29,7 +29,7 @@ async fn eight_thousand_held_places_do_not_break_the_pool() {
         .unwrap();
     assert!(matches!(held, TryBorrow::Granted { .. }));
 
-    // Held places, as `wait_held` takes them (a waiter, a hold, a key).
+    // Held places, as `HeldPlace::wait` takes them (a waiter, a hold, a key).
     let place = |i: usize| {
         let mut request = BorrowRequest::new(pool, LeaseId::new(), Duration::from_secs(60));
         request.waiter = Some(WaiterId::new());

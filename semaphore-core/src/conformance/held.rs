@@ -1,4 +1,4 @@
-//! Cases for held places ([`Pool::wait_held`](crate::Pool::wait_held)):
+//! Cases for held places ([`HeldPlace::wait`](crate::HeldPlace::wait)):
 //! a place in the store's queue that no process owns lives for its hold
 //! after each poll (R11), is dropped after it (R12), is granted only to a
 //! poll, and is served in its turn with every borrower queued. Run by
@@ -24,9 +24,11 @@ pub async fn r11_a_held_place_outlives_its_asker_within_its_hold(f: Fixture) {
     pool.register(1).await.unwrap();
     let held = take(&pool).await;
     let ticket = WaiterId::new();
-    let first = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new());
+    let first = pool
+        .held(ticket)
+        .wait(HOLD, TTL, Duration::ZERO, BorrowOptions::new());
     assert!(first.await.unwrap().is_none(), "the pool is full");
-    assert_eq!(pool.held_place(ticket).await.unwrap(), Some(1));
+    assert_eq!(pool.held(ticket).place().await.unwrap(), Some(1));
     let later = spawn_borrow(&pool, TTL, LONG);
     until_waiting(&pool, 1).await;
     // Longer than any store's own waiter ttl, shorter than the hold.
@@ -40,19 +42,21 @@ pub async fn r11_a_held_place_outlives_its_asker_within_its_hold(f: Fixture) {
         "a newcomer took the slot owed to the held place"
     );
     let lease = pool
-        .wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new())
+        .held(ticket)
+        .wait(HOLD, TTL, Duration::ZERO, BorrowOptions::new())
         .await
         .unwrap()
         .expect("the held place is served first")
         .forget();
     assert_eq!(lease.position, 0);
     assert_eq!(
-        pool.held_place(ticket).await.unwrap(),
+        pool.held(ticket).place().await.unwrap(),
         None,
         "granted: no place"
     );
     let again = pool
-        .wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new())
+        .held(ticket)
+        .wait(HOLD, TTL, Duration::ZERO, BorrowOptions::new())
         .await
         .unwrap()
         .expect("a repeated poll")
@@ -70,7 +74,9 @@ pub async fn r12_a_held_place_not_polled_within_its_hold_is_dropped(f: Fixture) 
     pool.register(1).await.unwrap();
     let held = take(&pool).await;
     let ticket = WaiterId::new();
-    let first = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new());
+    let first = pool
+        .held(ticket)
+        .wait(HOLD, TTL, Duration::ZERO, BorrowOptions::new());
     assert!(first.await.unwrap().is_none(), "the pool is full");
     assert!(pool.return_lease(held.id).await.unwrap());
     assert!(matches!(
@@ -78,7 +84,7 @@ pub async fn r12_a_held_place_not_polled_within_its_hold_is_dropped(f: Fixture) 
         Err(Error::Exhausted { .. })
     ));
     f.clock.advance(HOLD + SEC);
-    assert_eq!(pool.held_place(ticket).await.unwrap(), None, "dropped");
+    assert_eq!(pool.held(ticket).place().await.unwrap(), None, "dropped");
     let lease = pool
         .try_borrow(TTL)
         .await
@@ -100,16 +106,22 @@ pub async fn r11_a_held_place_waits_behind_borrowers_queued_before_it(f: Fixture
         tokio::task::yield_now().await;
     }
     let ticket = WaiterId::new();
-    let first = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new());
+    let first = pool
+        .held(ticket)
+        .wait(HOLD, TTL, Duration::ZERO, BorrowOptions::new());
     assert!(first.await.unwrap().is_none(), "the pool is full");
-    assert_eq!(pool.held_place(ticket).await.unwrap(), Some(2));
+    assert_eq!(pool.held(ticket).place().await.unwrap(), Some(2));
     assert!(pool.return_lease(held.id).await.unwrap());
     let lease = earlier.await.unwrap().expect("the borrower queued first");
-    let poll = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new());
+    let poll = pool
+        .held(ticket)
+        .wait(HOLD, TTL, Duration::ZERO, BorrowOptions::new());
     assert!(poll.await.unwrap().is_none(), "served before its turn");
-    assert_eq!(pool.held_place(ticket).await.unwrap(), Some(1));
+    assert_eq!(pool.held(ticket).place().await.unwrap(), Some(1));
     assert!(pool.return_lease(lease.id).await.unwrap());
-    let poll = pool.wait_held(ticket, HOLD, TTL, LONG, BorrowOptions::new());
+    let poll = pool
+        .held(ticket)
+        .wait(HOLD, TTL, LONG, BorrowOptions::new());
     assert_eq!(poll.await.unwrap().expect("its turn").forget().position, 0);
 }
 
@@ -122,26 +134,23 @@ pub async fn r11_held_places_know_their_place_and_are_woken_by_a_return(f: Fixtu
     let held = take(&pool).await;
     let (one, two) = (WaiterId::new(), WaiterId::new());
     for ticket in [one, two] {
-        let poll = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, BorrowOptions::new());
+        let poll = pool
+            .held(ticket)
+            .wait(HOLD, TTL, Duration::ZERO, BorrowOptions::new());
         assert!(poll.await.unwrap().is_none());
     }
-    assert_eq!(pool.held_place(one).await.unwrap(), Some(1));
-    assert_eq!(pool.held_place(two).await.unwrap(), Some(2));
-    pool.leave_held(one).await.unwrap();
-    assert_eq!(pool.held_place(one).await.unwrap(), None);
-    assert_eq!(pool.held_place(two).await.unwrap(), Some(1), "moved up");
+    assert_eq!(pool.held(one).place().await.unwrap(), Some(1));
+    assert_eq!(pool.held(two).place().await.unwrap(), Some(2));
+    pool.held(one).leave().await.unwrap();
+    assert_eq!(pool.held(one).place().await.unwrap(), None);
+    assert_eq!(pool.held(two).place().await.unwrap(), Some(1), "moved up");
     let waiting = {
         let pool = pool.clone();
         tokio::spawn(async move {
-            pool.wait_held(
-                two,
-                HOLD,
-                TTL,
-                LONG,
-                BorrowOptions::new().owner("ticket-two"),
-            )
-            .await
-            .map(|g| g.map(|g| g.forget()))
+            pool.held(two)
+                .wait(HOLD, TTL, LONG, BorrowOptions::new().owner("ticket-two"))
+                .await
+                .map(|g| g.map(|g| g.forget()))
         })
     };
     while !pool.store().changes().has_waiters() {
@@ -165,17 +174,17 @@ pub async fn r15_a_held_place_for_more_slots_than_the_count_holds_back_no_one(f:
     pool.register(4).await.unwrap();
     let ticket = WaiterId::new();
     let five = || BorrowOptions::new().slots(5);
-    let first = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, five());
+    let first = pool.held(ticket).wait(HOLD, TTL, Duration::ZERO, five());
     assert!(first.await.unwrap().is_none(), "5 slots of 4");
-    assert_eq!(pool.held_place(ticket).await.unwrap(), Some(1));
+    assert_eq!(pool.held(ticket).place().await.unwrap(), Some(1));
     let one = pool
         .try_borrow(TTL)
         .await
         .expect("a place for more slots than the count held back a borrower")
         .forget();
-    let poll = pool.wait_held(ticket, HOLD, TTL, Duration::ZERO, five());
+    let poll = pool.held(ticket).wait(HOLD, TTL, Duration::ZERO, five());
     assert!(poll.await.unwrap().is_none(), "still 5 slots of 4");
-    assert_eq!(pool.held_place(ticket).await.unwrap(), Some(1), "kept");
+    assert_eq!(pool.held(ticket).place().await.unwrap(), Some(1), "kept");
     let two = pool
         .borrow(TTL, LONG)
         .await
@@ -194,7 +203,8 @@ pub async fn r15_a_held_place_for_more_slots_than_the_count_holds_back_no_one(f:
         "a newcomer took a slot owed to the place raised to its weight"
     );
     let lease = pool
-        .wait_held(ticket, HOLD, TTL, Duration::ZERO, five())
+        .held(ticket)
+        .wait(HOLD, TTL, Duration::ZERO, five())
         .await
         .unwrap()
         .expect("served once the count is its weight")

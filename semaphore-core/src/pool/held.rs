@@ -21,10 +21,34 @@ fn held_key(waiter: WaiterId) -> String {
 }
 
 impl Pool {
-    /// One poll of a *held place*: a place in the store's own queue that no
+    /// The held place `waiter` of this pool: a place in the store's own
+    /// queue that no process owns, which any process sharing the store
+    /// may take, poll and leave by its id ([`HeldPlace`]). Nothing is
+    /// asked of the store until one of its calls.
+    pub fn held(&self, waiter: WaiterId) -> HeldPlace<'_> {
+        HeldPlace { pool: self, waiter }
+    }
+}
+
+/// A held place of a pool ([`Pool::held`]): a two-phase borrow whose
+/// place lives in the store, not in a process, so that a ticket taken in
+/// one process (an HTTP server) may be collected in another.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldPlace<'a> {
+    pool: &'a Pool,
+    waiter: WaiterId,
+}
+
+impl HeldPlace<'_> {
+    /// The place's id, as [`Pool::held`] was given it.
+    pub fn waiter(&self) -> WaiterId {
+        self.waiter
+    }
+
+    /// One poll of this *held place*: a place in the store's own queue that no
     /// process owns, for a two-phase borrow that any process sharing the
     /// store may poll (an HTTP ticket taken on one server and collected on
-    /// another). Asks the store as `waiter`, at once and again on each
+    /// another). Asks the store as its waiter id, at once and again on each
     /// change of the pool, each expiry it was told of, and at least every
     /// [`HELD_POLL_INTERVAL`], for up to `wait`; `Ok(Some(guard))` once
     /// granted, `Ok(None)` if the wait ran out (the place is kept: poll
@@ -69,28 +93,28 @@ impl Pool {
     /// use std::time::Duration;
     /// use semaphore_core::{BorrowOptions, WaiterId};
     ///
-    /// let ticket = WaiterId::new();
+    /// let ticket = pool.held(WaiterId::new());
     /// let hold = Duration::from_secs(30);
     /// let ttl = Duration::from_secs(3600);
     /// // Take the place (no wait), then poll it, from this process or any
     /// // other that shares the store, at least every 30 s.
-    /// let mut lease = pool.wait_held(ticket, hold, ttl, Duration::ZERO, BorrowOptions::new()).await?;
+    /// let mut lease = ticket.wait(hold, ttl, Duration::ZERO, BorrowOptions::new()).await?;
     /// while lease.is_none() {
-    ///     lease = pool.wait_held(ticket, hold, ttl, Duration::from_secs(20), BorrowOptions::new()).await?;
+    ///     lease = ticket.wait(hold, ttl, Duration::from_secs(20), BorrowOptions::new()).await?;
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn wait_held(
-        &self,
-        waiter: WaiterId,
+    pub async fn wait(
+        self,
         hold: Duration,
         ttl: Duration,
         wait: Duration,
         options: BorrowOptions,
     ) -> Result<Option<OwnedLeaseGuard>> {
-        let labels = options.check(&self.limits)?;
-        let ttl = self.limits.clamp_ttl(ttl)?;
-        let wait = self.limits.clamp_wait(wait);
+        let waiter = self.waiter;
+        let labels = options.check(&self.pool.limits)?;
+        let ttl = self.pool.limits.clamp_ttl(ttl)?;
+        let wait = self.pool.limits.clamp_wait(wait);
         // Whole milliseconds, as every time a store keeps.
         let hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
         let hold = Duration::from_millis(hold_ms.clamp(1, crate::clock::MAX_UNIX_MS));
@@ -98,12 +122,12 @@ impl Pool {
             .key
             .clone()
             .unwrap_or_else(|| held_key(waiter).into());
-        let clock = self.store.clock();
+        let clock = self.pool.store.clock();
         let deadline = saturating_add(clock.now(), wait);
-        let changes = self.store.changes();
+        let changes = self.pool.store.changes();
         if !wait.is_zero() && tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime {
-                operation: "wait_held",
+                operation: "held wait",
             });
         }
         let watch = changes.watch();
@@ -111,22 +135,22 @@ impl Pool {
         loop {
             let mut changed = pin!(watch.changed());
             changed.as_mut().enable();
-            let mut request = BorrowRequest::new(self.id, LeaseId::new(), ttl);
+            let mut request = BorrowRequest::new(self.pool.id, LeaseId::new(), ttl);
             request.slots = labels.slots;
             request.bound = labels.bound;
-            request.session = crate::pool::bind(&self.store, labels.bound);
+            request.session = crate::pool::bind(&self.pool.store, labels.bound);
             request.waiter = Some(waiter);
             request.hold = Some(hold);
             request.key = Some(key.clone());
             request.owner.clone_from(&labels.owner);
             let mut next = None;
-            let answer = match crate::cancel::unsessioned(&self.store, &request) {
+            let answer = match crate::cancel::unsessioned(&self.pool.store, &request) {
                 Some(e) => Err(e),
-                None => self.store.try_borrow(&request).await,
+                None => self.pool.store.try_borrow(&request).await,
             };
             match answer {
                 Ok(TryBorrow::Granted { lease }) => {
-                    return Ok(Some(LeaseGuard::new(self.clone(), lease, ttl)));
+                    return Ok(Some(LeaseGuard::new(self.pool.clone(), lease, ttl)));
                 }
                 Ok(TryBorrow::Exhausted { next_expiry }) => {
                     backoff = None;
@@ -134,7 +158,7 @@ impl Pool {
                 }
                 Err(Error::Draining { .. }) if labels.wait_while_draining => backoff = None,
                 Err(e @ Error::Draining { .. }) => {
-                    let _ = self.store.leave_queue(self.id, waiter).await;
+                    let _ = self.pool.store.leave_queue(self.pool.id, waiter).await;
                     return Err(e);
                 }
                 Err(
@@ -170,7 +194,7 @@ impl Pool {
         }
     }
 
-    /// The place of held place `waiter` ([`wait_held`](Pool::wait_held))
+    /// The place of this held place ([`wait`](HeldPlace::wait))
     /// in the store's queue of this pool: 1 for the next to be served,
     /// counting every process's queued head and every held place ahead of
     /// it ([`Store::place`](crate::store::Store::place)); `None` if the store
@@ -179,13 +203,13 @@ impl Pool {
     ///
     /// # Errors
     /// [`Error::Storage`] if the store failed.
-    pub async fn held_place(&self, waiter: WaiterId) -> Result<Option<u64>> {
-        self.store.place(self.id, waiter).await
+    pub async fn place(self) -> Result<Option<u64>> {
+        self.pool.store.place(self.pool.id, self.waiter).await
     }
 
-    /// The active lease a poll of held place `waiter` with `options` was
+    /// The active lease a poll of this held place with `options` was
     /// granted, under the options' key or else its default key
-    /// (`held:<waiter>`; see [`wait_held`](Pool::wait_held)), if any: what
+    /// (`held:<waiter>`; see [`wait`](HeldPlace::wait)), if any: what
     /// a poller that finds no place left asks next, to tell a place served
     /// from one dropped.
     ///
@@ -193,28 +217,27 @@ impl Pool {
     /// [`Error::KeyReused`] if the options' key names a lease granted with
     /// another [`BorrowOptions::request_digest`]; [`Error::PoolNotFound`] if
     /// the pool does not exist; [`Error::Storage`] if the store failed.
-    pub async fn held_lease(
-        &self,
-        waiter: WaiterId,
-        options: &BorrowOptions,
-    ) -> Result<Option<crate::Lease>> {
+    pub async fn lease(self, options: &BorrowOptions) -> Result<Option<crate::Lease>> {
         let key = match &options.key {
             Some(key) => crate::store::stored_key(key, options.request_digest),
-            None => held_key(waiter).into(),
+            None => held_key(self.waiter).into(),
         };
-        crate::acquire::keyed_lease(&self.store, self.id, &key).await
+        crate::acquire::keyed_lease(&self.pool.store, self.pool.id, &key).await
     }
 
-    /// Gives up held place `waiter`: the store forgets it at once (R12),
+    /// Gives up this held place: the store forgets it at once (R12),
     /// and the borrowers behind it move up. A lease already granted to it
     /// is not returned: it is its poller's, to return with the lease id.
     ///
     /// # Errors
     /// [`Error::Storage`] if the store failed; the place then goes when its
     /// hold passes.
-    pub async fn leave_held(&self, waiter: WaiterId) -> Result<()> {
-        self.store.leave_queue(self.id, waiter).await?;
-        self.changed();
+    pub async fn leave(self) -> Result<()> {
+        self.pool
+            .store
+            .leave_queue(self.pool.id, self.waiter)
+            .await?;
+        self.pool.changed();
         Ok(())
     }
 }
