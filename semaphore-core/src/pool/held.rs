@@ -1,6 +1,6 @@
 //! Held places: a two-phase borrow whose place lives in the store, not in
-//! a process, so that any process sharing the store may poll it (issue
-//! 25's tickets across servers; R5, R11, R12).
+//! a process, so that any process sharing the store may poll it (the HTTP
+//! service's tickets across servers; R5, R11, R12).
 
 use std::pin::pin;
 use std::sync::Arc;
