@@ -314,57 +314,6 @@ DECLARE
     v_session uuid; v_stored text;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
-    -- The common path (version 7): a first attempt for one slot without a
-    -- key, while nobody is queued, the pool grants and its session lives:
-    -- one statement, that writes only the slot it takes (the lowest free
-    -- one no other transaction holds locked) and reads the rest, and an
-    -- answer made without another. (In a subtransaction: a row locked
-    -- here that then failed its recheck, taken since this statement's
-    -- snapshot, stays locked until the end of the (sub)transaction, and
-    -- the paths below must not hold it while they wait for the pool row.)
-    IF p_slots = 1 AND p_key IS NULL AND p_lease IS NOT NULL AND p_waiter IS NULL
-            AND NOT p_retried THEN
-        v_exp := least(v_now + p_ttl, {max_ms});
-        BEGIN
-            UPDATE {s}.semaphore_slots l SET lease = p_lease,
-                    token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
-                    owner = p_owner, borrow_key = NULL, session = p_session, granted_to = NULL
-                WHERE l.pool = p_pool AND l.position = (
-                    SELECT f.position FROM {s}.semaphore_slots f, {s}.semaphore_pools p
-                    WHERE p.pool = p_pool AND NOT p.draining AND f.pool = p_pool
-                        AND f.position < p.count AND f.expires_at <= v_now
-                        AND (p_session IS NULL OR EXISTS (
-                            SELECT 1 FROM {s}.semaphore_sessions x
-                            WHERE x.id = p_session AND x.expires_at > v_now))
-                        AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_waiters w
-                            WHERE w.pool = p_pool AND w.alive_until > v_now)
-                        AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots a
-                            WHERE a.pool = p_pool AND a.position >= p.count
-                            AND a.expires_at > v_now)
-                    ORDER BY f.position LIMIT 1
-                    FOR UPDATE OF f SKIP LOCKED)
-                RETURNING l.position, l.token INTO v_pos, v_tok;
-            IF NOT FOUND THEN
-                RAISE EXCEPTION USING ERRCODE = 'SMNOF';
-            END IF;
-        EXCEPTION WHEN SQLSTATE 'SMNOF' THEN
-            v_tok := NULL;
-        END;
-        IF v_tok IS NOT NULL THEN
-            -- (RETURN NEXT runs no statement, as RETURN QUERY would.)
-            o_status := 0; o_lease := p_lease; o_positions := ARRAY[v_pos]; o_token := v_tok;
-            o_expires_at := v_exp; o_session := p_session;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-    END IF;
-    -- R16: no lease is born dead. The caller opens a new session
-    -- and asks again.
-    IF p_session IS NOT NULL AND NOT {s}.semaphore_alive(p_session, v_now) THEN
-        RETURN QUERY SELECT 5::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
-            NULL::uuid;
-        RETURN;
-    END IF;
     -- Lost replies: a retry of an attempt whose answer was lost, under its
     -- lease id, gets the lease that attempt was granted, if it is active.
     IF p_retried AND p_lease IS NOT NULL THEN
@@ -396,49 +345,61 @@ BEGIN
             v_ticket := NULL;
         END IF;
     END IF;
-    -- A queued head's look, or a retry (a first attempt looked above).
-    IF p_slots = 1 AND p_key IS NULL AND p_lease IS NOT NULL
-            AND (p_waiter IS NOT NULL OR p_retried) THEN
+    -- The common path: one slot without a key, while nobody is queued
+    -- ahead (for a first attempt, nobody at all), the pool grants and the
+    -- session lives: one statement, that writes only the slot it takes
+    -- (the lowest free one no other transaction holds locked) and reads the
+    -- rest, and an answer made without another (version 7: a first
+    -- attempt runs no other statement). In a subtransaction: a row locked
+    -- here that then failed its recheck (taken since this statement's
+    -- snapshot) stays locked until the end of the (sub)transaction, and the
+    -- paths below must not hold it while they wait for the pool row.
+    IF p_slots = 1 AND p_key IS NULL AND p_lease IS NOT NULL THEN
         v_exp := least(v_now + p_ttl, {max_ms});
-        SELECT p.count INTO v_count FROM {s}.semaphore_pools p
-            WHERE p.pool = p_pool AND NOT p.draining
-            AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_waiters w
+        BEGIN
+            UPDATE {s}.semaphore_slots l SET lease = p_lease,
+                    token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
+                    owner = p_owner, borrow_key = NULL, session = p_session, granted_to = NULL
+                WHERE l.pool = p_pool AND l.position = (
+                    SELECT f.position FROM {s}.semaphore_slots f, {s}.semaphore_pools p
+                    WHERE p.pool = p_pool AND NOT p.draining AND f.pool = p_pool
+                        AND f.position < p.count AND f.expires_at <= v_now
+                        AND (p_session IS NULL OR EXISTS (
+                            SELECT 1 FROM {s}.semaphore_sessions x
+                            WHERE x.id = p_session AND x.expires_at > v_now))
+                        AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_waiters w
                             WHERE w.pool = p_pool AND w.alive_until > v_now
                             AND w.ticket < coalesce(v_ticket, 9223372036854775807))
-            AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots l
-                            WHERE l.pool = p_pool AND l.position >= p.count
-                            AND l.expires_at > v_now);
-        IF FOUND THEN
-            -- In a subtransaction: a row locked here that then failed its
-            -- recheck (taken since this statement's snapshot) stays locked
-            -- until the end of the (sub)transaction, and the slow path must
-            -- not hold it while it waits for the pool row.
-            BEGIN
-                UPDATE {s}.semaphore_slots l SET lease = p_lease,
-                        token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
-                        owner = p_owner, borrow_key = NULL, session = p_session,
-                        granted_to = NULL
-                    WHERE l.pool = p_pool AND l.position = (
-                        SELECT f.position FROM {s}.semaphore_slots f
-                        WHERE f.pool = p_pool AND f.position < v_count AND f.expires_at <= v_now
-                        ORDER BY f.position LIMIT 1
-                        FOR UPDATE SKIP LOCKED)
-                    RETURNING l.position, l.token INTO v_pos, v_tok;
-                IF NOT FOUND THEN
-                    RAISE EXCEPTION USING ERRCODE = 'SMNOF';
-                END IF;
-            EXCEPTION WHEN SQLSTATE 'SMNOF' THEN
-                v_tok := NULL;
-            END;
-            IF v_tok IS NOT NULL THEN
-                IF v_ticket IS NOT NULL THEN
-                    DELETE FROM {s}.semaphore_waiters w
-                        WHERE w.pool = p_pool AND w.waiter = p_waiter;
-                END IF;
-                RETURN QUERY SELECT 0::smallint, p_lease, ARRAY[v_pos], v_tok, v_exp, p_session;
-                RETURN;
+                        AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots a
+                            WHERE a.pool = p_pool AND a.position >= p.count
+                            AND a.expires_at > v_now)
+                    ORDER BY f.position LIMIT 1
+                    FOR UPDATE OF f SKIP LOCKED)
+                RETURNING l.position, l.token INTO v_pos, v_tok;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'SMNOF';
             END IF;
+        EXCEPTION WHEN SQLSTATE 'SMNOF' THEN
+            v_tok := NULL;
+        END;
+        IF v_tok IS NOT NULL THEN
+            IF v_ticket IS NOT NULL THEN
+                DELETE FROM {s}.semaphore_waiters w
+                    WHERE w.pool = p_pool AND w.waiter = p_waiter;
+            END IF;
+            -- (RETURN NEXT runs no statement, as RETURN QUERY would.)
+            o_status := 0; o_lease := p_lease; o_positions := ARRAY[v_pos]; o_token := v_tok;
+            o_expires_at := v_exp; o_session := p_session;
+            RETURN NEXT;
+            RETURN;
         END IF;
+    END IF;
+    -- R16: no lease is born dead. The caller opens a new session
+    -- and asks again.
+    IF p_session IS NOT NULL AND NOT {s}.semaphore_alive(p_session, v_now) THEN
+        RETURN QUERY SELECT 5::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
+            NULL::uuid;
+        RETURN;
     END IF;
     IF p_key IS NULL AND (p_waiter IS NULL OR NOT p_keep_place
             OR (p_hold IS NULL AND v_alive - v_now >= {waiter_ttl} - {waiter_refresh})) THEN
