@@ -7,17 +7,22 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 
-use crate::aio::awaitable;
-use crate::lease::Lease;
-use crate::semaphore;
-use crate::set::LeaseSet;
+use pyo3::PyClass;
 
-/// What an asyncio borrow grants: one pool's lease or a set's.
-pub(crate) enum Granted {
-    /// A `Pool.borrow_async`'s.
-    Lease(Lease),
-    /// A `PoolSet.borrow_async`'s.
-    Set(LeaseSet),
+use crate::aio::awaitable;
+use crate::semaphore;
+
+/// What an asyncio borrow grants (one pool's `Lease` or a set's
+/// `LeaseSet`), made into its Python object once back on the interpreter.
+pub(crate) type Granted =
+    Box<dyn for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>> + Send>;
+
+/// `value`, granted, as [`Granted`].
+pub(crate) fn granted<T>(value: T) -> Granted
+where
+    T: PyClass + Into<pyo3::PyClassInitializer<T>> + Send + 'static,
+{
+    Box::new(move |py| Ok(Bound::new(py, value)?.into_any()))
 }
 
 /// A borrow call, started anew by each await.
@@ -100,10 +105,7 @@ impl<'py> IntoPyObject<'py> for Captured {
     type Error = PyErr;
 
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
-        let object = match self.granted {
-            Granted::Lease(lease) => Bound::new(py, lease)?.into_any(),
-            Granted::Set(set) => Bound::new(py, set)?.into_any(),
-        };
+        let object = (self.granted)(py)?;
         if let Some(entered) = self.entered
             && let Ok(mut slot) = entered.lock()
         {

@@ -8,7 +8,6 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyModule, PyString};
 use pyo3::{IntoPyObject, IntoPyObjectExt};
 
 use crate::semaphore::Error;
-use crate::time::unix_seconds;
 
 /// The module that defines the exception classes.
 fn classes(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
@@ -99,7 +98,9 @@ pub(crate) fn exception(py: Python<'_>, error: &Error) -> PyErr {
         } => {
             fields.push(("pool", text(&pool.to_string())));
             fields.push(("lease", text(&lease.to_string())));
-            fields.push(("expired_at", number(py, unix_seconds(*expired_at))));
+            // Unix seconds, to the millisecond a store keeps.
+            let expired_at = crate::semaphore::store::unix_ms(*expired_at) as f64 / 1e3;
+            fields.push(("expired_at", number(py, expired_at)));
             "LeaseExpired"
         }
         Error::LeaseNotFound { pool, lease } => {

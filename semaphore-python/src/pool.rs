@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 
 use crate::aio::{awaitable, awaitable_to_end};
-use crate::borrow::{BorrowAsync, Granted};
+use crate::borrow::{BorrowAsync, granted};
 use crate::info::{Holder, PoolState};
 use crate::lease::Lease;
 use crate::runtime::{Signals, wait};
@@ -162,7 +162,7 @@ impl Pool {
             let (pool, options) = (pool.clone(), options.clone());
             Box::pin(async move {
                 let guard = pool.borrow_owned_with(ttl, wait, options).await?;
-                Ok(Granted::Lease(Lease::new(guard, inline)))
+                Ok(granted(Lease::new(guard, inline)))
             })
         }))
     }

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::aio::awaitable_to_end;
-use crate::borrow::{BorrowAsync, Granted};
+use crate::borrow::{BorrowAsync, granted};
 use crate::errors::to_py;
 use crate::held::{Cell, Held};
 use crate::info::LeaseInfo;
@@ -114,7 +114,7 @@ impl PoolSet {
             let (set, options) = (set.clone(), options.clone());
             Box::pin(async move {
                 let leases = set.borrow_with(ttl, wait, options).await?;
-                Ok(Granted::Set(LeaseSet::new(leases, inline)))
+                Ok(granted(LeaseSet::new(leases, inline)))
             })
         }))
     }
