@@ -184,24 +184,23 @@ impl Outcome {
 /// Runs the suite with `config`, prints the summary, and panics with it
 /// if the checker found violations or the run had problems. A run whose
 /// only problem is that it was too weak to judge (too few takeovers of
-/// running holders: the faults happened to miss the holders, or a
-/// cluster's node faults kept everyone off the pool) is not judged either
-/// way: one more run with another seed is, and it must pass.
+/// running holders: the faults happened to miss the holders, a loaded
+/// machine ran fewer grants, or a cluster's node faults kept everyone off
+/// the pool) is not judged either way: the next seed runs, up to three
+/// runs in all, and the last must pass.
 pub fn run_and_assert(config: Config) {
-    let outcome = run(config.clone());
-    if outcome.report.violations.is_empty()
-        && !outcome.problems.is_empty()
-        && outcome.problems.iter().all(|p| p.starts_with(TOO_WEAK))
-    {
+    let mut config = config;
+    let mut outcome = run(config.clone());
+    for _ in 0..2 {
+        let too_weak = outcome.report.violations.is_empty()
+            && !outcome.problems.is_empty()
+            && outcome.problems.iter().all(|p| p.starts_with(TOO_WEAK));
+        if !too_weak {
+            break;
+        }
         println!("{}\ntoo weak to judge: one more run\n", outcome.summary);
-        let again = Config {
-            seed: config.seed.wrapping_add(1),
-            ..config
-        };
-        let outcome = run(again);
-        assert!(outcome.passed(), "\n{}", outcome.summary);
-        println!("{}", outcome.summary);
-        return;
+        config.seed = config.seed.wrapping_add(1);
+        outcome = run(config.clone());
     }
     assert!(outcome.passed(), "\n{}", outcome.summary);
     println!("{}", outcome.summary);
