@@ -224,7 +224,7 @@ fn handoffs(c: &mut Criterion) {
                             let pool = pool.clone();
                             async move { drop(pool.borrow(TTL, WAIT).await.unwrap()) }
                         },
-                        || pool.waiting() == WAITERS as usize,
+                        || pool.waiting().count == WAITERS as usize,
                         || drop(held),
                     ),
                 );

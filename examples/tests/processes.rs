@@ -233,7 +233,7 @@ async fn return_in_one_process_wakes_a_waiter_in_another() {
                 (unix_us(), lease.map(|l| l.forget()))
             })
         };
-        while pool.waiting() != 1 {
+        while pool.waiting().count != 1 {
             tokio::task::yield_now().await;
         }
         writeln!(other.stdin.as_mut().unwrap()).unwrap();

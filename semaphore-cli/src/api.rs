@@ -222,7 +222,7 @@ pub(crate) async fn renew(
     let pool = app.pool(id);
     let lease = LeaseId::from_uuid(wire::uuid("lease", &request.lease)?);
     let ttl = wire::seconds("ttl", &request.ttl, true)?;
-    let renewed = app.track(pool.renew_by_id(lease, ttl).await)?;
+    let renewed = app.track(pool.renew(lease, ttl).await)?;
     Ok(Json(wire::Granted::new(&renewed, app.now())))
 }
 
@@ -247,7 +247,7 @@ pub(crate) async fn holders(
         .iter()
         .map(|h| wire::Holder::new(h, now))
         .collect();
-    let waiting = pool.waiting();
+    let waiting = pool.waiting().count;
     Ok(Json(wire::Holders {
         leases: holders,
         waiting,

@@ -81,7 +81,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
         Command::Renew(args) => {
             let (pool, _) = pool(&args.lease.pool.store, &args.lease.pool.name).await?;
             let id = semaphore_core::LeaseId::from_uuid(args.lease.lease);
-            let renewed = match pool.renew_by_id(id, args.ttl).await {
+            let renewed = match pool.renew(id, args.ttl).await {
                 Ok(renewed) => renewed,
                 Err(semaphore_core::Error::LeaseNotFound { .. }) => {
                     return Err(Exit::new(

@@ -110,8 +110,9 @@ impl Metrics {
                 gauge("semaphore_pool_available").set(state.available);
                 gauge("semaphore_pool_count").set(state.count);
             }
-            gauge("semaphore_pool_waiting").set(pool.waiting() as f64);
-            let longest = pool.longest_wait().unwrap_or_default();
+            let waiting = pool.waiting();
+            gauge("semaphore_pool_waiting").set(waiting.count as f64);
+            let longest = waiting.longest.unwrap_or_default();
             gauge("semaphore_pool_longest_wait_seconds").set(longest.as_secs_f64());
         }
         self.handle.render()

@@ -173,14 +173,15 @@ pub(crate) struct State {
 impl State {
     /// `s`, with the waiters of `pool` at this server.
     pub(crate) fn of(s: PoolState, pool: &semaphore_core::Pool) -> Self {
+        let waiting = pool.waiting();
         Self {
             id: s.id.to_string(),
             count: s.count,
             in_use: s.in_use,
             available: s.available,
             draining: s.draining,
-            waiting: pool.waiting(),
-            longest_wait: pool.longest_wait().map_or(0.0, |d| d.as_secs_f64()),
+            waiting: waiting.count,
+            longest_wait: waiting.longest.map_or(0.0, |d| d.as_secs_f64()),
         }
     }
 }

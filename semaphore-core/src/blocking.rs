@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::detach::library_runtime;
 use crate::{
-    BorrowOptions, Error, Lease, LeaseGuard, LeaseId, OwnedLeaseGuard, Pool, PoolState, Result,
+    BorrowOptions, Error, Lease, LeaseGuard, LeaseId, OwnedLeaseGuard, Pool, PoolState, Renewing,
+    Result,
 };
 
 /// Runs `call` to completion from a thread with no runtime.
@@ -109,7 +110,7 @@ impl Blocking<'_> {
 
     /// [`Pool::renew`], blocking. Same errors, and
     /// [`Error::BlockingInRuntime`] inside a runtime.
-    pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+    pub fn renew<'a>(&self, lease: impl Into<Renewing<'a>>, ttl: Duration) -> Result<Lease> {
         block_on("renew", self.pool.renew(lease, ttl))
     }
 }

@@ -86,7 +86,7 @@ impl Answer for TryBorrowAll {
 /// at once: only those this attempt made, never a keyed lease it was
 /// answered with, which belongs to the borrow that first got it.
 ///
-/// A store that answers at once ([`Store::try_borrow_now`]) makes it ready
+/// A store that answers at once ([`Store::in_place`]) makes it ready
 /// from the start, with no future to box.
 pub(crate) struct InFlight<A: Answer> {
     store: Arc<dyn Store>,
@@ -146,7 +146,7 @@ impl InFlight<TryBorrow> {
         let made = Made::One(request.lease);
         let answer = match unsessioned(store, &request) {
             Some(e) => Some(Err(e)),
-            None => store.try_borrow_now(&request),
+            None => store.in_place().map(|s| s.try_borrow(&request)),
         };
         if let Some(answer) = answer {
             return Self {
@@ -314,10 +314,11 @@ impl Drop for QueuePlace<'_> {
 }
 
 /// Returns `lease` without waiting for the answer: used by guards on drop.
-/// In place if the store answers at once ([`Store::return_lease_now`]).
+/// In place if the store answers at once ([`Store::in_place`]).
 pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
     let (pool, id) = (lease.pool, lease.id);
-    if store.return_lease_now(pool, id).is_some() {
+    if let Some(now) = store.in_place() {
+        let _ = now.return_lease(pool, id);
         return;
     }
     let (store, lease) = (store.clone(), lease.clone());

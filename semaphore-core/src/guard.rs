@@ -318,7 +318,8 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// `block_in_place`, 3 s at most); and otherwise in the background,
     /// which the runtime's end (a `#[tokio::main]` returning) and the
     /// session's close wait for, 3 s at most. To know it landed, await
-    /// [`Pool::unbind`] instead of this.
+    /// the store's `unbind` as well: `pool.store().unbind(pool.id(),
+    /// lease.id)` is `true` while the lease is active.
     pub fn forget(mut self) -> Lease {
         self.armed = false;
         self.keep = None;

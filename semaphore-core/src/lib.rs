@@ -148,7 +148,7 @@ pub use layer::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use lease::{Holder, Lease, PoolState, Positions};
 pub use limits::Limits;
 pub use options::BorrowOptions;
-pub use pool::{HELD_POLL_INTERVAL, HeldPlace, Pool};
+pub use pool::{HELD_POLL_INTERVAL, HeldPlace, Pool, Renewing, Waiting};
 pub use session::{Session, SessionState};
 pub use set::{LeaseSet, PoolSet};
 #[cfg(feature = "metrics")]

@@ -20,6 +20,8 @@ use crate::{
     PoolId, Result, Store,
 };
 pub use held::{HELD_POLL_INTERVAL, HeldPlace};
+pub use leases::Renewing;
+pub use waiters::Waiting;
 
 /// The session a bound request names: the one open now on a store with
 /// sessions (R16), `None` otherwise.
@@ -215,7 +217,13 @@ impl Pool {
     }
 
     /// [`borrow`](Pool::borrow), with a guard that owns a clone of this
-    /// handle, for `'static` tasks. Same errors and cancel safety.
+    /// handle, for `'static` tasks.
+    ///
+    /// # Errors
+    /// Those of [`borrow`](Pool::borrow).
+    ///
+    /// # Cancel safety
+    /// As [`borrow`](Pool::borrow): a dropped call takes nothing.
     ///
     /// # Examples
     ///
@@ -294,7 +302,13 @@ impl Pool {
     }
 
     /// [`borrow_with`](Pool::borrow_with), with a guard that owns a clone of
-    /// this handle. Same errors and cancel safety.
+    /// this handle.
+    ///
+    /// # Errors
+    /// Those of [`borrow_with`](Pool::borrow_with).
+    ///
+    /// # Cancel safety
+    /// As [`borrow_with`](Pool::borrow_with).
     pub async fn borrow_owned_with(
         &self,
         ttl: Duration,
@@ -307,7 +321,14 @@ impl Pool {
     }
 
     /// [`borrow`](Pool::borrow) with a zero wait: a free slot or
-    /// [`Error::Exhausted`] at once. Same errors and cancel safety.
+    /// [`Error::Exhausted`] at once.
+    ///
+    /// # Errors
+    /// Those of [`borrow`](Pool::borrow); [`Error::Exhausted`] whenever no
+    /// slot is free for it now.
+    ///
+    /// # Cancel safety
+    /// As [`borrow`](Pool::borrow): a dropped call takes nothing.
     ///
     /// # Examples
     ///
@@ -365,7 +386,7 @@ impl Pool {
 
     /// The common path (R5: a free slot, nobody queued ahead in this
     /// process): one attempt made in place, by a store that answers
-    /// without I/O ([`Store::try_borrow_now`]), for a plain borrow (no key:
+    /// without I/O ([`Store::in_place`]), for a plain borrow (no key:
     /// a keyed one may find its lease behind a queue). `None` if the store
     /// cannot answer in place, someone is queued on the pool here, or the
     /// pool has no free slot now: the borrow then takes the full path,
@@ -389,7 +410,7 @@ impl Pool {
         }
         // An error (a drain the borrower may wait out, a missing pool) is
         // the full path's to answer: it asks again.
-        match self.store.try_borrow_now(&request) {
+        match self.store.in_place().map(|s| s.try_borrow(&request)) {
             Some(Ok(crate::store::TryBorrow::Granted { lease })) => InPlace::Granted(lease),
             Some(Ok(crate::store::TryBorrow::Exhausted { .. })) => InPlace::Not(First::Refused),
             _ => InPlace::Not(First::Ask),

@@ -232,10 +232,9 @@ impl TryBorrowAll {
 ///   model tests (`store_model!`), and it may keep a queue of heads across
 ///   processes (R11 across processes: see *Queued heads* below).
 ///
-/// Every primitive is required, on purpose: each store states each one.
-/// Only the two synchronous fast paths,
-/// [`try_borrow_now`](Store::try_borrow_now) and
-/// [`return_lease_now`](Store::return_lease_now), default to "not offered".
+/// Every method is required, on purpose: each store states each one. The
+/// synchronous fast paths of an in-process store live apart, in
+/// [`InPlace`], reached through [`Store::in_place`].
 ///
 /// # Contract
 ///
@@ -388,14 +387,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool>;
 
     /// [`return_lease`](Store::return_lease) for a caller that holds the
-    /// whole lease (a guard does), so that a store may find it by its
-    /// position: the same result, for `lease.pool` and `lease.id`. By
-    /// default it calls `return_lease`; the SQLite store looks the row up
-    /// by `(pool, position)` instead of scanning the pool's leases for the
-    /// id.
-    async fn return_held(&self, lease: Lease) -> Result<bool> {
-        self.return_lease(lease.pool, lease.id).await
-    }
+    /// whole lease (a guard does): the same result, for `lease.pool` and
+    /// `lease.id`, with the lease's positions at hand, so that a store may
+    /// find its rows by position (the SQLite store does) instead of by id.
+    /// A store with nothing to gain from them calls `return_lease`.
+    async fn return_held(&self, lease: Lease) -> Result<bool>;
 
     /// Sets lease `lease` of `pool`, if it is active, to expire `ttl`
     /// (checked and clamped, whole ms) after the step's reading of the
@@ -419,29 +415,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// R15) if one is active, as a return would; the lease it ended.
     async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<Holder>>;
 
-    /// [`try_borrow`](Store::try_borrow) answered at once, without a future,
-    /// by a store that needs no I/O for it; `None` (the default) if the
-    /// store does not offer it, and the core then awaits `try_borrow`.
-    ///
-    /// An in-process store offers it to save the boxed future and the
-    /// cancel-safety box of each borrow (about a fifth of an uncontended
-    /// borrow and return on the memory store; BENCHMARKS.md line 1). It
-    /// must give the answer
-    /// `try_borrow` would, under the same contract, and never block on I/O
-    /// or on another task.
-    fn try_borrow_now(&self, request: &BorrowRequest) -> Option<Result<TryBorrow>> {
-        let _ = request;
-        None
-    }
-
-    /// [`return_lease`](Store::return_lease) answered at once, without a
-    /// future; `None` (the default) if the store does not offer it. A
-    /// guard's drop uses it to return its lease in place instead of on a
-    /// spawned task. Same rules as [`try_borrow_now`](Store::try_borrow_now).
-    fn return_lease_now(&self, pool: PoolId, lease: LeaseId) -> Option<Result<bool>> {
-        let _ = (pool, lease);
-        None
-    }
+    /// The store's answers made at once, without a future, if it offers
+    /// them ([`InPlace`]); `None` for a store that needs I/O for every
+    /// step, and the core then awaits [`try_borrow`](Store::try_borrow)
+    /// and [`return_held`](Store::return_held).
+    fn in_place(&self) -> Option<&dyn InPlace>;
 
     /// The place of `waiter` in the store's own queue of `pool` (see
     /// *Queued heads* above): 1 for the first, counting every live place
@@ -457,6 +435,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// out, was dropped or failed): forget any place the store keeps for it
     /// (R12), a held place included.
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()>;
+}
+
+/// A store's answers made at once, without a future: what an in-process
+/// store offers through [`Store::in_place`] to save each borrow's boxed
+/// future and cancel-safety box (about a fifth of an uncontended borrow and
+/// return on the memory store; BENCHMARKS.md line 1).
+///
+/// Each method gives the answer its [`Store`] counterpart would, under the
+/// same contract, and never blocks on I/O or on another task.
+pub trait InPlace: Send + Sync {
+    /// [`Store::try_borrow`], answered at once.
+    fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow>;
+
+    /// [`Store::return_lease`], answered at once. A guard's drop uses it to
+    /// return its lease in place instead of on a spawned task.
+    fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool>;
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ async fn pool(count: u32) -> Pool {
 
 /// Waits until `n` requests of this process wait on `pool`.
 async fn until_waiting(pool: &Pool, n: usize) {
-    while pool.waiting() != n {
+    while pool.waiting().count != n {
         tokio::task::yield_now().await;
     }
 }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use semaphore_core::store::{
-    BorrowRequest, Changes, SlotTable, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
-    truncate_ms,
+    BorrowRequest, Changes, InPlace, SlotTable, Store, TryBorrow, TryBorrowAll, WaiterId,
+    async_trait, truncate_ms,
 };
 use semaphore_core::{
     Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, SystemClock,
@@ -264,10 +264,6 @@ impl Store for MemoryStore {
         self.borrow_in_place(request)
     }
 
-    fn try_borrow_now(&self, request: &BorrowRequest) -> Option<Result<TryBorrow>> {
-        Some(self.borrow_in_place(request))
-    }
-
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
         // Lock each pool once, in id order, so that two multi-pool borrows
         // never wait for each other's locks in a cycle.
@@ -353,8 +349,8 @@ impl Store for MemoryStore {
         Ok(self.return_in_place(lease.pool, lease.id))
     }
 
-    fn return_lease_now(&self, pool: PoolId, lease: LeaseId) -> Option<Result<bool>> {
-        Some(Ok(self.return_in_place(pool, lease)))
+    fn in_place(&self) -> Option<&dyn InPlace> {
+        Some(self)
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
@@ -409,6 +405,17 @@ impl Store for MemoryStore {
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         let _ = self.with_table(pool, |table| table.leave_place(waiter));
         Ok(())
+    }
+}
+
+/// Every answer of this store is made under a mutex, without I/O.
+impl InPlace for MemoryStore {
+    fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        self.borrow_in_place(request)
+    }
+
+    fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        Ok(self.return_in_place(pool, lease))
     }
 }
 

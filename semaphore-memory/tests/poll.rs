@@ -31,11 +31,11 @@ async fn return_hands_the_slot_to_the_head_and_tells_the_next_its_expiry() {
     let mut second = spawn(pool.borrow(TTL, WAIT));
     assert_pending!(head.poll());
     assert_pending!(second.poll());
-    assert_eq!(pool.waiting(), 2);
+    assert_eq!(pool.waiting().count, 2);
 
     assert!(pool.return_lease(held.id).await.unwrap());
     assert!(head.is_woken(), "the head is woken by the return");
-    assert_eq!(pool.waiting(), 1, "with the slot: it left the queue");
+    assert_eq!(pool.waiting().count, 1, "with the slot: it left the queue");
     assert_eq!(pool.inspect().await.unwrap().in_use, 1);
     assert!(second.is_woken(), "the new head is told the next expiry");
 
@@ -86,7 +86,7 @@ async fn dropping_the_head_hands_the_turn_to_the_next() {
     assert_pending!(second.poll());
 
     drop(head);
-    assert_eq!(pool.waiting(), 1);
+    assert_eq!(pool.waiting().count, 1);
     assert!(
         second.is_woken(),
         "the new head gets its turn to ask the store"

@@ -423,6 +423,14 @@ impl Store for MysqlStore {
         self.told(requests.first().and_then(|r| r.session), result)
     }
 
+    fn in_place(&self) -> Option<&dyn semaphore_core::store::InPlace> {
+        None
+    }
+
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id).await
+    }
+
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         let returned = autocommit!(self, "return", |step, conn| step
             .return_lease(&mut conn, pool, lease));

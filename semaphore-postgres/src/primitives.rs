@@ -192,6 +192,14 @@ impl Store for PostgresStore {
         Ok(TryBorrowAll::refused(blocked))
     }
 
+    fn in_place(&self) -> Option<&dyn semaphore_core::store::InPlace> {
+        None
+    }
+
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id).await
+    }
+
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         let returned = self.return_then_wake(pool, lease).await?;
         if returned {

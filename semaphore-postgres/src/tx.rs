@@ -76,7 +76,7 @@ impl PostgresStore {
             pool: pool.id(),
             waited: Duration::ZERO,
         };
-        if pool.waiting() > 0 && options.key.is_none() {
+        if pool.waiting().count > 0 && options.key.is_none() {
             return Err(exhausted);
         }
         let key = options

@@ -99,7 +99,7 @@ impl Fixture {
             let pool = self.pool.clone();
             tokio::spawn(async move { pool.borrow_owned(TTL, Duration::from_secs(30)).await })
         };
-        while self.pool.waiting() == 0 || self.places().await == 0 {
+        while self.pool.waiting().count == 0 || self.places().await == 0 {
             tokio::task::yield_now().await;
         }
         (held, waiter)

@@ -220,7 +220,7 @@ impl Pool {
 
     /// How many borrowers of this process wait on the pool now.
     fn waiting(&self) -> usize {
-        self.pool.waiting()
+        self.pool.waiting().count
     }
 
     /// `register` for asyncio.

@@ -204,6 +204,14 @@ impl Store for RedisStore {
     /// The slot goes to the first head of the pool's shared queue in the
     /// same script, if it is one a return may hand a slot to (R8, R11; see
     /// the crate's README): that head alone is told.
+    fn in_place(&self) -> Option<&dyn semaphore_core::store::InPlace> {
+        None
+    }
+
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id).await
+    }
+
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         let mut call = self.invocation(Kind::Shrink, "return", [pool]);
         call.arg(lease.as_uuid().to_string())

@@ -455,6 +455,10 @@ impl Store for SqliteStore {
         .ok_or(Error::PoolNotFound { pool })
     }
 
+    fn in_place(&self) -> Option<&dyn semaphore_core::store::InPlace> {
+        None
+    }
+
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         self.write_freeing(
             "return",

@@ -117,7 +117,7 @@ impl SqliteStore {
         };
         // Borrowers queued in this process go first (R11): only a keyed
         // lease already held is answered then.
-        let queued = pool.waiting() > 0;
+        let queued = pool.waiting().count > 0;
         let answer = if queued {
             match sql::keyed(tx, pool.id(), request.key.as_deref(), now)
                 .map_err(storage("borrow"))?

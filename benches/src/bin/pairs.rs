@@ -120,7 +120,7 @@ async fn memory_hand_offs(n: u64) {
             tokio::spawn(async move { drop(pool.borrow(TTL, LONG).await.expect("a slot")) })
         })
         .collect();
-    while pool.waiting() < n as usize {
+    while pool.waiting().count < n as usize {
         tokio::task::yield_now().await;
     }
     drop(held);

@@ -30,7 +30,7 @@ pub async fn blocking_api_serves_plain_threads_and_refuses_inside_a_runtime(f: F
             let pool = plain.clone();
             std::thread::spawn(move || pool.blocking().borrow(TTL, LONG).map(|g| g.forget()))
         };
-        while plain.waiting() != 1 {
+        while plain.waiting().count != 1 {
             std::thread::yield_now();
         }
         drop(first); // returned from this plain thread; wakes the waiter

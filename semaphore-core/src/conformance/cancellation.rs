@@ -327,7 +327,11 @@ impl Run {
         settle(gated, self, model, || async {
             let in_use = pool.inspect().await.map(|s| s.in_use).ok();
             let done = tasks.survivors.iter().filter(|(_, t)| t.is_finished());
-            let seen = (in_use, pool.waiting(), done.map(|(i, _)| *i).collect());
+            let seen = (
+                in_use,
+                pool.waiting().count,
+                done.map(|(i, _)| *i).collect(),
+            );
             if seen == expected { Ok(()) } else { Err(seen) }
         })
         .await;
@@ -377,7 +381,7 @@ impl Run {
             );
         }
         settle(gated, self, &model, || async {
-            let seen = (pool.inspect().await.unwrap().in_use, pool.waiting());
+            let seen = (pool.inspect().await.unwrap().in_use, pool.waiting().count);
             (seen == (0, 0)).then_some(()).ok_or(seen)
         })
         .await;
@@ -397,7 +401,7 @@ impl Run {
         }
         pool.register(2).await.unwrap();
         settle(gated, self, model, || async {
-            let seen = (pool.inspect().await.unwrap().in_use, pool.waiting());
+            let seen = (pool.inspect().await.unwrap().in_use, pool.waiting().count);
             (seen == (0, 0)).then_some(()).ok_or(seen)
         })
         .await;

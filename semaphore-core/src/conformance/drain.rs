@@ -85,7 +85,7 @@ pub async fn drain_fails_waiters_at_once_unless_they_wait_while_draining(f: Fixt
     assert!(pool.return_lease(held.id).await.unwrap());
     tokio::task::yield_now().await;
     assert_eq!(
-        pool.waiting(),
+        pool.waiting().count,
         1,
         "the patient borrower waits through the drain"
     );
@@ -126,7 +126,7 @@ pub async fn drain_fails_borrowers_behind_a_head_that_waits_it_out(f: Fixture) {
     assert!(draining(&failed), "{failed:?}");
     let late = pool.borrow(TTL, LONG).await.map(|g| g.forget());
     assert!(matches!(&late, Err(e) if draining(e)), "{late:?}");
-    assert_eq!(pool.waiting(), 1, "the head waits through the drain");
+    assert_eq!(pool.waiting().count, 1, "the head waits through the drain");
     pool.set_draining(false).await.unwrap();
     assert!(pool.return_lease(held.id).await.unwrap());
     let lease = patient

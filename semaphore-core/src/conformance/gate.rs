@@ -244,6 +244,10 @@ impl Store for GatedStore {
         })
         .await
     }
+    fn in_place(&self) -> Option<&dyn crate::store::InPlace> {
+        None
+    }
+
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         self.through(self.inner.return_lease(pool, lease)).await
     }

@@ -53,7 +53,7 @@ pub async fn r15_a_count_read_on_a_removed_queue_does_not_weigh_the_next(f: Fixt
     first_gate.caught().await;
     plain.register(4).await.unwrap();
     assert!(plain.return_lease(held.id).await.unwrap());
-    if plain.waiting() != 0 {
+    if plain.waiting().count != 0 {
         // This store hands no slot over in its return's own step (only an
         // in-process store can): a waiter leaves its queue by its own
         // doing, after its read landed, and the case cannot arise.
@@ -99,7 +99,7 @@ pub async fn keyed_hand_off_to_a_dropped_borrower_keeps_the_other_borrowers_leas
     // Polled by hand until it queues, then no more: a lease handed to it
     // stays untaken.
     let mut second = Box::pin(pool.borrow_with(TTL, LONG, key()));
-    while pool.waiting() != 2 {
+    while pool.waiting().count != 2 {
         let polled = second
             .as_mut()
             .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));

@@ -309,7 +309,7 @@ pub async fn waiting_counts_queued_borrowers(f: Fixture) {
     let pool = f.pool("p");
     pool.register(1).await.unwrap();
     let held = pool.borrow(SEC * 60, Duration::ZERO).await.unwrap();
-    assert_eq!(pool.waiting(), 0);
+    assert_eq!(pool.waiting().count, 0);
     let waiters: Vec<_> = (0..3)
         .map(|_| spawn_borrow(&pool, SEC, SEC * 3600))
         .collect();

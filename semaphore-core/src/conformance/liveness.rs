@@ -47,7 +47,8 @@ pub async fn r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay<F, Fut>(
         .unwrap()
         .forget();
     let forgotten = holder.try_borrow(TTL).await.unwrap().forget();
-    assert!(holder.unbind(forgotten.id).await.unwrap(), "unbound twice");
+    let unbind = holder.store().unbind(holder.id(), forgotten.id);
+    assert!(unbind.await.unwrap(), "unbound twice");
     assert_eq!(
         (bound.position, unbound.position, forgotten.position),
         (0, 1, 2)

@@ -134,6 +134,10 @@ impl Store for LosingStore {
         }
         Ok(answer)
     }
+    fn in_place(&self) -> Option<&dyn crate::store::InPlace> {
+        None
+    }
+
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         self.fails()?;
         self.inner.return_lease(pool, lease).await

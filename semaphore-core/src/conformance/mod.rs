@@ -311,7 +311,7 @@ pub(crate) fn spawn_borrow(
 /// Yields until `pool` has `n` waiters in this process. Cases use it to know
 /// a spawned borrower has queued before they act; it never sleeps.
 pub async fn until_waiting(pool: &Pool, n: usize) {
-    while pool.waiting() != n {
+    while pool.waiting().count != n {
         tokio::task::yield_now().await;
     }
 }

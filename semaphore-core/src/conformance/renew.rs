@@ -151,7 +151,7 @@ pub async fn renew_by_id_needs_only_the_lease_id(f: Fixture) {
     pool.register(2).await.unwrap();
     let held = pool.try_borrow(SEC * 30).await.unwrap().forget();
     f.clock.advance(SEC * 10);
-    let renewed = pool.renew_by_id(held.id, SEC * 30).await.unwrap();
+    let renewed = pool.renew(held.id, SEC * 30).await.unwrap();
     assert_eq!(
         (renewed.id, renewed.position, renewed.token),
         (held.id, held.position, held.token)
@@ -159,14 +159,14 @@ pub async fn renew_by_id_needs_only_the_lease_id(f: Fixture) {
     assert!(renewed.expires_at > held.expires_at);
     assert!(pool.return_lease(held.id).await.unwrap());
     for id in [held.id, LeaseId::new()] {
-        match pool.renew_by_id(id, SEC * 30).await {
+        match pool.renew(id, SEC * 30).await {
             Err(Error::LeaseNotFound { lease, .. }) => assert_eq!(lease, id),
             other => panic!("{other:?}"),
         }
     }
     assert!(pool.delete().await.unwrap());
     assert!(matches!(
-        pool.renew_by_id(held.id, SEC * 30).await,
+        pool.renew(held.id, SEC * 30).await,
         Err(Error::PoolNotFound { .. })
     ));
 }

@@ -53,7 +53,7 @@ pub async fn r4_delete_fails_waiters_at_once(f: Fixture) {
         let err = w.await.unwrap().unwrap_err();
         assert!(matches!(err, Error::PoolNotFound { .. }), "{err:?}");
     }
-    assert_eq!(pool.waiting(), 0);
+    assert_eq!(pool.waiting().count, 0);
 }
 
 /// R5: a waiter fails with exhausted when its wait runs out, not before.
@@ -73,7 +73,7 @@ pub async fn r5_waiter_fails_exhausted_when_wait_runs_out(f: Fixture) {
         Err(Error::Exhausted { waited, .. }) => assert_eq!(waited, Duration::from_secs(5)),
         other => panic!("expected Exhausted, got {other:?}"),
     }
-    assert_eq!(pool.waiting(), 0);
+    assert_eq!(pool.waiting().count, 0);
 }
 
 /// R5, R7: a waiter is woken when the earliest lease expires, with no
@@ -118,7 +118,11 @@ pub async fn r11_ten_waiters_are_served_in_arrival_order(f: Fixture) {
             .await
             .unwrap()
             .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
-        assert_eq!(pool.waiting(), 9 - i, "waiter {i} was served out of order");
+        assert_eq!(
+            pool.waiting().count,
+            9 - i,
+            "waiter {i} was served out of order"
+        );
     }
 }
 
@@ -136,7 +140,7 @@ pub async fn r11_newcomer_does_not_jump_the_queue(f: Fixture) {
     ));
     pool.return_lease(held[0].id).await.unwrap();
     let got = first.await.unwrap().unwrap();
-    assert_eq!(pool.waiting(), 1, "the second waiter is still queued");
+    assert_eq!(pool.waiting().count, 1, "the second waiter is still queued");
     pool.return_lease(got.id).await.unwrap();
     second.await.unwrap().unwrap();
 }
@@ -178,7 +182,7 @@ pub async fn r12_borrow_dropped_after_first_poll_holds_nothing(f: Fixture) {
             drop(r.unwrap());
         }
     }
-    assert_eq!(pool.waiting(), 0);
+    assert_eq!(pool.waiting().count, 0);
     loop {
         let a = pool.try_borrow(TTL).await;
         let b = pool.try_borrow(TTL).await;

@@ -159,7 +159,7 @@ pub async fn r15_more_slots_than_the_count_hold_back_no_one_until_a_raise(f: Fix
     ));
     assert!(pool.return_lease(first.id).await.unwrap());
     assert_eq!(
-        pool.waiting(),
+        pool.waiting().count,
         2,
         "the freed slot waits for the weight-3 borrower"
     );
@@ -223,7 +223,7 @@ pub async fn r15_weighted_head_is_not_overtaken_by_smaller_or_larger_borrowers(f
         pool.try_borrow(TTL).await,
         Err(Error::Exhausted { .. })
     ));
-    assert_eq!(pool.waiting(), 3, "the borrower of 1 did not barge");
+    assert_eq!(pool.waiting().count, 3, "the borrower of 1 did not barge");
     assert_eq!(pool.inspect().await.unwrap().in_use, 2);
     assert!(pool.return_lease(held[0].id).await.unwrap());
     let two = two.await.unwrap().unwrap();
@@ -231,7 +231,7 @@ pub async fn r15_weighted_head_is_not_overtaken_by_smaller_or_larger_borrowers(f
     assert!(pool.return_lease(held[2].id).await.unwrap());
     let one = one.await.unwrap().unwrap();
     assert_eq!(one.position, 2);
-    assert_eq!(pool.waiting(), 1, "the borrower of 3 waits for all 3");
+    assert_eq!(pool.waiting().count, 1, "the borrower of 3 waits for all 3");
     assert!(pool.return_lease(two.id).await.unwrap());
     assert!(pool.return_lease(one.id).await.unwrap());
     assert_eq!(&three.await.unwrap().unwrap().positions[..], &[0, 1, 2]);
@@ -257,7 +257,7 @@ pub async fn r15_dropped_weighted_waiter_lets_smaller_ones_behind_it_move_up(f: 
         .unwrap();
     assert_eq!(lease.position, 1);
     assert_eq!(pool.inspect().await.unwrap().in_use, 2);
-    assert_eq!(pool.waiting(), 0);
+    assert_eq!(pool.waiting().count, 0);
     assert!(pool.return_lease(held.id).await.unwrap());
 
     // Dropped in its store call, after the store granted both slots.

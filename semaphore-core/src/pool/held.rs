@@ -203,6 +203,9 @@ impl HeldPlace<'_> {
     ///
     /// # Errors
     /// [`Error::Storage`] if the store failed.
+    ///
+    /// # Cancel safety
+    /// Safe: it only reads.
     pub async fn place(self) -> Result<Option<u64>> {
         self.pool.store.place(self.pool.id, self.waiter).await
     }
@@ -217,6 +220,9 @@ impl HeldPlace<'_> {
     /// [`Error::KeyReused`] if the options' key names a lease granted with
     /// another [`BorrowOptions::request_digest`]; [`Error::PoolNotFound`] if
     /// the pool does not exist; [`Error::Storage`] if the store failed.
+    ///
+    /// # Cancel safety
+    /// Safe: it only reads.
     pub async fn lease(self, options: &BorrowOptions) -> Result<Option<crate::Lease>> {
         let key = match &options.key {
             Some(key) => crate::store::stored_key(key, options.request_digest),
@@ -232,6 +238,10 @@ impl HeldPlace<'_> {
     /// # Errors
     /// [`Error::Storage`] if the store failed; the place then goes when its
     /// hold passes.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the place given up; if not,
+    /// it goes when its hold passes.
     pub async fn leave(self) -> Result<()> {
         self.pool
             .store

@@ -48,16 +48,19 @@ impl Pool {
         }
         // In place where the store answers without I/O (the common path:
         // no future, no clone of the lease).
-        let result = match self.store.return_lease_now(self.id, lease.id) {
-            Some(result) => result,
+        let result = match self.store.in_place() {
+            Some(now) => now.return_lease(self.id, lease.id),
             None => self.store.return_held(lease.clone()).await,
         };
         telemetry::returned(&self.name, Some(lease), Some(&result));
         result
     }
 
-    /// Extends lease `lease` of this pool to expire `ttl` from now, keeping
-    /// its position, token and labels; returns the renewed lease. `ttl` is
+    /// Extends a lease of this pool to expire `ttl` from now, keeping its
+    /// position, token and labels; returns the renewed lease. `lease` is the
+    /// lease itself (`&Lease`), or only its id ([`LeaseId`]) for a caller
+    /// that has no more (a client of the HTTP service, a script with
+    /// `SEMAPHORE_LEASE_ID`): one store call either way. `ttl` is
     /// checked and clamped as for [`borrow`](Pool::borrow), so a renew may
     /// also shorten a lease. Waiters are told, since the pool's earliest
     /// expiry may have moved.
@@ -67,7 +70,8 @@ impl Pool {
     /// # Errors
     /// Renewing a lease that is not active is never a silent success:
     /// - [`Error::LeaseExpired`] if it is not active and `lease.expires_at`
-    ///   has passed (R7);
+    ///   has passed (R7); given only an id, an expired lease is not told
+    ///   apart and reports `LeaseNotFound`;
     /// - [`Error::LeaseNotFound`] if it is not active though its expiry has
     ///   not come: returned, force-returned, or never this pool's;
     /// - [`Error::PoolNotFound`] if the pool was deleted (R4);
@@ -90,9 +94,19 @@ impl Pool {
     /// let renewed = pool.renew(&lease, Duration::from_secs(60)).await?;
     /// assert_eq!((renewed.position, renewed.token), (lease.position, lease.token));
     /// assert!(renewed.expires_at >= lease.expires_at);
+    /// // By id, as a client that was handed only the id would:
+    /// let again = pool.renew(lease.id, Duration::from_secs(90)).await?;
+    /// assert_eq!(again.position, lease.position);
     /// # Ok(()) }
     /// ```
-    pub async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+    pub async fn renew<'a>(&self, lease: impl Into<Renewing<'a>>, ttl: Duration) -> Result<Lease> {
+        match lease.into() {
+            Renewing::Lease(lease) => self.renew_lease(lease, ttl).await,
+            Renewing::Id(lease) => self.renew_id(lease, ttl).await,
+        }
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let ttl = self.limits.clamp_ttl(ttl)?;
         if lease.pool != self.id {
             return Err(Error::LeaseNotFound {
@@ -122,37 +136,7 @@ impl Pool {
         }
     }
 
-    /// Extends the lease with id `lease` to expire `ttl` from now, as
-    /// [`renew`](Pool::renew) does, for a caller that has only the id (a
-    /// client of the HTTP service, a script with `SEMAPHORE_LEASE_ID`):
-    /// one store call, no listing of the holders. Returns the renewed lease,
-    /// its position and token as granted.
-    ///
-    /// ```
-    /// use std::{sync::Arc, time::Duration};
-    /// use semaphore_memory::{MemoryStore, Pool, PoolId};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), semaphore_memory::Error> {
-    /// let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("jobs"));
-    /// pool.register(1).await?;
-    /// let id = pool.try_borrow(Duration::from_secs(30)).await?.forget().id;
-    /// let renewed = pool.renew_by_id(id, Duration::from_secs(60)).await?;
-    /// assert_eq!((renewed.id, renewed.position), (id, 0));
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// - [`Error::LeaseNotFound`] if no active lease of this pool has that
-    ///   id: returned, force-returned, expired (without the lease's expiry
-    ///   at hand, an expired lease is not told apart) or never this pool's;
-    /// - [`Error::PoolNotFound`] if the pool was deleted (R4);
-    /// - [`Error::InvalidArgument`] naming `ttl` if it is zero;
-    /// - [`Error::Storage`] if the store failed; the lease is unchanged.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may or may not leave the lease renewed.
-    pub async fn renew_by_id(&self, lease: LeaseId, ttl: Duration) -> Result<Lease> {
+    async fn renew_id(&self, lease: LeaseId, ttl: Duration) -> Result<Lease> {
         let ttl = self.limits.clamp_ttl(ttl)?;
         let renewed = telemetry::counted(&self.name, self.store.renew(self.id, lease, ttl).await)?
             .ok_or(Error::LeaseNotFound {
@@ -162,22 +146,6 @@ impl Pool {
         self.changed();
         telemetry::renewed(&self.name, &renewed, &Ok(renewed.clone()));
         Ok(renewed)
-    }
-
-    /// Unbinds lease `lease` from its holder (R13 and R16): if it
-    /// is active, it stays active until its expiry whatever becomes of
-    /// this process, the store handle or its session. `true` if it was
-    /// active. [`LeaseGuard::forget`](crate::LeaseGuard::forget) does this
-    /// in the background; await this to know it landed before, say, the
-    /// process exits.
-    ///
-    /// # Errors
-    /// [`Error::Storage`] if the store failed; the lease is then unchanged.
-    ///
-    /// # Cancel safety
-    /// Dropping the future may or may not leave the lease unbound.
-    pub async fn unbind(&self, lease: LeaseId) -> Result<bool> {
-        telemetry::counted(&self.name, self.store.unbind(self.id, lease).await)
     }
 
     /// Every active lease of the pool, by position, with its owner label and
@@ -261,4 +229,29 @@ fn shown(mut holder: Holder) -> Holder {
         key.truncate(name);
     }
     holder
+}
+
+/// What [`Pool::renew`] renews: a lease held whole (`&Lease`, as a guard or
+/// a [`forget`](crate::LeaseGuard::forget) caller has it) or only its id
+/// (`LeaseId`, as the HTTP service's clients have it). Made by `From`; not
+/// named at call sites.
+#[derive(Debug, Clone, Copy)]
+pub enum Renewing<'a> {
+    /// The lease itself: its expiry and session tell an expired or lost
+    /// lease apart from one that was returned.
+    Lease(&'a Lease),
+    /// Only the lease's id.
+    Id(LeaseId),
+}
+
+impl<'a> From<&'a Lease> for Renewing<'a> {
+    fn from(lease: &'a Lease) -> Self {
+        Self::Lease(lease)
+    }
+}
+
+impl From<LeaseId> for Renewing<'_> {
+    fn from(lease: LeaseId) -> Self {
+        Self::Id(lease)
+    }
 }
