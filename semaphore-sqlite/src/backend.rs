@@ -13,14 +13,16 @@ use semaphore_core::store::{
 };
 use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
-use crate::doorbell::Doorbell;
+use crate::commit::group::Group;
+use crate::commit::placement;
+use crate::commit::writer::WriterQueue;
 use crate::file::Files;
-use crate::group::Group;
 use crate::holder::Holders;
 use crate::time::Time;
-use crate::watch::{WakeUp, Watcher, watch};
-use crate::writer::WriterQueue;
-use crate::{SqliteOptions, connection, placement, queue, sql};
+use crate::wake::doorbell::Doorbell;
+use crate::wake::queue;
+use crate::wake::watch::{WakeUp, Watcher, watch};
+use crate::{SqliteOptions, connection, sql};
 
 /// A [`Store`] in one SQLite file, shared by any number of threads and
 /// processes (rule "Stores").
@@ -106,7 +108,7 @@ pub struct SqliteStore {
     in_place: bool,
     /// This handle's holder of bound leases and the others' liveness (R16).
     pub(crate) holders: Arc<Holders>,
-    /// Writes that wait for a turn go together ([`group`](crate::group)).
+    /// Writes that wait for a turn go together ([`group`](crate::commit::group)).
     group: Arc<Group>,
 }
 
@@ -243,7 +245,7 @@ impl SqliteStore {
 
     /// Runs `f` in one transaction, handing it the deciding instant read
     /// inside the transaction (unix ms); where it runs, and after which
-    /// lock, is [`placement`](crate::placement)'s.
+    /// lock, is [`placement`](crate::commit::placement)'s.
     async fn run<T: Send + 'static>(
         &self,
         operation: &'static str,
@@ -255,7 +257,7 @@ impl SqliteStore {
         let in_place = self.in_place && (!write || writers.is_some());
         if write && !self.in_place && tokio::runtime::Handle::try_current().is_ok() {
             // Commits `fsync`: writes go in batches, one `fsync` for many
-            // ([`group`](crate::group)). Without it a batch saves little
+            // ([`group`](crate::commit::group)). Without it a batch saves little
             // and holds the writers' lock longer: measured slower with
             // several processes (BENCHMARKS.md line 20).
             return self.group.write(operation, f).await;

@@ -40,12 +40,13 @@ use semaphore_core::{
     BorrowOptions, Error, Holder, Lease, LeaseId, Limits, PoolId, PoolState, Result,
 };
 
-use crate::doorbell::{FileId, ring_from_outside};
 use crate::error::storage;
 use crate::file::FileIdentity;
 use crate::holder::Holders;
 use crate::time::ms;
-use crate::{queue, schema, sql};
+use crate::wake::doorbell::{FileId, ring_from_outside};
+use crate::wake::queue;
+use crate::{schema, sql};
 
 /// The store on one database file, as seen through a connection its user
 /// owns.

@@ -1,27 +1,20 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod connection;
-// Only Linux rings; elsewhere the ring format is left to its tests.
 mod backend;
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-mod doorbell;
+mod commit;
+mod connection;
 mod error;
 #[cfg(feature = "extension")]
 pub mod extension;
 mod file;
-mod group;
 mod holder;
-mod liveness;
 mod options;
-mod placement;
-mod queue;
 mod schema;
 mod sql;
 mod time;
 mod tx;
-mod watch;
-mod writer;
+mod wake;
 
 pub use backend::SqliteStore;
 pub use options::{SqliteOptions, Synchronous};
@@ -29,7 +22,7 @@ pub use options::{SqliteOptions, Synchronous};
 // (`store`), so that one dependency is enough.
 pub use semaphore_core::*;
 pub use time::MAX_CLOCK_SKEW;
-pub use watch::WakeUp;
+pub use wake::watch::WakeUp;
 
 /// The SQLite driver this store is built on, re-exported so that one
 /// dependency is enough and the versions always match.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::holder::Holders;
-use crate::queue::{drop_dead_heads, forget_waiter, keep_place};
 use crate::time::{instant, plus};
+use crate::wake::queue::{drop_dead_heads, forget_waiter, keep_place};
 pub(crate) use leases::{Keyed, force_return, holders, keyed, unbind};
 use leases::{holders_of, in_use, keyed_holder, reap_gone, row};
 use semaphore_core::store::{BorrowRequest, TryBorrow, TryBorrowAll};

@@ -72,7 +72,7 @@ mod linux {
     use semaphore_core::store::Changes;
 
     use super::{FileId, RING_LEN, decode, encode};
-    use crate::liveness;
+    use crate::wake::liveness;
 
     /// This process's socket and receiving thread, shared by its store
     /// handles; ends when the last handle drops.

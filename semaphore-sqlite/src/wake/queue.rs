@@ -9,7 +9,7 @@ use rusqlite::{Connection, params};
 use semaphore_core::PoolId;
 use semaphore_core::store::{PlaceStep, WaiterId, place_step};
 
-use crate::liveness;
+use crate::wake::liveness;
 
 /// R12: forgets a queued head's place.
 pub(crate) fn leave_queue(
@@ -37,7 +37,7 @@ pub(crate) fn forget_waiter(
 }
 
 /// Drops the heads queued ahead of `ticket` whose process is gone (see
-/// [`liveness`](crate::liveness)); the slots they were owed (R15; none for
+/// [`liveness`](crate::wake::liveness)); the slots they were owed (R15; none for
 /// a head whose weight is over `count`, R15).
 pub(crate) fn drop_dead_heads(
     conn: &Connection,
@@ -148,7 +148,7 @@ pub(crate) fn queue_heads(conn: &Connection, pool: PoolId, now: i64) -> rusqlite
 
 /// The processes of this pid namespace whose heads queue on `pool` alive
 /// at `now`, to be rung after a commit that can let one in (see
-/// [`doorbell`](crate::doorbell)). Filtered here rather than in SQL: with
+/// [`doorbell`](crate::wake::doorbell)). Filtered here rather than in SQL: with
 /// `DISTINCT` and the extra terms the statement cost a return 12-18 µs
 /// even with no row to find.
 pub(crate) fn processes_queued(

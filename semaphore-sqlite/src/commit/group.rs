@@ -10,7 +10,7 @@
 //! (BENCHMARKS.md line 20). Where they do not, a batch saves only a
 //! `BEGIN` and a `COMMIT` and holds the writers' lock longer, which was
 //! measured slower with several processes on the file; each write then
-//! runs alone ([`placement`](crate::placement)).
+//! runs alone ([`placement`](crate::commit::placement)).
 //!
 //! Each write keeps its own answer: one that fails is rolled back to its
 //! savepoint and answered with its error, and the others commit. If the
@@ -28,10 +28,10 @@ use semaphore_core::store::Batches;
 use semaphore_core::{Error, Result};
 use tokio::sync::oneshot;
 
+use crate::commit::writer::WriterQueue;
 use crate::error::storage;
 use crate::file::Files;
 use crate::time::Time;
-use crate::writer::WriterQueue;
 
 /// A failure of the whole batch, as each write reports it under its own
 /// operation's name.

@@ -22,10 +22,10 @@ use parking_lot::{Mutex, MutexGuard};
 use rusqlite::{Connection, TransactionBehavior};
 use semaphore_core::{Error, Result};
 
+use crate::commit::writer::{InLine, WriterQueue};
 use crate::error::storage;
 use crate::file::Files;
 use crate::time::Time;
-use crate::writer::{InLine, WriterQueue};
 
 /// Runs `transaction` on `conn`, after the writers' lock if `writers` is
 /// given (a write with the queue on). `in_place` says whether it may run

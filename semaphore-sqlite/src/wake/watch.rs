@@ -1,5 +1,5 @@
 //! Cross-process wake-up (rule "Stores"), behind the rings of
-//! [`doorbell`](crate::doorbell): a waiter in this process learns of a
+//! [`doorbell`](crate::wake::doorbell): a waiter in this process learns of a
 //! commit by another process from a file-change notification on the
 //! database's WAL, with a fallback poll.
 //!
@@ -160,7 +160,7 @@ impl Drop for Watcher {
 /// WAL, telling `changes` of each, and telling it of nothing at least every
 /// `poll`. The watch starts disarmed. Without `fallback` (test mode) it
 /// neither watches nor polls. With `rung` (other processes ring this one
-/// after their commits, see [`doorbell`](crate::doorbell)), it tells of a
+/// after their commits, see [`doorbell`](crate::wake::doorbell)), it tells of a
 /// change only once the file settles: a telling at the first write would
 /// send heads to look before the commit is visible, and their looks would
 /// hold up the write lock when the ring comes (measured: line 5 p50 285-378
