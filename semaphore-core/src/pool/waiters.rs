@@ -1,5 +1,5 @@
 //! [`Pool`]'s view of its waiters in this process: how many, and how long
-//! the longest has waited (R11's queue, as an operator watches it).
+//! the longest has waited (the queue, as an operator watches it).
 
 use std::time::Duration;
 
