@@ -1,6 +1,7 @@
 //! Held places in a [`SlotTable`]: the places of two-phase borrows that no
 //! task owns ([`BorrowRequest::hold`]), for an in-process store to keep
-//! as a shared store keeps them in its queue (rule "Held places").
+//! as a shared store keeps them in its queue (*Held places* in the
+//! `Store` trait's contract).
 //!
 //! A place is owed its weight before every borrower of this process that
 //! came after it, and after every one that came before it: arrivals are
