@@ -76,7 +76,7 @@ pub fn max_concurrency(holds: &[Hold]) -> usize {
 }
 
 /// Pairs of holds of the same position whose recorded intervals overlap:
-/// each one is two leases holding one slot at once (a broken R10).
+/// each one is two leases holding one slot at once (an over-issue).
 pub fn shared_positions(holds: &[Hold]) -> Vec<(Hold, Hold)> {
     let mut sorted = holds.to_vec();
     sorted.sort_unstable_by_key(|h| (h.position, h.start_us));
@@ -88,7 +88,7 @@ pub fn shared_positions(holds: &[Hold]) -> Vec<(Hold, Hold)> {
 }
 
 /// Fencing tokens that more than one hold carries: each one is a token
-/// granted twice (a broken R9).
+/// granted twice (a broken fence).
 pub fn duplicate_tokens(holds: &[Hold]) -> Vec<u64> {
     let mut tokens: Vec<u64> = holds.iter().map(|h| h.token).collect();
     tokens.sort_unstable();

@@ -25,7 +25,7 @@ pub const TABLES_VAR: &str = "SEMAPHORE_MYSQL_PREFIX";
 /// The variable giving the session timeout, in milliseconds, of the
 /// networked stores the examples open (default: the store's, 10 s; at
 /// least 1000): a process killed outright loses its bound leases within
-/// it (R16).
+/// it.
 pub const SESSION_VAR: &str = "SEMAPHORE_SESSION_TIMEOUT_MS";
 
 /// The variable giving the Redis store's restart grace, in milliseconds

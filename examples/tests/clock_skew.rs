@@ -1,5 +1,5 @@
-//! Processes whose clocks disagree, on one SQLite file (rule "Time", R7,
-//! R10). The machine's clock decides for every process:
+//! Processes whose clocks disagree, on one SQLite file (rule "Time"). The
+//! machine's clock decides for every process:
 //! a process given a clock that is off by more than `MAX_CLOCK_SKEW` is
 //! refused, and can never take a live lease's slot or write a lease that
 //! is already expired. The processes are the `holder` example.
@@ -64,6 +64,6 @@ async fn a_process_whose_clock_is_off_is_refused_and_never_takes_a_live_slot() {
     let within = skewed(&db, -20);
     assert!(within.starts_with("GRANTED 0 "), "{within}");
     // It forgot its lease, detaching it from its guard and its session:
-    // the lease outlives the process, to its ttl (R13).
+    // the lease outlives the process, to its ttl.
     assert_eq!(pool.inspect().await.unwrap().in_use, 1);
 }

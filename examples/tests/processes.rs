@@ -1,4 +1,4 @@
-//! Many real OS processes on one SQLite file (R10, R11, the SQLite store's
+//! Many real OS processes on one SQLite file (the SQLite store's
 //! cross-process wake-up). The processes are the `holder` example.
 
 use std::io::{BufRead, BufReader, Write};
@@ -29,8 +29,8 @@ fn holder(args: &[&str]) -> Child {
 /// prefix, if any.
 fn holder_in(args: &[&str], schema: Option<&str>) -> Child {
     let mut command = Command::new(HOLDER);
-    // The killed holder's session, and its bound lease, lapse within 1 s
-    // (R16), long before the workers stop.
+    // The killed holder's session, and its bound lease, lapse within 1 s,
+    // long before the workers stop.
     command.env(store::SESSION_VAR, "1000");
     // The test's Redis server is fresh: no restart to wait out.
     command.env(store::GRACE_VAR, "0");
@@ -126,7 +126,7 @@ async fn eight_processes_on_mysql_never_over_issue_and_a_killed_holders_slot_ret
 async fn eight_processes(dir: &Path, db_arg: &str, schema: Option<&str>, pool: &Pool) {
     let holder = |args: &[&str]| holder_in(args, schema);
     // The victim holds a slot for 30 s (the CLI's default ttl) and is
-    // killed while holding it. Its lease is bound to its session (R16):
+    // killed while holding it. Its lease is bound to its session:
     // the slot comes back once the session's 1 s lapses, long
     // before the ttl; the workers loop for 4 s.
     let mut victim = holder(&["hold", db_arg, "three", "30000"]);
@@ -186,7 +186,7 @@ async fn eight_processes(dir: &Path, db_arg: &str, schema: Option<&str>, pool: &
     );
 
     // The killed holder's slot came back and was used again after its
-    // death and long before its ttl (R16): the workers had all finished
+    // death and long before its ttl: the workers had all finished
     // by then.
     let reused: Vec<_> = holds
         .iter()
@@ -254,7 +254,7 @@ async fn return_in_one_process_wakes_a_waiter_in_another() {
     println!("cross-process wake latency (us), 5 hand-offs: {latencies:?}");
 }
 
-/// R11 across processes: process A loops borrow / work / return on a
+/// First come, first served across processes: process A loops borrow / work / return on a
 /// 1-slot pool back to back; once a waiter of this process is queued in the
 /// file, A takes the slot at most once more (the grant it may be committing)
 /// before the waiter gets it, five times over.

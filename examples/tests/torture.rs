@@ -1,9 +1,9 @@
-//! Process torture on one SQLite file (R7, R9, R10): 8 processes loop
+//! Process torture on one SQLite file: 8 processes loop
 //! borrow / work / return with random ttls and waits, while this test kills
 //! a random one with SIGKILL every 150-450 ms and starts a replacement.
 //! From the processes' logs: no over-issue, no position held twice at once,
 //! no token granted twice, every killed holder's slot back in use soon after
-//! its death (its leases are bound to the process, R16) or its expiry,
+//! its death (its leases are bound to the process) or its expiry,
 //! whichever comes first, and a sound file. `SEMAPHORE_TORTURE_MS` lengthens the run
 //! (default 6,000 ms).
 
@@ -41,7 +41,7 @@ fn start(db: &Path, run: Duration, log: &Path) -> Child {
 
 /// The holds in a log; a grant with no return (its process was killed at
 /// `killed_us`) lasts until the kill or its expiry, whichever came first
-/// (R16: the lease is bound to the process), and is also listed in `open`.
+/// (the lease is bound to the process), and is also listed in `open`.
 fn read(log: &Path, killed_us: Option<u64>, holds: &mut Vec<Hold>, open: &mut Vec<Hold>) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut ends: HashMap<u64, u64> = HashMap::new();

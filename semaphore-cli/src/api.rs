@@ -146,7 +146,7 @@ pub(crate) async fn borrow(
         None => Duration::ZERO,
     };
     // The lease is the client's, not this server's: it must outlive the
-    // server's process and its connections (R16: not bound).
+    // server's process and its connections (not bound).
     let mut options = BorrowOptions::new()
         .bound(false)
         .wait_while_draining(request.wait_while_draining.unwrap_or(false));
@@ -172,7 +172,7 @@ pub(crate) async fn borrow(
         return Err(ApiError::draining());
     }
     // A client that disconnects drops this future: the borrow leaves the
-    // queue and takes nothing (R12).
+    // queue and takes nothing.
     let lease = tokio::select! {
         lease = pool.borrow_with(ttl, wait, options) => lease.map(|guard| guard.forget()),
         _ = shutdown.wait_for(|down| *down) => return Err(ApiError::shutting_down()),

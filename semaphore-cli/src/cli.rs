@@ -103,7 +103,7 @@ pub(crate) struct BorrowArgs {
     /// How long to wait for a slot: a duration or inf.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = wait)]
     pub(crate) wait: Duration,
-    /// Hold N slots as one lease (R15); SEMAPHORE_POSITIONS lists them.
+    /// Hold N slots as one lease; SEMAPHORE_POSITIONS lists them.
     #[arg(long, value_name = "N", default_value_t = 1,
         value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) slots: u32,
@@ -250,7 +250,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = run_ttl)]
     pub(crate) ttl: Duration,
 
-    /// Hold N slots as one lease (R15): the N lowest free positions,
+    /// Hold N slots as one lease: the N lowest free positions,
     /// given to CMD as SEMAPHORE_POSITIONS (0,1); waits until N are free
     /// at once, ahead of any later borrower.
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -275,7 +275,7 @@ pub(crate) struct RunArgs {
     /// How long CMD gets between SIGTERM and SIGKILL when the lease may be
     /// lost (a renewal or heartbeat that cannot land): SIGTERM goes this
     /// long before the lease's local deadline, SIGKILL at it, so that CMD
-    /// is dead before anyone else can be granted its slot (R17).
+    /// is dead before anyone else can be granted its slot.
     /// Default 5s, or less with a short --ttl or --session-timeout; one
     /// given must fit within two thirds of the shorter of --ttl and the
     /// session timeout, less a margin (a tenth of it, at most 1s) and two
@@ -315,7 +315,7 @@ fn duration(text: &str) -> Result<Duration, String> {
 
 /// The shortest `--ttl` `semaphore run` takes: below it, renewals every
 /// ttl/3 and the guardian's margin and SIGTERM period leave a healthy
-/// command no room (R17).
+/// command no room.
 pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
 
 /// `run`'s `--ttl`: a duration of at least [`MIN_TTL`].
@@ -360,7 +360,7 @@ pub(crate) struct StoreTuning {
     pub(crate) redis_restart_grace: Duration,
 
     /// How long the store's session, which this process's leases belong
-    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL; R16):
+    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL):
     /// a network blip or a server restart shorter than this ends no lease,
     /// and a process killed outright loses its slots after it. At least 1s.
     /// Default 10s; for `run`, 30s.

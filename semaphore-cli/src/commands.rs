@@ -44,7 +44,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
                 pool.register(count).await.map_err(Exit::from_store)?;
             }
             // The lease outlives this process (the script holds it): it is
-            // not bound to it (R16).
+            // not bound to it.
             let options = BorrowOptions::new().slots(args.slots).bound(false);
             let lease = match pool.borrow_with(args.ttl, args.wait, options).await {
                 Ok(guard) => guard.forget(),

@@ -210,7 +210,7 @@ impl Choice {
     }
 
     /// The session timeout the store keeps its sessions with, `None` for
-    /// a store without sessions (R16).
+    /// a store without sessions.
     pub(crate) fn session_timeout(&self) -> Option<Duration> {
         let default = semaphore_core::store::DEFAULT_SESSION_TIMEOUT;
         match self {

@@ -33,7 +33,7 @@ pub(crate) struct Ticket {
     /// The lease's ttl, in ms, as clamped at enqueue.
     #[serde(rename = "t")]
     pub(crate) ttl_ms: u64,
-    /// Slots in the lease (R15).
+    /// Slots in the lease.
     #[serde(rename = "s")]
     pub(crate) slots: u32,
     /// The owner label.
@@ -113,7 +113,7 @@ impl Ticket {
         Duration::from_millis(self.ttl_ms)
     }
 
-    /// The borrow's options: unbound (the lease is the client's, R16).
+    /// The borrow's options: unbound (the lease is the client's).
     pub(crate) fn options(&self) -> BorrowOptions {
         let mut options = BorrowOptions::new()
             .bound(false)

@@ -70,7 +70,7 @@ pub(crate) async fn enqueue(
         };
         crate::idempotency::derive(key, &asked)
     });
-    // The lease is the client's: not bound to this server (R16).
+    // The lease is the client's: not bound to this server.
     let mut options = BorrowOptions::new()
         .bound(false)
         .wait_while_draining(request.wait_while_draining.unwrap_or(false));

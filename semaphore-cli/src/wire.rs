@@ -39,7 +39,7 @@ pub(crate) struct Borrow {
     #[serde(default)]
     #[schema(value_type = Option<f64>, minimum = 0.0)]
     pub(crate) wait: Option<serde_json::Number>,
-    /// How many slots the lease holds (R15): default 1, at most the
+    /// How many slots the lease holds: default 1, at most the
     /// server's max count. The lease holds the lowest free positions, all
     /// returned, renewed and expired together; a borrow of more slots than
     /// the pool's count waits for the count to be raised.
@@ -64,7 +64,7 @@ pub(crate) struct Enqueue {
     /// server's max ttl.
     #[schema(value_type = f64, exclusive_minimum = 0.0)]
     pub(crate) ttl: serde_json::Number,
-    /// How many slots the lease holds (R15): default 1.
+    /// How many slots the lease holds: default 1.
     #[serde(default)]
     #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub(crate) slots: Option<serde_json::Number>,

@@ -1,4 +1,4 @@
-//! Bad input gets a 4xx with a clear message, and changes nothing (R14).
+//! Bad input gets a 4xx with a clear message, and changes nothing.
 
 mod common;
 

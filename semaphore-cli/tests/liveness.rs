@@ -1,4 +1,4 @@
-//! Owner liveness with real processes (R16): `semaphore run` binds
+//! Owner liveness with real processes: `semaphore run` binds
 //! its slot to its own process, so a SIGKILLed wrapper's slot comes back
 //! at once, not after its ttl; a lease taken over HTTP is the client's and
 //! outlives the server that granted it.

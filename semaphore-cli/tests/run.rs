@@ -295,7 +295,7 @@ fn runs_on_a_redis_server() {
 }
 
 /// `semaphore run --mysql`: twelve processes on three slots of a MySQL
-/// pool never hold one slot at once (R10 across processes), and every run
+/// pool never hold one slot at once, and every run
 /// gets its turn (waiters learn of other processes' returns by the
 /// store's poll).
 #[test]
@@ -325,7 +325,7 @@ fn twelve_runs_on_a_mysql_database_never_share_a_slot() {
     assert!(log.lines().all(|p| ["0", "1", "2"].contains(&p)), "{log}");
 }
 
-/// R15: `--slots 2` holds two slots as one lease while CMD runs; CMD gets
+/// `--slots 2` holds two slots as one lease while CMD runs; CMD gets
 /// both positions and the device of each, and both come back when it ends.
 /// A 2-GPU job on a 4-GPU pool with slot 0 taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

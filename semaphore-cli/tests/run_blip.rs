@@ -1,4 +1,4 @@
-//! Outages between a `semaphore run` and its store (R16: a
+//! Outages between a `semaphore run` and its store (a
 //! connection that drops and comes back within the session timeout keeps
 //! the session and every lease bound to it). A 0.5 s network blip ends
 //! nothing: a second run that waits for the slot is let in only after the

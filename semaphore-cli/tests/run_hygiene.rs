@@ -199,7 +199,7 @@ fn in_an_orphaned_group_a_stop_of_the_command_is_not_followed() {
     assert_eq!(output.status.code(), Some(3), "the command's own code");
 }
 
-/// R17: a command that ignores SIGTERM, under a wrapper stopped past
+/// A command that ignores SIGTERM, under a wrapper stopped past
 /// its lease, is dead before the lease's local deadline: the guardian
 /// sends SIGTERM `--kill-after` before it and SIGKILL at it, so a second
 /// run granted the slot never finds it running.
@@ -280,7 +280,7 @@ fn a_kill_after_longer_than_the_lease_allows_is_refused() {
     assert!(stderr.contains("--kill-after"), "{stderr}");
 }
 
-/// R17 with a guardian held up: stopped (SIGSTOP) while the wrapper
+/// The holder knows first with a guardian held up: stopped (SIGSTOP) while the wrapper
 /// goes on telling it deadlines, then the wrapper stopped too, until the
 /// lease is gone and another run has had the slot. Continued, the
 /// guardian reads the deadlines it missed; they are times on a clock both

@@ -1,6 +1,6 @@
 //! A `semaphore run` wrapper killed outright (SIGKILL) on a networked
 //! store: its guardian kills the command's group and then returns the
-//! lease itself (R17), so the slot comes back long before the
+//! lease itself, so the slot comes back long before the
 //! wrapper's session would end (30 s for `run`). Real processes, real
 //! servers.
 
@@ -85,7 +85,7 @@ fn sqlite() {
     killed_wrapper_gives_the_slot_back(&["--sqlite", db.to_str().unwrap()]);
 }
 
-/// R16: a waiter killed outright holds back no one. A first run
+/// A waiter killed outright holds back no one. A first run
 /// holds the one slot; a second waits, its process's place in the store's
 /// queue; it is killed (SIGKILL); the first ends; a third run that waits
 /// at most 2 s gets the slot, though the dead waiter's place would have

@@ -1,4 +1,4 @@
-//! `semaphore run`'s timing (R17): a short
+//! `semaphore run`'s timing: a short
 //! session timeout keeps a healthy command, settings that leave no room
 //! are refused, and a lost lease gets the command one SIGTERM and exit 70.
 

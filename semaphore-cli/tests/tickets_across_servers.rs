@@ -183,8 +183,8 @@ async fn across(store: &[&str]) {
 /// 12 tickets enqueued alternately on two servers sharing a SQLite file,
 /// each polled by two clients at once (one per server) until granted, held
 /// a moment and returned: both polls of a ticket get the same lease, every
-/// ticket is served once, and no position is ever held twice at once (R10,
-/// R11 across servers).
+/// ticket is served once, and no position is ever held twice at once, across
+/// servers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tickets_polled_on_both_servers_at_once_are_each_served_once_sqlite() {
     let dir = tempfile::tempdir().unwrap();

@@ -411,7 +411,7 @@ async fn post(server: &Server, path: String, body: Value) -> (u16, Value) {
     server.call("POST", &path, Some(body)).await
 }
 
-/// R15: a ticket for more slots than the pool's count keeps its
+/// A ticket for more slots than the pool's count keeps its
 /// place but holds back no one: every later borrow of one, with no wait,
 /// is granted while the pool has room (on the memory store each answered
 /// 409 while the pool showed 4 free). Raised to its weight, the pool owes

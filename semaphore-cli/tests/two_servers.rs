@@ -1,6 +1,5 @@
 //! Two `semaphore serve` processes on one PostgreSQL database, one Redis
-//! server, one Redis Cluster or one MySQL database, serve the same pools and never over-issue (R10 across
-//! servers).
+//! server, one Redis Cluster or one MySQL database, serve the same pools and never over-issue.
 
 mod common;
 

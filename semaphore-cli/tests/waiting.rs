@@ -1,4 +1,4 @@
-//! Waiting borrows over real HTTP (R5, R11, R12): 100 clients shown as
+//! Waiting borrows over real HTTP: 100 clients shown as
 //! waiting (with the longest wait) and served in arrival order, a client that disconnects while waiting takes nothing, and
 //! SIGTERM answers every waiter 503 and ends the process.
 

@@ -1,4 +1,4 @@
-//! Weighted borrows over HTTP (R15): `"slots": n` on
+//! Weighted borrows over HTTP: `"slots": n` on
 //! `POST /l/{id}/borrow`, `positions` in the answer and the holders
 //! listing, against a real `semaphore serve` on 127.0.0.1.
 
@@ -87,7 +87,7 @@ async fn slots_out_of_range_are_a_400_naming_slots() {
     assert_eq!(state["in_use"], 0, "nothing was taken");
 }
 
-/// R11 with weights over HTTP: a waiting borrow of 3 is not overtaken by a
+/// First come, first served with weights over HTTP: a waiting borrow of 3 is not overtaken by a
 /// later borrow of 1 when a slot frees; each is served in arrival order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_borrow_of_three_is_served_before_a_later_one_of_one() {

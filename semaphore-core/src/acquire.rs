@@ -1,5 +1,4 @@
-//! The wait loop shared by single and multi-pool borrows (R5, R11,
-//! R12).
+//! The wait loop shared by single and multi-pool borrows.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -14,14 +13,14 @@ use crate::{Error, Lease, LeaseId, PoolId, Result, Store, WaiterId};
 /// Asks the store at once if no borrower of these pools waits in this
 /// process, but those set aside (so that asking jumps no one). Otherwise, or if that finds
 /// nothing free, queues in every pool's queue and asks again each time its
-/// turn comes while it heads them all (R11): when a pool changes, when the
+/// turn comes while it heads them all: when a pool changes, when the
 /// earliest lease it was told of expires, or when the borrower ahead leaves.
 /// Fails with `exhausted()` once `wait` has passed (the deadline saturates,
 /// so no `wait` overflows), and with [`Error::NoRuntime`] if it must wait
 /// outside a tokio runtime. A retryable storage error while queued is
 /// retried (50 ms, doubling to 1 s) until the wait runs out, and is then
 /// the error returned. Dropping the future leaves every queue at once
-/// and returns a grant that lands after the drop (R12); an attempt still in
+/// and returns a grant that lands after the drop; an attempt still in
 /// the store then leaves once more when it finishes, since it may have
 /// written the place just forgotten.
 ///
@@ -40,7 +39,7 @@ use crate::{Error, Lease, LeaseId, PoolId, Result, Store, WaiterId};
 /// it fails one that waits, not with `exhausted()`.
 ///
 /// A single-pool borrower of more slots than the pool's count, refused, is
-/// set aside (R15): it keeps its place but holds back no one,
+/// set aside: it keeps its place but holds back no one,
 /// sleeps until a change is told of, and then checks the count (the
 /// first set aside checks for all); once the count reaches its weight it
 /// is again the head, ahead of those queued after it.
@@ -83,7 +82,7 @@ pub(crate) fn acquire<A: Answer>(
         // does not end up holding of them is returned (rule "Lost replies").
         let mut unsure = Unsure::new(store, pools);
         // A single-pool borrow of more than one slot checks the count when
-        // refused: above it, it is set aside (R15).
+        // refused: above it, it is set aside.
         let weight = handoff
             .as_ref()
             .filter(|_| pools.len() == 1)
@@ -267,7 +266,7 @@ pub(crate) fn acquire<A: Answer>(
 /// did not ask the store because this process's queue holds it back: the
 /// drain it must fail with rather than exhausted (rule "Drain"), as one
 /// that waits would at once. One read of each pool's state; a pool the
-/// store no longer knows fails it as unknown (R5). A store that cannot
+/// store no longer knows fails it as unknown. A store that cannot
 /// answer leaves it exhausted, as the queue says.
 async fn drained_behind_a_queue(store: &Arc<dyn Store>, pools: &[PoolId]) -> Option<Error> {
     for pool in pools {
@@ -281,7 +280,7 @@ async fn drained_behind_a_queue(store: &Arc<dyn Store>, pools: &[PoolId]) -> Opt
 }
 
 /// Reads the count of `pool` and [weighs](crate::wait::Changes::weigh) its
-/// queue with it (R15), unless the queue learned of a change while
+/// queue with it, unless the queue learned of a change while
 /// the read was in flight ([`weigh_read`](crate::wait::Changes::weigh_read)):
 /// a stale count must not set aside again a waiter a raise let back. A
 /// storage error leaves the queue as it is, for the next change to weigh

@@ -1,4 +1,4 @@
-//! What a dropped call leaves behind is cleaned up here (R12, R13).
+//! What a dropped call leaves behind is cleaned up here.
 //!
 //! Two cases: a borrow dropped while its store call is in flight (the store
 //! may still grant, so the grant is returned once it lands), and a guard
@@ -125,7 +125,7 @@ impl Made {
 
 /// A bound request to a store with sessions while none is open (the first
 /// is opening, or a lost one is being replaced): it must not be granted
-/// unbound (R16), so the attempt fails retryably and a waiting
+/// unbound, so the attempt fails retryably and a waiting
 /// borrow asks again once the session is open.
 pub(crate) fn unsessioned(store: &Arc<dyn Store>, request: &BorrowRequest) -> Option<crate::Error> {
     let session = store.session()?;
@@ -202,7 +202,7 @@ impl<A: Answer> InFlight<A> {
     /// `place` is left at once (by the [`QueuePlace`]) and, once the call
     /// finishes detached, left again: a refused attempt joins or refreshes
     /// the store's queue, and must not leave a place behind by landing after
-    /// the first leave (R12).
+    /// the first leave.
     pub(crate) fn made_from(mut self, place: &QueuePlace<'_>) -> Self {
         if self.call.is_some() {
             self.place = Some((place.pools.to_vec(), place.waiter()));
@@ -258,9 +258,9 @@ impl<A: Answer> Drop for InFlight<A> {
 }
 
 /// A queued head's place in the store's own queue of each of its pools
-/// (R11 across processes). Held from the head's first attempt; unless
+/// (first come, first served across processes). Held from the head's first attempt; unless
 /// [`QueuePlace::granted`] is called, dropping it tells the store to forget
-/// the places (R12).
+/// the places.
 pub(crate) struct QueuePlace<'a> {
     store: &'a Arc<dyn Store>,
     pools: &'a [PoolId],

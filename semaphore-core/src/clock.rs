@@ -2,7 +2,7 @@
 //! (rule "Stores": time comes from a clock the store is given).
 //!
 //! The shape follows governor's `clock.rs`: a real clock for production and a
-//! fake one that tests advance, so that expiry (R7) is tested without sleeping.
+//! fake one that tests advance, so that expiry is tested without sleeping.
 
 use std::fmt;
 use std::future::Future;
@@ -64,7 +64,7 @@ impl Clock for SystemClock {
 /// trusted the timer would end late by the time the machine slept, and a
 /// holder waiting on [`LeaseGuard::lost`](crate::LeaseGuard::lost) would
 /// go on believing it holds a lease another process was granted meanwhile
-/// (R17 across a suspend). Reading the deciding clock once a second bounds
+/// (a holder must know first across a suspend too). Reading the deciding clock once a second bounds
 /// that lateness to a second.
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
 
@@ -87,13 +87,13 @@ fn sleep_rechecking(now: impl Fn() -> SystemTime + Send + 'static, deadline: Sys
 /// time the machine spent suspended; elsewhere [`std::time::Instant`]).
 ///
 /// A networked store's [`ServerClock`](crate::store::ServerClock) views the
-/// server's clock through it, so that a holder's local deadlines (R17) move
+/// server's clock through it, so that a holder's local deadlines move
 /// neither when an administrator or NTP steps the system clock nor when the
 /// machine sleeps. Sleeps use tokio's timer, reading this clock again at
 /// least every second. Outside Linux, [`std::time::Instant`] may stop while
 /// the machine sleeps (macOS's does): there a suspended machine's holders
-/// learn of a lost lease up to the time slept late (R17 across a suspend
-/// holds on Linux).
+/// learn of a lost lease up to the time slept late (the holder knows
+/// first across a suspend on Linux).
 #[derive(Debug, Clone, Copy)]
 pub struct MonotonicClock {
     wall: SystemTime,
@@ -331,7 +331,7 @@ mod tests {
         since + Duration::from_millis(SUSPENDED.load(std::sync::atomic::Ordering::SeqCst))
     }
 
-    /// R17 across a suspend: the machine sleeps 60 s (the deciding clock
+    /// The holder knows first across a suspend: the machine sleeps 60 s (the deciding clock
     /// jumps, tokio's timer does not move and no timer fires); a sleep until
     /// a deadline the jump passed ends within a second of tokio's time, not
     /// 60 s later. Through a server view too, as a networked store's holder

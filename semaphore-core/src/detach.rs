@@ -1,4 +1,4 @@
-//! Running clean-up that nobody awaits (R12, R13): a dropped borrow's
+//! Running clean-up that nobody awaits: a dropped borrow's
 //! late grant, a dropped guard's return, a dropped head's place in a shared
 //! queue.
 //!
@@ -24,7 +24,7 @@
 //! work lost; the leases involved then free themselves at their ttl.
 //!
 //! Work whose loss would end a lease the caller keeps (a forgotten lease's
-//! unbinding, R13) or keep one its holder gave up (a session's
+//! unbinding) or keep one its holder gave up (a session's
 //! close) runs with [`run_detached_awaited`]: the caller's runtime, when
 //! dropped (the end of a `#[tokio::main]`), waits for it, up to
 //! [`EXIT_WAIT`], and a caller outside any runtime waits for it in place.

@@ -1,4 +1,4 @@
-//! The one error type of the library (R14).
+//! The one error type of the library.
 
 use std::time::{Duration, SystemTime};
 
@@ -8,13 +8,13 @@ use crate::{Lease, LeaseId, PoolId};
 /// [`Error::Storage`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Everything that can go wrong, as variants a caller acts on (R14).
+/// Everything that can go wrong, as variants a caller acts on.
 ///
 /// - [`InvalidArgument`](Error::InvalidArgument): fix the call; retrying the
 ///   same call fails the same way.
-/// - [`PoolNotFound`](Error::PoolNotFound): register the pool first (R3, R4, R5).
+/// - [`PoolNotFound`](Error::PoolNotFound): register the pool first.
 /// - [`Exhausted`](Error::Exhausted): no slot freed up within the wait; retry
-///   later or with a longer wait (R5). This is a semaphore answer, never a
+///   later or with a longer wait. This is a semaphore answer, never a
 ///   storage condition.
 /// - [`Draining`](Error::Draining): an operator stopped new grants on the
 ///   pool ([`Pool::set_draining`](crate::Pool::set_draining)); retry once it
@@ -24,7 +24,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///   [`LeaseNotFound`](Error::LeaseNotFound): a renew found the lease no
 ///   longer active; borrow again.
 /// - [`Storage`](Error::Storage): the storage engine failed; see
-///   [`Error::is_retryable`]. Nothing was half done (R14).
+///   [`Error::is_retryable`]. Nothing was half done.
 /// - [`SchemaMismatch`](Error::SchemaMismatch): a persistent store found
 ///   tables of another shape and changed nothing.
 /// - [`ClockSkew`](Error::ClockSkew): this process's clock disagrees with
@@ -36,7 +36,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An argument is outside its allowed range (R2, R5, R14). Nothing changed.
+    /// An argument is outside its allowed range. Nothing changed.
     #[error("invalid {field}: got {got}, allowed {allowed}")]
     InvalidArgument {
         /// The argument's name, as in the method's signature (`count`, `ttl`,
@@ -48,15 +48,15 @@ pub enum Error {
         got: String,
     },
 
-    /// No pool is registered under this id: never registered, or deleted
-    /// (R3, R4, R5). Register it with [`Pool::register`](crate::Pool::register).
+    /// No pool is registered under this id: never registered, or deleted.
+    /// Register it with [`Pool::register`](crate::Pool::register).
     #[error("pool {pool} not found: register it first")]
     PoolNotFound {
         /// The pool asked for.
         pool: PoolId,
     },
 
-    /// Every slot stayed taken for the whole wait (R5); the HTTP service's
+    /// Every slot stayed taken for the whole wait; the HTTP service's
     /// `409`. With a zero wait this is returned at once.
     #[error("pool {pool} exhausted: no slot freed up within {waited:?}")]
     Exhausted {
@@ -93,7 +93,7 @@ pub enum Error {
         pool: PoolId,
     },
 
-    /// A renew came too late: the lease expired at `expired_at` (R7) and
+    /// A renew came too late: the lease expired at `expired_at` and
     /// its slot may already be someone else's. Borrow again.
     #[error("lease {lease} of pool {pool} expired at {} ms after the unix epoch: borrow again", crate::unix_ms(*expired_at))]
     LeaseExpired {
@@ -118,11 +118,11 @@ pub enum Error {
         lease: LeaseId,
     },
 
-    /// The lease was bound to its store handle's session (R16),
+    /// The lease was bound to its store handle's session,
     /// and the session can no longer vouch for it: no heartbeat landed
     /// before its end (the store was out of reach for longer than the
     /// session timeout). Others may be granted its slots from that end on;
-    /// the holder is told first (R17). Borrow again: the store opens a new
+    /// the holder is told first. Borrow again: the store opens a new
     /// session. A session the store itself ended is
     /// [`SessionEnded`](Error::SessionEnded).
     #[error(
@@ -135,11 +135,11 @@ pub enum Error {
         lease: LeaseId,
     },
 
-    /// The lease was bound to its store handle's session (R16),
+    /// The lease was bound to its store handle's session,
     /// and the store ended that session while this holder still kept it:
     /// its record was deleted or cut short by someone else (an operator, a
     /// cleaning job), or the server lost it (a restart without its data).
-    /// An operator's act (R17): the holder learns of it through the
+    /// An operator's act: the holder learns of it through the
     /// store's wake-up channel where it has one (PostgreSQL `NOTIFY`,
     /// Redis pub/sub), else at its next heartbeat, and others may be
     /// granted its slots meanwhile. Borrow again: the store opens a new
@@ -155,7 +155,7 @@ pub enum Error {
     },
 
     /// The storage engine failed (busy past its timeout, I/O, corruption).
-    /// The operation was all or nothing and did not happen (R14).
+    /// The operation was all or nothing and did not happen.
     #[error("storage error during {operation} ({}): {source}", if *retryable { "retryable" } else { "not retryable" })]
     Storage {
         /// The store operation that failed (`borrow`, `register`, `open`, ...).

@@ -1,4 +1,4 @@
-//! [`LeaseGuard`]: a lease that returns itself when dropped (R13).
+//! [`LeaseGuard`]: a lease that returns itself when dropped.
 
 use std::fmt;
 use std::ops::Deref;
@@ -13,7 +13,7 @@ use crate::keepalive::{self, KeepAlive, Kept};
 use crate::telemetry;
 use crate::{Lease, Pool, Result};
 
-/// A held lease that is returned when the guard is dropped (R13), like
+/// A held lease that is returned when the guard is dropped, like
 /// tokio's `SemaphorePermit`.
 ///
 /// Two forms, one type:
@@ -29,7 +29,7 @@ use crate::{Lease, Pool, Result};
 /// says the lease is held, and dropping it returns nothing, since that
 /// process holds it.
 ///
-/// Dropping the guard returns the lease at once, from any thread (R13): in
+/// Dropping the guard returns the lease at once, from any thread: in
 /// place for stores that do no I/O, on a task spawned on the current tokio
 /// runtime otherwise, and on the library runtime (one worker thread per process,
 /// started when first needed) when dropped outside any runtime or while its
@@ -37,7 +37,7 @@ use crate::{Lease, Pool, Result};
 /// store could not be reached) is tried again, 50 ms later and then up to
 /// every 2 s, for 30 s at most and not past the lease's expiry; the store
 /// handle stays open meanwhile. If the process exits first, a lease bound to it
-/// (the default, R16) is freed the next time another process looks at the
+/// (the default) is freed the next time another process looks at the
 /// pool, and any other is left to free itself at its ttl.
 /// [`release`](LeaseGuard::release) returns it and reports the result;
 /// [`forget`](LeaseGuard::forget) keeps it until its ttl (or its holder's
@@ -61,7 +61,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         // A lease bound to a session this handle did not open (a keyed
         // borrow answered with another process's lease) is that process's:
         // this guard never vouches for it, and dropping it must not free
-        // the slot under its holder (R17).
+        // the slot under its holder.
         let store = pool.as_ref().store();
         let foreign = lease
             .session
@@ -83,7 +83,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// expiry or its session's end comes before a renewal or heartbeat
     /// lands (a stall, a partition), [`lost`](LeaseGuard::lost) resolves
     /// and [`is_lost`](LeaseGuard::is_lost) turns true, no later than
-    /// anyone else can be granted its slots (R17); the guard then holds
+    /// anyone else can be granted its slots; the guard then holds
     /// nothing. Dropping the guard stops the renewals and returns the lease.
     /// Calling it again changes nothing.
     ///
@@ -115,7 +115,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// [`keep_alive`](LeaseGuard::keep_alive), renewing every `every`
     /// (at least 1 ms, at most a third of the ttl) rather than every third
     /// of the ttl: a holder's
-    /// local deadline (R17) runs from the last renewal that landed, so
+    /// local deadline runs from the last renewal that landed, so
     /// renewing more often makes it lag the store's expiry by less, and an
     /// outage survives more of the ttl (`semaphore run` renews every
     /// second). Each renewal is one write on the store. Calling it (or
@@ -141,17 +141,17 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     }
 
     /// Resolves when the lease is lost, with the reason, no later than
-    /// [`is_held`](LeaseGuard::is_held) turns `false` (R17):
+    /// [`is_held`](LeaseGuard::is_held) turns `false`:
     /// [`Error::LeaseExpired`](crate::Error::LeaseExpired) at its expiry
     /// (without keep-alive, or after a renewal hung or failed past it),
     /// [`Error::SessionLost`](crate::Error::SessionLost) when its session
     /// can no longer vouch for it,
     /// [`Error::SessionEnded`](crate::Error::SessionEnded) when the store
-    /// ended its session (an operator's act: R17),
+    /// ended its session (an operator's act),
     /// [`Error::LeaseNotFound`](crate::Error::LeaseNotFound) when a renewal
     /// finds it force-returned, [`Error::PoolNotFound`](crate::Error::PoolNotFound)
     /// for a deleted pool, or the storage error that outlasted the lease.
-    /// Force return and delete reach a holder at its next renewal (R17).
+    /// Force return and delete reach a holder at its next renewal.
     ///
     /// The future does not borrow the guard, so it can be awaited beside
     /// work that uses it.
@@ -176,8 +176,8 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         }
     }
 
-    /// Whether the lease is still certainly held, decided without I/O
-    /// (R17): `false` once a keep-alive renewal found it lost, once the
+    /// Whether the lease is still certainly held, decided without I/O:
+    /// `false` once a keep-alive renewal found it lost, once the
     /// store's clock reaches its expiry (as last renewed), or, for a lease
     /// bound to its store handle's session ([`Lease::session`]), once that
     /// session no longer vouches for it ([`Session::vouches`](crate::Session::vouches)).
@@ -265,7 +265,7 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         self.lease.expires_at
     }
 
-    /// Returns the lease now and reports whether it was still active (R8):
+    /// Returns the lease now and reports whether it was still active:
     /// `false` if it had expired or its pool was deleted meanwhile.
     ///
     /// # Errors
@@ -307,10 +307,10 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         Ok(())
     }
 
-    /// Keeps the lease until its ttl instead of returning it on drop (R13),
+    /// Keeps the lease until its ttl instead of returning it on drop,
     /// and hands back the plain [`Lease`]; return it early later
     /// with [`Pool::return_lease`] and its `id`. The lease is also unbound
-    /// from its holder (R16): it lives to its ttl whatever becomes of this
+    /// from its holder: it lives to its ttl whatever becomes of this
     /// process, the store handle or its session. The unbinding
     /// ([`Store::unbind`](crate::store::Store::unbind), one round trip) is
     /// written in place for the stores that do no I/O; before this returns

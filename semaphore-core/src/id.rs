@@ -1,4 +1,4 @@
-//! Identifiers: [`PoolId`] and [`LeaseId`] (R1).
+//! Identifiers: [`PoolId`] and [`LeaseId`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -13,7 +13,7 @@ use crate::Error;
 /// disagree on which pool a name means.
 pub const POOL_NAMESPACE: Uuid = Uuid::from_u128(0x6f1d3c2a_8b4e_4d7a_9c51_2e8f0a7b3d64);
 
-/// The identity of a pool (R1): a UUID.
+/// The identity of a pool: a UUID.
 ///
 /// Two forms:
 /// - [`PoolId::from_name`] derives a stable v5 UUID from a name, so that every
@@ -68,7 +68,7 @@ impl PoolId {
 ///
 /// It is the credential that returns the lease early
 /// ([`Pool::return_lease`](crate::Pool::return_lease)), so treat it as a
-/// secret; [`PoolState`](crate::PoolState) never shows it (R3).
+/// secret; [`PoolState`](crate::PoolState) never shows it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(transparent))]
@@ -77,7 +77,7 @@ pub struct LeaseId(Uuid);
 impl LeaseId {
     /// A fresh random (v4) lease id. Only the core calls this, before it asks
     /// a store to grant, so that a borrow cancelled during the store call can
-    /// still return its lease (R12).
+    /// still return its lease.
     pub fn new() -> Self {
         Self(Uuid::new_v4())
     }
@@ -93,7 +93,7 @@ impl LeaseId {
     }
 }
 
-/// The identity of a place in a pool's queue (R11, R12): a queued head of
+/// The identity of a place in a pool's queue: a queued head of
 /// this process, or a held place that any process sharing the store may
 /// poll ([`HeldPlace::wait`](crate::HeldPlace::wait): make one with
 /// [`WaiterId::new`] and keep it, an HTTP ticket's id for instance).
@@ -125,7 +125,7 @@ impl WaiterId {
     }
 }
 
-/// The id of a store handle's session (R16): a record in a
+/// The id of a store handle's session: a record in a
 /// networked store, with an expiry on the server's clock, that bound
 /// leases belong to ([`Session`](crate::Session)). Random (UUID v4), made
 /// by the handle; never reused.

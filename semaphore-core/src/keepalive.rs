@@ -1,5 +1,5 @@
 //! Keep-alive: a lease renewed in the background while its guard lives,
-//! and a signal when it is lost (rule "Beyond the basic model", R17).
+//! and a signal when it is lost (rule "Beyond the basic model").
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

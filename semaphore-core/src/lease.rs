@@ -6,12 +6,11 @@ use std::time::{Duration, SystemTime};
 pub use crate::positions::Positions;
 use crate::{LeaseId, PoolId, SessionId};
 
-/// One or more held slots of one pool (rule "Words"; R5, R6,
-/// R9, R15).
+/// One or more held slots of one pool (rule "Words").
 ///
 /// A lease is *active* from its grant until the earlier of its return and
-/// `expires_at` (R7). Its `id` is the credential that returns it early, so
-/// keep it private. A weighted borrow (R15) holds several positions under
+/// `expires_at`. Its `id` is the credential that returns it early, so
+/// keep it private. A weighted borrow holds several positions under
 /// one id, one token and one expiry: returning, renewing, forcing or
 /// expiring the lease acts on all of them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -24,21 +23,21 @@ pub struct Lease {
     pub pool: PoolId,
     /// The lowest of [`positions`](Self::positions): the slot's number for
     /// a lease of one slot, `0..count` at the time of the grant, the lowest
-    /// that was free (R6).
+    /// that was free.
     pub position: u32,
     /// Every position the lease holds, lowest first: the `n` lowest free
-    /// at the grant for a borrow of `n` slots (R15); one for a plain
+    /// at the grant for a borrow of `n` slots; one for a plain
     /// borrow.
     pub positions: Positions,
     /// The fencing token: strictly greater than every token granted before
-    /// for this pool id in this store (R9). Pass it to the resource you
+    /// for this pool id in this store. Pass it to the resource you
     /// protect, which should reject writes carrying a smaller token than it
     /// has seen (Kleppmann, "How to do distributed locking", 2016).
     pub token: u64,
     /// When the lease frees itself, in wall-clock time, to whole
-    /// milliseconds (R7).
+    /// milliseconds.
     pub expires_at: SystemTime,
-    /// The session the lease is bound to (R16), on a store whose
+    /// The session the lease is bound to, on a store whose
     /// bound leases belong to its handle's session (the networked ones):
     /// the lease is active only while that session lives. `None` for an
     /// unbound lease and on stores whose holder is the process itself
@@ -61,7 +60,7 @@ impl Lease {
         Self::holding(id, pool, Positions::one(position), token, expires_at)
     }
 
-    /// Builds a lease of the slots at `positions` (R15); for stores reading
+    /// Builds a lease of the slots at `positions`; for stores reading
     /// one back from storage.
     pub fn holding(
         id: LeaseId,
@@ -87,7 +86,7 @@ impl Lease {
         self
     }
 
-    /// The number of slots the lease holds: `n` for a borrow of `n` (R15).
+    /// The number of slots the lease holds: `n` for a borrow of `n`.
     pub fn slots(&self) -> u32 {
         self.positions.len() as u32
     }
@@ -102,18 +101,18 @@ impl Lease {
     }
 }
 
-/// A pool as of one instant (R3). It never shows lease ids.
+/// A pool as of one instant. It never shows lease ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct PoolState {
     /// The pool.
     pub id: PoolId,
-    /// Its number of slots, `0..=max_count` (R2).
+    /// Its number of slots, `0..=max_count`.
     pub count: u32,
-    /// Slots held by active leases (R7: expired ones never count): a lease
-    /// of `n` slots counts `n` (R15). May exceed `count` after `count` was
-    /// lowered (R2).
+    /// Slots held by active leases (expired ones never count): a lease
+    /// of `n` slots counts `n`. May exceed `count` after `count` was
+    /// lowered.
     pub in_use: u32,
     /// `count.saturating_sub(in_use)`.
     pub available: u32,

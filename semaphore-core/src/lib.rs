@@ -15,14 +15,15 @@
 //! (`semaphore-memory`, `semaphore-sqlite`, `semaphore-postgres`), which
 //! re-exports the user API and the [`store`] module.
 //!
-//! Rules cited as "R1".."R17", or by name ("Time", "Lost replies"), are
-//! written down in [`rules`], the contract every store keeps.
+//! The rules every store keeps are written down in [`rules`]; the
+//! [`Store`] trait's contract and the conformance cases cite them by
+//! number, other docs by name ("Time", "Lost replies").
 //!
 //! # Several slots, and holders that die
 //! A borrow may take `n` slots as one lease ([`Pool::borrow_with`] with
-//! [`BorrowOptions::slots`]; R15): the `n` lowest free positions, one id,
+//! [`BorrowOptions::slots`]): the `n` lowest free positions, one id,
 //! one token, one expiry. A lease is by default bound to its holder's
-//! session ([`BorrowOptions::bound`]; R16): the process itself
+//! session ([`BorrowOptions::bound`]): the process itself
 //! for SQLite (a kernel lock), and for PostgreSQL, Redis and MySQL a
 //! [`Session`] of the store handle, a record with an end on the server's
 //! clock that the handle heartbeats. A connection lost and back within the
@@ -36,7 +37,7 @@
 //! with the store's clock, which for a networked store never reads earlier
 //! than the server's ([`store::ServerClock`]). It turns `false`, and
 //! [`LeaseGuard::lost`] resolves, no later than anyone else can be granted
-//! the lease's slots (R17), as long as this process runs. A holder that
+//! the lease's slots, as long as this process runs. A holder that
 //! acts on the resource only while it says `true`, and passes the fencing
 //! token along, never acts beside the next holder. [`Session::state`]
 //! tells whether the store can be reached (Curator's connection states:

@@ -1,5 +1,5 @@
 //! [`Limits`]: the ranges that arguments are checked and clamped against
-//! (rule "Limits", R2, R5).
+//! (rule "Limits").
 
 use std::time::Duration;
 
@@ -8,8 +8,8 @@ use crate::{Error, Result};
 /// Bounds on arguments, set per [`Pool`](crate::Pool) handle with
 /// [`Pool::with_limits`](crate::Pool::with_limits).
 ///
-/// `count` above `max_count` is rejected (R2); `ttl` and `wait` above their
-/// maximum are clamped, as the HTTP semaphore service clamps (R5). The
+/// `count` above `max_count` is rejected; `ttl` and `wait` above their
+/// maximum are clamped, as the HTTP semaphore service clamps. The
 /// defaults suit a library embedded in a service:
 ///
 /// | field | default | why |
@@ -32,11 +32,11 @@ use crate::{Error, Result};
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Limits {
-    /// The largest `count` a pool may be registered with (R2). Default 1000.
+    /// The largest `count` a pool may be registered with. Default 1000.
     pub max_count: u32,
-    /// The longest lease; a longer `ttl` is clamped to it (R5). Default 24 h.
+    /// The longest lease; a longer `ttl` is clamped to it. Default 24 h.
     pub max_ttl: Duration,
-    /// The longest a borrow waits; a longer `wait` is clamped to it (R5).
+    /// The longest a borrow waits; a longer `wait` is clamped to it.
     /// Default 1 h.
     pub max_wait: Duration,
     /// The longest owner label, in bytes of UTF-8 (see
@@ -60,7 +60,7 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// These limits with `max_count` set (R2).
+    /// These limits with `max_count` set.
     pub fn with_max_count(mut self, max_count: u32) -> Self {
         self.max_count = max_count;
         self
@@ -73,13 +73,13 @@ impl Limits {
         self
     }
 
-    /// These limits with `max_ttl` set (R5).
+    /// These limits with `max_ttl` set.
     pub fn with_max_ttl(mut self, max_ttl: Duration) -> Self {
         self.max_ttl = max_ttl;
         self
     }
 
-    /// These limits with `max_wait` set (R5).
+    /// These limits with `max_wait` set.
     pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = max_wait;
         self
@@ -119,7 +119,7 @@ impl Limits {
         Ok(())
     }
 
-    /// Checks `count` against `0..=max_count` (R2).
+    /// Checks `count` against `0..=max_count`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `count` when it is above `max_count`.
@@ -134,10 +134,10 @@ impl Limits {
         Ok(count)
     }
 
-    /// Checks the number of slots `slots` one borrow asks for (R15):
+    /// Checks the number of slots `slots` one borrow asks for:
     /// `1..=max_count`. A weight above the pool's current count (but within
     /// `max_count`) is valid: it waits for the count to be raised, as a
-    /// borrow on a pool of count 0 does (R2).
+    /// borrow on a pool of count 0 does.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `slots` when it is 0 or above
@@ -153,7 +153,7 @@ impl Limits {
         Ok(slots)
     }
 
-    /// Checks and clamps a lease `ttl` (R5): zero is rejected, anything above
+    /// Checks and clamps a lease `ttl`: zero is rejected, anything above
     /// `max_ttl` becomes `max_ttl`, and the result is rounded up to whole
     /// milliseconds, the resolution at which expiries are stored.
     ///
@@ -173,7 +173,7 @@ impl Limits {
         Ok(ceil_ms(ttl.min(self.max_ttl)).max(Duration::from_millis(1)))
     }
 
-    /// Clamps a borrow's `wait` to `max_wait` (R5). Zero means "do not wait".
+    /// Clamps a borrow's `wait` to `max_wait`. Zero means "do not wait".
     pub fn clamp_wait(&self, wait: Duration) -> Duration {
         wait.min(self.max_wait)
     }

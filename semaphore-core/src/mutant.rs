@@ -1,6 +1,6 @@
 //! Planted bugs for the fault suite (feature `fault-mutants`): a test
 //! suite is judged by the bugs it catches (cargo-mutants' rule), so the
-//! fault suite runs builds that break, one at a time, what R17 rests on,
+//! fault suite runs builds that break, one at a time, what "the holder knows first" rests on,
 //! and fails unless its checker reports violations.
 //!
 //! The feature compiles the switch in; the environment variable

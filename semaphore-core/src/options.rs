@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::{Limits, Result};
 
-/// Optional parts of a borrow: the number of slots (R15), an idempotency
+/// Optional parts of a borrow: the number of slots, an idempotency
 /// key and an owner label (rule "Beyond the basic model"). Pass them to
 /// [`Pool::borrow_with`](crate::Pool::borrow_with) or
 /// [`PoolSet::borrow_with`](crate::PoolSet::borrow_with).
@@ -19,11 +19,11 @@ use crate::{Limits, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BorrowOptions {
-    /// How many slots the lease holds (R15): 1 (the default) to
+    /// How many slots the lease holds: 1 (the default) to
     /// [`Limits::max_count`]. The lease holds the `slots` lowest free
     /// positions under one id, token and expiry. A borrower of several
     /// slots at the head of the queue is not overtaken by later ones,
-    /// smaller or larger (R11). With a [`PoolSet`](crate::PoolSet), the
+    /// smaller or larger. With a [`PoolSet`](crate::PoolSet), the
     /// weight of every pool that [`PoolSet::weighted`](crate::PoolSet::weighted)
     /// did not set.
     pub slots: u32,
@@ -51,7 +51,7 @@ pub struct BorrowOptions {
     /// [`Limits::max_owner_len`] bytes (default 64), no control, format,
     /// line or paragraph separator characters.
     pub owner: Option<String>,
-    /// Whether the lease is bound to its holder's liveness (R16): `true`
+    /// Whether the lease is bound to its holder's liveness: `true`
     /// (the default) frees it as soon as its holder is gone, before its
     /// ttl, the next time any process looks at the pool. The holder is
     /// what the store can see die: this process for a SQLite file (a
@@ -89,7 +89,7 @@ impl BorrowOptions {
         Self::default()
     }
 
-    /// These options for `slots` slots in one lease (R15): the `slots`
+    /// These options for `slots` slots in one lease: the `slots`
     /// lowest free positions, under one lease id, one fencing token and
     /// one expiry, granted once that many are free at once. Returning,
     /// renewing, forcing or expiring the lease acts on all of them; it
@@ -100,9 +100,9 @@ impl BorrowOptions {
     ///
     /// Fairness is tokio's `acquire_many`'s: a borrower of several slots
     /// at the head of the queue is not overtaken by later borrowers,
-    /// smaller or larger, while it waits (R11), in this process and across
+    /// smaller or larger, while it waits, in this process and across
     /// the processes sharing a store. A weight above the pool's current
-    /// count waits for the count to be raised (R2), keeping its place
+    /// count waits for the count to be raised, keeping its place
     /// without holding back anyone behind it meanwhile; once the count
     /// reaches it, it is served before those queued after it. (A
     /// multi-pool borrow's head, [`PoolSet`](crate::PoolSet), holds back its
@@ -134,7 +134,7 @@ impl BorrowOptions {
 
     /// These options with the lease bound to its holder's liveness (`true`,
     /// the default) or not (`false`, for a lease handed to another
-    /// process; R16).
+    /// process).
     pub fn bound(mut self, bound: bool) -> Self {
         self.bound = bound;
         self

@@ -1,4 +1,4 @@
-//! [`Pool`]: the handle users call (R2-R13).
+//! [`Pool`]: the handle users call.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -24,7 +24,7 @@ pub use leases::Renewing;
 pub use waiters::Waiting;
 
 /// The session a bound request names: the one open now on a store with
-/// sessions (R16), `None` otherwise.
+/// sessions, `None` otherwise.
 pub(crate) fn bind(store: &Arc<dyn Store>, bound: bool) -> Option<crate::SessionId> {
     if !bound {
         return None;
@@ -140,7 +140,7 @@ impl Pool {
     }
 
     /// The limits this handle checks and clamps against: never a `max_ttl`
-    /// above the store's own (R5).
+    /// above the store's own.
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -165,8 +165,7 @@ impl Pool {
     }
 
     /// Borrows the lowest free slot for `ttl`, waiting up to `wait` for one
-    /// to free up (R5, R6, R11); the lease is returned when the guard drops
-    /// (R13).
+    /// to free up; the lease is returned when the guard drops.
     ///
     /// `ttl` must be above zero; it is clamped to [`Limits::max_ttl`] and
     /// rounded up to whole milliseconds. `wait` is clamped to
@@ -175,13 +174,13 @@ impl Pool {
     /// so no limit, however high, makes one overflow or wrap.
     /// The grant is immediate if a slot is free and no earlier borrower in
     /// this process is still waiting. Otherwise the borrower queues, first
-    /// come first served (R11), and is woken the instant a lease is returned,
+    /// come first served, and is woken the instant a lease is returned,
     /// the count is raised, or the earliest lease expires.
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `ttl` if it is zero.
     /// - [`Error::PoolNotFound`] at once for an unknown pool, whatever
-    ///   `wait` is, and at once for waiters when the pool is deleted (R4).
+    ///   `wait` is, and at once for waiters when the pool is deleted.
     /// - [`Error::Exhausted`] if no slot freed up within `wait`.
     /// - [`Error::NoRuntime`] if it must wait outside a tokio runtime (see
     ///   [Runtime](Pool#runtime)).
@@ -191,7 +190,7 @@ impl Pool {
     ///   runs out, and then returned instead of [`Error::Exhausted`].
     ///
     /// # Cancel safety
-    /// Cancel safe (R12). Dropping the future while it waits takes nothing
+    /// Cancel safe. Dropping the future while it waits takes nothing
     /// and leaves the queue, letting the next waiter in. If the store
     /// had already granted when the future was dropped, the lease is returned
     /// at once, not left to its ttl.
@@ -384,15 +383,14 @@ impl Pool {
         }
     }
 
-    /// The common path (R5: a free slot, nobody queued ahead in this
+    /// The common path (a free slot, nobody queued ahead in this
     /// process): one attempt made in place, by a store that answers
     /// without I/O ([`Store::in_place`]), for a plain borrow (no key:
     /// a keyed one may find its lease behind a queue). `None` if the store
     /// cannot answer in place, someone is queued on the pool here, or the
     /// pool has no free slot now: the borrow then takes the full path,
     /// which waits (and asks again unless it was refused here). Nothing is
-    /// in flight in between, so a grant here cannot be left to nobody
-    /// (R12).
+    /// in flight in between, so a grant here cannot be left to nobody.
     fn grant_in_place(&self, lease: LeaseId, ttl: Duration, labels: &Labels) -> InPlace {
         if labels.key.is_some() {
             return InPlace::Not(First::Ask);

@@ -1,11 +1,11 @@
-//! [`Positions`]: the slots one lease holds (R6, R15).
+//! [`Positions`]: the slots one lease holds.
 
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
 /// The positions a [`Lease`](crate::Lease) holds, lowest first, never
-/// empty: one for a plain borrow, `n` for a borrow of `n` slots (R15).
+/// empty: one for a plain borrow, `n` for a borrow of `n` slots.
 ///
 /// Derefs to `[u32]`. A single position is kept inline (no allocation, as
 /// a plain borrow must stay cheap); several share one allocation, so a

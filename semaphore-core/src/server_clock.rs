@@ -2,7 +2,7 @@
 //! [`DecidingClock`]: which clock decides, for the stores whose server
 //! decides expiry (rule "Time").
 //!
-//! The view is conservative (R17): it reads the latest the server's clock
+//! The view is conservative: it reads the latest the server's clock
 //! can show now, never less. A reading `S` of the server's clock, taken in
 //! a step this process sent at local instant `t0`, was made at or after
 //! `t0`; so at any later local instant `t` the server's clock shows at most
@@ -37,7 +37,7 @@ pub const RATE_MARGIN_PPM: i64 = 1000;
 ///
 /// [`now`](Clock::now) is an upper bound of the server's clock (see the
 /// module docs), so a lease whose expiry is after it is certainly still
-/// active on the server (R17), and a wait timed by it wakes no later than
+/// active on the server, and a wait timed by it wakes no later than
 /// the server reaches the deadline. [`offset`](ServerClock::offset) is the
 /// midpoint estimate, for people.
 pub struct ServerClock {
@@ -170,7 +170,7 @@ impl Clock for ServerClock {
     /// worked out again from the newest reading at least every
     /// second of local time, so a reading that
     /// moves the view (the server's clock stepped forward, a failover to a
-    /// server ahead) ends the sleep within a second (R17).
+    /// server ahead) ends the sleep within a second.
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
         let (local, bound) = (self.local.clone(), self.bound.clone());
         Box::pin(async move {
@@ -301,7 +301,7 @@ mod tests {
         );
     }
 
-    /// R17: a reading that moves the view past a deadline (the server's
+    /// A reading that moves the view past a deadline (the server's
     /// clock stepped 10 s forward) ends a sleep on the view within a
     /// second of local time, not at the local deadline worked out before.
     #[test]

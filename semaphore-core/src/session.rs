@@ -1,4 +1,4 @@
-//! Sessions (R16, R17): what a networked store's bound
+//! Sessions: what a networked store's bound
 //! leases belong to, kept alive by a heartbeat, and how a holder knows,
 //! without asking, that its session still vouches for them.
 //!
@@ -19,7 +19,7 @@
 //! ([`ServerClock`](crate::store::ServerClock)) never reads earlier than the
 //! server's. [`Session::vouches`] compares the two without I/O; it turns
 //! `false` no later than the server would let anyone else take a bound
-//! lease (R17).
+//! lease.
 
 use std::fmt;
 use std::sync::Arc;
@@ -97,7 +97,7 @@ pub(super) struct Now {
 
 /// A store handle's session: opened when the handle connects, heartbeated
 /// every third of its timeout while the handle lives, and closed when the
-/// handle is dropped (R16). A networked store owns one and shows
+/// handle is dropped. A networked store owns one and shows
 /// it through [`Store::session`](crate::store::Store::session); bound
 /// leases name the session open when they were borrowed.
 ///
@@ -129,7 +129,7 @@ pub(super) struct Shared {
     /// Held (read) by each unbinding in flight ([`Session::unbinding`]);
     /// the close on drop waits for them (write): a lease forgotten just
     /// before the store handle was dropped must leave the session before
-    /// the session's end ends it (R13).
+    /// the session's end ends it.
     pub(super) unbinding: Arc<tokio::sync::RwLock<()>>,
 }
 
@@ -218,8 +218,8 @@ impl Session {
     }
 
     /// Heartbeats every `every` from now on rather than every third of the
-    /// timeout (R16 asks for that often or more): clamped to between
-    /// 10 ms and a third of the timeout. A holder's local deadline (R17)
+    /// timeout (sessions need that often or more): clamped to between
+    /// 10 ms and a third of the timeout. A holder's local deadline
     /// runs from its session's last heartbeat that landed, so beating more
     /// often makes it lag the server's end by less, and an outage survives
     /// more of the timeout: `semaphore run` beats every second, so that an
@@ -258,7 +258,7 @@ impl Session {
     }
 
     /// Whether session `id` certainly still lives on the store, decided
-    /// without I/O (R17): it is the open session, and the store's clock,
+    /// without I/O: it is the open session, and the store's clock,
     /// which never reads earlier than the deciding one, has not reached its
     /// end as of its last heartbeat that landed.
     pub fn vouches(&self, id: SessionId) -> bool {
@@ -321,7 +321,7 @@ impl Session {
     }
 
     /// The error of a borrow step that named session `id` and found it
-    /// ended (R16): retryable, once this session is told
+    /// ended: retryable, once this session is told
     /// ([`ended_on_store`](Session::ended_on_store)), so that the core's
     /// next attempt names a new session.
     pub fn ended_error(&self, id: Option<SessionId>) -> crate::Error {

@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// Several pools of one store, borrowed from together: one slot of each (or
-/// a weight of each, [`PoolSet::weighted`], R15), all or nothing, under one
+/// a weight of each, [`PoolSet::weighted`]), all or nothing, under one
 /// wait deadline.
 ///
 /// No borrower ever holds some of the slots while waiting for the rest:
@@ -26,7 +26,7 @@ use crate::{
 ///
 /// Fairness: a set borrower queues in every pool's queue at once, in the
 /// same order relative to every other waiter, and asks the store when it
-/// heads them all (R11). Like tokio's `acquire_many`, it is strictly first
+/// heads them all. Like tokio's `acquire_many`, it is strictly first
 /// come first served: while it waits for one pool, single-pool borrowers
 /// queued behind it in the others wait too.
 ///
@@ -112,7 +112,7 @@ impl PoolSet {
     }
 
     /// The set of `pools`, each with the number of slots to borrow from it
-    /// as one lease (R15): `(gpus, 2), (disk, 1)` borrows two slots of
+    /// as one lease: `(gpus, 2), (disk, 1)` borrows two slots of
     /// `gpus` and one of `disk`, all or nothing.
     ///
     /// # Errors
@@ -169,8 +169,8 @@ impl PoolSet {
 
     /// Borrows one slot of every pool (its weight, for a set made with
     /// [`weighted`](PoolSet::weighted)), all or nothing, each for `ttl`,
-    /// waiting up to `wait` in all (R5); the leases are returned when the
-    /// [`LeaseSet`] drops (R13). `ttl` and `wait` are checked and clamped as
+    /// waiting up to `wait` in all; the leases are returned when the
+    /// [`LeaseSet`] drops. `ttl` and `wait` are checked and clamped as
     /// for [`Pool::borrow`].
     ///
     /// # Errors
@@ -183,7 +183,7 @@ impl PoolSet {
     /// - [`Error::Storage`] if the store failed; nothing is held.
     ///
     /// # Cancel safety
-    /// Cancel safe (R12): dropped while it waits, it takes nothing and
+    /// Cancel safe: dropped while it waits, it takes nothing and
     /// leaves every queue; if the store had granted when it was dropped, the
     /// leases are returned at once.
     pub async fn borrow(&self, ttl: Duration, wait: Duration) -> Result<LeaseSet> {
@@ -281,7 +281,7 @@ fn tightest(a: Limits, b: Limits) -> Limits {
 }
 
 /// The leases of one [`PoolSet::borrow`], one per pool in the set's order,
-/// all returned when it is dropped (R13). Derefs to `[Lease]`.
+/// all returned when it is dropped. Derefs to `[Lease]`.
 #[must_use = "dropping the set returns every lease at once"]
 pub struct LeaseSet {
     set: PoolSet,
@@ -308,7 +308,7 @@ impl LeaseSet {
         &self.set
     }
 
-    /// Returns every lease now (R8); `true` only if all were still active.
+    /// Returns every lease now; `true` only if all were still active.
     ///
     /// # Errors
     /// [`Error::Storage`] if the store failed; the leases not yet returned
@@ -323,7 +323,7 @@ impl LeaseSet {
     }
 
     /// Keeps the leases until their ttl instead of returning them on drop,
-    /// and hands them back, unbound from their holder (R13, as
+    /// and hands them back, unbound from their holder (as
     /// [`LeaseGuard::forget`](crate::LeaseGuard::forget)): they live to
     /// their ttl whatever becomes of this process, the store handle or its
     /// session.

@@ -1,4 +1,4 @@
-//! Slot allocation, defined once (R6, R7, R10): the reference
+//! Slot allocation, defined once: the reference
 //! [`lowest_free`] and [`SlotTable`], the in-process bookkeeping that
 //! in-process stores call.
 
@@ -13,10 +13,10 @@ use crate::clock::saturating_add;
 use crate::store::key_name;
 use crate::{BorrowRequest, Holder, Lease, LeaseId, PoolId, Positions, TryBorrow};
 
-/// The reference rule R6: the lowest position in `0..count` not in `held`,
+/// The reference rule for a grant: the lowest position in `0..count` not in `held`,
 /// or `None` when every one of them is held.
 ///
-/// `held` lists the positions of the active leases (R7: expired leases are
+/// `held` lists the positions of the active leases (expired leases are
 /// not held); positions at or above `count` are ignored, since they are never
 /// handed out. O(count). Stores may find the slot another way (in SQL, or
 /// with [`SlotTable`]), but must agree with this function; the conformance
@@ -32,13 +32,13 @@ pub fn lowest_free(count: u32, held: impl IntoIterator<Item = u32>) -> Option<u3
     lowest_free_n(count, held, 1).map(|p| p.lowest())
 }
 
-/// The reference rule R6 for a borrow of `n` slots (R15): the `n` lowest
+/// The reference rule for a borrow of `n` slots: the `n` lowest
 /// positions in `0..count` not in `held`, or `None` when fewer than `n` of
 /// them are free (or `n` is 0).
 ///
 /// As for [`lowest_free`], `held` lists the positions of the active leases,
 /// and positions at or above `count` are ignored. A store grants only while
-/// `in_use + n <= count` (R10), which this function does not check: after a
+/// `in_use + n <= count`, which this function does not check: after a
 /// lowered count, leases above it count in `in_use` but free nothing here.
 ///
 /// ```
@@ -94,7 +94,7 @@ impl Held {
 }
 
 /// What a held position records: the lease, at its lowest position; at
-/// its other positions (R15), where that lowest one is.
+/// its other positions, where that lowest one is.
 #[derive(Debug, Clone)]
 enum Slot {
     Lease(Held),
@@ -114,18 +114,18 @@ enum Slot {
 /// time (at most 16 words at the default `max_count` of 1000), and above the
 /// high mark every position is free.
 ///
-/// A lease of `n` slots (R15) holds the `n` lowest free positions, is found
+/// A lease of `n` slots holds the `n` lowest free positions, is found
 /// by its lowest one, and counts `n` in `in_use`.
 ///
 /// It keeps held places too ([`BorrowRequest::hold`]): an in-process
 /// store grants with [`grant_in_turn`](SlotTable::grant_in_turn) and polls
 /// places with [`poll_place`](SlotTable::poll_place), so that a place is
-/// served in its turn among this process's borrowers (R11).
+/// served in its turn among this process's borrowers.
 ///
 /// Expired leases are reaped at the start of every call that takes `now`,
-/// so an expired lease never counts (R7) and its slots are the next ones
-/// handed out (R6). The table knows nothing of tokens' origin: the store
-/// hands it the next token, which must be store-wide increasing (R9).
+/// so an expired lease never counts and its slots are the next ones
+/// handed out. The table knows nothing of tokens' origin: the store
+/// hands it the next token, which must be store-wide increasing.
 #[derive(Debug, Clone, Default)]
 pub struct SlotTable {
     count: u32,
@@ -163,7 +163,7 @@ impl SlotTable {
         self.count
     }
 
-    /// Changes the number of slots (R2). Lowering it revokes nothing: leases
+    /// Changes the number of slots. Lowering it revokes nothing: leases
     /// at or above the new count stay until returned or expired, and their
     /// positions are not handed out again.
     ///
@@ -182,7 +182,7 @@ impl SlotTable {
         self.draining = draining;
     }
 
-    /// Slots held by active leases at `now` (R7, R15), which may exceed
+    /// Slots held by active leases at `now`, which may exceed
     /// `count` after a lowering.
     pub fn in_use(&mut self, now: SystemTime) -> u32 {
         self.reap(now);
@@ -194,8 +194,8 @@ impl SlotTable {
         self.expiries.first().map(|(at, _, _)| at)
     }
 
-    /// Grants the request's number of slots, the lowest free (R6, R15), if
-    /// `in_use + slots <= count` (R10) at `now` (the store's reading of its
+    /// Grants the request's number of slots, the lowest free, if
+    /// `in_use + slots <= count` at `now` (the store's reading of its
     /// clock, whole ms), for the request's ttl from `now`, taking the token
     /// from `next_token` only when it grants. A request whose key names an
     /// active lease gets that lease back, unchanged. A draining table
@@ -280,7 +280,7 @@ impl SlotTable {
         matches!(self.keyed(request), Keyed::Reused)
     }
 
-    /// Frees the slots of lease `id` if it is active at `now` (R8); `false`
+    /// Frees the slots of lease `id` if it is active at `now`; `false`
     /// for an unknown, returned or expired lease.
     pub fn release(&mut self, id: LeaseId, now: SystemTime) -> bool {
         self.reap(now);
@@ -328,7 +328,7 @@ impl SlotTable {
             .collect()
     }
 
-    /// Ends the lease holding `position` (one of its positions, R15) if one
+    /// Ends the lease holding `position` (one of its positions) if one
     /// is active at `now`, freeing all its slots; the lease it ended.
     pub fn force_return(&mut self, pool: PoolId, position: u32, now: SystemTime) -> Option<Holder> {
         self.reap(now);
@@ -365,13 +365,13 @@ impl SlotTable {
         }
     }
 
-    /// Whether `n` more slots fit: `in_use + n <= count` (R10, R15). Then
+    /// Whether `n` more slots fit: `in_use + n <= count`. Then
     /// at least `n` positions below `count` are free.
     fn has_room(&self, n: u32) -> bool {
         u64::from(self.held) + u64::from(n.max(1)) <= u64::from(self.count)
     }
 
-    /// The `n` lowest free positions below `count` (R6, R15), if `n` more
+    /// The `n` lowest free positions below `count`, if `n` more
     /// slots fit: the first gaps below the high mark, then the high mark
     /// and up.
     fn lowest_free(&self, n: u32) -> Option<Positions> {

@@ -50,26 +50,26 @@ pub struct BorrowRequest {
     /// The pool to borrow from.
     pub pool: PoolId,
     /// The id the lease gets if granted, made by the core beforehand so that
-    /// a cancelled call can still return it (R12).
+    /// a cancelled call can still return it.
     pub lease: LeaseId,
     /// How long the lease is held if granted: checked and clamped by the
-    /// core (R5), whole milliseconds, and at most [`MAX_UNIX_MS`] ms, so
+    /// core, whole milliseconds, and at most [`MAX_UNIX_MS`] ms, so
     /// that the deciding clock's reading plus it fits every store's time
     /// column. The expiry is that sum, saturating at [`max_time`].
     pub ttl: Duration,
-    /// How many slots to grant as one lease (R15): at least 1, checked by
+    /// How many slots to grant as one lease: at least 1, checked by
     /// the core against [`Limits::max_count`](crate::Limits::max_count).
     /// A grant takes the `slots` lowest free positions, only while
-    /// `in_use + slots <= count` (R10).
+    /// `in_use + slots <= count`.
     pub slots: u32,
-    /// Whether the lease is bound to its holder's liveness (R16; default
+    /// Whether the lease is bound to its holder's liveness (default
     /// `true`): a store that can see its holder die (a process, a session,
     /// a connection) records the holder with the lease and treats the
     /// lease as expired once the holder is gone; a store that cannot, or
     /// an unbound request, leaves the lease to its ttl.
     pub bound: bool,
     /// The session a bound lease belongs to, for a store that has sessions
-    /// ([`Store::session`]; R16): the one open when the borrow
+    /// ([`Store::session`]): the one open when the borrow
     /// started (or, after it ended, when the attempt was made). `None` for
     /// an unbound request, a store without sessions, or while no session is
     /// open; such a lease is left to its ttl. A store that has sessions
@@ -89,7 +89,7 @@ pub struct BorrowRequest {
     /// for the pool, `None` for a first attempt that queued behind no one.
     /// A store shared by processes may keep the heads it has seen in a queue
     /// of its own and grant to a newcomer only when free slots outnumber
-    /// them (R11 across processes); an in-process store ignores it.
+    /// them; an in-process store ignores it.
     pub waiter: Option<WaiterId>,
     /// How long the store keeps `waiter`'s place (see *Queued heads* and
     /// *Held places* on [`Store`]) after this attempt, if it is
@@ -221,16 +221,16 @@ impl TryBorrowAll {
 /// A storage backend: the atomic primitives behind a [`Pool`](crate::Pool).
 ///
 /// Waiting is the core's: its queue, its timers and the order in which a
-/// process's waiters ask the store (R5, R11, R12) live once, in
+/// process's waiters ask the store live once, in
 /// [`Pool`](crate::Pool), and users call that, not these methods. Each
 /// primitive is one atomic step, and the store decides within it:
 /// - an in-process store keeps its slots in the core's [`SlotTable`],
-///   which picks the slot (R6) and judges expiry (R7);
+///   which picks the slot and judges expiry;
 /// - a database store picks the slot and judges expiry in its own atomic
 ///   step (in SQL), so that processes on other machines agree; its
 ///   answers are held to the [`SlotTable`]'s by the conformance suite's
 ///   model tests (`store_model!`), and it may keep a queue of heads across
-///   processes (R11 across processes: see *Queued heads* below).
+///   processes (see *Queued heads* below).
 ///
 /// Every method is required, on purpose: each store states each one. The
 /// synchronous fast paths of an in-process store live apart, in
@@ -255,8 +255,8 @@ impl TryBorrowAll {
 ///   store takes the test's manual clock for its deciding clock, so that
 ///   expiry is tested without sleeping.
 /// - **Lowest free.** A grant of [`BorrowRequest::slots`] `n` takes the
-///   `n` positions that [`lowest_free_n`] names for the active leases (R6,
-///   R15), and only while `in_use + n <= count` (R10), where `in_use`
+///   `n` positions that [`lowest_free_n`] names for the active leases (R6),
+///   and only while `in_use + n <= count` (R10), where `in_use`
 ///   counts the slots the active leases hold, not the leases.
 /// - **Weighted leases** (R15). A lease of `n` slots has one id, one token
 ///   and one expiry; a return, renewal, forced return (from any of its
@@ -370,7 +370,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn delete(&self, pool: PoolId) -> Result<bool>;
 
     /// Grants the request's number of slots, the lowest free, if
-    /// `in_use + slots <= count` (R5, R6, R10, R15), with the request's lease
+    /// `in_use + slots <= count` (R6, R10, R15), with the request's lease
     /// id, for the request's ttl from the step's reading of the deciding
     /// clock.
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow>;

@@ -1,5 +1,5 @@
 //! The wait engine's queues and the store's change notification
-//! ([`Changes`]; R5, R11, R12).
+//! ([`Changes`]).
 //!
 //! Each pool with waiters has a FIFO queue in the process. Only the waiter
 //! at its head asks the store; the rest wait in memory, which keeps the
@@ -13,7 +13,7 @@
 //! head: [`Changes::hand_off`] grants the freed slot to the head inside the
 //! return's own atomic step and wakes it with the lease in hand, as tokio's
 //! semaphore assigns permits to the waiter it wakes. Nobody can barge in
-//! between (R11), and the head need not ask the store again. A store whose
+//! between, and the head need not ask the store again. A store whose
 //! return is asynchronous (a database transaction) claims a lease for the
 //! queue first ([`Changes::claim_head`]), naming a borrower that then does
 //! not ask meanwhile, and delivers the lease to the head once its
@@ -21,7 +21,7 @@
 //! may hold a claim.
 //!
 //! A single-pool waiter that asks for more slots than the pool's count is
-//! set aside (R15): it keeps its place, but the head is the first
+//! set aside: it keeps its place, but the head is the first
 //! waiter not set aside, so it holds back no one. The first waiter set
 //! aside is woken by each change to check the count
 //! ([`Changes::weigh`]); once the count reaches its weight it is no longer
@@ -100,7 +100,7 @@ impl Changes {
 
     /// Tells the waiters of `pool` that its state changed: a lease was
     /// returned or renewed, its count was set, or it was deleted. Wakes
-    /// exactly the head waiter (R11), which re-checks the store; it costs
+    /// exactly the head waiter, which re-checks the store; it costs
     /// nothing when nobody waits. The core calls it after the changes a
     /// [`Pool`](crate::Pool) makes but returns; a store, after its returns
     /// and for changes it learns other processes made.
@@ -236,8 +236,8 @@ impl Changes {
     }
 
     /// Whether a borrower of `pool` that is not set aside waits in this
-    /// process: one that a new borrower must queue behind (R11; one set
-    /// aside holds back no one, R15).
+    /// process: one that a new borrower must queue behind (one set
+    /// aside holds back no one).
     pub(crate) fn holds_back(&self, pool: PoolId) -> bool {
         if !self.has_waiters() {
             return false;
@@ -249,8 +249,8 @@ impl Changes {
     }
 
     /// Whether the queued borrower `waiter` of `pool` is not its queue's
-    /// head: another is (R11), such as one set aside that a raise of the
-    /// count just brought back ahead of it (R15). A store that
+    /// head: another is, such as one set aside that a raise of the
+    /// count just brought back ahead of it. A store that
     /// grants in place refuses such an attempt, which may have left the
     /// borrower's check of its turn before the raise. `false` if it is not
     /// queued in this process.
@@ -267,7 +267,7 @@ impl Changes {
     }
 
     /// Tells the queue of `pool` its count, as a store or a waiter just
-    /// read it (R15): each single-pool waiter for more slots than
+    /// read it: each single-pool waiter for more slots than
     /// `count` is set aside (it keeps its place, but the head is the first
     /// waiter not set aside, so it holds back no one), and each set aside
     /// for no more than `count` takes its place back, ahead of everyone
@@ -307,8 +307,7 @@ impl Changes {
 
     /// How long the longest-waiting borrower of `pool` in this process has
     /// waited by `now` (the store's clock), `None` if none waits: the wait
-    /// of the queue's head, since the queue is first come, first served
-    /// (R11).
+    /// of the queue's head, since the queue is first come, first served.
     pub fn longest_wait(&self, pool: PoolId, now: SystemTime) -> Option<Duration> {
         if !self.has_waiters() {
             return None;

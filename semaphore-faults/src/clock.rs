@@ -1,7 +1,7 @@
 //! The one clock every process of the machine shares: `CLOCK_MONOTONIC`,
 //! in nanoseconds. Holders and the orchestrator stamp their logs with it,
 //! so that one history orders the events of every process. It keeps
-//! running while a process is stopped (`SIGSTOP`), as R17's local
+//! running while a process is stopped (`SIGSTOP`), as a holder's local
 //! deadlines do.
 
 use nix::time::{ClockId, clock_gettime};

@@ -123,7 +123,7 @@ pub enum Event {
     },
 }
 
-/// How a holder watches its lease: the two ways R17 tells a holder.
+/// How a holder watches its lease: the two ways a holder is told it lost it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Watch {

@@ -4,7 +4,8 @@
 //! blips and partitions through a proxy per holder, `SIGSTOP`, `SIGKILL`,
 //! server restarts, idle-session timeouts and connection kills on the
 //! server; for SQLite, deleting the store's side files), and a checker
-//! reads their logs for the invariants of R9, R10, R16 and R17:
+//! reads their logs for the invariants of fencing, no over-issue and
+//! sessions:
 //! no two holders act on a slot at once, tokens grow in the order holders
 //! act, and a holder knows it lost a lease before anyone else can be
 //! granted its slots. See the README for how to run it.

@@ -1,7 +1,7 @@
 //! A keyed borrow answered with a lease another handle holds (another
 //! process's, here a second store handle with a session of its own) gets
 //! a guard that never says it holds the lease, and whose drop does not
-//! return it: the slot stays its holder's, who still holds it (R17; a
+//! return it: the slot stays its holder's, who still holds it (a
 //! hostile review once saw the drop free it and a third borrower take it
 //! while the holder said it held it, on every networked store).
 

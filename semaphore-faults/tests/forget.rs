@@ -1,4 +1,4 @@
-//! R13: a process that forgets a lease and returns from `main` at
+//! A process that forgets a lease and returns from `main` at
 //! once leaves it to its ttl, not to its session's end, on every networked
 //! store (MySQL lost it in 10 of 10 runs, Redis in
 //! 3 of 20, when the unbinding did not land before the process exited).

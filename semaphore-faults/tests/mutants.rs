@@ -1,6 +1,6 @@
 //! The fault suite can fail: with a bug planted in the library (feature
 //! `mutants`, see `semaphore_core`'s `fault-mutants`), a run must report
-//! violations. Each bug breaks one thing R17 rests on, on each networked
+//! violations. Each bug breaks one thing "the holder knows first" rests on, on each networked
 //! store: the local deadline of `is_held()`, the heartbeat (it fails
 //! silently), and the store's session check (a session judged ended 1 s
 //! early); and, on PostgreSQL, the lost signal (3 s late: the signal is

@@ -20,11 +20,11 @@ use semaphore_core::{
 ///
 /// Each pool has a mutex of its own, and each primitive runs under the
 /// mutex of the pool it touches (a multi-pool borrow takes its pools' in
-/// id order), so it is atomic (R10, R14), completes without ever yielding,
+/// id order), so it is atomic, completes without ever yielding,
 /// and never waits for work on another pool; it never fails with
-/// [`Error::Storage`]. Slots are kept in the core's [`SlotTable`] (R6, R7);
+/// [`Error::Storage`]. Slots are kept in the core's [`SlotTable`];
 /// tokens come from one store-wide atomic counter, so they grow across
-/// pools and across delete and register again (R9).
+/// pools and across delete and register again.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -98,7 +98,7 @@ impl MemoryStore {
             }
             if request.hold.is_some() {
                 // A held place's poll, served in its turn among this
-                // process's borrowers (R11).
+                // process's borrowers.
                 return Ok(table.poll_place(
                     request,
                     now,
@@ -109,7 +109,7 @@ impl MemoryStore {
             }
             // A queued borrower asks only as its queue's head; one that
             // is no longer the head (a raise of the count brought back a
-            // borrower ahead of it, R15) waits its turn again.
+            // borrower ahead of it) waits its turn again.
             if let Some(waiter) = request.waiter
                 && self.changes.passed_over(request.pool, waiter)
             {
@@ -122,7 +122,7 @@ impl MemoryStore {
 
     /// When the borrower asking came, to order it after the held places
     /// that came before it: its queued borrower's arrival, or the end of
-    /// the line for one that has not queued (R11).
+    /// the line for one that has not queued.
     fn arrival(&self, request: &BorrowRequest) -> u64 {
         request
             .waiter
@@ -130,7 +130,7 @@ impl MemoryStore {
             .unwrap_or(u64::MAX)
     }
 
-    /// A token above every token granted before, by any pool (R9). Taken
+    /// A token above every token granted before, by any pool. Taken
     /// under the granting pool's lock, so a pool's tokens grow in the
     /// order of its grants.
     fn next_token(&self) -> u64 {
@@ -224,7 +224,7 @@ impl Store for MemoryStore {
             table.set_count(count);
             // In the count's own step: a waiter for more slots than the
             // count is set aside, one the count now suits is owed the
-            // slots before anyone queued after it (R15).
+            // slots before anyone queued after it.
             self.changes.weigh(pool, count);
             state(pool, table, now)
         };
@@ -293,7 +293,7 @@ impl Store for MemoryStore {
             }
         }
         // A queued borrower asks only as the head of each of its queues; one
-        // that a raise of a count passed over (R15) since it
+        // that a raise of a count passed over since it
         // checked its turn waits again, as a single-pool borrower does.
         let passed_over = |r: &BorrowRequest| {
             r.waiter

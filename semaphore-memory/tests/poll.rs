@@ -1,5 +1,5 @@
 //! Poll-level tests of the wait engine on `MemoryStore`: who is woken, and
-//! when (R8, R11, R12). Futures are polled by hand with `tokio_test`, so
+//! when. Futures are polled by hand with `tokio_test`, so
 //! every interleaving is fixed.
 
 use std::sync::Arc;

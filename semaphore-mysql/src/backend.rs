@@ -21,7 +21,7 @@ use crate::schema::{self, Tables};
 use crate::session::Beats;
 
 /// How long `connect` waits for the store's session to open and its
-/// holder connection (R16).
+/// holder connection.
 const HOLDER_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a pooled connection may idle before it is closed.
@@ -40,7 +40,7 @@ const INIT: [&str; 3] = [
 
 /// A [`Store`] in one MySQL (8.0 or later) or MariaDB (10.6 or later)
 /// database, shared by any number of processes on any number of machines
-/// (rule "Stores" and R1-R16; the design of
+/// (rule "Stores"; the design of
 /// `mysql-counting-semaphore.txt`).
 ///
 /// - **One transaction per primitive**, InnoDB, `READ COMMITTED`: the
@@ -64,16 +64,16 @@ const INIT: [&str; 3] = [
 ///   default), when every waiting head looks again: a waiter is granted
 ///   within the poll interval plus one query's round trip. For faster wake-ups
 ///   across machines, put `semaphore serve` in front of the database.
-/// - **Fair across machines (R11):** each process's head waiter is queued
+/// - **Fair across machines:** each process's head waiter is queued
 ///   in the waiters table, first come first served, each owed its weight;
 ///   a head not seen for 4.5 s (its process died) stops blocking others.
-/// - **Owner liveness (R16):** bound leases name the store's holder
+/// - **Owner liveness:** bound leases name the store's holder
 ///   connection; they free as soon as another step finds it gone (needs
 ///   the `PROCESS` privilege; without it leases are not bound).
 /// - **Tokens** are counted per pool, in the pool's row that each grant
 ///   locks anyway, so that grants on different pools share no row until
 ///   they commit; a delete keeps the pool's last token in the store's row,
-///   which every later grant stays above (R9: a pool id's tokens rise
+///   which every later grant stays above (a pool id's tokens rise
 ///   across delete and register). Two pools may hand out the same token;
 ///   one multi-pool borrow's leases get rising tokens in its order.
 ///   (Schema version 2; a store of version 1 is migrated at connect, once
@@ -105,7 +105,7 @@ pub struct MysqlStore {
     changes: Arc<Changes>,
     time: Time,
     holder: Arc<Holder>,
-    /// The session this store's bound leases belong to (R16).
+    /// The session this store's bound leases belong to.
     session: Session,
     /// The most connections the pool opens: how many stale ones a step
     /// may meet in a row.
@@ -136,7 +136,7 @@ impl MysqlStore {
     /// [`MysqlOptions::pool_size`] connections, creates the store's tables
     /// if missing, and starts the holder connection and the waiters' poll.
     /// It waits up to 2 s for the holder connection, so that the first
-    /// borrow is bound (R16).
+    /// borrow is bound.
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `url`, `table_prefix`,
@@ -237,14 +237,14 @@ impl MysqlStore {
 
     /// The uuid of the named lock, `semaphore_holder_<uuid>`, that this
     /// store's holder connection keeps while it is up, and that marks its
-    /// queued heads as alive (R16); `None` while it is down. A
+    /// queued heads as alive; `None` while it is down. A
     /// new uuid after each reconnect.
     pub fn holder_id(&self) -> Option<uuid::Uuid> {
         self.holder.current()
     }
 
     /// `result`, after telling the session if the step found the session
-    /// it named ended (R16).
+    /// it named ended.
     fn told<T>(&self, session: Option<semaphore_core::SessionId>, result: Result<T>) -> Result<T> {
         if let (Err(Error::Storage { source, .. }), Some(id)) = (&result, session)
             && source.is::<crate::primitives::SessionEnded>()

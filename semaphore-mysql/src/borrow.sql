@@ -1,4 +1,4 @@
--- The borrow, written once (R5, R6, R9, R10, R11, R15, R16, rules
+-- The borrow, written once (rules
 -- "Lost replies" and "Idempotency keys are atomic"). `{p}` is the table
 -- prefix. Names carry the bodies' revision: a store that finds older ones
 -- (processes of an earlier release still call them) creates its own
@@ -104,9 +104,9 @@ step: BEGIN
     -- One look at the queue: its stale places, this waiter's own live one,
     -- and the slots owed to the live places ahead of it (all of them for
     -- a borrower that is not queued; none to a place whose weight is over
-    -- the count, R15). Stale places are deleted only if there are
+    -- the count). Stale places are deleted only if there are
     -- any. A place whose store's connection is gone (its named lock free)
-    -- is stale too (R16: a killed waiter holds back no one).
+    -- is stale too (a killed waiter holds back no one).
     SELECT COALESCE(SUM(w.alive_until <= v_now OR (w.holder IS NOT NULL AND IS_FREE_LOCK(
                 CONCAT('semaphore_holder_', LOWER(HEX(w.holder)))) <=> 1)), 0),
             COALESCE(SUM(IF(w.alive_until > v_now AND NOT (w.holder IS NOT NULL AND IS_FREE_LOCK(
@@ -152,7 +152,7 @@ step: BEGIN
             END IF;
         END IF;
         -- The earliest end of an active lease: its expiry, or its
-        -- session's end (R16).
+        -- session's end.
         SET o_status = 1, o_next = (SELECT MIN(IF(l.holder IS NULL, l.expires_at,
                     LEAST(l.expires_at, (SELECT x.expires_at FROM {p}_sessions x
                                          WHERE x.id = l.holder))))
@@ -161,14 +161,14 @@ step: BEGIN
                                               WHERE x.id = l.holder AND x.expires_at > v_now)));
         LEAVE step;
     END IF;
-    -- R16: no lease is born dead.
+    -- No lease is born dead.
     IF p_session IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {p}_sessions x
             WHERE x.id = p_session AND x.expires_at > v_now) THEN
         SET o_status = 5;
         LEAVE step;
     END IF;
 
-    -- R9: above the pool's last token, the store's floor and `p_above`.
+    -- Above the pool's last token, the store's floor and `p_above`.
     -- Every write of the first two for this pool holds this pool's row, as
     -- this does.
     UPDATE {p}_pools SET last_token = LAST_INSERT_ID(GREATEST(last_token,
@@ -176,7 +176,7 @@ step: BEGIN
         WHERE pool = p_pool;
     SET o_token = LAST_INSERT_ID();
     SET o_expires = LEAST(v_now + p_ttl, p_max);
-    -- R6, R15: the lowest free positions, gaps first in position order;
+    -- The lowest free positions, gaps first in position order;
     -- the labels on the lowest.
     IF v_highest IS NOT NULL AND v_highest + 1 <> v_held THEN
         SET v_done = 0;

@@ -1,5 +1,5 @@
 //! MySQL errors as the core's [`Error::Storage`], with the right
-//! `retryable` flag (R14).
+//! `retryable` flag.
 
 use semaphore_core::Error;
 

@@ -1,5 +1,5 @@
-//! The store's background: the connection that holds its bound leases
-//! (R16), and the poll that wakes its waiters (MySQL has no LISTEN/NOTIFY).
+//! The store's background: the connection that holds its bound leases,
+//! and the poll that wakes its waiters (MySQL has no LISTEN/NOTIFY).
 //!
 //! The holder is a connection of the store's own that takes a named lock
 //! (`GET_LOCK('semaphore_holder_<uuid>', 0)`) and keeps it, idle but

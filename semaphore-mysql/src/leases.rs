@@ -1,11 +1,11 @@
-//! Lease rows read back as leases: a lease of several slots (R15) gathers
+//! Lease rows read back as leases: a lease of several slots gathers
 //! its rows' positions and the labels of its lowest row.
 
 use semaphore_core::store::{self, from_unix_ms};
 use semaphore_core::{Holder, LeaseId, PoolId, SessionId};
 
 /// One lease row: `lease, position, token, expires_at, owner, borrow_key,
-/// holder` (the holder is the lease's session, R16).
+/// holder` (the holder is the lease's session).
 pub(crate) type LeaseRow = (
     Vec<u8>,
     u32,

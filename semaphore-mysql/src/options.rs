@@ -49,7 +49,7 @@ impl MysqlOptions {
     }
 
     /// The most connections the store's pool opens (default 10, at least
-    /// 1), besides the one that holds its bound leases (R16).
+    /// 1), besides the one that holds its bound leases.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self

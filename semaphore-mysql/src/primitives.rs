@@ -32,8 +32,8 @@ pub(crate) struct Step<'a> {
     pub(crate) holder: Option<HolderId>,
 }
 
-/// The source of the error of a step that named a session that has ended
-/// (R16): nothing was granted; the store opens a new session.
+/// The source of the error of a step that named a session that has ended:
+/// nothing was granted; the store opens a new session.
 #[derive(Debug)]
 pub(crate) struct SessionEnded;
 
@@ -95,8 +95,8 @@ impl Step<'_> {
             .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
     }
 
-    /// Slots held at `now` by active leases (R7), those of gone holders
-    /// left out (R16).
+    /// Slots held at `now` by active leases, those of gone holders
+    /// left out.
     async fn in_use(&self, tx: &mut Transaction<'_>, pool: &PoolId, now: i64) -> Sql<u32> {
         let n: Option<i64> = tx
             .exec_first(
@@ -111,7 +111,7 @@ impl Step<'_> {
         Ok(u32::try_from(n.unwrap_or_default()).unwrap_or(u32::MAX))
     }
 
-    /// R2: creates the pool or sets its count.
+    /// Creates the pool or sets its count.
     pub(crate) async fn register(
         &self,
         tx: &mut Transaction<'_>,
@@ -133,7 +133,7 @@ impl Step<'_> {
             .unwrap_or_else(|| PoolState::new(pool, count, 0)))
     }
 
-    /// R3: the pool's state, or `None` if it does not exist.
+    /// The pool's state, or `None` if it does not exist.
     pub(crate) async fn inspect(
         &self,
         tx: &mut Transaction<'_>,
@@ -164,12 +164,12 @@ impl Step<'_> {
         self.inspect(tx, pool).await
     }
 
-    /// R4: removes the pool, its leases and its queued heads.
+    /// Removes the pool, its leases and its queued heads.
     pub(crate) async fn delete(&self, tx: &mut Transaction<'_>, pool: PoolId) -> Sql<bool> {
         if self.lock_pool(tx, &pool).await?.is_none() {
             return Ok(false);
         }
-        // R9: the store's floor keeps the pool's last token, for a pool of
+        // The store's floor keeps the pool's last token, for a pool of
         // this id registered again.
         tx.exec_drop(
             format!(
@@ -187,7 +187,7 @@ impl Step<'_> {
         Ok(true)
     }
 
-    /// R8: ends an active lease; `false` for anything else: one statement
+    /// Ends an active lease; `false` for anything else: one statement
     /// (in autocommit, one round trip). A lease whose holder is gone is not
     /// active, and is not returned. It takes no lock on the pool: a borrow
     /// that runs beside it sees the slot taken or free, never both.
@@ -214,7 +214,7 @@ impl Step<'_> {
         Ok(q.affected_rows() > 0)
     }
 
-    /// R13: unbinds an active lease from its session; whether it
+    /// Unbinds an active lease from its session; whether it
     /// was active. One statement in autocommit.
     pub(crate) async fn unbind(
         &self,
@@ -295,7 +295,7 @@ impl Step<'_> {
         Ok(Some(holders_of(rows, pool).pop().map(|h| h.lease)))
     }
 
-    /// Ends the active lease holding `position` (all its slots, R15);
+    /// Ends the active lease holding `position` (all its slots);
     /// `None` if the pool does not exist, `Some(None)` if no active lease
     /// holds it.
     pub(crate) async fn force_return(
@@ -330,8 +330,8 @@ impl Step<'_> {
         Ok(Some(holders_of(rows, pool).pop()))
     }
 
-    /// The active leases by position, those of gone holders left out
-    /// (R16); `None` if the pool does not exist.
+    /// The active leases by position, those of gone holders left out;
+    /// `None` if the pool does not exist.
     pub(crate) async fn holders(
         &self,
         tx: &mut Transaction<'_>,
@@ -369,7 +369,7 @@ impl Step<'_> {
         Ok(u32::try_from(n.unwrap_or_default()).unwrap_or(u32::MAX))
     }
 
-    /// R12: forgets a queued head's place.
+    /// Forgets a queued head's place.
     /// The place of `waiter` in the queue of `pool`: 1 for the first live
     /// place; `None` if it has no live place.
     pub(crate) async fn place(

@@ -1,6 +1,6 @@
 //! The store's tables: created if missing, their version checked.
 //!
-//! - `P_store`: one row, the schema version and the token floor (R9: it
+//! - `P_store`: one row, the schema version and the token floor (it
 //!   outlives every pool): a pool's delete raises it to the pool's last
 //!   token, so that a pool of that id registered again starts above.
 //! - `P_pools`: a row per pool, its count, drain flag and last token; every
@@ -13,13 +13,13 @@
 //!   that count, now the floor; processes of version 1 then refuse to
 //!   connect, and those still running must be stopped first, as they
 //!   would count on from the floor alone.)
-//! - `P_leases`: a row per slot held (R15: a lease of `n` slots has `n`
+//! - `P_leases`: a row per slot held (a lease of `n` slots has `n`
 //!   rows under one id); the labels on its lowest row; `holder`, the
-//!   session a bound lease belongs to (R16; version 3).
+//!   session a bound lease belongs to (version 3).
 //! - `P_sessions`: a row per store handle's session, its end on the
 //!   server's clock (version 3): a bound lease is active only while its
 //!   session's end is in the future.
-//! - `P_waiters`: the queued heads of each pool (R11 across processes),
+//! - `P_waiters`: the queued heads of each pool,
 //!   first come first served by an `AUTO_INCREMENT` ticket; `holder`, the
 //!   id of the named lock the head's store keeps on a connection of its
 //!   own (version 3): a head whose lock is free is gone.
@@ -79,7 +79,7 @@ impl Tables {
     }
 
     /// Whether a lease row's session has ended at `now`, an SQL
-    /// expression (R16): it names one, and that session has no
+    /// expression: it names one, and that session has no
     /// row or an end at or before `now`.
     pub(crate) fn gone_at(&self, now: &str) -> String {
         format!(

@@ -1,4 +1,4 @@
-//! The store handle's session (R16): its row in
+//! The store handle's session: its row in
 //! `P_sessions`, heartbeated on a connection of its own.
 //!
 //! The heartbeat's connection is made again whenever a beat fails or is

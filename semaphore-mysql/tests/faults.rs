@@ -1,4 +1,4 @@
-//! Faults on a real server (R14, R16): every connection killed and a
+//! Faults on a real server: every connection killed and a
 //! restart, each on a throwaway server of its own; a borrow whose answer
 //! was lost, sent again.
 
@@ -47,8 +47,8 @@ async fn retry<T, F: std::future::Future<Output = Result<T, Error>>>(
 
 /// Every connection of the store killed (`KILL`), its holder's and its
 /// session's included: calls fail retryably or go through on a new
-/// connection, never with `Exhausted`; a connection's loss ends no session
-/// (R16), so the bound lease stays held and its holder still holds
+/// connection, never with `Exhausted`; a connection's loss ends no session,
+/// so the bound lease stays held and its holder still holds
 /// it; the holder connection comes back under another lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_connections_fail_retryably_and_end_no_session() {
@@ -101,7 +101,7 @@ async fn killed_connections_fail_retryably_and_end_no_session() {
 
 /// A restart (SIGKILL, then start on the same data) within the session
 /// timeout: calls fail retryably while the server is down; afterwards both
-/// leases are still held (InnoDB kept them, and the session lives: R16),
+/// leases are still held (InnoDB kept them, and the session lives),
 /// the bound one's holder still holds it, tokens keep growing,
 /// and a borrower that waited through the restart is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

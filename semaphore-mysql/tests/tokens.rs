@@ -1,4 +1,4 @@
-//! Fencing tokens (R9) kept per pool: a grant's token is one more than the
+//! Fencing tokens kept per pool: a grant's token is one more than the
 //! greater of its pool's last token and the store's floor, which a delete
 //! raises to the pool's; grants on different pools write no shared row.
 //! Also a store of version 1, which counted tokens in the store's row

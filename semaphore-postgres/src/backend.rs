@@ -20,7 +20,7 @@ use crate::{PostgresOptions, schema};
 use semaphore_core::store::DecidingClock as Time;
 
 /// How long `connect` waits for the store's session to open, which holds
-/// its bound leases (R16).
+/// its bound leases.
 const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A [`Store`](semaphore_core::store::Store) in one PostgreSQL database, shared by any number of
@@ -29,7 +29,7 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// - **One round trip per primitive.** Each is one statement in autocommit
 ///   calling a server-side function. No transaction is ever held open
 ///   across an `.await`, so a dropped future never strands one on a pooled
-///   connection (R12, R14).
+///   connection.
 /// - **A row per slot** (schema version 4): an unkeyed one-slot
 ///   borrow with nobody queued ahead takes the lowest free slot row with
 ///   `FOR UPDATE SKIP LOCKED`, and a return frees only its rows; neither
@@ -66,12 +66,12 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   may let a head in sends its wake-up after its own answer, on the same
 ///   connection (PgBouncer in transaction mode may mix up pipelined
 ///   transactions).
-/// - **Fair across machines (R11):** the heads of each process's queue are
+/// - **Fair across machines:** the heads of each process's queue are
 ///   queued in `semaphore_waiters`; a head whose process died (its
 ///   listener's backend gone from `pg_stat_activity`, or no heartbeat for
 ///   4.5 s) stops blocking others.
 /// - **Tokens** come from a sequence that survives delete, and never
-///   repeat, even for a grant rolled back (R9). A grant takes its token
+///   repeat, even for a grant rolled back. A grant takes its token
 ///   under its slot row's lock, so each position's tokens rise with its
 ///   grants; two grants in flight at once on different positions may
 ///   commit in either order.
@@ -139,7 +139,7 @@ impl Drop for Leased {
 /// them: a connect gives up after 5 s, data not acknowledged within 10 s
 /// (`tcp_user_timeout`, Linux) and an idle connection whose keep-alive
 /// probes go unanswered for about 11 s fail the connection, so that a
-/// renewal or a heartbeat stuck on it is tried again on another (R17).
+/// renewal or a heartbeat stuck on it is tried again on another.
 fn dead_peers_fail(mut config: Config) -> Config {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(std::time::Duration::from_secs(5));
@@ -176,7 +176,7 @@ impl PostgresStore {
     /// string, without TLS) through a deadpool-postgres pool of
     /// [`PostgresOptions::pool_size`] connections, checks or creates the
     /// store's tables, and starts the listener. It waits up to 2 s for the
-    /// listener's session, which holds the store's bound leases (R16), so
+    /// listener's session, which holds the store's bound leases, so
     /// that the first borrow is bound; a listener that is not up by then
     /// (its leases are then left to their ttl until it is) fails nothing.
     ///

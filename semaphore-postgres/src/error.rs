@@ -1,5 +1,5 @@
 //! Mapping the driver's and the connection pool's errors onto the core's
-//! (R14, rule "Stores").
+//! (rule "Stores").
 
 use std::fmt;
 

@@ -1,8 +1,8 @@
 //! Wake-up across machines (rule "Stores"): `LISTEN` on one
 //! dedicated connection per store, which every function that can let a
 //! waiter in (`semaphore_wake`) notifies at commit, and which a session's
-//! row deleted or cut short notifies (`s:` and its id: R17, a session ended
-//! by another reaches its holder at once).
+//! row deleted or cut short notifies (`s:` and its id: a session ended by
+//! another reaches its holder at once).
 //!
 //! A notification is a hint and the table is the truth. After every
 //! (re)connect all heads re-check, since notifications sent while the
@@ -11,7 +11,7 @@
 //! store's view of the server's clock, and records its backend's pid so
 //! that other processes can tell, from `pg_stat_activity`, that a queued
 //! head's process has died (a waiter's place may be bound to its
-//! connection: R16; leases belong to the store's session).
+//! connection; leases belong to the store's session).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -24,7 +24,7 @@ pub(crate) struct Returning {
     pub(crate) changes: Arc<Changes>,
     /// The test's now, unix ms, or `None` for the server's clock.
     pub(crate) now: Option<i64>,
-    /// The session bound leases name (R16), for a claimed head's
+    /// The session bound leases name, for a claimed head's
     /// lease.
     pub(crate) session: Option<semaphore_core::SessionId>,
 }
@@ -63,7 +63,7 @@ impl Returning {
         if let (Some(claim), Attempt::Granted(granted)) = (claim, attempt)
             && let Err(unwanted) = claim.deliver(granted)
         {
-            // Its head gave up meanwhile: nobody holds it (R12).
+            // Its head gave up meanwhile: nobody holds it.
             let again = returned(&self.call(&client, pool, unwanted.id, None).await?)?;
             handed |= again.handed;
             free |= again.free;

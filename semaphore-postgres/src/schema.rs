@@ -17,18 +17,18 @@ use migrate::{before_3, migrate_from, shape_3};
 
 /// The schema version this build writes and reads. Version 1 had the same
 /// tables as 2, which replaced functions only; version 3 holds weighted
-/// leases (R15): a lease's id is no longer unique per row, and a queued
+/// leases: a lease's id is no longer unique per row, and a queued
 /// head records its weight (`semaphore_waiters.slots`); and leases bound to
-/// their holder's session (R16: `holder`, `holder_start`), and pools that
+/// their holder's session (`holder`, `holder_start`), and pools that
 /// drain (`semaphore_pools.draining`). Version 4 keeps one row per slot,
 /// free or held (`semaphore_slots`), in place of a row per held slot
 /// (`semaphore_leases`), so that grants and returns on different slots of
 /// one pool commit in parallel. Version 5 binds leases to the
-/// store handles' sessions (`semaphore_sessions`: R16)
+/// store handles' sessions (`semaphore_sessions`)
 /// in place of backends: `session` replaces `holder` and `holder_start`
 /// on slots and places. Version 6 has the same tables, and triggers that
 /// tell a session's holder at once when someone else deletes its row or
-/// cuts its end short (R17). Version 7 has the same tables again, and
+/// cuts its end short. Version 7 has the same tables again, and
 /// functions whose borrow and return of one slot, while nobody is queued,
 /// each run one statement that writes only the slot and notify nobody.
 /// Versions 1 to 6 are migrated in place
@@ -38,7 +38,7 @@ use migrate::{before_3, migrate_from, shape_3};
 pub(crate) const VERSION: i32 = 7;
 
 /// How long a queued head's row stays without being refreshed before other
-/// processes treat its process as gone (R11), in ms.
+/// processes treat its process as gone, in ms.
 pub(crate) use semaphore_core::store::WAITER_TTL_MS;
 
 /// A head's look refreshes its row once the last refresh is older than

@@ -1,14 +1,14 @@
 -- The PostgreSQL store's tables and functions, schema version 7 (version 1
 -- had the same tables; 2 replaced functions only: `semaphore_delete` locks
 -- the pool row first, heads refresh their place at every look; 3 holds
--- weighted leases, R15, and a queued head records the slots it waits for;
--- a lease bound to its holder, R16, names the holder's backend; 4 keeps a
+-- weighted leases, and a queued head records the slots it waits for;
+-- a lease bound to its holder names the holder's backend; 4 keeps a
 -- row per slot, `semaphore_slots`, in place of a row per held slot, so
 -- that grants on one pool need not serialize on its pool row;
 -- 5 binds leases to sessions with an end on the server's clock, kept by a
--- heartbeat, in place of backends, R16; 6 tells a session's
+-- heartbeat, in place of backends; 6 tells a session's
 -- holder at once when someone else deletes its row or moves its end
--- earlier, R17, through triggers on semaphore_sessions; 7 has the same
+-- earlier, through triggers on semaphore_sessions; 7 has the same
 -- tables, and a borrow and a return of one slot while nobody is queued
 -- that each run one statement, writing only the slot, and send no
 -- notification).
@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_store (
 );
 CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tokens;
 CREATE SEQUENCE IF NOT EXISTS {s}.semaphore_tickets;
--- R16: a store handle's session, which its bound leases belong
+-- A store handle's session, which its bound leases belong
 -- to. It lives while `expires_at` is in the future; a heartbeat moves it
 -- (semaphore_beat), a clean close deletes it (semaphore_close). An ended
 -- session never lives again, so neither do its leases; its row may be
@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_sessions (
     id uuid PRIMARY KEY,
     expires_at bigint NOT NULL
 );
--- R17, a session ended by another (version 6): a session's row deleted,
+-- A session ended by another (version 6): a session's row deleted,
 -- or its end moved earlier, by anyone (an operator, a cleaning job; the
 -- holder's own close too) is told on the store's channel as `s:` and the
 -- session's id, so that its holder, if it still keeps it, learns in
@@ -59,10 +59,10 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_pools (
 -- free slot and a return frees it, so grants and returns on different
 -- slots of one pool lock different rows and commit in parallel. A free row
 -- has no lease and `expires_at` 0; a row is active while `expires_at` is in
--- the future and its session lives (R7, R16). A lease of n slots (R15) is n
+-- the future and its session lives. A lease of n slots is n
 -- rows under one lease id, token and expiry, its labels on its lowest row.
 -- A pool's rows are positions 0 to n-1, n the most slots it has held at
--- once: a grant that finds every row held adds the next (R2). No column
+-- once: a grant that finds every row held adds the next. No column
 -- but the key's is indexed, so updates stay on the page (HOT) with room
 -- left by the fill factor. A key is unique among a pool's active leases
 -- because keyed grants take the pool row's lock (an expired lease keeps
@@ -107,7 +107,7 @@ LANGUAGE sql VOLATILE AS $$
     SELECT coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)
 $$;
 
--- R16: whether session p_session lives at p_now (its end is
+-- Whether session p_session lives at p_now (its end is
 -- after it); true for an unbound lease (no session).
 CREATE OR REPLACE FUNCTION {s}.semaphore_alive(p_session uuid, p_now bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
@@ -123,7 +123,7 @@ LANGUAGE sql STABLE AS $$
         (SELECT x.expires_at FROM {s}.semaphore_sessions x WHERE x.id = p_session), 0)) END
 $$;
 
--- R16: one heartbeat of session p_session. If it lives, its end
+-- One heartbeat of session p_session. If it lives, its end
 -- moves to now + p_timeout; if it has no row and p_open (a fresh id, or
 -- the retry of its first beat), it is created so. The step's reading of
 -- the clock if it lives after, NULL if it ended: an ended session never
@@ -154,7 +154,7 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- R16: ends session p_session at once (a clean close): its
+-- Ends session p_session at once (a clean close): its
 -- leases stop being active, and every process's waiters look again.
 CREATE OR REPLACE FUNCTION {s}.semaphore_close(p_session uuid) RETURNS void
 LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
@@ -165,7 +165,7 @@ BEGIN
     END IF;
 END $$;
 
--- R3, R7, R15, R16: slots held at p_now by the pool's active leases (not
+-- Slots held at p_now by the pool's active leases (not
 -- expired, session not ended), at any position.
 CREATE OR REPLACE FUNCTION {s}.semaphore_in_use(p_pool uuid, p_now bigint) RETURNS bigint
 LANGUAGE sql STABLE AS $$
@@ -216,7 +216,7 @@ BEGIN
     END IF;
 END $$;
 
--- R8, after a return has committed: wakes every process if the return
+-- After a return has committed: wakes every process if the return
 -- handed its slot to a head (p_handed: the head's process then finds its
 -- lease), if a head is queued, or if a borrow holds the pool's gate (it may
 -- be taking a place without having seen the slot free; its process then
@@ -231,10 +231,10 @@ BEGIN
     END IF;
 END $$;
 
--- R2: creates the pool or sets its count; its count and in_use. Slot rows
+-- Creates the pool or sets its count; its count and in_use. Slot rows
 -- are made by the grants that first need them, so a pool costs the most
 -- slots it has held at once, never its count; rows at or above a lowered
--- count stay, and are not granted (R6).
+-- count stay, and are not granted.
 CREATE OR REPLACE FUNCTION {s}.semaphore_register(p_pool uuid, p_count bigint, p_now bigint)
 RETURNS TABLE (o_count bigint, o_in_use bigint, o_draining boolean)
 LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
@@ -265,7 +265,7 @@ BEGIN
     RETURN QUERY SELECT v_count, {s}.semaphore_in_use(p_pool, v_now), p_draining;
 END $$;
 
--- R4: removes the pool, its slots and its queued heads. The pool row is
+-- Removes the pool, its slots and its queued heads. The pool row is
 -- locked first: a borrow queued on that lock then finds no pool, and every
 -- lease committed before the lock was taken is seen by the deletes below
 -- (each statement of a volatile function reads a fresh snapshot); a grant
@@ -281,7 +281,7 @@ BEGIN
     RETURN FOUND;
 END $$;
 
--- R5, R6, R10, R11, R15: one borrow attempt of p_slots slots on one
+-- One borrow attempt of p_slots slots on one
 -- pool. status 0: granted (the new lease, or the keyed one, with its
 -- positions); 1: exhausted (expires_at is the earliest expiry); 2: no such
 -- pool; 3: the pool drains; 5: the session has ended; 6: the key names a
@@ -294,10 +294,10 @@ END $$;
 -- the caller: the lowest free slot row that no other transaction holds
 -- locked (SKIP LOCKED), without the pool row's lock, so grants on
 -- different slots commit in parallel. A row locked by a grant or a return
--- in flight is held until that commits (R6 at the instant of this grant).
+-- in flight is held until that commits (held at the instant of this grant).
 -- A refusal that writes nothing (no new place, no place to refresh, no
 -- lease of an ended session to end) is decided from one snapshot, without a
--- lock either: exact at that instant (R5), and a return in flight then
+-- lock either: exact at that instant, and a return in flight then
 -- comes after it. Everything else takes the slow path, under the pool
 -- row's lock (it adds rows as the pool grows).
 CREATE OR REPLACE FUNCTION {s}.semaphore_try_borrow(
@@ -394,7 +394,7 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    -- R16: no lease is born dead. The caller opens a new session
+    -- No lease is born dead. The caller opens a new session
     -- and asks again.
     IF p_session IS NOT NULL AND NOT {s}.semaphore_alive(p_session, v_now) THEN
         RETURN QUERY SELECT 5::smallint, NULL::uuid, NULL::bigint[], NULL::bigint, NULL::bigint,
@@ -444,7 +444,7 @@ BEGIN
         v_ticket := NULL;
     END IF;
     IF p_key IS NOT NULL THEN
-        -- R16: a key whose lease died with its session borrows anew. Keys
+        -- A key whose lease died with its session borrows anew. Keys
         -- match by name (before a unit separator and the request digest);
         -- one kept with another digest refuses this request (6), under the
         -- pool row's lock, so that racing servers agree.
@@ -470,7 +470,7 @@ BEGIN
     END IF;
     SELECT count(*) INTO v_held FROM {s}.semaphore_slots l
         WHERE l.pool = p_pool AND l.expires_at > v_now;
-    -- R15: a head whose weight is over the count keeps its place
+    -- A head whose weight is over the count keeps its place
     -- but is owed nothing while the count is below it.
     SELECT coalesce(sum(w.slots), 0) INTO v_ahead FROM {s}.semaphore_waiters w
         WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807)
@@ -489,7 +489,7 @@ BEGIN
         v_ahead := v_ahead - v_dropped;
     END IF;
     IF v_count - v_held - v_ahead < p_slots THEN
-        -- R16: leases whose session has ended are expired.
+        -- Leases whose session has ended are expired.
         -- (The slow path never waits for a slot row: a row a borrow in
         -- flight holds locked is left to a later look.)
         UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
@@ -613,7 +613,7 @@ BEGIN
     RETURN QUERY SELECT * FROM unnest(v_rows);
 END $$;
 
--- R8: ends an active lease, and hands its slot on at once where it can
+-- Ends an active lease, and hands its slot on at once where it can
 -- (one commit then serves the return and the next grant). Only
 -- the lease's slot rows and a head's place are locked, not the pool row:
 -- returns on different slots commit in parallel. One row: a grant as
@@ -629,16 +629,16 @@ END $$;
 --
 -- Who gets the slot (only if p_hand_off: the conformance suite's gate
 -- turns hand-offs off while it holds heads' own calls), first come first
--- served (R11): the head of the shared queue, if another process's head
+-- served: the head of the shared queue, if another process's head
 -- is first, is one-slot without a key (its place keeps its ttl, owner and
 -- session), lives, and is not looking right now (its advisory lock): it
 -- finds its lease by `granted_to` at its next look, read-only. Else, if
 -- nobody else is queued ahead, the caller's claimed head (p_grant, the
 -- lease id, with p_waiter, p_ttl, p_owner, p_session), whose
 -- place if any goes. Either only if the pool grants and has room (no
--- active slot at or above the count, R10); the grant takes the lowest free
--- slot below the count not locked by a grant in flight (R6), a new token
--- (R9). Otherwise the wake-up tells the heads to look, as before.
+-- active slot at or above the count); the grant takes the lowest free
+-- slot below the count not locked by a grant in flight, a new token.
+-- Otherwise the wake-up tells the heads to look, as before.
 CREATE OR REPLACE FUNCTION {s}.semaphore_return_lease(
     p_pool uuid, p_lease uuid, p_now bigint, p_hand_off boolean, p_grant uuid, p_waiter uuid,
     p_ttl bigint, p_owner text, p_session uuid)
@@ -794,7 +794,7 @@ BEGIN
     RETURN QUERY SELECT 0::smallint, p_lease, v_positions, v_tok, v_exp, v_session;
 END $$;
 
--- R13: unbinds an active lease from its session, so that it
+-- Unbinds an active lease from its session, so that it
 -- lives to its expiry whatever becomes of its holder; whether it was
 -- active.
 CREATE OR REPLACE FUNCTION {s}.semaphore_unbind(p_pool uuid, p_lease uuid, p_now bigint)
@@ -808,7 +808,7 @@ BEGIN
     RETURN FOUND;
 END $$;
 
--- Ends the active lease holding a position (all its slots, R15), as a
+-- Ends the active lease holding a position (all its slots), as a
 -- return would. status 0: ended (with the lease); 1: none; 2: no such pool.
 CREATE OR REPLACE FUNCTION {s}.semaphore_force_return(p_pool uuid, p_position bigint, p_now bigint)
 RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bigint,
@@ -849,7 +849,7 @@ BEGIN
     RETURN QUERY SELECT 0::smallint, v_id, v_positions, v_tok, v_exp, v_owner, v_key;
 END $$;
 
--- R12: forgets a queued head's place, and frees a slot a return handed it
+-- Forgets a queued head's place, and frees a slot a return handed it
 -- that it never took (its borrow was dropped); wakes the next head if
 -- either was there.
 CREATE OR REPLACE FUNCTION {s}.semaphore_leave_queue(p_pool uuid, p_waiter uuid) RETURNS boolean

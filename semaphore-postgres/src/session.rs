@@ -1,4 +1,4 @@
-//! The store handle's session (R16): its record in
+//! The store handle's session: its record in
 //! `semaphore_sessions`, heartbeated on a connection of its own.
 //!
 //! The heartbeat has its own connection, made from the listener's

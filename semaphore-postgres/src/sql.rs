@@ -8,7 +8,7 @@
 //!
 //! A statement that compares many rows with the time reads the clock once:
 //! `(SELECT semaphore_now($n))` is an uncorrelated subquery, evaluated once
-//! per statement, so every row is judged at one instant (R3).
+//! per statement, so every row is judged at one instant.
 
 use semaphore_core::store::{BorrowRequest, from_unix_ms, millis};
 use semaphore_core::{Holder, Lease, LeaseId, PoolId, Positions, SessionId};
@@ -55,7 +55,7 @@ pub(crate) struct Sql {
     pub(crate) queue_heads: String,
     /// The wake-up after a return, in a transaction of its own.
     pub(crate) wake: String,
-    /// A session's heartbeat and its close (R16).
+    /// A session's heartbeat and its close.
     pub(crate) beat: String,
     pub(crate) close: String,
     pub(crate) unbind: String,
@@ -79,7 +79,7 @@ pub(crate) struct ReturnArgs<'a> {
     /// Its ttl, in ms, and owner label.
     pub(crate) ttl: Option<i64>,
     pub(crate) owner: Option<&'a str>,
-    /// The session its lease is bound to (R16), if bound.
+    /// The session its lease is bound to, if bound.
     pub(crate) session: Option<uuid::Uuid>,
 }
 
@@ -140,9 +140,9 @@ pub(crate) struct TryBorrowArgs<'a> {
     pub(crate) backend: Option<i32>,
     /// Whether a refused head keeps (or takes) its place in the queue.
     pub(crate) keep_place: bool,
-    /// How many slots to grant as one lease (R15).
+    /// How many slots to grant as one lease.
     pub(crate) slots: i64,
-    /// The session of a bound lease (R16); `None` for a lease
+    /// The session of a bound lease; `None` for a lease
     /// left to its ttl.
     pub(crate) session: Option<uuid::Uuid>,
     /// A held place's hold, in ms ([`BorrowRequest::hold`](semaphore_core::store::BorrowRequest::hold)):
@@ -210,7 +210,7 @@ impl Sql {
                 "SELECT * FROM {s}.semaphore_return_lease($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             ),
             renew: f("SELECT * FROM {s}.semaphore_renew($1, $2, $3, $4)"),
-            // One row per lease, its rows' positions gathered (R15); the
+            // One row per lease, its rows' positions gathered; the
             // labels are on its lowest row only.
             holders: f("WITH t AS (SELECT {s}.semaphore_now($2) AS now)
                 SELECT EXISTS (SELECT 1 FROM {s}.semaphore_pools WHERE pool = $1),
@@ -249,7 +249,7 @@ impl Sql {
 /// expires_at, session`).
 pub(crate) enum Attempt {
     Granted(Lease),
-    /// The session the request named has ended (R16): nothing was
+    /// The session the request named has ended: nothing was
     /// granted; a new session is needed.
     SessionEnded,
     /// Exhausted; the earliest expiry, if any lease is active.

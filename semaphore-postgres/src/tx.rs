@@ -29,9 +29,9 @@ use crate::sql::{self, Attempt};
 ///   pool's row.
 /// - No waiting: a borrow either gets a free slot at once or fails with
 ///   [`Error::Exhausted`]. It does not jump borrowers queued in this process
-///   or heads queued by other processes (R11).
+///   or heads queued by other processes.
 /// - A rolled-back borrow leaves no lease; its token came from a sequence
-///   and is never handed out again (R9).
+///   and is never handed out again.
 /// - Waiters everywhere learn of a committed return through the store's
 ///   notification, sent at commit.
 ///
@@ -51,7 +51,7 @@ use crate::sql::{self, Attempt};
 /// ```
 impl PostgresStore {
     /// Borrows the lowest free slot of `pool` for `ttl` inside `tx`, without
-    /// waiting (R5, R6). The lease exists once `tx` commits. `ttl`, the key
+    /// waiting. The lease exists once `tx` commits. `ttl`, the key
     /// and the owner label are checked and clamped as by
     /// [`Pool::borrow_with`], against `pool`'s limits; with a key whose
     /// lease is active, that lease is returned.
@@ -118,7 +118,7 @@ impl PostgresStore {
         }
     }
 
-    /// Returns lease `lease` of `pool` inside `tx` (R8): `true` if it was
+    /// Returns lease `lease` of `pool` inside `tx`: `true` if it was
     /// active. The slot is free once `tx` commits.
     ///
     /// # Errors

@@ -3,7 +3,7 @@
 //! return, for 3.5 s: at some instant all 5 slots are held (no slot sits
 //! idle for the whole run while tasks wait, as it did when every return
 //! that came while the queue's head was asking left its slot free for the
-//! head to take one store call at a time), never more than 5 (R10), and no
+//! head to take one store call at a time), never more than 5, and no
 //! lease is lost or left to nobody.
 
 use std::sync::Arc;

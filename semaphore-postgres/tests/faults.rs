@@ -1,4 +1,4 @@
-//! Faults on a real server (R14): a restart mid-run, the
+//! Faults on a real server: a restart mid-run, the
 //! listener's connection killed, a statement timeout, the connection pool
 //! exhausted. Each gives a retryable storage error (never `Exhausted`),
 //! over-issues nothing, and the store recovers by itself.
@@ -68,7 +68,7 @@ async fn a_server_restart_fails_calls_retryably_then_waiters_are_served() {
     let store = store(server.url(), &schema, PostgresOptions::default()).await;
     let pool = Pool::new(store.clone(), PoolId::from_name("p"));
     pool.register(1).await.unwrap();
-    // Not bound to the session, which the restart ends (R16: see the next
+    // Not bound to the session, which the restart ends (see the next
     // test for a bound one).
     let unbound = semaphore_postgres::BorrowOptions::new().bound(false);
     let held = pool
@@ -99,7 +99,7 @@ async fn a_server_restart_fails_calls_retryably_then_waiters_are_served() {
     assert_eq!(retry(|| pool.inspect()).await.in_use, 1);
 }
 
-/// R16: a server restart with the data intact ends no session.
+/// A server restart with the data intact ends no session.
 /// A bound lease outlives the restart and twice the session timeout after
 /// it: its holder still holds it (the heartbeat landed again), and a
 /// borrower that waits that long is refused; once the holder lets go, the
@@ -297,7 +297,7 @@ async fn waiters_are_polled_while_the_listener_cannot_connect() {
     let waiter = {
         let pool = pool.clone();
         // Unbound: the session's heartbeat also connects by `listen_url`,
-        // so this handle has no session to bind a lease to (R16).
+        // so this handle has no session to bind a lease to.
         let unbound = BorrowOptions::default().bound(false);
         tokio::spawn(async move {
             pool.borrow_with(TTL, Duration::from_secs(20), unbound)

@@ -149,7 +149,7 @@ async fn a_return_hands_its_slot_to_the_queued_head() {
 }
 
 /// A head that leaves without looking (its borrow was dropped or timed out)
-/// frees the slot it was handed: nothing is held for nobody (R12).
+/// frees the slot it was handed: nothing is held for nobody.
 #[tokio::test]
 async fn a_head_that_leaves_frees_the_slot_it_was_handed() {
     let f = fixture().await;
@@ -230,7 +230,7 @@ async fn a_return_hands_its_slot_to_this_process_head() {
 
 /// A return that claimed this process's head and is then dropped, after
 /// one poll, two, and so on (the caller gave up on `release`), still ends
-/// with the slot with the head, or free: never granted to nobody (R12).
+/// with the slot with the head, or free: never granted to nobody.
 /// The head gets its lease within its wait, and once it returns it the
 /// pool is empty and its queue too.
 #[tokio::test(flavor = "current_thread")]

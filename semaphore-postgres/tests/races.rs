@@ -8,7 +8,7 @@ use semaphore_postgres::{Pool, PoolId, PostgresOptions, PostgresStore};
 
 const TTL: Duration = Duration::from_secs(60);
 
-/// R4: a delete that runs while borrows are in flight leaves no lease
+/// A delete that runs while borrows are in flight leaves no lease
 /// behind: after registering the pool again nothing is in use, and every
 /// lease granted before the delete is no longer valid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +60,7 @@ async fn delete_during_borrows_leaves_no_lease_behind() {
     }
 }
 
-/// R11 across processes: a queued head that looks once per poll interval,
+/// First come, first served across processes: a queued head that looks once per poll interval,
 /// at the longest interval allowed, keeps its place ahead of a later head
 /// for as long as it waits (its row is refreshed at each look).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,7 +241,7 @@ async fn a_hot_pool_under_many_tasks_never_deadlocks_or_over_issues() {
     }
     // A slot a return handed to a place whose borrower was served another
     // way meanwhile is given back by that place's clean-up, which runs
-    // detached (R12): every slot comes back, not necessarily before the
+    // detached: every slot comes back, not necessarily before the
     // tasks end.
     let pool = pool.unwrap();
     let all_back = async {

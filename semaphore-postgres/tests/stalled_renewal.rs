@@ -1,7 +1,7 @@
 //! A renewal stuck on a connection gone silent (a dropped NAT or firewall
 //! entry, a half-open connection: the bytes go nowhere and nothing errors)
 //! is given up and tried again on another connection before the lease is
-//! lost, while the store answers new connections at once (R17: found by a
+//! lost, while the store answers new connections at once (found by a
 //! hostile test, where the holder lost its lease with the store reachable
 //! all along). Every connection open at one moment is frozen by a proxy
 //! that forwards every later one; the lease is held as `semaphore run`

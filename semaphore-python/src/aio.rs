@@ -9,8 +9,8 @@ use crate::runtime::runtime;
 use crate::semaphore::{self, Error};
 
 /// An asyncio awaitable of `call`, which runs on the module's runtime.
-/// Cancelling the awaitable drops `call` (for a borrow: it takes nothing,
-/// R12). Must be called with an asyncio event loop running.
+/// Cancelling the awaitable drops `call` (for a borrow: it takes nothing).
+/// Must be called with an asyncio event loop running.
 pub(crate) fn awaitable<'py, T>(
     py: Python<'py>,
     call: impl Future<Output = semaphore::Result<T>> + Send + 'static,

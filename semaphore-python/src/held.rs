@@ -16,7 +16,7 @@ pub(crate) type Cell<T> = Arc<Mutex<Option<T>>>;
 
 /// A guard kept by a Python object. Dropping the last handle on a guard
 /// still held drops it inside the module's runtime with the GIL released:
-/// the library then returns the lease at once (R13).
+/// the library then returns the lease at once.
 pub(crate) struct Held<T: Send + 'static> {
     cell: Cell<T>,
     /// Whether the store answers without I/O (memory): a guard is then

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use crate::semaphore;
 use crate::time::unix_seconds;
 
-/// A pool as of one instant (R3); never shows lease ids.
+/// A pool as of one instant; never shows lease ids.
 #[pyclass(module = "semaphore_pool", frozen, eq, get_all)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PoolState {
@@ -63,7 +63,7 @@ pub(crate) struct LeaseInfo {
     /// Every position the lease holds, lowest first.
     positions: Vec<u32>,
     /// The fencing token: above every token granted before on its
-    /// positions (R9).
+    /// positions.
     token: u64,
     /// When the lease frees itself, in unix seconds (to the millisecond).
     expires_at: f64,

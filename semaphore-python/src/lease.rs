@@ -1,5 +1,5 @@
 //! `Lease`: a held lease, returned when its `with` block ends or when it
-//! is garbage-collected (the library's guard, R13).
+//! is garbage-collected (the library's guard).
 
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ use crate::time::{maybe_seconds, seconds, unix_seconds};
 /// exception too, by `release()`, or when the object is garbage-collected;
 /// `forget()` keeps it to its ttl instead.
 ///
-/// Bound to its store's session (R16): it frees when this process dies
+/// Bound to its store's session: it frees when this process dies
 /// (SQLite: at once; PostgreSQL, Redis, MySQL: within the session timeout).
 /// Check `is_held()` right before each act on the resource it guards, and
 /// pass `token` along to it.
@@ -131,7 +131,7 @@ impl Lease {
     }
 
     /// The fencing token: above every token granted before on its
-    /// positions (R9). Pass it to the resource you protect.
+    /// positions. Pass it to the resource you protect.
     #[getter]
     fn token(&self) -> u64 {
         self.granted.token
@@ -156,8 +156,8 @@ impl Lease {
         now.unwrap_or_else(|| LeaseInfo::from(&self.granted))
     }
 
-    /// Whether the lease is still certainly held, decided without I/O
-    /// (R17): `False` once it was returned or forgotten here, once it
+    /// Whether the lease is still certainly held, decided without I/O:
+    /// `False` once it was returned or forgotten here, once it
     /// expired by the store's clock, once its session can no longer vouch
     /// for it, or once a keep-alive renewal found it lost. It turns `False`
     /// no later than anyone else can be granted its slots.

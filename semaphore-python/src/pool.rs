@@ -141,7 +141,7 @@ impl Pool {
     /// `borrow` for asyncio: `lease = await pool.borrow_async(...)`, or
     /// `async with pool.borrow_async(...) as lease:`, which returns the
     /// lease when the block ends. Same arguments and errors. Cancelling the
-    /// awaiting task while it waits takes nothing (R12); a lease granted
+    /// awaiting task while it waits takes nothing; a lease granted
     /// just as it was cancelled is returned at once.
     #[pyo3(signature = (ttl, wait = 0.0, *, slots = 1, key = None, owner = None, wait_while_draining = false))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments

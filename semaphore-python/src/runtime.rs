@@ -60,7 +60,7 @@ pub(crate) enum Signals {
 /// so a SQLite statement runs here, not on another thread), in slices of
 /// [`SIGNAL_POLL`] between which the signal handlers run
 /// ([`Signals::Checked`]). An interrupted call's future is dropped inside
-/// the runtime with the GIL released: a borrow then takes nothing (R12).
+/// the runtime with the GIL released: a borrow then takes nothing.
 pub(crate) fn wait<T, F>(py: Python<'_>, inline: bool, signals: Signals, call: F) -> PyResult<T>
 where
     F: Future<Output = semaphore::Result<T>> + Send,

@@ -16,7 +16,7 @@ use crate::time::maybe_seconds;
 ///
 /// Not made directly: use `MemoryStore`, `SqliteStore`, `PostgresStore`,
 /// `RedisStore` or `MysqlStore`. A store handle is also its process's
-/// session (R16): leases borrowed through it are bound to it, and on
+/// session: leases borrowed through it are bound to it, and on
 /// PostgreSQL, Redis and MySQL they end within the session timeout if
 /// this process dies. Keep one store per database for the life of the
 /// process, and make it after any `os.fork()` (the module's threads do not

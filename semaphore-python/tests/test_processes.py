@@ -56,12 +56,12 @@ def test_python_and_rust_processes_share_one_sqlite_pool(tmp_path):
     all_holds = [h for log in [*logs, rust_log] for h in holds(log)]
     assert len(all_holds) == 5 * n
     assert len(holds(rust_log)) == n
-    # No token twice (R9), no position outside the count.
+    # No token twice, no position outside the count.
     tokens = [token for _, token, _, _ in all_holds]
     assert len(set(tokens)) == len(tokens)
     assert {position for position, _, _, _ in all_holds} <= {0, 1, 2}
-    # No position held twice at once (R10), and on each position the tokens
-    # grow with time (R9, per position).
+    # No position held twice at once, and on each position the tokens
+    # grow with time.
     for position in {0, 1, 2}:
         on_it = sorted((h for h in all_holds if h[0] == position), key=lambda h: h[2])
         for before, after in zip(on_it, on_it[1:]):

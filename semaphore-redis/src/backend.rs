@@ -37,12 +37,12 @@ use crate::{Connection, keys, slots};
 ///   [`connect_cluster`](RedisStore::connect_cluster) for what differs.
 /// - **Wake-up:** one pub/sub connection per store on `PREFIX:wake`, fanned
 ///   out to this process's waiters; a fallback poll covers lost messages.
-/// - **Fair across machines (R11):** the heads of each process's queue are
+/// - **Fair across machines:** the heads of each process's queue are
 ///   queued per pool with a heartbeat; a head whose process stopped asking
 ///   for 4.5 s stops blocking others.
 /// - **Tokens** are the server's clock in µs, or one more than the pool's
 ///   last token if larger: they grow across a delete and across a restart
-///   that lost every key (R9), as long as the server's clock does not step
+///   that lost every key, as long as the server's clock does not step
 ///   back.
 /// - **A restart that lost the data**: see
 ///   [`RedisOptions::restart_grace`](crate::RedisOptions::restart_grace). The server must not evict the
@@ -77,10 +77,10 @@ pub struct RedisStore {
     pub(crate) time: DecidingClock,
     pub(crate) restart_grace_ms: u64,
     /// The connection that marks this process's queued heads as alive
-    /// (R16: a waiter's place is bound to a connection); none on
+    /// (a waiter's place is bound to a connection); none on
     /// a cluster.
     pub(crate) holder: Option<Holder>,
-    /// The session this store's bound leases belong to (R16).
+    /// The session this store's bound leases belong to.
     pub(crate) session: Session,
     /// Its heartbeat, which a bound borrow on a cluster slot joins first.
     pub(crate) beats: Arc<Beats>,
@@ -99,7 +99,7 @@ pub(crate) enum Wake {
 
 impl RedisStore {
     /// The client id of the connection that marks this process's queued
-    /// heads as alive (R16), `None` while it is down, and always
+    /// heads as alive, `None` while it is down, and always
     /// on a cluster.
     pub fn holder_id(&self) -> Option<i64> {
         self.holder.as_ref().and_then(Holder::id)

@@ -168,7 +168,7 @@ impl Listener {
 /// and its deciding clock.
 pub(crate) type Clock = (crate::Connection, semaphore_core::store::DecidingClock);
 
-/// Waiter liveness on a cluster (R16: a waiter's place may be
+/// Waiter liveness on a cluster (a waiter's place may be
 /// bound to its connection): a queued head's place names the client id,
 /// on the master of the pool's slot, of the store's own cluster link to
 /// that master, which dies with the process. Learned with `CLIENT ID`

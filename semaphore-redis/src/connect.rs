@@ -31,7 +31,7 @@ impl RedisStore {
     /// `rediss://` is not built in, `redis+unix:///path/to/socket`), checks
     /// that it is Redis 7.0 or later, loads the scripts and starts the
     /// subscriber. It waits up to 2 s for the connection that holds the
-    /// store's bound leases (R16), so that the first borrow is bound; one
+    /// store's bound leases, so that the first borrow is bound; one
     /// that is not up by then (its leases are then left to their ttl until
     /// it is) fails nothing.
     ///
@@ -113,7 +113,7 @@ impl RedisStore {
     ///
     /// What differs from one server (each script touches its pool's slot
     /// alone):
-    /// - **Sessions** (R16) keep their end once per hash slot
+    /// - **Sessions** keep their end once per hash slot
     ///   where they hold bound leases, `PREFIX:{<slot's tag>}:s:<id>`; the
     ///   first bound borrow on a slot costs one more round trip, and each
     ///   heartbeat renews every such key.
@@ -132,7 +132,7 @@ impl RedisStore {
     ///   grant, then taken in order, and what was taken given back if a
     ///   later slot refuses in between). A hash tag in the prefix puts a
     ///   store's pools on one slot ([`RedisOptions::prefix`]).
-    /// - **Waiters' places** (R16) name the store's own link to
+    /// - **Waiters' places** name the store's own link to
     ///   the master of the pool's slot (its `CLIENT ID` there, learned once
     ///   per slot): a killed waiter holds back no one. After a failover or
     ///   a reconnect, places named by an old link are judged gone: their

@@ -1,4 +1,4 @@
-//! Owner liveness (R16) for Redis: the holder of a store's bound
+//! Owner liveness for Redis: the holder of a store's bound
 //! leases is a connection of its own, named by the server's `CLIENT ID`.
 //!
 //! The store keeps one idle connection (named `semaphore-holder`, checked

@@ -90,7 +90,7 @@ impl RedisOptions {
     /// until this long after it started. Default 60 s; at least the
     /// session timeout. It is the store's longest ttl
     /// ([`Store::max_ttl`](semaphore_core::store::Store::max_ttl)): a
-    /// longer one is clamped to it, as R5 clamps any ttl above the limits,
+    /// longer one is clamped to it, as any ttl above the limits is clamped,
     /// and the lease's expiry says what was granted; set it to the longest
     /// ttl your leases use.
     ///
@@ -116,8 +116,8 @@ impl RedisOptions {
     ///
     /// Why: an evicted lease frees its slot under a live holder, and under
     /// a `volatile-*` policy the session keys, the only keys of the store
-    /// with a TTL, are the first to go, taking every lease bound to them
-    /// (R10, R16). Set it only for a server whose memory never fills, and
+    /// with a TTL, are the first to go, taking every lease bound to them.
+    /// Set it only for a server whose memory never fills, and
     /// know that a full one can over-issue. A cluster is checked on every
     /// master.
     pub fn allow_eviction(mut self, allow: bool) -> Self {

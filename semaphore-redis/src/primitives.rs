@@ -32,7 +32,7 @@ fn session_label(session: Option<semaphore_core::SessionId>) -> String {
     label(session.map(|s| s.as_uuid().to_string()).as_deref())
 }
 
-/// Waiter liveness (R16): see [`holder`](crate::holder).
+/// Waiter liveness: see [`holder`](crate::holder).
 impl RedisStore {
     /// The client id that marks this process's queued heads as alive.
     pub(crate) fn connection_label(&self, pool: PoolId) -> String {
@@ -40,7 +40,7 @@ impl RedisStore {
     }
 
     /// Forgets the queued heads of `pool` whose connections, among
-    /// `connections`, the server no longer has (R16: a killed
+    /// `connections`, the server no longer has (a killed
     /// waiter holds back no one), waking its waiters; whether any was.
     pub(crate) async fn reap_gone(&self, pool: PoolId, connections: &[i64]) -> Result<bool> {
         let own = self.waiter_link(pool);
@@ -124,7 +124,7 @@ impl Store for RedisStore {
         .with_draining(int("set_draining", draining)? == 1))
     }
 
-    /// Once more after freeing the leases of holders that are gone (R16).
+    /// Once more after freeing the leases of holders that are gone.
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
         let call = self.invocation(Kind::Shrink, "inspect", [pool]);
         let fields = items("inspect", self.run("inspect", &call).await?)?;
@@ -147,7 +147,7 @@ impl Store for RedisStore {
     }
 
     /// A refusal that names holders that are gone frees their leases and
-    /// tries once more (R16).
+    /// tries once more.
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
         if !self.ready(request.pool, request).await? {
             return Err(self.session.ended_error(request.session));
@@ -202,7 +202,7 @@ impl Store for RedisStore {
     }
 
     /// The slot goes to the first head of the pool's shared queue in the
-    /// same script, if it is one a return may hand a slot to (R8, R11; see
+    /// same script, if it is one a return may hand a slot to (see
     /// the crate's README): that head alone is told.
     fn in_place(&self) -> Option<&dyn semaphore_core::store::InPlace> {
         None
@@ -251,7 +251,7 @@ impl Store for RedisStore {
         }
     }
 
-    /// Once more after freeing the leases of holders that are gone (R16).
+    /// Once more after freeing the leases of holders that are gone.
     async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         let mut call = self.invocation(Kind::Shrink, "unbind", [pool]);
         call.arg(lease.as_uuid().to_string());
@@ -358,7 +358,7 @@ impl RedisStore {
             match reply::attempt("borrow", request.pool, redis::Value::Array(fields))? {
                 Attempt::Granted(lease) => granted.push(lease),
                 Attempt::Exhausted(at, holders) => {
-                    // R16: a gone waiter's place is forgotten for the next
+                    // A gone waiter's place is forgotten for the next
                     // attempt, which the core makes when woken.
                     self.reap_gone(request.pool, &holders).await?;
                     blocked.push(at.map(from_unix_ms));

@@ -9,10 +9,10 @@ use crate::error::malformed;
 /// A borrow's or renew's answer for one pool.
 pub(crate) enum Attempt {
     Granted(Lease),
-    /// The session the request named has ended (R16).
+    /// The session the request named has ended.
     SessionEnded,
     /// Refused; when to look again (the earliest expiry), unix ms, and the
-    /// holders of the pool's bound leases (R16).
+    /// holders of the pool's bound leases.
     Exhausted(Option<u64>, Vec<i64>),
     /// No such pool.
     Missing,
@@ -66,7 +66,7 @@ fn lease_id(operation: &'static str, value: &Value) -> Result<LeaseId> {
 }
 
 /// `[id, position, token, expiry]` as a lease of `pool`, holding the
-/// positions of the array at `fields[positions]` (R15), or `position`
+/// positions of the array at `fields[positions]`, or `position`
 /// alone if there is none there.
 fn lease(
     operation: &'static str,
@@ -136,7 +136,7 @@ pub(crate) fn attempt(operation: &'static str, pool: PoolId, value: Value) -> Re
 }
 
 /// `[id, position, token, expiry, owner, key, positions, holder]` as a
-/// holder of `pool`, with the client id its lease is bound to (R16).
+/// holder of `pool`, with the client id its lease is bound to.
 pub(crate) fn holder(operation: &'static str, pool: PoolId, value: Value) -> Result<Holder> {
     let fields = items(operation, value)?;
     let lease = lease(operation, pool, &fields, 6)?.with_session(None);
@@ -144,7 +144,7 @@ pub(crate) fn holder(operation: &'static str, pool: PoolId, value: Value) -> Res
     Ok(Holder::new(lease, label(4)?, label(5)?))
 }
 
-/// A list of client ids (R16), as the scripts write them: an array of
+/// A list of client ids, as the scripts write them: an array of
 /// numbers in text. Missing is none.
 pub(crate) fn holder_ids(operation: &'static str, value: Option<&Value>) -> Result<Vec<i64>> {
     match value {

@@ -1,4 +1,4 @@
-//! The store handle's session (R16): a key of its own,
+//! The store handle's session: a key of its own,
 //! `PREFIX:s:<session id>`, whose value is the session's end on the
 //! server's clock, heartbeated on a connection of its own.
 //!

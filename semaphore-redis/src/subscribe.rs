@@ -2,7 +2,7 @@
 //! `PREFIX:wake`, which every script that can let a waiter in publishes to
 //! (the pool's id) when a head is queued on the pool, and a script that
 //! finds a session ended publishes to (`s:` and the session's id), so that
-//! a holder whose session someone else ended learns of it at once (R17).
+//! a holder whose session someone else ended learns of it at once.
 //!
 //! A message is a hint and the keys are the truth: the core's
 //! [`follow`](semaphore_core::store::follow) reconnects, re-checks every

@@ -1,5 +1,5 @@
-//! The networked stores' cases on a real Redis Cluster (rule "Time", R7,
-//! R10; R16, R17): machines whose clocks disagree, and a crashed
+//! The networked stores' cases on a real Redis Cluster (rule "Time"):
+//! machines whose clocks disagree, and a crashed
 //! store's session.
 
 mod common;

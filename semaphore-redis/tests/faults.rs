@@ -1,5 +1,5 @@
-//! Faults on a real server, each on a throwaway server of its own (
-//! R14): the subscriber's connection killed, a stalled server, a restart
+//! Faults on a real server, each on a throwaway server of its own each
+//! all or nothing): the subscriber's connection killed, a stalled server, a restart
 //! that lost everything, and the server out of memory.
 
 use std::sync::Arc;
@@ -245,8 +245,8 @@ async fn odd_labels_and_an_endless_grace_are_carried_exactly() {
     }
 }
 
-/// A ttl longer than the restart grace is clamped to it, as R5 clamps a
-/// ttl above `max_ttl` (a store's own limits are limits): such a lease
+/// A ttl longer than the restart grace is clamped to it, as any
+/// ttl above `max_ttl` is (a store's own limits are limits): such a lease
 /// could outlive a restart's grace and its slot go to a second holder
 /// (rule "Restart grace"). The pool reports the grace as its `max_ttl`, and
 /// the lease's expiry says what was granted; renewals likewise.
@@ -286,7 +286,7 @@ async fn a_ttl_longer_than_the_restart_grace_is_clamped_to_it() {
 /// but `noeviction`) is refused at connect, naming `url`, unless the caller
 /// opts in: any `maxmemory-policy` but
 /// `noeviction` may free a live lease's slot, and the `volatile-*` ones
-/// evict exactly the session keys, the only keys with a TTL (R10, R16).
+/// evict exactly the session keys, the only keys with a TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_may_evict_the_keys_is_refused_unless_allowed() {
     let server = TestServer::start().unwrap();

@@ -1,6 +1,6 @@
 //! A return hands its slot to the first head of the pool's shared queue in
-//! its own script (R8, R11), and a head that does not take it lets it go
-//! (R12, R16). Two store handles on one prefix play two processes; the
+//! its own script, and a head that does not take it lets it go.
+//! Two store handles on one prefix play two processes; the
 //! calls are the store's own, so that nothing but the return can grant.
 
 mod common;
@@ -193,7 +193,7 @@ async fn a_head_for_several_slots_is_woken_not_handed() {
 
 /// A head that looks after its handed lease's ttl has run (its notice
 /// lost: the fallback poll looks later) keeps its place ahead of those
-/// queued after it (R11): the untaken lease's end queues it again at its
+/// queued after it: the untaken lease's end queues it again at its
 /// old ticket, and the next return hands it the slot. A lease it takes has
 /// its ttl from the look that took it.
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! A head handed a slot just before a restart grace starts (a failover)
 //! keeps looking while the grace lasts, and is refused (rule "Restart
 //! grace"); its looks keep its place, so that once the grace ends it is
-//! served before the head queued after it (R11), however long the grace.
+//! served before the head queued after it, however long the grace.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +92,7 @@ async fn a_head_handed_a_slot_keeps_its_place_through_a_restart_grace() {
     // The grace ends.
     hset(&a, "until", "0").await;
 
-    // The first head, which never stopped looking, is served first (R11).
+    // The first head, which never stopped looking, is served first.
     let f = look(&b, pool, first).await;
     let s = look(&a, pool, second).await;
     assert!(

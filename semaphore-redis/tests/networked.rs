@@ -1,6 +1,5 @@
-//! The networked stores' cases on a real server (rule "Time", R7, R10;
-//! R16, R17): machines whose clocks disagree, and a crashed
-//! store's session.
+//! The networked stores' cases on a real server (rule "Time"): machines
+//! whose clocks disagree, and a crashed store's session.
 
 mod common;
 

@@ -28,7 +28,7 @@ use crate::{SqliteOptions, connection, sql};
 /// processes (rule "Stores").
 ///
 /// - Every primitive is atomic in one transaction; writes are `BEGIN
-///   IMMEDIATE` (R14). Times are integer unix milliseconds.
+///   IMMEDIATE`. Times are integer unix milliseconds.
 /// - Group commit (rule "Group commit"), where commits `fsync`
 ///   ([`Synchronous::Full`](crate::Synchronous::Full)): inside a tokio
 ///   runtime, this handle's writes that arrive while one of its write
@@ -69,7 +69,7 @@ use crate::{SqliteOptions, connection, sql};
 ///   from a file-change notification on the WAL, with a fallback poll
 ///   ([`SqliteOptions::poll_interval`]; [`SqliteStore::wake_up`] says which
 ///   is in force); the heads of every process's queue are themselves queued
-///   in the file, so that no process's waiters starve (R11).
+///   in the file, so that no process's waiters starve.
 /// - Dropping the store closes its connection and ends its watch threads.
 ///
 /// ```no_run
@@ -106,7 +106,7 @@ pub struct SqliteStore {
     /// Whether a transaction that waits for nothing may run on the calling
     /// task (commits do not `fsync`).
     in_place: bool,
-    /// This handle's holder of bound leases and the others' liveness (R16).
+    /// This handle's holder of bound leases and the others' liveness.
     pub(crate) holders: Arc<Holders>,
     /// Writes that wait for a turn go together ([`group`](crate::commit::group)).
     group: Arc<Group>,
@@ -327,7 +327,7 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
-    /// Ends this handle's holder as a process killed outright would (R16):
+    /// Ends this handle's holder as a process killed outright would:
     /// its kernel lock is released, so other handles on the file treat its
     /// bound leases as gone; later bound leases of this handle are left to
     /// their ttl. For tests (feature `test-util`) of what a crash leaves.
@@ -347,8 +347,8 @@ impl Store for SqliteStore {
         &self.changes
     }
 
-    /// None: a bound lease's holder is this process, held by a kernel lock
-    /// (R16); it has no end but the process's.
+    /// None: a bound lease's holder is this process, held by a kernel lock;
+    /// it has no end but the process's.
     fn session(&self) -> Option<&semaphore_core::Session> {
         None
     }

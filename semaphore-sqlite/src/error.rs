@@ -1,4 +1,4 @@
-//! Mapping SQLite's errors onto the core's (R14, "SQLite store").
+//! Mapping SQLite's errors onto the core's ("SQLite store").
 
 use rusqlite::ErrorCode;
 use semaphore_core::Error;

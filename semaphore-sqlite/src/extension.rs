@@ -6,7 +6,7 @@
 //! Same file, same rules: every call here runs the statements a
 //! [`SqliteStore`](crate::SqliteStore) runs, in the same schema, read by
 //! the same clock (the machine's, rule "Time"), with the same holder
-//! binding (R16: a bound lease is freed the moment its process is gone,
+//! binding (a bound lease is freed the moment its process is gone,
 //! through a kernel lock its process holds), so that Rust
 //! processes and others share pools on one file as equals. What differs
 //! is who owns the transaction:
@@ -24,7 +24,7 @@
 //!
 //! No call waits: a borrow that finds no free slot answers
 //! [`TryBorrow::Exhausted`] with the earliest expiry, for the caller to
-//! poll. It never takes a slot owed to a head queued ahead (R11): a
+//! poll. It never takes a slot owed to a head queued ahead: a
 //! borrower here has no place of its own, so it is served only when free
 //! slots outnumber what the queued heads of every process are owed.
 
@@ -57,11 +57,11 @@ use crate::{schema, sql};
 /// seen), and that no temporary table of the connection shadows one of
 /// the store's.
 ///
-/// Bound leases belong to the process, not to the connection (R16): all
+/// Bound leases belong to the process, not to the connection: all
 /// the `Attached` of one process on one file share one holder, which lives
 /// until the process ends, so a lease outlives the connection that took
 /// it (a program may close it, or let it be collected) and ends, at once,
-/// with the process. They share one token floor too (R9): a borrow rolled
+/// with the process. They share one token floor too: a borrow rolled
 /// back with its caller's transaction never has its token granted again
 /// through any connection of the process.
 #[derive(Debug)]
@@ -82,10 +82,9 @@ pub struct Attached {
 const OWN: &str = "semaphore_extension_call";
 
 /// What one process keeps of one file, whatever its connections: its
-/// holder of bound leases (R16), and the highest token it granted, above
+/// holder of bound leases, and the highest token it granted, above
 /// which its later grants go, so that a borrow rolled back with its
-/// caller's transaction never has its token granted again by this process
-/// (R9).
+/// caller's transaction never has its token granted again by this process.
 #[derive(Debug)]
 struct InProcess {
     holders: Holders,
@@ -174,7 +173,7 @@ impl Attached {
         &self.limits
     }
 
-    /// R2: creates pool `pool` with `count` slots, or sets its count; its
+    /// Creates pool `pool` with `count` slots, or sets its count; its
     /// state. Rings the heads of other processes (a raised count can let
     /// them in).
     ///
@@ -190,7 +189,7 @@ impl Attached {
         })
     }
 
-    /// R3: pool `pool`'s count, slots in use and drain.
+    /// Pool `pool`'s count, slots in use and drain.
     ///
     /// # Errors
     /// [`Error::PoolNotFound`]; a storage error.
@@ -201,7 +200,7 @@ impl Attached {
         .ok_or(Error::PoolNotFound { pool })
     }
 
-    /// R5, R6, R11, R15, R16: the `options.slots` lowest free positions of
+    /// The `options.slots` lowest free positions of
     /// `pool` for `ttl`, if free beyond what the heads queued in every
     /// process are owed; else [`TryBorrow::Exhausted`] with the earliest
     /// expiry of an active lease. A keyed borrow whose lease is active gets
@@ -235,7 +234,7 @@ impl Attached {
         Ok(answer)
     }
 
-    /// R8: returns lease `lease` of `pool`; `true` if it was active. Rings
+    /// Returns lease `lease` of `pool`; `true` if it was active. Rings
     /// the heads of other processes when it was.
     ///
     /// # Errors

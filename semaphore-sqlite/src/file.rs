@@ -1,5 +1,5 @@
 //! Which files a store opened, and the check that their paths still name
-//! them (R14: nothing lost on failure).
+//! them (nothing lost on failure).
 //!
 //! SQLite keeps writing to a database file, or to its `-wal` and `-shm`
 //! files, after they were deleted or replaced under it, where no other

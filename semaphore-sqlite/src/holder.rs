@@ -1,4 +1,4 @@
-//! Owner liveness (R16): a lease bound to its holder is freed
+//! Owner liveness: a lease bound to its holder is freed
 //! as soon as the holder's process is gone, proven by a kernel lock, not
 //! guessed; and nothing but the process's end can end the holder.
 //!

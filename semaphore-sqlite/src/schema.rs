@@ -15,8 +15,8 @@ pub(crate) const VERSION: i64 = 4;
 
 /// Version 2. Pools and leases are keyed by 16-byte UUIDs; times are integer
 /// unix milliseconds. `semaphore_store` holds the version and the store-wide
-/// token counter (R9: it outlives deletes). `semaphore_waiters` is the
-/// cross-process queue of heads (R11). A lease's `owner` label and
+/// token counter (it outlives deletes). `semaphore_waiters` is the
+/// cross-process queue of heads. A lease's `owner` label and
 /// idempotency key (`borrow_key`, unique per pool) came in version 2, as the
 /// last columns, so that a migrated file has the same shape as a new one;
 /// so did a queued head's process id and pid namespace (`pid`, `pid_ns`),
@@ -31,12 +31,12 @@ pub(crate) const VERSION: i64 = 4;
 /// lease row alone. Lease ids are random 122-bit UUIDs made by the library;
 /// their uniqueness never rested on the index.
 ///
-/// Version 4 holds weighted leases (R15): a lease of `n` slots is `n` rows,
+/// Version 4 holds weighted leases: a lease of `n` slots is `n` rows,
 /// one per position, with the same lease id, token and expiry; its owner
 /// label and key are on its lowest position's row only, so the key index
 /// still names one row per lease. A queued head records how many slots it
 /// waits for (`slots`), so that the heads ahead of a borrower are owed
-/// their weights, not one slot each. A lease bound to its holder (R16)
+/// their weights, not one slot each. A lease bound to its holder
 /// names it (`holder`, see [`holder`](crate::holder)); `NULL` for a lease
 /// left to its ttl. A pool that drains grants nothing new (`draining`).
 const TABLES: &str = "

@@ -61,7 +61,7 @@ pub(crate) fn in_savepoint<T, E: From<rusqlite::Error>>(
     }
 }
 
-/// R2: creates the pool or sets its count.
+/// Creates the pool or sets its count.
 pub(crate) fn register(
     conn: &Connection,
     pool: PoolId,
@@ -77,7 +77,7 @@ pub(crate) fn register(
     Ok(inspect(conn, pool, now, holders)?.unwrap_or_else(|| PoolState::new(pool, count, 0)))
 }
 
-/// R3: the pool's state at `now`, or `None` if it does not exist.
+/// The pool's state at `now`, or `None` if it does not exist.
 pub(crate) fn inspect(
     conn: &Connection,
     pool: PoolId,
@@ -93,7 +93,7 @@ pub(crate) fn inspect(
     ))
 }
 
-/// R4: removes the pool, its leases and its queued heads.
+/// Removes the pool, its leases and its queued heads.
 pub(crate) fn delete(conn: &Connection, pool: PoolId) -> rusqlite::Result<bool> {
     let key = pool.as_uuid().as_bytes();
     conn.prepare_cached("DELETE FROM semaphore_leases WHERE pool = ?1")?
@@ -106,7 +106,7 @@ pub(crate) fn delete(conn: &Connection, pool: PoolId) -> rusqlite::Result<bool> 
         > 0)
 }
 
-/// R8: ends an active lease; `false` for anything else.
+/// Ends an active lease; `false` for anything else.
 pub(crate) fn return_lease(
     conn: &Connection,
     pool: PoolId,
@@ -125,8 +125,8 @@ pub(crate) fn return_lease(
         > 0)
 }
 
-/// R8 for a lease known whole: its rows found by `(pool, position)`, the
-/// primary key (a range of it for a lease of several slots, R15), rather
+/// A return of a lease known whole: its rows found by `(pool, position)`, the
+/// primary key (a range of it for a lease of several slots), rather
 /// than by scanning the pool's rows for its id.
 pub(crate) fn return_held(conn: &Connection, lease: &Lease, now: i64) -> rusqlite::Result<bool> {
     let highest = lease.positions.last().copied().unwrap_or(lease.position);
@@ -145,7 +145,7 @@ pub(crate) fn return_held(conn: &Connection, lease: &Lease, now: i64) -> rusqlit
         > 0)
 }
 
-/// R5, R6, R10, R11, R15: grants the request's number of slots, the lowest
+/// Grants the request's number of slots, the lowest
 /// free, if they are free for this borrower, or says when the earliest
 /// lease expires; the inner error is `PoolNotFound` or `Draining` when the
 /// pool does not exist or drains (and nothing was written).
@@ -161,7 +161,7 @@ pub(crate) fn return_held(conn: &Connection, lease: &Lease, now: i64) -> rusqlit
 /// Tokens are above both the stored counter and `floor` (see
 /// [`SqliteStore`](crate::SqliteStore)'s caller-owned transactions). A
 /// grant expires at `now` plus the request's ttl, and a bound request's
-/// lease names this handle's holder (R16). An attempt that would be
+/// lease names this handle's holder. An attempt that would be
 /// refused first frees the leases of holders that are gone.
 pub(crate) fn try_borrow(
     conn: &Connection,
@@ -231,7 +231,7 @@ pub(crate) fn try_borrow(
         None => None,
     };
     let my_ticket = mine.map_or(i64::MAX, |m| m.0);
-    // R15: a head whose weight exceeds the count keeps its place
+    // A head whose weight exceeds the count keeps its place
     // but is owed nothing while the count is below it.
     let mut ahead: i64 = conn
         .prepare_cached(
@@ -308,7 +308,7 @@ pub(crate) fn try_borrow(
     }))
 }
 
-/// R6, R15: the `n` lowest positions below the count that no lease holds
+/// The `n` lowest positions below the count that no lease holds
 /// (`lowest_free_n`), given that `n` are free and `held` slots are active
 /// (expired rows were reaped).
 ///

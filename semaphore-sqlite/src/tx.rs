@@ -31,11 +31,11 @@ use crate::{SqliteStore, sql};
 ///
 /// - No waiting: a transaction holds the write lock, so a borrow in it
 ///   either gets a free slot at once or fails with [`Error::Exhausted`].
-///   It does not jump borrowers waiting in this process (R11), nor queued
+///   It does not jump borrowers waiting in this process, nor queued
 ///   heads of other processes.
 /// - A rolled-back borrow leaves no lease behind. Its token is never granted
-///   again through this store handle, which from then on grants above it
-///   (R9); the handle's next write makes that floor part of the file. Until
+///   again through this store handle, which from then on grants above it;
+///   the handle's next write makes that floor part of the file. Until
 ///   that write, another process may grant the same number, to a lease
 ///   that does exist: no two committed leases ever share a token.
 /// - Waiters here and in other processes learn of a commit through the
@@ -90,7 +90,7 @@ pub(crate) fn request(
 
 impl SqliteStore {
     /// Borrows the lowest free slot of `pool` for `ttl` inside `tx`, without
-    /// waiting (R5, R6). The lease exists once `tx` commits. `ttl`, the key
+    /// waiting. The lease exists once `tx` commits. `ttl`, the key
     /// and the owner label are checked and clamped as by
     /// [`Pool::borrow_with`], against `pool`'s limits; with a key whose
     /// lease is active, that lease is returned.
@@ -115,7 +115,7 @@ impl SqliteStore {
             pool: pool.id(),
             waited: Duration::ZERO,
         };
-        // Borrowers queued in this process go first (R11): only a keyed
+        // Borrowers queued in this process go first: only a keyed
         // lease already held is answered then.
         let queued = pool.waiting().count > 0;
         let answer = if queued {
@@ -146,7 +146,7 @@ impl SqliteStore {
         }
     }
 
-    /// Returns lease `lease` of `pool` inside `tx` (R8): `true` if it was
+    /// Returns lease `lease` of `pool` inside `tx`: `true` if it was
     /// active. The slot is free once `tx` commits.
     ///
     /// # Errors

@@ -61,7 +61,7 @@ fn parse(out: &[u8]) -> Vec<Held> {
 
 /// No position held twice at once, every position below `count`, and a
 /// borrow asked after another lease's return was answered got the larger
-/// token (R9: tokens grow in the order of the grants).
+/// token (tokens grow in the order of the grants).
 fn check(all: &[Held], count: u32) {
     for (i, a) in all.iter().enumerate() {
         assert!(
@@ -212,7 +212,7 @@ async fn a_python_return_rings_a_rust_waiter_and_a_rolled_back_borrow_leaves_not
                 .await
         })
     };
-    // Queued in the file, where the Python caller must see it (R11).
+    // Queued in the file, where the Python caller must see it.
     while store.queue_heads(pool.id()).await.unwrap() == 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

@@ -1,5 +1,5 @@
-//! The loadable extension: how long a lease taken from Python lives
-//! (R16). Bound leases are the process's: they outlive the connection that
+//! The loadable extension: how long a lease taken from Python lives.
+//! Bound leases are the process's: they outlive the connection that
 //! took them and end the moment the process does, however it ends (a
 //! SIGKILL included), a forked child's with the child.
 
@@ -38,7 +38,7 @@ async fn a_closed_connections_lease_lives_as_long_as_its_process() {
     let (_dir, db, pool) = file_with_pool("close.db", 1).await;
     // The extension keeps its statements prepared between calls: the
     // close must still close the files (not leave the connection open).
-    // The lease is the process's (R16): it outlives the connection, and
+    // The lease is the process's: it outlives the connection, and
     // ends with the process.
     let mut python = Talking::start(
         &db,

@@ -1,4 +1,4 @@
-//! R11 across processes, step by step. Two stores on one file have separate
+//! First come, first served across processes, step by step. Two stores on one file have separate
 //! in-process queues, exactly as two processes do; the only link between
 //! them is the file.
 
@@ -48,7 +48,7 @@ async fn b_queued_behind_a(db: &Path) -> (Pool, Lease, JoinHandle<Result<Lease, 
             .borrow(TTL, Duration::from_secs(30))
             .await
             .map(|l| l.forget());
-        // B's store holds B's lease (R16): dropping it here would free the
+        // B's store holds B's lease: dropping it here would free the
         // lease at once, and A could then take the slot fairly.
         std::mem::forget(b);
         lease
@@ -90,7 +90,7 @@ async fn a_waiter_that_gives_up_leaves_the_file_queue_at_once() {
     assert_eq!(a.try_borrow(TTL).await.unwrap().position, 0);
 }
 
-/// R11 with weights (R15), across processes: B's head waits for all 3
+/// First come, first served with weights, across processes: B's head waits for all 3
 /// slots. Two slots free are owed to it (its weight, not one slot per
 /// head), so A's own borrow of 1 is refused; B gets all 3 once the last
 /// frees.
@@ -128,7 +128,7 @@ async fn a_weighted_waiter_of_one_process_is_not_overtaken_by_a_single_of_anothe
     assert_eq!(queued_in_file(&db), 0);
 }
 
-/// R16 on one file: a crashed handle's bound lease frees at once (its
+/// Sessions on one file: a crashed handle's bound lease frees at once (its
 /// holder file's lock died with it), its unbound and forgotten leases stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_handles_bound_lease_frees_and_its_unbound_one_stays() {

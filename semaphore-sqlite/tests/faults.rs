@@ -1,5 +1,5 @@
 //! Storage faults: each gives a documented, non-panicking error, and a file
-//! the store could not use is left as it was (R14).
+//! the store could not use is left as it was.
 //!
 //! Read-only cases use `chattr +i` (immutable), which binds even root;
 //! where the file system does not support it the case says so and fails.

@@ -1,5 +1,5 @@
 //! Opening files the store cannot use, and storage faults: each gives the
-//! documented error and leaves the file as it was (rule "Stores", R14).
+//! documented error and leaves the file as it was (rule "Stores").
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! Guards dropped while their runtime shuts down are returned (R13:
-//! "during shutdown"), on both write paths: group commit (`Synchronous::Full`)
+//! Guards dropped while their runtime shuts down are returned (a guard
+//! returns its lease during shutdown too), on both write paths: group commit (`Synchronous::Full`)
 //! and one transaction per write (`Synchronous::Normal`). Before, a return
 //! that found the runtime's blocking pool refusing work was lost, and the
 //! slot stayed held by nobody to the end of its ttl (found by a

@@ -55,7 +55,7 @@ impl Cmd {
 
     /// Starts the command in process group `group` (the guardian's), with
     /// the lease's variables (and `CUDA_VISIBLE_DEVICES` from `devices`: the
-    /// device of each position the lease holds, R15).
+    /// device of each position the lease holds).
     pub(crate) fn spawn(
         &self,
         lease: &LeaseGuard<Pool>,

@@ -20,7 +20,7 @@
 //! store, as [`Choice::to_line`] writes it) and `lease POOL LEASE`, and,
 //! while the command runs, lines `deadline US`: the command must be dead by
 //! that time, in microseconds on `CLOCK_BOOTTIME` ([`clock`]), the lease's
-//! local deadline less a margin (R17). The time is absolute, on a
+//! local deadline less a margin. The time is absolute, on a
 //! clock both processes read, so a line read late (the guardian stopped or
 //! starved meanwhile) says a deadline that has already passed, never a
 //! fresh one. The guardian acts on:

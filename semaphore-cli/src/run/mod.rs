@@ -18,7 +18,7 @@
 //! - A guardian process ([`guard`]) ends the command's group the moment
 //!   `semaphore run` dies, SIGKILL included, and then returns the lease
 //!   itself; and it ends the command before the lease's local deadline
-//!   (R17) when `semaphore run` cannot renew it or its session cannot
+//!   when `semaphore run` cannot renew it or its session cannot
 //!   heartbeat (stopped on its own, hung, the store out of reach): SIGTERM
 //!   `--kill-after` before the deadline, SIGKILL at it.
 //! - If a renewal finds the lease lost, the command gets SIGTERM (once:
@@ -95,7 +95,7 @@ pub(crate) async fn run(
     if let Some(devices) = &args.devices {
         // The pool's count may have grown while this borrow waited: a
         // position past the list gets no device, and the command must not
-        // run without one (R15).
+        // run without one.
         if let Err(e) = check_positions(devices, &lease.positions) {
             let _ = lease.release().await;
             return Err(e);

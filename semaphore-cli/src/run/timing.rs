@@ -1,5 +1,5 @@
 //! When `semaphore run`'s command must be dead, and how often the guardian
-//! hears of it (R17).
+//! hears of it.
 
 use std::time::Duration;
 

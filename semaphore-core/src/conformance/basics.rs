@@ -1,4 +1,4 @@
-//! Cases for the operations one at a time: R1-R4, R6-R9, R14.
+//! Cases for the operations one at a time.
 
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ pub async fn r2_register_creates_then_sets_count(f: Fixture) {
     assert_eq!(pool.inspect().await.unwrap(), state(&pool, 5, 1));
 }
 
-/// R2, R14: a count above `max_count` is rejected, naming the field and
+/// R2: a count above `max_count` is rejected, naming the field and
 /// range, and the pool keeps its count.
 pub async fn r2_count_above_max_is_rejected_and_nothing_changes(f: Fixture) {
     let pool = f.pool("p");
@@ -134,7 +134,7 @@ pub async fn r4_delete_is_idempotent_and_invalidates_leases(f: Fixture) {
     assert_eq!(pool.inspect().await.unwrap().in_use, 0);
 }
 
-/// R5, R14: a zero ttl is invalid, names `ttl`, and takes nothing.
+/// R5: a zero ttl is invalid, names `ttl`, and takes nothing.
 pub async fn r5_ttl_zero_is_invalid_and_nothing_changes(f: Fixture) {
     let pool = f.pool("p");
     pool.register(1).await.unwrap();
@@ -170,7 +170,7 @@ pub async fn r5_wait_zero_on_exhausted_pool_fails_at_once(f: Fixture) {
     }
 }
 
-/// R5, Limits: ttl and wait above their maxima are clamped; the lease shows
+/// R5, rule "Limits": ttl and wait above their maxima are clamped; the lease shows
 /// the clamped expiry.
 pub async fn r5_ttl_and_wait_are_clamped(f: Fixture) {
     let limits = Limits::default()

@@ -1,5 +1,5 @@
 //! The blocking API from plain threads, on every store (rule "Beyond the
-//! basic model"; R5, R11, R13).
+//! basic model").
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The cancellation matrix (R10, R11, R12): a borrow dropped at each of its
+//! The cancellation matrix: a borrow dropped at each of its
 //! await points, combined with each change a pool can go through, in both
 //! orders. After each run, no slot is held that no live lease accounts for,
 //! no borrower is lost from the queue, and the survivors are served in the
@@ -67,7 +67,7 @@ enum DropAt {
     HoldingGuard,
 }
 
-/// R12, R11: a borrower dropped while queued, first, in the middle or
+/// R12: a borrower dropped while queued, first, in the middle or
 /// last, takes nothing and leaves the queue; the others are served in
 /// order, whatever happens to the pool around the drop.
 pub async fn r12_matrix_borrow_dropped_while_queued(f: Fixture) {
@@ -76,20 +76,20 @@ pub async fn r12_matrix_borrow_dropped_while_queued(f: Fixture) {
     }
 }
 
-/// R12, R11: a head dropped while its store call is held before the store
+/// R12: a head dropped while its store call is held before the store
 /// sees it: the call, finished without it, grants nothing that stays held.
 pub async fn r12_matrix_borrow_dropped_before_the_store_acts(f: Fixture) {
     matrix(&f, DropAt::InStoreCall(Stop::BeforeCall)).await;
 }
 
-/// R12, R11: a head dropped after the store granted it a slot but before
+/// R12: a head dropped after the store granted it a slot but before
 /// the reply reached it: the grant is returned, and the next borrower gets
 /// the slot.
 pub async fn r12_matrix_borrow_dropped_after_the_store_granted(f: Fixture) {
     matrix(&f, DropAt::InStoreCall(Stop::AfterGrant)).await;
 }
 
-/// R12, R13, R11: a borrower dropped just after it was granted, holding
+/// R12: a borrower dropped just after it was granted, holding
 /// its guard: the lease is returned, and the next borrower gets the slot.
 pub async fn r12_matrix_guard_dropped_just_after_the_grant(f: Fixture) {
     matrix(&f, DropAt::HoldingGuard).await;
@@ -154,9 +154,9 @@ impl Model {
             .collect()
     }
 
-    /// Serves the queue from its head, first come first served (R11):
-    /// each borrower takes the lowest free position below the count (R6),
-    /// or fails if the pool is gone (R4), until one must wait.
+    /// Serves the queue from its head, first come first served:
+    /// each borrower takes the lowest free position below the count,
+    /// or fails if the pool is gone, until one must wait.
     fn serve(&mut self) {
         for i in 0..self.borrowers.len() {
             match self.borrowers[i] {

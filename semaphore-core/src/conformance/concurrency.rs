@@ -1,4 +1,4 @@
-//! Cases for many tasks and for guards: R10, R13.
+//! Cases for many tasks and for guards.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -44,8 +44,8 @@ pub async fn r10_64_tasks_on_4_slots_never_over_issue(f: Fixture) {
     let highest = highest.load(Ordering::SeqCst);
     assert!((1..=4).contains(&highest), "highest concurrency {highest}");
     // A slot a return handed to a place that was meanwhile served another
-    // way is given back by that place's clean-up, which runs detached
-    // (R12): every slot comes back, not necessarily before this line.
+    // way is given back by that place's clean-up, which runs detached:
+    // every slot comes back, not necessarily before this line.
     until_in_use(&pool, 0).await;
 }
 

@@ -1,7 +1,6 @@
 //! Cases at the edges a hostile but fair user finds: limits raised to the
 //! maximum, calls from outside a runtime, a runtime dropped mid-call, and a
-//! head dropped while its refused attempt is still in the store (R5, R7,
-//! R12, R13).
+//! head dropped while its refused attempt is still in the store.
 
 use std::future::Future;
 use std::pin::pin;
@@ -22,7 +21,7 @@ fn poll_once<F: Future>(future: F) -> Poll<F::Output> {
     pin!(future).poll(&mut Context::from_waker(Waker::noop()))
 }
 
-/// R5, R7: with `max_ttl` and `max_wait` raised to `Duration::MAX`, a ttl
+/// R5: with `max_ttl` and `max_wait` raised to `Duration::MAX`, a ttl
 /// of `Duration::MAX` expires at [`max_time`] (it never wraps into the
 /// past, so a second borrow on one slot is refused), a renew saturates the
 /// same way, and a borrow waiting `Duration::MAX` waits and is served.
@@ -51,7 +50,7 @@ pub async fn limits_raised_to_the_maximum_saturate_and_never_wrap(f: Fixture) {
     assert_eq!(waiter.await.unwrap().unwrap().position, 0);
 }
 
-/// R2, R3: a pool may be registered with the largest count a caller allows
+/// R2: a pool may be registered with the largest count a caller allows
 /// (`u32::MAX` here) and costs what its leases cost, not its count.
 pub async fn r2_the_largest_count_costs_its_leases_not_its_slots(f: Fixture) {
     let pool = f
@@ -65,7 +64,7 @@ pub async fn r2_the_largest_count_costs_its_leases_not_its_slots(f: Fixture) {
     assert_eq!((state.in_use, state.available), (2, u32::MAX - 2));
 }
 
-/// R5, R13: outside any runtime nothing panics, and each store does what
+/// R5: outside any runtime nothing panics, and each store does what
 /// it declares: a free slot is granted in place by a store that needs no
 /// I/O driver for it ([`Fixture::grants_outside_a_runtime`]), and refused
 /// with [`Error::NoRuntime`] by the others; a borrow that must wait fails
@@ -158,12 +157,12 @@ pub async fn r12_grant_in_flight_when_its_runtime_is_dropped_is_returned(f: Fixt
     .unwrap();
     gated.release();
     until_in_use(&pool, 0).await;
-    // The grant in flight took a token (R9): a store that counts by one
+    // The grant in flight took a token: a store that counts by one
     // skipped one.
     assert!(pool.try_borrow(TTL).await.unwrap().token > before + 1);
 }
 
-/// R11, R12: a queued head dropped while its refused attempt is still in
+/// R12: a queued head dropped while its refused attempt is still in
 /// the store holds no one back: the store forgets its place only after that
 /// attempt, which may (re)write it, has finished.
 pub async fn r12_head_dropped_while_refused_in_the_store_holds_no_one_back(f: Fixture) {
@@ -193,7 +192,7 @@ pub async fn r12_head_dropped_while_refused_in_the_store_holds_no_one_back(f: Fi
     );
 }
 
-/// R12, R11: the head of the queue is woken by a return (or, in a store
+/// R12: the head of the queue is woken by a return (or, in a store
 /// that hands slots over in its return, handed the slot) and dropped before
 /// it runs, then the next borrower, queued behind it, gets the slot at
 /// once, not at the ttl; nothing is left held.

@@ -1,5 +1,5 @@
 //! [`GatedStore`]: a store wrapper that holds one borrow call at a gate, so
-//! a case can drop the borrow while its store call is in flight (R12).
+//! a case can drop the borrow while its store call is in flight.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Cases for held places ([`HeldPlace::wait`](crate::HeldPlace::wait)):
 //! a place in the store's queue that no process owns lives for its hold
-//! after each poll (R11), is dropped after it (R12), is granted only to a
+//! after each poll, is dropped after it, is granted only to a
 //! poll, and is served in its turn with every borrower queued. Run by
 //! [`store_conformance!`](crate::store_conformance), on every store.
 

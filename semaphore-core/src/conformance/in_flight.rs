@@ -1,5 +1,5 @@
 //! Cases where a change lands while a borrower's store call or count read
-//! is in flight, each held at a [`GatedStore`]'s gate (R11, R12, R15).
+//! is in flight, each held at a [`GatedStore`]'s gate.
 //! A hostile review found each of them; each failed on the memory
 //! store before its fix.
 
@@ -32,7 +32,7 @@ async fn settle() {
     }
 }
 
-/// R15, R5: a count read while an earlier queue of the pool stood
+/// R15: a count read while an earlier queue of the pool stood
 /// is not applied to the queue made after it. A borrower of 2 reads the
 /// count (2, held at the gate); the count is raised to 4 and a return
 /// serves it, which empties the queue. A borrower of 3 then queues anew
@@ -82,7 +82,7 @@ pub async fn r15_a_count_read_on_a_removed_queue_does_not_weigh_the_next(f: Fixt
     assert_eq!(&three.unwrap().unwrap().positions[..], &[0, 1, 2]);
 }
 
-/// Rule "Lost replies", R10: two borrowers with one key queue; a return
+/// Rule "Lost replies": two borrowers with one key queue; a return
 /// serves the first, and answers the second with that same lease (its
 /// key's). The second is dropped before it takes it: the lease stays the
 /// first's, held, and nobody else is granted its position.
@@ -120,7 +120,7 @@ pub async fn keyed_hand_off_to_a_dropped_borrower_keeps_the_other_borrowers_leas
     );
 }
 
-/// R11, R15: a multi-pool head's own call, started before a raise
+/// R15: a multi-pool head's own call, started before a raise
 /// of a count brought a borrower set aside back ahead of it, is not
 /// granted: the borrower of 3, queued first, is served first.
 pub async fn r15_a_raise_holds_back_a_multi_pool_call_in_flight(f: Fixture) {

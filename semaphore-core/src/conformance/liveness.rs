@@ -1,4 +1,4 @@
-//! Owner liveness (R16), for stores shared by processes: a case that needs
+//! Owner liveness, for stores shared by processes: a case that needs
 //! two handles on one backend, so not in
 //! [`store_conformance!`](crate::store_conformance); each such store runs it
 //! with its own way to open a handle.
@@ -12,7 +12,7 @@ use crate::{BorrowOptions, Error, LeaseGuard, Pool, PoolId};
 
 const TTL: Duration = Duration::from_secs(3600);
 
-/// R16, R17, R13: a bound lease (the default) frees
+/// R16: a bound lease (the default) frees
 /// once its holder ends, long before its ttl, and the slot goes to the next
 /// borrower; an unbound lease and a forgotten one of the same holder stay
 /// until their ttl; while the holder lives, nobody takes its leases; and a
@@ -74,7 +74,7 @@ pub async fn r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay<F, Fut>(
                 .await
             {
                 Ok(lease) => {
-                    // R17: told before anyone else could take its slot.
+                    // Told before anyone else could take its slot.
                     let told = !bound.is_held() || first.session().is_none();
                     return (lease.forget(), told);
                 }

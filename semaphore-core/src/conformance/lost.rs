@@ -217,7 +217,7 @@ pub async fn lost_reply_of_a_first_attempt_is_returned(f: Fixture) {
     assert_eq!(next.position, 0);
 }
 
-/// rule "Lost replies", R13: a guard dropped while its store cannot be
+/// rule "Lost replies": a guard dropped while its store cannot be
 /// reached gives its slot back once the store can be reached again: a
 /// return for a caller that is gone, failed with a retryable error, is
 /// tried again, so the slot comes back, not at the lease's ttl (an hour).

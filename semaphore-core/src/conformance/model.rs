@@ -3,10 +3,10 @@
 //! observable result (issue "prove the invariants").
 //!
 //! The model is written from the rules' words, not from the library's code:
-//! a list of leases per pool, active while `expires_at > now` (R7), the
-//! `n` lowest positions in `0..count` not held (R6, R15), granted only
-//! while `in_use + n <= count` with `in_use` the slots held (R10), tokens
-//! growing per pool (R9).
+//! a list of leases per pool, active while `expires_at > now`, the
+//! `n` lowest positions in `0..count` not held, granted only
+//! while `in_use + n <= count` with `in_use` the slots held, tokens
+//! growing per pool.
 //!
 //! One store serves every case; each case names fresh pools, so cases do
 //! not see each other. Failing sequences are saved by proptest in the
@@ -38,7 +38,7 @@ const POOLS: u8 = 3;
 pub enum Op {
     /// `register(count)`; counts above 1000 must be refused.
     Register { pool: u8, count: u32 },
-    /// `borrow_with(ttl, wait 0)` of `slots` slots (R15), with key
+    /// `borrow_with(ttl, wait 0)` of `slots` slots, with key
     /// `key-{key}` and an owner label if asked; a ttl of 0 ms and 0 slots
     /// must be refused.
     Borrow {
@@ -112,8 +112,8 @@ where
     M: FnOnce(Arc<ManualClock>) -> MF,
     MF: Future<Output = Fixture>,
 {
-    // Multi-thread, so that `forget()` lands its unbinding before it returns
-    // (R13): on a current-thread runtime it runs in the background,
+    // Multi-thread, so that `forget()` lands its unbinding before it returns:
+    // on a current-thread runtime it runs in the background,
     // and a networked store's next grant of the sequence could find the
     // lease's row locked by it and take a higher position.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -164,7 +164,7 @@ impl Model {
     }
 }
 
-/// Slots held by `held`: `in_use` (R15: a lease of `n` counts `n`).
+/// Slots held by `held`: `in_use` (a lease of `n` counts `n`).
 fn in_use(held: &[Held]) -> u32 {
     held.iter().map(|h| h.lease.positions.len() as u32).sum()
 }

@@ -1,7 +1,7 @@
 //! The cases a networked store (PostgreSQL, Redis, MySQL) runs on a real
 //! server beside the suite, expanded by [`networked_store_conformance!`]:
-//! machines whose clocks disagree (rule "Time", R7, R10), and a crashed
-//! store's session (R16, R17).
+//! machines whose clocks disagree (rule "Time"), and a crashed
+//! store's session.
 
 /// Expands the networked stores' cases on a real server into
 /// `#[tokio::test]` functions; place it at the top level of an integration

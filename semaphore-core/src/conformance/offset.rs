@@ -42,7 +42,7 @@ impl Clock for OffsetClock {
     }
 }
 
-/// rule "Time", R7, R10, for a store whose server's clock decides: `fast`
+/// rule "Time", for a store whose server's clock decides: `fast`
 /// and `slow` are handles on one pool id through two stores whose process
 /// clocks are 30 s ahead of and behind the server's ([`OffsetClock`]);
 /// `server_now` reads the server's clock. Neither can take a live lease or

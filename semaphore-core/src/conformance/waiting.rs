@@ -1,5 +1,4 @@
-//! Cases for waiting, wake-ups, order and cancellation: R2, R4, R5, R8,
-//! R11, R12.
+//! Cases for waiting, wake-ups, order and cancellation.
 
 use std::future::Future;
 use std::pin::pin;
@@ -76,7 +75,7 @@ pub async fn r5_waiter_fails_exhausted_when_wait_runs_out(f: Fixture) {
     assert_eq!(pool.waiting().count, 0);
 }
 
-/// R5, R7: a waiter is woken when the earliest lease expires, with no
+/// R5: a waiter is woken when the earliest lease expires, with no
 /// return and no clean-up.
 pub async fn r5_waiter_is_woken_by_expiry(f: Fixture) {
     let pool = f.pool("p");
@@ -216,7 +215,7 @@ pub async fn r12_grant_landing_after_the_drop_is_returned_at_once(f: Fixture) {
     until_in_use(&pool, 0).await;
     let next = pool.try_borrow(TTL).await.unwrap();
     assert_eq!(next.position, 0);
-    // Tokens only grow (R9): a grant to the dropped borrow took one
+    // Tokens only grow: a grant to the dropped borrow took one
     // between, so a store that counts by one skipped one.
     assert!(
         next.token > before + 1,
@@ -224,7 +223,7 @@ pub async fn r12_grant_landing_after_the_drop_is_returned_at_once(f: Fixture) {
     );
 }
 
-/// R6, R10, R11, R12: returns that free slots while the queue's head has
+/// R11: returns that free slots while the queue's head has
 /// its own store call in flight do not grant that head a second lease
 /// besides the one its call gets. The head ends up holding one lease, at
 /// the lowest position freed, and the pool counts it and the one still
@@ -267,7 +266,7 @@ pub async fn r11_returns_meet_the_heads_own_call_in_flight(f: Fixture) {
     assert_eq!(lease.position, 0, "the lowest position freed");
 }
 
-/// R5, R7, R11: a waiter that became head when the one ahead took the last
+/// R5: a waiter that became head when the one ahead took the last
 /// slot is woken by that lease's expiry, though nothing else changes.
 pub async fn r5_new_head_is_woken_by_expiry_of_the_slot_just_granted(f: Fixture) {
     let (pool, held) = full_pool(&f, 1).await;

@@ -1,5 +1,6 @@
-//! Cases for weighted borrows: several slots in one lease (R15), with R6,
-//! R8, R10, R11 and R12 as they read for weights.
+//! Cases for weighted borrows: several slots in one lease, with the
+//! rules for positions, returns, order and cancellation as they read for
+//! weights.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,7 @@ async fn take(pool: &Pool, n: u32) -> Lease {
         .forget()
 }
 
-/// R15, R6: a borrow of `n` takes the `n` lowest free positions, gaps
+/// R15: a borrow of `n` takes the `n` lowest free positions, gaps
 /// first, as one lease with one id, token and expiry, and counts `n` in
 /// `in_use`; a plain borrow after it takes the next lowest.
 pub async fn r15_weighted_borrow_takes_the_n_lowest_free_as_one_lease(f: Fixture) {
@@ -70,7 +71,7 @@ pub async fn r15_weighted_borrow_takes_the_n_lowest_free_as_one_lease(f: Fixture
     );
 }
 
-/// R15, R7, R8: returning, renewing, forcing or expiring a lease of `n`
+/// R15: returning, renewing, forcing or expiring a lease of `n`
 /// acts on all `n` slots; forcing works from any of its positions.
 pub async fn r15_weighted_lease_is_returned_renewed_forced_and_expired_whole(f: Fixture) {
     let pool = f.pool("p");
@@ -111,7 +112,7 @@ pub async fn r15_weighted_lease_is_returned_renewed_forced_and_expired_whole(f: 
     assert_eq!(&take(&pool, 4).await.positions[..], &[0, 1, 2, 3]);
 }
 
-/// R15, R14: 0 slots, or more than the largest allowed count, is an
+/// R15: 0 slots, or more than the largest allowed count, is an
 /// invalid argument naming `slots`; nothing changes.
 pub async fn r15_slots_zero_or_above_max_count_are_refused_and_nothing_changes(f: Fixture) {
     let pool = f.pool("p").with_limits(Limits::default().with_max_count(8));
@@ -200,7 +201,7 @@ pub async fn r15_a_count_read_before_a_raise_does_not_set_aside_again(f: Fixture
     }
 }
 
-/// R15, R11: a borrower of 2 at the head of the queue is not overtaken by
+/// R15: a borrower of 2 at the head of the queue is not overtaken by
 /// a later borrower of 1 when one slot frees up, nor by a later borrower of
 /// 3; each is served in arrival order as its slots come free.
 pub async fn r15_weighted_head_is_not_overtaken_by_smaller_or_larger_borrowers(f: Fixture) {
@@ -237,7 +238,7 @@ pub async fn r15_weighted_head_is_not_overtaken_by_smaller_or_larger_borrowers(f
     assert_eq!(&three.await.unwrap().unwrap().positions[..], &[0, 1, 2]);
 }
 
-/// R15, R12: a borrower of 2 dropped while it heads the queue takes
+/// R15: a borrower of 2 dropped while it heads the queue takes
 /// nothing, and the borrower of 1 it held back is served at once; one
 /// dropped after the store granted its 2 slots returns both, and the
 /// borrower behind it gets them.
@@ -327,7 +328,7 @@ pub async fn r15_borrow_all_takes_each_pools_weight(f: Fixture) {
     }
 }
 
-/// R15, R10, R2: after the count is lowered, a weighted grant needs
+/// R15: after the count is lowered, a weighted grant needs
 /// `in_use + n <= count`, counting the leases left above the new count.
 pub async fn r15_lowered_count_counts_every_slot_held(f: Fixture) {
     let pool = f.pool("p");
@@ -346,7 +347,7 @@ pub async fn r15_lowered_count_counts_every_slot_held(f: Fixture) {
     assert_eq!(take(&pool, 1).await.position, 0);
 }
 
-/// R11 with weights (R15) across processes, for a store that keeps a
+/// R15: first come, first served with weights across processes, for a store that keeps a
 /// queue of heads shared by processes (SQLite, PostgreSQL, Redis; not in
 /// the macro, since an in-process store keeps none): a queued head of 3 is
 /// owed 3 slots, not one, so a later borrower of 1 is refused while only 2

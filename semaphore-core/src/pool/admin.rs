@@ -1,15 +1,14 @@
-//! A pool's own life: register (create or set its count), inspect, delete
-//! (R2-R4).
+//! A pool's own life: register (create or set its count), inspect, delete.
 
 use crate::telemetry;
 use crate::{Pool, PoolState, Result};
 
 impl Pool {
     /// Creates the pool with `count` slots, or sets the count of an existing
-    /// one (R2); returns its state. Idempotent. Raising the count wakes
+    /// one; returns its state. Idempotent. Raising the count wakes
     /// waiters at once; lowering it below `in_use` revokes nothing and only
     /// withholds new grants (positions at or above the new count are not
-    /// handed out, R6).
+    /// handed out).
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming `count` if it is above
@@ -41,8 +40,8 @@ impl Pool {
         Ok(state)
     }
 
-    /// The pool's `{id, count, in_use, available}` as of one instant (R3).
-    /// Expired leases never count (R7). Never shows lease ids.
+    /// The pool's `{id, count, in_use, available}` as of one instant.
+    /// Expired leases never count. Never shows lease ids.
     ///
     /// # Errors
     /// [`Error::PoolNotFound`](crate::Error::PoolNotFound) for an unregistered or deleted pool;
@@ -69,10 +68,10 @@ impl Pool {
         telemetry::counted(&self.name, self.store.inspect(self.id).await)
     }
 
-    /// Removes the pool and all its leases (R4); `true` if it existed.
+    /// Removes the pool and all its leases; `true` if it existed.
     /// Idempotent. Borrowers waiting on it fail with
     /// [`Error::PoolNotFound`](crate::Error::PoolNotFound) at once; its lease ids stop being valid.
-    /// Tokens keep growing if it is registered again (R9).
+    /// Tokens keep growing if it is registered again.
     ///
     /// # Errors
     /// [`Error::Storage`](crate::Error::Storage) if the store failed; nothing was removed.

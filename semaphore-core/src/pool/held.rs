@@ -1,6 +1,6 @@
 //! Held places: a two-phase borrow whose place lives in the store, not in
 //! a process, so that any process sharing the store may poll it (the HTTP
-//! service's tickets across servers; R5, R11, R12).
+//! service's tickets across servers).
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -61,8 +61,8 @@ impl HeldPlace<'_> {
     /// [`BorrowOptions::wait_while_draining`] a drain longer than `hold`
     /// drops the place, and the poll takes a new one at the tail when the
     /// drain ends. Places are served
-    /// first come, first served with every process's queued heads (R11),
-    /// each owed its weight (R15). A place is granted only to a poll, never
+    /// first come, first served with every process's queued heads,
+    /// each owed its weight. A place is granted only to a poll, never
     /// handed a slot by a return, so an abandoned place never holds a slot.
     ///
     /// The lease is granted under `options.key`, or `held:<waiter>` if it
@@ -231,7 +231,7 @@ impl HeldPlace<'_> {
         crate::acquire::keyed_lease(&self.pool.store, self.pool.id, &key).await
     }
 
-    /// Gives up this held place: the store forgets it at once (R12),
+    /// Gives up this held place: the store forgets it at once,
     /// and the borrowers behind it move up. A lease already granted to it
     /// is not returned: it is its poller's, to return with the lease id.
     ///

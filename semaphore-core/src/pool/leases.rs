@@ -1,5 +1,5 @@
 //! [`Pool`]'s calls on leases already granted: return, renew, the admin
-//! listing and the forced return (R8, rule "Beyond the basic model").
+//! listing and the forced return (rule "Beyond the basic model").
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use crate::telemetry;
 use crate::{Error, Holder, Lease, LeaseId, Pool, Result};
 
 impl Pool {
-    /// Returns lease `lease` early (R8): frees its slot at once and wakes the
+    /// Returns lease `lease` early: frees its slot at once and wakes the
     /// head waiter. `true` only if the lease was active; an unknown, returned,
     /// expired or deleted lease reports `false`, never an error.
     ///
@@ -70,11 +70,11 @@ impl Pool {
     /// # Errors
     /// Renewing a lease that is not active is never a silent success:
     /// - [`Error::LeaseExpired`] if it is not active and `lease.expires_at`
-    ///   has passed (R7); given only an id, an expired lease is not told
+    ///   has passed; given only an id, an expired lease is not told
     ///   apart and reports `LeaseNotFound`;
     /// - [`Error::LeaseNotFound`] if it is not active though its expiry has
     ///   not come: returned, force-returned, or never this pool's;
-    /// - [`Error::PoolNotFound`] if the pool was deleted (R4);
+    /// - [`Error::PoolNotFound`] if the pool was deleted;
     /// - [`Error::InvalidArgument`] naming `ttl` if it is zero;
     /// - [`Error::Storage`] if the store failed; the lease is unchanged.
     ///
@@ -182,7 +182,7 @@ impl Pool {
     }
 
     /// Ends the lease at `position`, whoever holds it, as if its holder had
-    /// returned it (R8): the slot is free at once and the head waiter is
+    /// returned it: the slot is free at once and the head waiter is
     /// woken. Returns the lease it ended, or `None` if no lease held the
     /// position. The former holder's renew then fails with
     /// [`Error::LeaseNotFound`] and its return reports `false`.

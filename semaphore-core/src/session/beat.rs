@@ -132,7 +132,7 @@ pub struct SessionEnds(pub(super) std::sync::Weak<Shared>);
 impl SessionEnds {
     /// The store reports session `id` ended: its record was deleted or cut
     /// short by someone other than this holder, or the server lost it (an
-    /// operator's act, R17). If it is the open session it is lost at once,
+    /// operator's act). If it is the open session it is lost at once,
     /// its holders' reason is
     /// [`Error::SessionEnded`](crate::Error::SessionEnded), and a new one
     /// is opened without waiting for the next heartbeat. Any other id is

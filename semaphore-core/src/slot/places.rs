@@ -1,15 +1,16 @@
 //! Held places in a [`SlotTable`]: the places of two-phase borrows that no
 //! task owns ([`BorrowRequest::hold`]), for an in-process store to keep
-//! as a shared store keeps them in its queue (rule R11, "Held places").
+//! as a shared store keeps them in its queue (*Held places* in the
+//! `Store` trait's contract).
 //!
 //! A place is owed its weight before every borrower of this process that
 //! came after it, and after every one that came before it: arrivals are
 //! numbers from the same counter as this process's queued borrowers
 //! ([`Changes::arrival`](crate::store::Changes::arrival)). A place is
 //! granted only to a poll, never handed a slot by a return, and lapses
-//! `hold` after its latest poll (R12). A place for more slots than the
+//! `hold` after its latest poll. A place for more slots than the
 //! pool's count keeps its place but is owed nothing until the count
-//! reaches its weight (R15).
+//! reaches its weight.
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
@@ -22,7 +23,7 @@ use crate::{BorrowRequest, TryBorrow, WaiterId};
 #[derive(Debug, Clone)]
 struct Place {
     waiter: WaiterId,
-    /// Its weight (R15): what its latest poll asked for.
+    /// Its weight: what its latest poll asked for.
     slots: u32,
     arrival: u64,
     /// When it lapses, unless polled again before.
@@ -43,7 +44,7 @@ impl Places {
 
     /// The slots owed to the places that came before `arrival`, on a pool
     /// of `count` slots: a place for more than `count` keeps its place but
-    /// is owed nothing while the count is below its weight (R15).
+    /// is owed nothing while the count is below its weight.
     fn owed_before(&self, arrival: u64, count: u32) -> u32 {
         self.0
             .iter()
@@ -67,7 +68,7 @@ impl SlotTable {
     /// [`Changes::arrival_of`](crate::store::Changes::arrival_of), or
     /// `u64::MAX` for one not queued): only from the slots left after
     /// those owed to the held places that came before it, each owed its
-    /// weight, but none for more slots than the count (R11, R15).
+    /// weight, but none for more slots than the count.
     /// A refusal tells the earliest moment the answer
     /// can change by itself ([`next_change`](SlotTable::next_change)).
     pub fn grant_in_turn(

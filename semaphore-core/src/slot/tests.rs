@@ -1,4 +1,4 @@
-//! The slot table against the reference rules (R6, R7, R10, R15).
+//! The slot table against the reference rules.
 use super::*;
 use crate::{PoolId, WaiterId};
 use std::time::{Duration, UNIX_EPOCH};
@@ -149,7 +149,7 @@ fn memory_follows_leases_held_not_count() {
     ));
 }
 
-/// R15: weighted grants agree with `lowest_free_n` and the
+/// Weighted grants agree with `lowest_free_n` and the
 /// `in_use + n <= count` rule across bitset words, count changes,
 /// returns and forced returns from any position of a lease.
 #[test]
@@ -281,8 +281,8 @@ fn expiries_left_by_returns_and_renewals_are_dropped() {
 }
 
 /// A held place of weight 2 is owed two of the free slots before a
-/// newcomer (R11, R15), is granted to its poll, and lapses `hold` after its
-/// latest poll, which a refusal tells as the moment to ask again (R12).
+/// newcomer, is granted to its poll, and lapses `hold` after its
+/// latest poll, which a refusal tells as the moment to ask again.
 #[test]
 fn a_held_place_is_owed_its_weight_until_served_or_lapsed() {
     let mut t = SlotTable::new(3);

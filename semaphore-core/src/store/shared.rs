@@ -1,8 +1,8 @@
 //! What the stores whose processes share one queue (SQLite, PostgreSQL,
 //! Redis, MySQL) do alike: the range of their poll, how long a queued
 //! head's place in the shared queue outlives its last look and when a look
-//! refreshes it (R11, R16), the checks of their common options,
-//! and lease rows read back as [`Holder`]s (R15).
+//! refreshes it, the checks of their common options,
+//! and lease rows read back as [`Holder`]s.
 
 use std::time::{Duration, SystemTime};
 
@@ -144,7 +144,7 @@ pub struct LeaseRow {
     pub lease: LeaseId,
     /// The position this row holds.
     pub position: u32,
-    /// The lease's fencing token (R9).
+    /// The lease's fencing token.
     pub token: u64,
     /// When the lease expires.
     pub expires_at: SystemTime,
@@ -153,12 +153,12 @@ pub struct LeaseRow {
     pub owner: Option<String>,
     /// The idempotency key given at borrow, if any, as it is listed.
     pub key: Option<String>,
-    /// The session the lease is bound to, if any (R16).
+    /// The session the lease is bound to, if any.
     pub session: Option<SessionId>,
 }
 
 /// The leases of `pool` that `rows` make up, one per lease id, in the order
-/// of each lease's first row: a lease of several slots (R15) gathers its
+/// of each lease's first row: a lease of several slots gathers its
 /// rows' positions, and its labels are those of its first row that has
 /// any.
 pub fn holders_from_rows(pool: PoolId, rows: impl IntoIterator<Item = LeaseRow>) -> Vec<Holder> {
@@ -234,7 +234,7 @@ macro_rules! networked_store_options {
                 self
             }
 
-            /// The session timeout (R16): how long the store's
+            /// The session timeout: how long the store's
             /// session, which holds its bound leases, outlives its last
             /// heartbeat on the server's clock. A connection that drops and
             /// comes back within it keeps every bound lease; a process

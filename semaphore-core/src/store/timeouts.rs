@@ -1,15 +1,15 @@
-//! The times a store's calls and sessions are bounded by (R16).
+//! The times a store's calls and sessions are bounded by.
 
 use std::time::Duration;
 
 use super::{DecidingClock, MAX_UNIX_MS};
 use crate::Result;
 
-/// The session timeout a networked store uses unless told otherwise (R16):
+/// The session timeout a networked store uses unless told otherwise:
 /// 10 s.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The shortest session timeout a store accepts (R16): 1 s.
+/// The shortest session timeout a store accepts: 1 s.
 pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Checks a store option's session timeout, if one was set, against

@@ -1,6 +1,6 @@
 //! Arrivals: where a borrower stands in this process's order of arrival,
 //! for an in-process store that keeps held places and serves each in its
-//! turn among this process's queued borrowers (R11).
+//! turn among this process's queued borrowers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -14,7 +14,7 @@ impl Changes {
     /// so far, and below that of every one queued later: the arrival of a
     /// held place that an in-process store keeps
     /// ([`SlotTable::poll_place`](crate::store::SlotTable::poll_place)), to
-    /// serve it in its turn among this process's borrowers (R11).
+    /// serve it in its turn among this process's borrowers.
     pub fn arrival(&self) -> u64 {
         self.joined.fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -33,7 +33,7 @@ impl Changes {
     }
 
     /// The borrowers of `pool` queued in this process before `arrival` that
-    /// are not set aside (R15): how many, and the slots they ask
+    /// are not set aside: how many, and the slots they ask
     /// for (one for a multi-pool borrower). What an in-process store's
     /// held place that came at `arrival` waits behind.
     pub fn ahead_of(&self, pool: PoolId, arrival: u64) -> (usize, u32) {

@@ -22,13 +22,13 @@ use crate::{BorrowRequest, Lease, LeaseId, PoolId, WaiterId};
 /// borrower does not ask the store itself until its claim ends, so that it
 /// cannot be granted twice. The lease goes to the head of the queue when it
 /// is delivered ([`deliver`](Claim::deliver)), whichever borrower the claim
-/// named (R11); a claim dropped undelivered wakes the head to ask the
+/// named; a claim dropped undelivered wakes the head to ask the
 /// store, as a plain change would.
 ///
 /// A store that claims must, once its step has committed a grant for the
 /// claim's [`request`](Claim::request), deliver that lease; if nobody takes
 /// it (the borrowers left meanwhile), `deliver` hands the lease back for
-/// the store to return (R12). A store must finish the step and the delivery
+/// the store to return. A store must finish the step and the delivery
 /// even if its caller is dropped (for example in a spawned task), or the
 /// granted lease would be held by nobody until its ttl.
 pub struct Claim {
@@ -79,7 +79,7 @@ impl Changes {
         }
         let queues = self.queues.lock();
         let mut like: Option<&HandOff> = None;
-        // Those set aside hold back no one (R15).
+        // Those set aside hold back no one.
         let waiters = queues.get(&pool)?.waiters.iter();
         for waiter in waiters.filter(|w| !w.is_aside()) {
             let asked = claimable(waiter)?;

@@ -1,6 +1,6 @@
 //! [`Changes::hand_off`]: a return that grants its freed slots to this
 //! process's queued borrowers in its own step, for a store whose return
-//! runs in place (R11).
+//! runs in place.
 
 use std::sync::atomic::Ordering;
 
@@ -9,16 +9,17 @@ use crate::{BorrowRequest, PoolId, TryBorrow};
 
 impl Changes {
     /// Hands slots of `pool` just freed to this process's queued borrowers
-    /// of it, in queue order (R11), while the caller still holds the
+    /// of it, in queue order, while the caller still holds the
     /// pool's atomic step (its lock or transaction) and before anyone else
     /// can take them. `count` is the pool's count in that step: the queue
     /// is first [weighed](Changes::weigh) with it, so that a waiter for
-    /// more slots than `count` is passed over (R15). `grant` grants one request as a borrow would, in that
+    /// more slots than `count` is passed over. `grant` grants one request
+    /// as a borrow would, in that
     /// same step; each lease it grants goes to the head, which is taken
     /// out of the queue and woken with it. It stops at the first refusal,
     /// telling the new head the earliest expiry the refusal reported (so a
     /// head that asks for more slots than are free holds back everyone
-    /// behind it, R11 with weights, R15), at a multi-pool head, or at a
+    /// behind it), at a multi-pool head, or at a
     /// head whose own store call is in flight (a grant here would give it a
     /// second lease, or, with a key, the very lease its call gets, which
     /// the borrow would then give back as a spare); those are woken to ask

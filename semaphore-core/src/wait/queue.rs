@@ -1,5 +1,5 @@
 //! The wait queues' parts: a pool's [`Queue`] and its [`Waiter`]s, and
-//! which waiter is the head (R11; R15: a waiter for more
+//! which waiter is the head (a waiter for more
 //! slots than the count is set aside and is never the head).
 
 use std::collections::VecDeque;
@@ -64,11 +64,11 @@ pub(super) struct Waiter {
     /// It fails when its pool drains (not `wait_while_draining`): woken by
     /// [`Changes::found_draining`](super::Changes::found_draining).
     pub(super) leaves_on_drain: bool,
-    /// Its id as the store's queue knows it (R11), made when first needed:
+    /// Its id as the store's queue knows it, made when first needed:
     /// by its first attempt from the queue, or by a [`Claim`](super::Claim).
     pub(super) id: std::sync::OnceLock<WaiterId>,
     /// Its weight was above the pool's count when last weighed
-    /// ([`Changes::weigh`](super::Changes::weigh)): it keeps its place but is not the head (R15).
+    /// ([`Changes::weigh`](super::Changes::weigh)): it keeps its place but is not the head.
     /// Changed under the queues' lock.
     pub(super) aside: AtomicBool,
 }
@@ -140,7 +140,7 @@ impl Queue {
     }
 
     /// Wakes the head to ask the store, and the first waiter set aside to
-    /// check the count for all of them (R15).
+    /// check the count for all of them.
     pub(super) fn notify_head(&self) {
         if let Some(head) = self.head() {
             head.wake_to_ask();
@@ -163,8 +163,8 @@ impl Queue {
     /// saw [`news`](Queue::news) at `seen` before it read, unless the queue
     /// learned of a change meanwhile: the read may be older than that
     /// change. Weighing with it could set aside again a waiter that a raise
-    /// of the count let back, so that those queued after it overtake it
-    /// (R15). The change itself was weighed in its step, or woke
+    /// of the count let back, so that those queued after it overtake it.
+    /// The change itself was weighed in its step, or woke
     /// the waiters that check the count, who read it again.
     pub(super) fn weigh_read(&mut self, count: u32, seen: News) {
         if self.news == seen {

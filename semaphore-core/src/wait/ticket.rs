@@ -1,5 +1,5 @@
 //! A queued borrower's side of the wait queues: its [`Ticket`] (its turn,
-//! a lease handed to it, leaving on drop; R11, R12) and its id in the
+//! a lease handed to it, leaving on drop) and its id in the
 //! store's queue.
 
 use std::sync::Arc;
@@ -25,7 +25,7 @@ impl WaiterIdCell {
 }
 
 /// A place in the queue of one or more pools. Dropping it leaves them all
-/// (R12) and hands the turn on in each queue it headed.
+/// and hands the turn on in each queue it headed.
 pub(crate) struct Ticket<'a> {
     pub(super) changes: &'a Changes,
     pub(super) store: &'a Arc<dyn Store>,
@@ -131,7 +131,7 @@ impl Ticket<'_> {
     }
 
     /// Whether the ticket is set aside: it asks for more slots than its
-    /// pool's count when last weighed ([`Changes::weigh`], R15).
+    /// pool's count when last weighed ([`Changes::weigh`]).
     pub(crate) fn is_aside(&self) -> bool {
         self.waiter.is_aside()
     }
@@ -141,9 +141,9 @@ impl Drop for Ticket<'_> {
     /// Leaves every queue. The next head of each queue this ticket headed is
     /// always woken, even after a grant that left no slot free: it asks the
     /// store once, which tells it when the earliest lease expires (without
-    /// that it would sleep past an expiry, R5). A lease a hand-off granted
+    /// that it would sleep past an expiry). A lease a hand-off granted
     /// that nobody took (the borrower gave up meanwhile) is returned at
-    /// once (R12), unless it is another borrow's: a hand-off to a keyed
+    /// once, unless it is another borrow's: a hand-off to a keyed
     /// borrower answers with the lease already active under its key, which
     /// may be another borrower's of the same key (rule "Lost replies": a
     /// borrow gives back only leases under its own ids).

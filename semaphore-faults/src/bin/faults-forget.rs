@@ -1,6 +1,6 @@
 //! Borrows one slot with a 60 s ttl, forgets the lease, prints its id and
 //! returns from `main` at once: a process that hands its lease on and
-//! exits (R13: the lease must live to its ttl).
+//! exits (the lease must live to its ttl).
 //!
 //! ```text
 //! faults-forget postgres|redis|mysql URL NAMESPACE POOL SESSION_MS

@@ -6,11 +6,11 @@
 //!
 //! - **(a) no overlap.** On each position, no two act intervals of
 //!   different leases overlap: two holders never act on one slot at once
-//!   (R10, and R17 from the holders' side).
+//!   (and, from the holders' side, that a holder knows first).
 //! - **(b) tokens grow.** On each position, leases act in token order: a
-//!   lease never acts after a lease with a greater token acted (R9,
-//!   fencing: a stale holder never acts after a newer one).
-//! - **(c) the holder knows first (R17).** Let N be the lease with a
+//!   lease never acts after a lease with a greater token acted
+//!   (fencing: a stale holder never acts after a newer one).
+//! - **(c) the holder knows first.** Let N be the lease with a
 //!   greater token on one of lease L's positions whose grant was received
 //!   first, at `g`. Then L never acts at or after `g` (`acted after next
 //!   grant`: whatever its process went through); and unless L's holder
@@ -19,7 +19,7 @@
 //!   `lost()` counts) by `g`, give or take `told_slack` (the holders look
 //!   every 2-5 ms), unless its process was stopped or dead around `g` (the
 //!   faults log says when; `told late`).
-//! - **(d) tokens are unique.** No token is granted twice (R9).
+//! - **(d) tokens are unique.** No token is granted twice.
 
 mod downtime;
 #[cfg(test)]
@@ -194,7 +194,7 @@ pub struct Report {
     /// Leases taken over by another before their holder's release.
     pub taken_over: usize,
     /// Of those, the ones whose holder was running (neither stopped nor
-    /// dead) when the next grant came: the event R17 is about, which a run
+    /// dead) when the next grant came: the event that matters, which a run
     /// must see often to judge it.
     pub running_takeovers: usize,
     /// Log lines that did not parse.

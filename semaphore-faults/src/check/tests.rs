@@ -158,7 +158,7 @@ fn a_stale_holder_acting_after_a_newer_one_is_reported() {
 #[test]
 fn acting_between_the_next_grant_and_its_first_act_is_reported() {
     // No overlap of act intervals, yet lease 1 acted after lease 2 was
-    // granted (R17: it should have known).
+    // granted (it should have known).
     let mut e = vec![grant(10, 1, 1, &[0, 1]), grant(40, 2, 2, &[1])];
     e.extend(acts(1, 1, &[0, 1], [12, 30, 45]));
     e.extend(acts(2, 2, &[1], [60, 70]));

@@ -3,7 +3,7 @@
 //! at the end of the run. Even slots run `is-held` holders (they check
 //! `is_held()` before each act and nothing else), odd slots `lost`
 //! holders (they also race `lost()`), so that a bug in either way of
-//! telling a holder (R17) shows.
+//! telling a holder shows.
 
 use std::fs;
 use std::path::PathBuf;

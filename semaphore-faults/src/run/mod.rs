@@ -47,7 +47,7 @@ pub struct Config {
     /// The leases' ttl (kept alive by the holders): far above the session
     /// timeout, so that a holder cut off is protected by its session alone.
     pub ttl: Duration,
-    /// The stores' session timeout (R16).
+    /// The stores' session timeout.
     pub session_timeout: Duration,
     /// How long the nemesis injects faults.
     pub duration: Duration,
@@ -67,7 +67,7 @@ pub struct Config {
     pub out_base: PathBuf,
     /// Whether to keep the logs of a run that passed.
     pub keep_logs: bool,
-    /// The fewest takeovers of running holders (the event R17 is about: a
+    /// The fewest takeovers of running holders (the event that matters: a
     /// lease granted to another while its holder runs and has not released
     /// it) a run must see to be judged; a run with fewer fails as too weak.
     pub min_takeovers: usize,
@@ -331,7 +331,7 @@ async fn start_proxies(server: &Server, holders: usize) -> Vec<Option<Proxies>> 
 
 /// The problems of the run itself that the logs and the proxies show: too
 /// few grants to check anything, too few takeovers of running holders to
-/// judge R17, a proxy no holder went through.
+/// judge whether holders know first, a proxy no holder went through.
 fn run_problems(
     config: &Config,
     history: &History,

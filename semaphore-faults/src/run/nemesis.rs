@@ -4,7 +4,7 @@
 //! Partitions and cuts, and three blips in four (and stops, but on
 //! SQLite), are aimed at a holder in a long hold (one that means to hold
 //! its lease 2.8 s more at least, while others wait for the pool's
-//! slots): the event R17 is about is a running holder cut off while
+//! slots): the event that matters is a running holder cut off while
 //! another waits.
 
 use std::collections::HashMap;
@@ -386,7 +386,7 @@ fn kinds(config: &Config) -> Vec<FaultKind> {
 
 /// How often a fault is picked, relative to the others: the faults that cut
 /// a running holder off past its session timeout (partitions and cuts,
-/// then blips) are what R17 is about, so they come most often.
+/// then blips) are what the suite is about, so they come most often.
 fn weight(fault: FaultKind, store: StoreKind) -> usize {
     match fault {
         FaultKind::Partition | FaultKind::Cut => 4,

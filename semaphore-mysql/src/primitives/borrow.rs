@@ -1,6 +1,6 @@
-//! The borrow primitives, one pool or several at once (R5, R6, R9, R10,
-//! R11, R15, R16): each grant is one call of the store's borrow step,
-//! `borrow.sql`, the one place the borrow is written.
+//! The borrow primitives, one pool or several at once: each grant is one
+//! call of the store's borrow step, `borrow.sql`, the one place the borrow
+//! is written.
 
 use mysql_async::Transaction;
 use mysql_async::prelude::Queryable;
@@ -26,7 +26,7 @@ type Answer = (
 );
 
 impl Step<'_> {
-    /// R5, R6, R10, R11, R15, R16: grants the request's slots, the lowest
+    /// Grants the request's slots, the lowest
     /// free, if they are free for this borrower beyond those owed to the
     /// heads queued ahead of it (each owed its own weight); else keeps the
     /// borrower's place and says when the earliest lease expires. A keyed

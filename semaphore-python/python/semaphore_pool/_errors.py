@@ -1,6 +1,6 @@
 """The exceptions of semaphore_pool, one class per kind of answer a caller acts on.
 
-They mirror the Rust library's ``semaphore_core::Error`` (R14). Every one
+They mirror the Rust library's ``semaphore_core::Error``. Every one
 carries ``retryable``: whether the same call may succeed if tried again
 later. Times are in seconds; pool and lease ids are UUID strings.
 
@@ -42,7 +42,7 @@ class SemaphoreError(Exception):
 
 
 class InvalidArgument(SemaphoreError, ValueError):
-    """An argument is outside its allowed range; nothing changed (R14).
+    """An argument is outside its allowed range; nothing changed.
 
     ``field`` names the argument as in the method's signature (``count``,
     ``ttl``, ``wait``, ``slots``, ``key``, ``owner``, ``url``, ...),
@@ -65,7 +65,7 @@ class PoolNotFound(SemaphoreError, LookupError):
 
 
 class Exhausted(SemaphoreError):
-    """No slot freed up within the borrow's wait (R5); retry later.
+    """No slot freed up within the borrow's wait; retry later.
 
     ``pool`` is the pool's id, ``waited`` the wait allowed, in seconds,
     after clamping. With ``wait=0`` it is raised at once.
@@ -106,7 +106,7 @@ class LeaseLost(SemaphoreError):
 
 
 class LeaseExpired(LeaseLost):
-    """The lease expired (R7) at ``expired_at`` (unix seconds); its slot may be another's."""
+    """The lease expired at ``expired_at`` (unix seconds); its slot may be another's."""
 
     expired_at: float
 
@@ -122,7 +122,7 @@ class SessionLost(LeaseLost):
     """The lease was bound to its store's session, which can no longer vouch for it.
 
     The store was out of reach for longer than the session timeout, or it
-    ended the session (``SessionEnded``, a subclass) (R16, R17).
+    ended the session (``SessionEnded``, a subclass).
     """
 
 
@@ -130,13 +130,13 @@ class SessionEnded(SessionLost):
     """The store ended the lease's session while its holder still kept it.
 
     Its record was deleted or cut short by someone else (an operator, a
-    cleaning job), or the server lost it: an operator's act (R17). PostgreSQL
+    cleaning job), or the server lost it: an operator's act. PostgreSQL
     and Redis tell the holder at once, MySQL at its next heartbeat.
     """
 
 
 class StorageError(SemaphoreError):
-    """The storage engine failed; the call was all or nothing and did not happen (R14).
+    """The storage engine failed; the call was all or nothing and did not happen.
 
     ``operation`` names the store call (``borrow``, ``connect``, ...);
     ``retryable`` says whether trying again later may succeed (a lost

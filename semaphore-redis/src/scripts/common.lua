@@ -5,10 +5,10 @@
 -- while the pool grants nothing new), 'w:' .. head
 -- for a queued head waiting for more than one slot, 'c:' .. head for the
 -- client id of the connection that marks its process alive, and 's:' ..
--- session for each session of bound leases, R16: how many it
+-- session for each session of bound leases: how many it
 -- holds), leases (hash:
 -- lease id -> JSON record {p, t, e, o, k}, with ps, every position, for a
--- lease of several slots, R15, and s, its session, for a bound lease),
+-- lease of several slots, and s, its session, for a bound lease),
 -- exp (zset: lease id by expiry), pos (zset:
 -- one member per held position: the lease id at its lowest position, 'id:p'
 -- at its others; so in_use is its size), keys (hash: idempotency key ->
@@ -23,7 +23,7 @@
 --
 -- Outside the pools, under ARGV[6] (PREFIX on one server, PREFIX:{<tag of
 -- the pool's slot>} on a cluster): :s:<session> (string: the session's
--- end, ms; R16: a bound lease is active only while its session's
+-- end, ms; a bound lease is active only while its session's
 -- end is in the future), and :run (hash: id, the server's run id and
 -- replication id, `run:replid`, that last granted or registered; until,
 -- the end of the restart grace it set).
@@ -38,7 +38,7 @@
 --
 -- Times are unix ms; tokens are the server's clock in µs, or one more than
 -- the pool's last token if that is larger, so they grow across a delete and
--- across a restart that lost every key (R9). Numbers stay below 2^53, exact
+-- across a restart that lost every key. Numbers stay below 2^53, exact
 -- in Lua's doubles; they are written with %.0f, never tostring.
 
 -- One call's keys, arguments, clock and state, set by `begin`: the
@@ -130,7 +130,7 @@ local function record(k, id)
     return cjson.decode(raw)
 end
 
--- The positions of lease record r, lowest first (R15).
+-- The positions of lease record r, lowest first.
 local function positions(r)
     if r.ps then return r.ps end
     return {tonumber(r.p)}
@@ -142,7 +142,7 @@ local function member(id, p, low)
     return id .. ':' .. fmt(p)
 end
 
--- R16: the end of session sid (ms), or nil if it has none.
+-- The end of session sid (ms), or nil if it has none.
 local function session_end(sid)
     local e = redis.call('GET', PREFIX .. ':s:' .. sid)
     if not e then return nil end
@@ -173,7 +173,7 @@ local function drop_lease(k, id, r)
     if r and r.g then
         -- A slot handed to a head that never took it (it expired, or was
         -- taken back): the head, if it is still alive, is queued again at
-        -- its old ticket, so that no one queued after it goes first (R11).
+        -- its old ticket, so that no one queued after it goes first.
         if not r.tk then
             local g = redis.call('HGET', k.pool, 'g:' .. r.g)
             local ticket = g and tonumber(string.match(g, '@%d+@(%d+)$'))
@@ -207,7 +207,7 @@ local function forget(k, w)
 end
 
 -- Ends the lease a return handed to head w (it left the queue, or its
--- process is gone: R12, R16); whether there was one. A head that took it
+-- process is gone); whether there was one. A head that took it
 -- (its look answered) and then left the queue is a borrow dropped while
 -- that answer was on its way, which nobody holds (the core leaves the
 -- queue only for a borrow that was not granted).
@@ -224,7 +224,7 @@ local function unclaim(k, w)
     return true
 end
 
--- Forgets expired leases (R7), the leases of ended sessions (R16), and
+-- Forgets expired leases, the leases of ended sessions, and
 -- queued heads whose process stopped asking. The live sessions' ends:
 -- the earliest, or nil.
 local function reap(k)
@@ -259,7 +259,7 @@ local function reap(k)
         for sid in pairs(ended) do
             redis.call('HDEL', k.pool, 's:' .. sid)
             -- Its holder, if it runs and still keeps it (its record was
-            -- deleted by someone else, or lost), learns of it now (R17).
+            -- deleted by someone else, or lost), learns of it now.
             redis.call(PUBLISH, CHANNEL, 's:' .. sid)
         end
     end
@@ -278,7 +278,7 @@ local function leave(k, waiter)
     if waiter then forget(k, waiter) end
 end
 
--- Replies carry every position, then the session (R15, R16): the lowest
+-- Replies carry every position, then the session: the lowest
 -- position alone is field 3.
 local function lease_reply(id, r)
     return {0, id, tonumber(r.p), tonumber(r.t), tonumber(r.e), positions(r), r.s or false}
@@ -339,7 +339,7 @@ local function in_grace(st)
     return st.grace > 0 and real_ms() < st.grace
 end
 
--- The n lowest positions no active lease holds (R6, R15).
+-- The n lowest positions no active lease holds.
 local function lowest_free(k, n)
     local held = redis.call('ZCARD', k.pos)
     local free, want = {}, 0
@@ -389,11 +389,11 @@ local function grant(k, id, ttl, owner, key, n, session, to)
     return lease_reply(id, r)
 end
 
--- R8, R11: hands the slot a return just freed to the first head queued
--- (one whose weight is over the count is aside, R15), if that head is one
+-- Hands the slot a return just freed to the first head queued
+-- (one whose weight is over the count is aside), if that head is one
 -- a return may hand a slot to ('h:'), the pool grants (not draining, not
--- in its restart grace), the head's session lives (R16) and a slot is
--- free once expired leases and ended sessions are judged (R6, R7, R10).
+-- in its restart grace), the head's session lives and a slot is
+-- free once expired leases and ended sessions are judged.
 -- The lease is the one the head queued to get (its id, ttl, owner and
 -- session); it is 'g:' .. head until the head takes it at its next look,
 -- told by a message naming it ('g:' .. head .. ':' .. the pool's id), and

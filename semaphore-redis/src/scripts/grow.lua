@@ -24,8 +24,8 @@ local function keyed(k, key)
     return lease_reply(id, r)
 end
 
--- Free slots beyond those owed to the heads queued ahead of `waiter`
--- (R11), each owed its weight (R15; none if it is over the count), and
+-- Free slots beyond those owed to the heads queued ahead of `waiter`,
+-- each owed its weight (none if it is over the count), and
 -- those heads.
 local function room(k, st, waiter)
     local held = redis.call('ZCARD', k.pos)
@@ -42,7 +42,7 @@ local function room(k, st, waiter)
         for i, w in ipairs(heads) do names[i] = 'w:' .. w end
         local weights = read_all('HMGET', k.pool, names)
         for i = 1, #heads do
-            -- R15: a head whose weight is over the count keeps its
+            -- A head whose weight is over the count keeps its
             -- place but is owed nothing while the count is below it.
             local weight = tonumber(weights[i] or '1')
             if weight <= st.count then ahead = ahead + weight end
@@ -77,7 +77,7 @@ local UNTAKEN_MS = 200
 -- A refusal: when to look again (the earliest expiry or end of a live
 -- session, or the grace's end), and, if slots are free but owed to the
 -- heads ahead, the client ids of their connections, for the caller to ask
--- which are gone (R16: a killed waiter holds back no one).
+-- which are gone (a killed waiter holds back no one).
 local function refusal(k, st, owed, heads)
     if in_grace(st) then return {1, false, false, false, st.grace, {}} end
     local first = redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES')
@@ -88,7 +88,7 @@ local function refusal(k, st, owed, heads)
         for _, w in ipairs(heads) do asked[#asked + 1] = 'c:' .. w end
     end
     -- A head handed a slot that it has not taken for a while: its process
-    -- may be gone, holding the slot back (R16).
+    -- may be gone, holding the slot back.
     local handed = fields(k, 'g:')
     if #handed > 0 then
         local names = {}
@@ -109,7 +109,7 @@ end
 
 local function grow_ops()
     if op == 'register' then
-        -- R2: {count, in_use, 0, draining, 1 if it wrote the run key}. The run
+        -- {count, in_use, 0, draining, 1 if it wrote the run key}. The run
         -- key is written here too, so that it is on a replica before any
         -- grant of the pool's slot (a cluster store waits for that).
         local k = K(1)
@@ -127,7 +127,7 @@ local function grow_ops()
     end
 
     if op == 'borrow' then
-        -- R5, R6, R11, R15. {0, lease, position, token, expiry, positions,
+        -- {0, lease, position, token, expiry, positions,
         -- session}, {1, _, _, _, next look, connections}, {2} (no pool), {4}
         -- (it drains) or {5} (the session named has ended).
         local k = K(1)
@@ -191,7 +191,7 @@ local function grow_ops()
         end
         local free, heads = room(k, st, waiter)
         if free >= n then
-            -- R16: no lease is born dead.
+            -- No lease is born dead.
             if session and not alive(session) then return {5} end
             leave(k, waiter)
             return grant(k, id, ttl, owner, key, n, session)
@@ -258,7 +258,7 @@ local function grow_ops()
             for i = 1, n do replies[i] = replies[i] or {3} end
             return replies
         end
-        -- R16: no lease is born dead.
+        -- No lease is born dead.
         if session and not alive(session) then return {{5, 1}} end
         for i = 1, n do
             replies[i] = replies[i]

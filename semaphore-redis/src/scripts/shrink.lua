@@ -12,7 +12,7 @@ local function exists(k) return redis.call('EXISTS', k.pool) == 1 end
 
 local function shrink_ops()
     if op == 'inspect' then
-        -- R3: {count, in_use, {}, draining}, or {} if there is no pool.
+        -- {count, in_use, {}, draining}, or {} if there is no pool.
         local k = K(1)
         local count = redis.call('HGET', k.pool, 'count')
         if not count then return {} end
@@ -33,15 +33,15 @@ local function shrink_ops()
     end
 
     if op == 'reap_waiters' then
-        -- R16: forgets every queued head whose connection is one of
+        -- Forgets every queued head whose connection is one of
         -- those named (gone, as the server's client list said); how many.
         local k = K(1)
         if not exists(k) then return 0 end
         local dead = {}
         for i = A, #ARGV do dead[ARGV[i]] = true end
         local dropped = 0
-        -- Queued heads, and heads handed a slot they have not taken (R16:
-        -- the slot is freed).
+        -- Queued heads, and heads handed a slot they have not taken (the
+        -- slot is freed).
         for _, w in ipairs(fields(k, 'c:')) do
             local c = redis.call('HGET', k.pool, 'c:' .. w)
             if c and dead[c] then
@@ -55,7 +55,7 @@ local function shrink_ops()
     end
 
     if op == 'beat' then
-        -- R16: one heartbeat of the session whose key is KEYS[1]: if
+        -- One heartbeat of the session whose key is KEYS[1]: if
         -- it lives, its end moves to now + ARGV[A] ms; if it has no key and
         -- ARGV[A + 1] is '1' (a fresh id), it is made so. Now if it lives
         -- after, false if it has ended: an ended session never lives again.
@@ -71,14 +71,14 @@ local function shrink_ops()
     end
 
     if op == 'close' then
-        -- R16: ends the session whose key is KEYS[1] at once; every
+        -- Ends the session whose key is KEYS[1] at once; every
         -- process's waiters look again.
         if redis.call('DEL', KEYS[1]) == 1 then redis.call(PUBLISH, CHANNEL, '*') end
         return 1
     end
 
     if op == 'delete' then
-        -- R4: 1 if the pool existed. Its token outlives it for a day (R9).
+        -- 1 if the pool existed. Its token outlives it for a day.
         local k = K(1)
         local existed = exists(k)
         wake(k)
@@ -88,7 +88,7 @@ local function shrink_ops()
     end
 
     if op == 'return' then
-        -- R8: 0 if the lease was not active; else the head its slot was
+        -- 0 if the lease was not active; else the head its slot was
         -- handed to (`hand_on`, unless ARGV[A + 1] is '0'), or 1.
         local k = K(1)
         local id = ARGV[A]
@@ -125,7 +125,7 @@ local function shrink_ops()
     end
 
     if op == 'unbind' then
-        -- R13: unbinds an active lease from its session; 1 if it was
+        -- Unbinds an active lease from its session; 1 if it was
         -- active.
         local k = K(1)
         if not exists(k) then return 0 end
@@ -158,7 +158,7 @@ local function shrink_ops()
 
     if op == 'force_return' then
         -- {0, holder} if an active lease held the position (any of its
-        -- positions, R15), {1} if none, {2}.
+        -- positions), {1} if none, {2}.
         local k = K(1)
         if not exists(k) then return {2} end
         reap(k)
@@ -174,7 +174,7 @@ local function shrink_ops()
     end
 
     if op == 'leave_queue' then
-        -- R12: 1 if the head was queued (the next is woken).
+        -- 1 if the head was queued (the next is woken).
         local k = K(1)
         local w = ARGV[A]
         local handed = unclaim(k, w)

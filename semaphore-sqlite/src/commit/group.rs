@@ -207,7 +207,7 @@ impl Group {
 /// shuts down, and its blocking pool refuses new work), it runs on a
 /// thread of its own instead, so that the writes queued still land and
 /// answer whoever still waits: a guard dropped during its runtime's
-/// shutdown is returned (R13). Dropped as a write panicked, it abandons
+/// shutdown is returned. Dropped as a write panicked, it abandons
 /// the queue: the writes queued are dropped, which answers each with an
 /// error, and the next write starts a new flight instead of queueing
 /// behind one that will never run.
@@ -292,7 +292,7 @@ fn job<T: Send + 'static>(
                     (out, _) => out,
                 };
                 // A caller gone (dropped) leaves its answer here: a borrow
-                // granted meanwhile is returned by the core (R12).
+                // granted meanwhile is returned by the core.
                 let _ = reply.send(answer);
             }),
         }
@@ -349,7 +349,7 @@ mod tests {
 
     /// A flight whose runtime has shut down is refused by its blocking
     /// pool and runs on a thread of its own: the write it carries lands and
-    /// is answered (R13: a guard dropped during a shutdown is returned),
+    /// is answered (a guard dropped during a shutdown is returned),
     /// and the handle's next write, on another runtime, is not stranded
     /// behind it.
     #[test]

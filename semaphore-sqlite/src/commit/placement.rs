@@ -57,7 +57,7 @@ pub(crate) async fn run<T: Send + 'static>(
 /// (its runtime shuts down: the task is cancelled before it starts), on a
 /// thread of its own, so that the transaction still lands and answers a
 /// caller that still waits: a guard dropped during its runtime's shutdown
-/// is returned (R13). A panic of `work` is the error.
+/// is returned. A panic of `work` is the error.
 async fn off_the_scheduler<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> std::result::Result<T, Box<dyn std::error::Error + Send + Sync>> {

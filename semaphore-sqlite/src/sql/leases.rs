@@ -1,6 +1,6 @@
 //! Leases read back: rows to leases (a lease of several slots gathers its
-//! rows, R15), and the active ones as R7 and R16 see them (not expired, not
-//! held by a holder that is gone).
+//! rows), and the active ones (not expired, not held by a holder that is
+//! gone).
 
 use rusqlite::{Connection, OptionalExtension, params};
 use semaphore_core::store::{self, KEY_DIGEST_SEPARATOR, key_name};
@@ -10,8 +10,8 @@ use super::count_of;
 use crate::holder::{HolderId, Holders};
 use crate::time::instant;
 
-/// Slots held at `now` by leases that are active: not expired (R7), and
-/// not bound to a holder that is gone (R16).
+/// Slots held at `now` by leases that are active: not expired, and
+/// not bound to a holder that is gone.
 pub(super) fn in_use(
     conn: &Connection,
     pool: &PoolId,
@@ -33,7 +33,7 @@ pub(super) fn in_use(
     Ok(in_use)
 }
 
-/// R16: deletes the leases of `pool` whose holder is gone; how many slots
+/// Deletes the leases of `pool` whose holder is gone; how many slots
 /// that freed.
 pub(super) fn reap_gone(
     conn: &Connection,
@@ -196,7 +196,7 @@ pub(super) fn holders_of(rows: Vec<Row>, pool: PoolId) -> Vec<Holder> {
 }
 
 /// The active leases of `pool` by position, those of holders that are
-/// gone left out (R16); `None` if the pool does not exist.
+/// gone left out; `None` if the pool does not exist.
 pub(crate) fn holders(
     conn: &Connection,
     pool: PoolId,
@@ -232,7 +232,7 @@ pub(crate) fn holders(
     Ok(Some(holders_of(rows, pool)))
 }
 
-/// Unbinds lease `lease` of `pool` from its holder if it is active (R13):
+/// Unbinds lease `lease` of `pool` from its holder if it is active:
 /// it then lives to its expiry whatever becomes of the process;
 /// whether it was active.
 pub(crate) fn unbind(
@@ -254,7 +254,7 @@ pub(crate) fn unbind(
     Ok(changed > 0)
 }
 
-/// Ends the active lease holding `position` (all its slots, R15); `None` if
+/// Ends the active lease holding `position` (all its slots); `None` if
 /// the pool does not exist, `Some(None)` if no active lease holds the
 /// position.
 pub(crate) fn force_return(

@@ -1,5 +1,5 @@
-//! The wake-up that follows the commit (rule "Stores", R5 across
-//! processes): a process whose commit can let a waiter in rings, right
+//! The wake-up that follows the commit (rule "Stores": wake-ups
+//! across processes): a process whose commit can let a waiter in rings, right
 //! after `COMMIT`, each process whose head queues on that pool in the file.
 //!
 //! A file-change notification fires on the WAL's writes, before the commit

@@ -1,5 +1,5 @@
-//! Whether the process behind a queued head still runs (R11 across
-//! processes, R12).
+//! Whether the process behind a queued head still runs, so that a
+//! dead one holds back no one.
 //!
 //! Each head's row in `semaphore_waiters` records its process id and pid
 //! namespace. A head that finds others queued ahead of it drops those whose

@@ -1,4 +1,4 @@
-//! The cross-process queue of heads (R11, R12): each process's head
+//! The cross-process queue of heads: each process's head
 //! waiter keeps a place in `semaphore_waiters` while it waits, first come
 //! first served, refreshed by its re-checks and dropped when its process is
 //! gone.
@@ -11,7 +11,7 @@ use semaphore_core::store::{PlaceStep, WaiterId, place_step};
 
 use crate::wake::liveness;
 
-/// R12: forgets a queued head's place.
+/// Forgets a queued head's place.
 pub(crate) fn leave_queue(
     conn: &Connection,
     pool: PoolId,
@@ -37,8 +37,8 @@ pub(crate) fn forget_waiter(
 }
 
 /// Drops the heads queued ahead of `ticket` whose process is gone (see
-/// [`liveness`](crate::wake::liveness)); the slots they were owed (R15; none for
-/// a head whose weight is over `count`, R15).
+/// [`liveness`](crate::wake::liveness)); the slots they were owed (none for
+/// a head whose weight is over `count`).
 pub(crate) fn drop_dead_heads(
     conn: &Connection,
     key: &[u8],
@@ -67,7 +67,7 @@ pub(crate) fn drop_dead_heads(
         conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2")?
             .execute(params![key, w])?;
     }
-    // Only the weights that were owed (R15: not those over the count).
+    // Only the weights that were owed (not those over the count).
     Ok(dead
         .iter()
         .map(|(_, slots)| *slots)
