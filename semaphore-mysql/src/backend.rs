@@ -15,14 +15,14 @@ use semaphore_core::{
 
 use crate::MysqlOptions;
 use crate::error::storage;
-use crate::holder::{self, Background, Holder};
+use crate::link::{self, Background, Link};
 use crate::primitives::Step;
 use crate::schema::{self, Tables};
 use crate::session::Beats;
 
 /// How long `connect` waits for the store's session to open and its
-/// holder connection.
-const HOLDER_WAIT: Duration = Duration::from_secs(2);
+/// link.
+const LINK_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a pooled connection may idle before it is closed.
 const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
@@ -67,16 +67,23 @@ const INIT: [&str; 3] = [
 /// - **Fair across machines:** each process's head waiter is queued
 ///   in the waiters table, first come first served, each owed its weight;
 ///   a head not seen for 4.5 s (its process died) stops blocking others.
-/// - **Owner liveness:** bound leases name the store's holder
-///   connection; they free as soon as another step finds it gone (needs
-///   the `PROCESS` privilege; without it leases are not bound).
+/// - **Sessions:** a bound lease (the default for guards) names the
+///   store's session, a row whose end, on the server's clock, a connection
+///   of the store's own heartbeats every third of the session timeout: a
+///   blip or a killed connection ends nothing, a process killed outright
+///   loses its bound leases at the session's end, and no lease is bound to
+///   a session that has ended.
+/// - **Killed waiters:** each queued place names the store's link, a
+///   connection that keeps a named lock (`GET_LOCK`), which the server
+///   frees when the connection ends however it ends; a place whose lock is
+///   free holds back no one. No privilege is needed.
 /// - **Tokens** are counted per pool, in the pool's row that each grant
 ///   locks anyway, so that grants on different pools share no row until
 ///   they commit; a delete keeps the pool's last token in the store's row,
 ///   which every later grant stays above (a pool id's tokens rise
 ///   across delete and register). Two pools may hand out the same token;
 ///   one multi-pool borrow's leases get rising tokens in its order.
-///   (Schema version 2; a store of version 1 is migrated at connect, once
+///   (A store of an earlier schema version is migrated at connect, once
 ///   the processes of the earlier release are stopped.)
 /// - **Errors:** I/O, lost connections, deadlocks (1213), lock wait
 ///   timeouts (1205) and the server shutting down are retryable
@@ -104,7 +111,7 @@ pub struct MysqlStore {
     tables: Tables,
     changes: Arc<Changes>,
     time: Time,
-    holder: Arc<Holder>,
+    link: Arc<Link>,
     /// The session this store's bound leases belong to.
     session: Session,
     /// The most connections the pool opens: how many stale ones a step
@@ -134,9 +141,10 @@ impl MysqlStore {
     /// (`mysql://user:password@host:port/database`, or `?socket=PATH` for a
     /// unix socket; no TLS), through a pool of
     /// [`MysqlOptions::pool_size`] connections, creates the store's tables
-    /// if missing, and starts the holder connection and the waiters' poll.
-    /// It waits up to 2 s for the holder connection, so that the first
-    /// borrow is bound.
+    /// if missing, and starts the session's heartbeat, the link and the
+    /// waiters' poll. It waits up to 2 s for the session and the link, so
+    /// that the first borrow is bound and its place, if it queues, is
+    /// linked.
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] naming `url`, `table_prefix`,
@@ -182,9 +190,9 @@ impl MysqlStore {
         let tables = Tables::new(&options.table_prefix);
         let mut conn = pool.get_conn().await.map_err(storage("open"))?;
         schema::prepare(&mut conn, &tables).await?;
-        holder::measure(&mut conn, &options.time).await;
+        link::measure(&mut conn, &options.time).await;
         let changes = Arc::new(Changes::new());
-        let holder = Arc::new(Holder::default());
+        let link = Arc::new(Link::default());
         let session = Session::start(
             Arc::new(Beats {
                 opts: opts.clone(),
@@ -195,29 +203,29 @@ impl MysqlStore {
             semaphore_core::store::session_timeout(options.session_timeout, &options.time),
             options.time.clone(),
         );
-        let background = holder::spawn(
+        let background = link::spawn(
             opts,
-            holder.clone(),
+            link.clone(),
             changes.clone(),
             options.time.clone(),
             options.poll_interval,
         );
-        let _ = tokio::time::timeout(HOLDER_WAIT, async {
-            while holder.id.lock().is_none() {
+        let _ = tokio::time::timeout(LINK_WAIT, async {
+            while link.id.lock().is_none() {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         })
         .await;
         // A store whose session is not open yet works: its bound borrows
         // retry until it is. One that cannot open one is refused.
-        session.open_within(HOLDER_WAIT).await?;
+        session.open_within(LINK_WAIT).await?;
         drop(conn);
         Ok(Self {
             pool,
             tables,
             changes,
             time: options.time,
-            holder,
+            link,
             session,
             pool_size: options.pool_size,
             _background: background,
@@ -236,11 +244,10 @@ impl MysqlStore {
     }
 
     /// The uuid of the named lock, `semaphore_holder_<uuid>`, that this
-    /// store's holder connection keeps while it is up, and that marks its
-    /// queued heads as alive; `None` while it is down. A
-    /// new uuid after each reconnect.
-    pub fn holder_id(&self) -> Option<uuid::Uuid> {
-        self.holder.current()
+    /// store's link keeps while it is up, and that marks its queued heads
+    /// as alive; `None` while it is down. A new uuid after each reconnect.
+    pub fn link_id(&self) -> Option<uuid::Uuid> {
+        self.link.current()
     }
 
     /// `result`, after telling the session if the step found the session
@@ -255,11 +262,11 @@ impl MysqlStore {
     }
 
     fn step(&self) -> Step<'_> {
-        let holder = self.holder.current();
+        let link = self.link.current();
         Step {
             t: &self.tables,
             time: &self.time,
-            holder,
+            link,
         }
     }
 }

@@ -3,8 +3,8 @@
 
 mod backend;
 mod error;
-mod holder;
 mod leases;
+mod link;
 mod options;
 mod primitives;
 mod schema;

@@ -14,8 +14,8 @@ use mysql_async::prelude::Queryable;
 use semaphore_core::store::{DecidingClock, from_unix_ms, saturating_add, truncate_ms, unix_ms};
 use semaphore_core::{Holder, Lease, LeaseId, PoolId, PoolState};
 
-use crate::holder::HolderId;
 use crate::leases::{LeaseRow, holders_of};
+use crate::link::LinkId;
 use crate::schema::Tables;
 
 pub(crate) type Sql<T> = mysql_async::Result<T>;
@@ -29,7 +29,7 @@ pub(crate) const NOW: &str = "COALESCE(?, CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000
 pub(crate) struct Step<'a> {
     pub(crate) t: &'a Tables,
     pub(crate) time: &'a DecidingClock,
-    pub(crate) holder: Option<HolderId>,
+    pub(crate) link: Option<LinkId>,
 }
 
 /// The source of the error of a step that named a session that has ended:

@@ -63,7 +63,7 @@ async fn killed_connections_fail_retryably_and_end_no_session() {
         .unwrap()
         .forget();
     let bound = pool.try_borrow(TTL).await.unwrap();
-    let before = store.holder_id().expect("a holder");
+    let before = store.link_id().expect("a link");
     let ids = server.sql(
         "SELECT ID FROM information_schema.PROCESSLIST \
          WHERE ID <> CONNECTION_ID() AND USER = 'root'",
@@ -80,10 +80,10 @@ async fn killed_connections_fail_retryably_and_end_no_session() {
         bound.is_held(),
         "the holder was told it lost a lease it kept"
     );
-    // The holder connection reconnects, under another lock.
+    // The link reconnects, under another lock.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while store.holder_id().is_none_or(|now| now == before) {
-        assert!(Instant::now() < deadline, "the holder did not come back");
+    while store.link_id().is_none_or(|now| now == before) {
+        assert!(Instant::now() < deadline, "the link did not come back");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // One more fits in the three slots, and no other.

@@ -10,7 +10,7 @@ use semaphore_core::{Error, PoolId, Result, Session};
 
 use crate::cluster::Listener;
 use crate::error::storage;
-use crate::holder::Holder;
+use crate::link::Link;
 use crate::scripts::{self, Common, Kind};
 use crate::session::Beats;
 use crate::slots::Place;
@@ -79,7 +79,7 @@ pub struct RedisStore {
     /// The connection that marks this process's queued heads as alive
     /// (a waiter's place is bound to a connection); none on
     /// a cluster.
-    pub(crate) holder: Option<Holder>,
+    pub(crate) link: Option<Link>,
     /// The session this store's bound leases belong to.
     pub(crate) session: Session,
     /// Its heartbeat, which a bound borrow on a cluster slot joins first.
@@ -101,8 +101,8 @@ impl RedisStore {
     /// The client id of the connection that marks this process's queued
     /// heads as alive, `None` while it is down, and always
     /// on a cluster.
-    pub fn holder_id(&self) -> Option<i64> {
-        self.holder.as_ref().and_then(Holder::id)
+    pub fn link_id(&self) -> Option<i64> {
+        self.link.as_ref().and_then(Link::id)
     }
 
     /// The prefix of the store's keys.
@@ -227,11 +227,11 @@ impl RedisStore {
     }
 
     /// The client id that marks this process's queued heads on `pool` as
-    /// alive: the holder's on one server, the store's link to the master
+    /// alive: the link's on one server, the store's link to the master
     /// of the pool's slot on a cluster; `None` while unknown.
     pub(crate) fn waiter_link(&self, pool: PoolId) -> Option<i64> {
         match &self.wake {
-            Wake::Server { .. } => self.holder_id(),
+            Wake::Server { .. } => self.link_id(),
             Wake::Cluster(_, links) => links.get(self.hash_slot(pool)),
         }
     }

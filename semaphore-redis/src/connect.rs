@@ -11,7 +11,7 @@ use semaphore_core::{Error, PoolId, Result, Session};
 use crate::backend::Wake;
 use crate::cluster::Listener;
 use crate::error::{malformed, storage};
-use crate::holder::Holder;
+use crate::link::Link;
 
 use crate::session::{Beats, Client};
 use crate::slots::Place;
@@ -76,7 +76,7 @@ impl RedisStore {
             poll: options.poll_interval,
             time: options.time.clone(),
         });
-        let holder = Holder::spawn(client.clone());
+        let link = Link::spawn(client.clone());
         let wake = Wake::Server {
             _subscriber: subscriber,
         };
@@ -89,7 +89,7 @@ impl RedisStore {
             options,
         )
         .telling(&ends)
-        .with_holder(holder)
+        .with_link(link)
         .with_session_up()
         .await
     }
@@ -235,7 +235,7 @@ impl RedisStore {
             changes,
             time: options.time,
             restart_grace_ms: grace_ms(options.restart_grace, timeout),
-            holder: None,
+            link: None,
             session,
             beats,
             wake,
@@ -249,8 +249,8 @@ impl RedisStore {
         self
     }
 
-    fn with_holder(mut self, holder: Holder) -> Self {
-        self.holder = Some(holder);
+    fn with_link(mut self, link: Link) -> Self {
+        self.link = Some(link);
         self
     }
 
@@ -259,7 +259,7 @@ impl RedisStore {
     /// session opens); refused if the session cannot open at all.
     async fn with_session_up(self) -> Result<Self> {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-            while self.holder.as_ref().is_some_and(|h| h.id().is_none()) {
+            while self.link.as_ref().is_some_and(|l| l.id().is_none()) {
                 tokio::time::sleep(std::time::Duration::from_millis(2)).await;
             }
         })

@@ -32,7 +32,7 @@ fn session_label(session: Option<semaphore_core::SessionId>) -> String {
     label(session.map(|s| s.as_uuid().to_string()).as_deref())
 }
 
-/// Waiter liveness: see [`holder`](crate::holder).
+/// Waiter liveness: see [`link`](crate::link).
 impl RedisStore {
     /// The client id that marks this process's queued heads as alive.
     pub(crate) fn connection_label(&self, pool: PoolId) -> String {
@@ -49,7 +49,7 @@ impl RedisStore {
             .copied()
             .filter(|id| Some(*id) != own)
             .collect();
-        let dead = crate::holder::gone(&self.connection, self.hash_slot(pool), &others).await;
+        let dead = crate::link::gone(&self.connection, self.hash_slot(pool), &others).await;
         if dead.is_empty() {
             return Ok(false);
         }
@@ -173,8 +173,8 @@ impl Store for RedisStore {
             return match reply::attempt("borrow", request.pool, value?)? {
                 Attempt::Granted(lease) => Ok(TryBorrow::Granted { lease }),
                 Attempt::SessionEnded => Err(self.session.ended_error(request.session)),
-                Attempt::Exhausted(_, holders)
-                    if !looked && self.reap_gone(request.pool, &holders).await? =>
+                Attempt::Exhausted(_, links)
+                    if !looked && self.reap_gone(request.pool, &links).await? =>
                 {
                     looked = true;
                     continue;
@@ -357,10 +357,10 @@ impl RedisStore {
             }
             match reply::attempt("borrow", request.pool, redis::Value::Array(fields))? {
                 Attempt::Granted(lease) => granted.push(lease),
-                Attempt::Exhausted(at, holders) => {
+                Attempt::Exhausted(at, links) => {
                     // A gone waiter's place is forgotten for the next
                     // attempt, which the core makes when woken.
-                    self.reap_gone(request.pool, &holders).await?;
+                    self.reap_gone(request.pool, &links).await?;
                     blocked.push(at.map(from_unix_ms));
                 }
                 Attempt::SessionEnded => return Err(self.session.ended_error(head.session)),

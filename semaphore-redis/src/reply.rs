@@ -12,7 +12,7 @@ pub(crate) enum Attempt {
     /// The session the request named has ended.
     SessionEnded,
     /// Refused; when to look again (the earliest expiry), unix ms, and the
-    /// holders of the pool's bound leases.
+    /// client ids of the links of the places queued ahead.
     Exhausted(Option<u64>, Vec<i64>),
     /// No such pool.
     Missing,
@@ -124,7 +124,7 @@ pub(crate) fn attempt(operation: &'static str, pool: PoolId, value: Value) -> Re
                 None | Some(Value::Nil) => None,
                 Some(at) => Some(u64_of(operation, at)?),
             },
-            holder_ids(operation, fields.get(5))?,
+            link_ids(operation, fields.get(5))?,
         )),
         2 => Ok(Attempt::Missing),
         3 => Ok(Attempt::HadRoom),
@@ -135,8 +135,8 @@ pub(crate) fn attempt(operation: &'static str, pool: PoolId, value: Value) -> Re
     }
 }
 
-/// `[id, position, token, expiry, owner, key, positions, holder]` as a
-/// holder of `pool`, with the client id its lease is bound to.
+/// `[id, position, token, expiry, owner, key, positions]` as a holder of
+/// `pool`.
 pub(crate) fn holder(operation: &'static str, pool: PoolId, value: Value) -> Result<Holder> {
     let fields = items(operation, value)?;
     let lease = lease(operation, pool, &fields, 6)?.with_session(None);
@@ -146,7 +146,7 @@ pub(crate) fn holder(operation: &'static str, pool: PoolId, value: Value) -> Res
 
 /// A list of client ids, as the scripts write them: an array of
 /// numbers in text. Missing is none.
-pub(crate) fn holder_ids(operation: &'static str, value: Option<&Value>) -> Result<Vec<i64>> {
+pub(crate) fn link_ids(operation: &'static str, value: Option<&Value>) -> Result<Vec<i64>> {
     match value {
         None | Some(Value::Nil) => Ok(Vec::new()),
         Some(Value::Array(ids)) => ids

@@ -98,7 +98,7 @@ impl Step<'_> {
             self.now_param().into(),
             WAITER_TTL_MS.into(),
             request.hold.map(millis).into(),
-            self.holder.map(|h| h.as_bytes().to_vec()).into(),
+            self.link.map(|h| h.as_bytes().to_vec()).into(),
         ]
     }
 
@@ -127,7 +127,7 @@ impl Step<'_> {
                 // A held place is bound to no process; any other to this
                 // store's connection.
                 let holder = self
-                    .holder
+                    .link
                     .filter(|_| request.hold.is_none())
                     .map(|h| h.as_bytes().to_vec());
                 tx.exec_drop(

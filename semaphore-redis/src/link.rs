@@ -1,18 +1,18 @@
-//! Owner liveness for Redis: the holder of a store's bound
-//! leases is a connection of its own, named by the server's `CLIENT ID`.
+//! Waiter liveness on one Redis server: the store's link, an idle
+//! connection of its own (named `semaphore-holder` on the server, checked
+//! with a `PING` every few seconds), whose `CLIENT ID` each of this
+//! process's queued places names.
 //!
-//! The store keeps one idle connection (named `semaphore-holder`, checked
-//! with a `PING` every few seconds) and binds its leases to that
-//! connection's id. When the process dies, the kernel closes the socket and
-//! the server drops the client at once; ids are never reused while the
-//! server runs. A borrow that is refused, an inspect and a holders listing
-//! ask the server (`CLIENT LIST ID ...`) which of the holders of the pool's
-//! bound leases still exist, and free the leases of those that do not
-//! (`reap_holders`). A lost connection ends its holder: the store connects
-//! again under a new id, and the leases bound to the old one are freed
-//! (their guards' keep-alive reports them lost). A server that will not
-//! answer `CLIENT LIST` (an ACL that forbids it) leaves every lease to its
-//! ttl; liveness only ever shortens a lease.
+//! When the process dies, the kernel closes the socket and the server drops
+//! the client at once; ids are never reused while the server runs. A
+//! refused borrow is answered with the client ids of the places queued
+//! ahead of it, and asks the server (`CLIENT LIST ID ...`, [`gone`]) which
+//! still exist: the places of those that do not are dropped, so that a
+//! killed waiter holds back no one. A lost link's places may be dropped
+//! so, as a dead process's would; the store connects again under a new id,
+//! which its waiters' next attempts name. A server that will not answer `CLIENT LIST`
+//! (an ACL that forbids it) leaves each place to its heartbeat. Leases are
+//! bound to sessions, not to this link (see `session`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -21,26 +21,26 @@ use std::time::Duration;
 use redis::FromRedisValue;
 use tokio::sync::oneshot;
 
-/// How often the holder's connection is checked.
+/// How often the link is checked.
 const PING_EVERY: Duration = Duration::from_secs(5);
 
-/// The longest the holder waits to connect, or for a `PING`.
+/// The longest the link waits to connect, or for a `PING`.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The pause before connecting again.
 const RETRY: Duration = Duration::from_millis(500);
 
-/// The holder task's handle: dropping it closes the connection, which ends
-/// the holder.
+/// The link task's handle: dropping it closes the connection, and the
+/// server then drops the places that name it.
 #[derive(Debug)]
-pub(crate) struct Holder {
+pub(crate) struct Link {
     /// The connection's client id; 0 while disconnected.
     id: Arc<AtomicI64>,
     _stop: oneshot::Sender<()>,
 }
 
-impl Holder {
-    /// Starts the holder's connection on the current tokio runtime.
+impl Link {
+    /// Starts the link's connection on the current tokio runtime.
     pub(crate) fn spawn(client: redis::Client) -> Self {
         let (stop, stopped) = oneshot::channel();
         let id = Arc::new(AtomicI64::new(0));
@@ -54,8 +54,8 @@ impl Holder {
         Self { id, _stop: stop }
     }
 
-    /// The client id bound leases name now; `None` while the connection
-    /// is down (a lease granted then is left to its ttl).
+    /// The client id this process's queued places name now; `None` while
+    /// the connection is down (a place taken then lives by its heartbeat).
     pub(crate) fn id(&self) -> Option<i64> {
         match self.id.load(Ordering::Acquire) {
             0 => None,
@@ -104,7 +104,7 @@ async fn session(client: &redis::Client, id: &AtomicI64) {
     }
 }
 
-/// Which of the holders `ids` the server (on a cluster, the master of
+/// Which of the links `ids` the server (on a cluster, the master of
 /// hash slot `slot`) no longer has a connection for: those are gone. None,
 /// if the server will not say.
 pub(crate) async fn gone(connection: &crate::Connection, slot: u16, ids: &[i64]) -> Vec<i64> {

@@ -1,15 +1,16 @@
-//! The store's background: the connection that holds its bound leases,
-//! and the poll that wakes its waiters (MySQL has no LISTEN/NOTIFY).
+//! The store's background: its link, the connection whose named lock marks
+//! this process's queued places as alive, and the poll that wakes its
+//! waiters (MySQL has no LISTEN/NOTIFY).
 //!
-//! The holder is a connection of the store's own that takes a named lock
+//! The link is a connection of the store's own that takes a named lock
 //! (`GET_LOCK('semaphore_holder_<uuid>', 0)`) and keeps it, idle but
-//! pinged every second; each bound lease names that uuid. The server
-//! releases a named lock when its connection ends, however it ends (the
-//! process killed, the connection killed, the server restarted), so a
-//! lease whose holder's lock is free (`IS_FREE_LOCK`) is the lease of a
-//! gone holder. No privilege is needed, and a lock name is never reused:
-//! a reconnected holder takes a new uuid, and the leases of the old one
-//! are gone with it, as a PostgreSQL store's are with its session.
+//! pinged every second; each queued place of this process names that uuid.
+//! The server releases a named lock when its connection ends, however it
+//! ends (the process killed, the connection killed, the server restarted),
+//! so a place whose lock is free (`IS_FREE_LOCK`) is a gone process's and
+//! holds back no one. No privilege is needed, and a lock name is never
+//! reused: a reconnected link takes a new uuid. Leases are bound to
+//! sessions, not to the link (see `session`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,29 +21,29 @@ use parking_lot::Mutex;
 use semaphore_core::store::{Changes, DecidingClock};
 use tokio::task::AbortHandle;
 
-/// How often the holder's connection is pinged.
+/// How often the link's connection is pinged.
 const PING: Duration = Duration::from_secs(1);
 
-/// A bound lease's holder: the uuid in its named lock.
-pub(crate) type HolderId = uuid::Uuid;
+/// A link: the uuid in its named lock.
+pub(crate) type LinkId = uuid::Uuid;
 
-/// The lock a holder keeps: the name `IS_FREE_LOCK` is asked about in
+/// The lock a link keeps: the name `IS_FREE_LOCK` is asked about in
 /// the statements (`primitives::GONE` builds it the same way).
-pub(crate) fn lock_name(id: &HolderId) -> String {
+pub(crate) fn lock_name(id: &LinkId) -> String {
     format!("semaphore_holder_{}", id.simple())
 }
 
 /// What the store and its background tasks share.
 #[derive(Debug, Default)]
-pub(crate) struct Holder {
-    /// The holder, while its connection holds the lock.
-    pub(crate) id: Mutex<Option<HolderId>>,
+pub(crate) struct Link {
+    /// The link, while its connection holds the lock.
+    pub(crate) id: Mutex<Option<LinkId>>,
 }
 
-impl Holder {
-    /// The holder to write with a bound lease, `None` while there is none
-    /// (a lease borrowed then is left to its ttl).
-    pub(crate) fn current(&self) -> Option<HolderId> {
+impl Link {
+    /// The link a queued place names, `None` while there is none (a place
+    /// taken then lives by its heartbeat).
+    pub(crate) fn current(&self) -> Option<LinkId> {
         *self.id.lock()
     }
 }
@@ -59,15 +60,15 @@ impl Drop for Background {
     }
 }
 
-/// Starts the holder connection and the waiters' poll.
+/// Starts the link's connection and the waiters' poll.
 pub(crate) fn spawn(
     opts: Opts,
-    holder: Arc<Holder>,
+    link: Arc<Link>,
     changes: Arc<Changes>,
     time: DecidingClock,
     poll: Duration,
 ) -> Background {
-    let hold = tokio::spawn(hold(opts, holder, time));
+    let hold = tokio::spawn(hold(opts, link, time));
     let wake = tokio::spawn(async move {
         let mut tick = tokio::time::interval(poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -82,9 +83,9 @@ pub(crate) fn spawn(
     Background(vec![hold.abort_handle(), wake.abort_handle()])
 }
 
-/// Keeps a holder connection up with its lock, and measures the server's
-/// clock with it.
-async fn hold(opts: Opts, holder: Arc<Holder>, time: DecidingClock) {
+/// Keeps the link's connection up with its lock, and measures the
+/// server's clock with it.
+async fn hold(opts: Opts, link: Arc<Link>, time: DecidingClock) {
     loop {
         if let Ok(mut conn) = Conn::new(opts.clone()).await {
             let id = uuid::Uuid::new_v4();
@@ -92,7 +93,7 @@ async fn hold(opts: Opts, holder: Arc<Holder>, time: DecidingClock) {
                 .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(&id),))
                 .await;
             if let Ok(Some(Some(1))) = locked {
-                *holder.id.lock() = Some(id);
+                *link.id.lock() = Some(id);
                 let mut pings = 0u32;
                 loop {
                     if pings.is_multiple_of(30) {
@@ -104,7 +105,7 @@ async fn hold(opts: Opts, holder: Arc<Holder>, time: DecidingClock) {
                         break;
                     }
                 }
-                *holder.id.lock() = None;
+                *link.id.lock() = None;
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
