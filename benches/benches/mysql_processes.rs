@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hot::{borrow_and_return, rate_of, tasks, worker};
-use semaphore_benches::{out_dir, per_unit, tree_cpu_ns, unix_us};
+use semaphore_benches::{out_dir, per_unit, role_or_bench, tree_cpu_ns, unix_us};
 use semaphore_mysql::mysql_async::prelude::Queryable;
 use semaphore_mysql::testing::TestServer;
 use semaphore_mysql::{MysqlOptions, MysqlStore, Pool, PoolId};
@@ -42,33 +42,24 @@ async fn line19(url: &str) -> serde_json::Value {
     let prefix = TestServer::fresh_prefix();
     let store = store(url, &prefix).await;
     let id = PoolId::from_name("line19");
-    let pool = Pool::new(store.clone(), id);
-    pool.register(1).await.expect("register");
-    let a = wake::spawn_holder(&[url, &prefix]);
-    wake::hand_offs(&pool, a, async || {
-        store.queue_heads(id).await.expect("queue heads")
-    })
-    .await
+    let queue_heads = async || store.queue_heads(id).await.expect("queue heads");
+    wake::line(url, &prefix, store.clone(), id, queue_heads).await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    match std::env::var(wake::ROLE).as_deref() {
-        Ok("hold") => {
-            let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name("line19"));
-            return wake::holder(pool).await;
-        }
-        Ok("ours") => {
-            let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name("line18"));
+    let roles = ["hold", "ours", "anchor"];
+    let play = async |role: &str, store: Arc<MysqlStore>, args: &[String]| match role {
+        "hold" => wake::hold(store, "line19").await,
+        "ours" => {
+            let pool = Pool::new(store, PoolId::from_name("line18"));
             let start_us = args[3].parse().expect("a start time");
-            return borrow_and_return(start_us, pool).await;
+            borrow_and_return(start_us, pool).await
         }
-        Ok("anchor") => {
-            let store = store(&args[1], &args[2]).await;
+        _ => {
             let start_us = args[3].parse().expect("a start time");
             let next = Arc::new(AtomicU64::new(unix_us()));
-            return worker(start_us, move || {
+            worker(start_us, move || {
                 let (connections, next) = (store.connection_pool().clone(), next.clone());
                 async move {
                     let mut conn = connections.get_conn().await.expect("a connection");
@@ -81,11 +72,10 @@ async fn main() {
                     }
                 }
             })
-            .await;
+            .await
         }
-        _ => {}
-    }
-    if !semaphore_benches::selected("mysql_processes", &args) {
+    };
+    if !role_or_bench("mysql_processes", &roles, store, play).await {
         return;
     }
     let server = TestServer::start().expect("a MariaDB server for the bench");

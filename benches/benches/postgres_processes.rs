@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hot::{SECONDS, borrow_and_return, rate_of, tasks, worker};
-use semaphore_benches::{out_dir, per_unit, tree_cpu_ns, unix_us};
+use semaphore_benches::{out_dir, per_unit, role_or_bench, tree_cpu_ns, unix_us};
 use semaphore_postgres::testing::TestServer;
 use semaphore_postgres::tokio_postgres::Client;
 use semaphore_postgres::tokio_postgres::types::Type;
@@ -46,19 +46,17 @@ async fn store(url: &str, schema: &str) -> Arc<PostgresStore> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    match std::env::var(wake::ROLE).as_deref() {
-        Ok("ours") => {
-            let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name(POOL));
+    let roles = ["ours", "anchor", "anchor8"];
+    let play = async |role: &str, store: Arc<PostgresStore>, args: &[String]| {
+        if role == "ours" {
+            let pool = Pool::new(store, PoolId::from_name(POOL));
             let start_us = args[3].parse().expect("a start time");
-            return borrow_and_return(start_us, pool).await;
-        }
-        Ok(role @ ("anchor" | "anchor8")) => {
-            let store = store(&args[1], &args[2]).await;
+            borrow_and_return(start_us, pool).await
+        } else {
             let start_us = args[3].parse().expect("a start time");
             let next = Arc::new(AtomicU64::new(unix_us()));
             let rows_per_commit = if role == "anchor8" { 8 } else { 1 };
-            return worker(start_us, move || {
+            worker(start_us, move || {
                 let (connections, next) = (store.connection_pool().clone(), next.clone());
                 async move {
                     let client = connections.get().await.expect("a connection");
@@ -77,11 +75,10 @@ async fn main() {
                         .expect("the update");
                 }
             })
-            .await;
+            .await
         }
-        _ => {}
-    }
-    if !semaphore_benches::selected("postgres_processes", &args) {
+    };
+    if !role_or_bench("postgres_processes", &roles, store, play).await {
         return;
     }
     let server = TestServer::start_durable().expect("a PostgreSQL server for the bench");

@@ -8,9 +8,9 @@ mod wake;
 
 use std::sync::Arc;
 
-use semaphore_benches::out_dir;
+use semaphore_benches::{out_dir, role_or_bench};
 use semaphore_postgres::testing::TestServer;
-use semaphore_postgres::{Pool, PoolId, PostgresOptions, PostgresStore};
+use semaphore_postgres::{PoolId, PostgresOptions, PostgresStore};
 
 async fn store(url: &str, schema: &str) -> Arc<PostgresStore> {
     let options = PostgresOptions::default().schema(schema);
@@ -25,23 +25,15 @@ async fn line10(url: &str) -> serde_json::Value {
     let schema = TestServer::fresh_schema();
     let store = store(url, &schema).await;
     let id = PoolId::from_name("line10");
-    let pool = Pool::new(store.clone(), id);
-    pool.register(1).await.expect("register");
-    let a = wake::spawn_holder(&[url, &schema]);
-    wake::hand_offs(&pool, a, async || {
-        store.queue_heads(id).await.expect("queue heads")
-    })
-    .await
+    let queue_heads = async || store.queue_heads(id).await.expect("queue heads");
+    wake::line(url, &schema, store.clone(), id, queue_heads).await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if std::env::var(wake::ROLE).as_deref() == Ok("hold") {
-        let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name("line10"));
-        return wake::holder(pool).await;
-    }
-    if !semaphore_benches::selected("postgres_wake", &args) {
+    let hold =
+        async |_: &str, store: Arc<PostgresStore>, _: &[String]| wake::hold(store, "line10").await;
+    if !role_or_bench("postgres_wake", &["hold"], store, hold).await {
         return;
     }
     let server = TestServer::start().expect("a PostgreSQL server for the bench");

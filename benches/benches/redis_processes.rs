@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hot::{borrow_and_return, rate_of, worker};
-use semaphore_benches::{out_dir, per_unit};
+use semaphore_benches::{out_dir, per_unit, role_or_bench};
 use semaphore_redis::redis::Script;
 use semaphore_redis::testing::TestServer;
 use semaphore_redis::{Pool, PoolId, RedisOptions, RedisStore};
@@ -41,33 +41,24 @@ async fn line16(url: &str) -> serde_json::Value {
     let prefix = TestServer::fresh_prefix();
     let store = store(url, &prefix).await;
     let id = PoolId::from_name("line16");
-    let pool = Pool::new(store.clone(), id);
-    pool.register(1).await.expect("register");
-    let a = wake::spawn_holder(&[url, &prefix]);
-    wake::hand_offs(&pool, a, async || {
-        store.queue_heads(id).await.expect("queue heads")
-    })
-    .await
+    let queue_heads = async || store.queue_heads(id).await.expect("queue heads");
+    wake::line(url, &prefix, store.clone(), id, queue_heads).await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    match std::env::var(wake::ROLE).as_deref() {
-        Ok("hold") => {
-            let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name("line16"));
-            return wake::holder(pool).await;
-        }
-        Ok("ours") => {
-            let pool = Pool::new(store(&args[1], &args[2]).await, PoolId::from_name("line15"));
+    let roles = ["hold", "ours", "anchor"];
+    let play = async |role: &str, store: Arc<RedisStore>, args: &[String]| match role {
+        "hold" => wake::hold(store, "line16").await,
+        "ours" => {
+            let pool = Pool::new(store, PoolId::from_name("line15"));
             let start_us = args[3].parse().expect("a start time");
-            return borrow_and_return(start_us, pool).await;
+            borrow_and_return(start_us, pool).await
         }
-        Ok("anchor") => {
-            let store = store(&args[1], &args[2]).await;
+        _ => {
             let start_us = args[3].parse().expect("a start time");
             let script = Arc::new(Script::new("return redis.call('INCR', KEYS[1])"));
-            return worker(start_us, move || {
+            worker(start_us, move || {
                 let (mut connection, script) = (store.connection().clone(), script.clone());
                 async move {
                     for _ in 0..2 {
@@ -79,11 +70,10 @@ async fn main() {
                     }
                 }
             })
-            .await;
+            .await
         }
-        _ => {}
-    }
-    if !semaphore_benches::selected("redis_processes", &args) {
+    };
+    if !role_or_bench("redis_processes", &roles, store, play).await {
         return;
     }
     let server = TestServer::start().expect("a Redis server for the bench");

@@ -124,3 +124,38 @@ pub fn selected(name: &str, args: &[String]) -> bool {
         .collect();
     filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
 }
+
+/// The variable that makes a bench's own binary one of its other
+/// processes; its value is the role the process plays.
+pub const ROLE: &str = "SEMAPHORE_BENCH_ROLE";
+
+/// The start of `main` in a bench with a harness of its own that
+/// re-invokes itself as its other processes (a holder, workers), each with
+/// [`ROLE`] set and the store's URL and prefix (or schema) as its first
+/// two arguments.
+///
+/// A process whose [`ROLE`] is one of `roles` connects with
+/// `store(args[1], args[2])`, plays its role with `play(role, store,
+/// args)` (`args` the process's command-line arguments), and gets `false`.
+/// Any other process gets whether `cargo bench`'s filter selects the bench
+/// `name` (see [`selected`]): whether it runs the bench.
+///
+/// # Panics
+/// In a role's process started with fewer than two arguments.
+pub async fn role_or_bench<S>(
+    name: &str,
+    roles: &[&str],
+    store: impl AsyncFnOnce(&str, &str) -> S,
+    play: impl AsyncFnOnce(&str, S, &[String]),
+) -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let role = std::env::var(ROLE)
+        .ok()
+        .filter(|role| roles.contains(&role.as_str()));
+    if let Some(role) = role {
+        let store = store(&args[1], &args[2]).await;
+        play(&role, store, &args).await;
+        return false;
+    }
+    selected(name, &args)
+}

@@ -214,22 +214,7 @@ async fn pool(store: &StoreArgs, name: &PoolName) -> Result<(Pool, String), Exit
 
 /// The store the flags (or the environment) name.
 fn choice(store: &StoreArgs) -> Result<crate::store::Choice, Exit> {
-    let flags = crate::store::Flags {
-        sqlite: store.sqlite.clone(),
-        postgres: store.postgres.clone(),
-        schema: store.postgres_schema.clone(),
-        prepared: store.postgres_prepared_statements,
-        no_migrate: store.postgres_no_migrate,
-        redis: store.redis.clone(),
-        redis_cluster: store.redis_cluster.clone(),
-        prefix: store.tuning.redis_prefix.clone(),
-        grace: store.tuning.redis_restart_grace,
-        mysql: store.mysql.clone(),
-        mysql_prefix: store.tuning.mysql_prefix.clone(),
-        session: store.tuning.session_timeout,
-        ..Default::default()
-    };
-    crate::store::Choice::from(flags)
+    crate::store::Choice::from(store.flags())
 }
 
 /// The pool `name` on the store `choice`, and the name to show.

@@ -47,18 +47,7 @@ impl ServeError {
 pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), ServeError> {
     let choice = crate::store::Choice::from(crate::store::Flags {
         memory: args.memory,
-        sqlite: args.sqlite.clone(),
-        postgres: args.postgres.clone(),
-        schema: args.postgres_schema.clone(),
-        prepared: args.postgres_prepared_statements,
-        no_migrate: args.postgres_no_migrate,
-        redis: args.redis.clone(),
-        redis_cluster: args.redis_cluster.clone(),
-        prefix: args.tuning.redis_prefix.clone(),
-        grace: args.tuning.redis_restart_grace,
-        mysql: args.mysql.clone(),
-        mysql_prefix: args.tuning.mysql_prefix.clone(),
-        session: args.tuning.session_timeout,
+        ..args.store.flags()
     })
     .map_err(ServeError::Usage)?;
     let shown = choice.shown();

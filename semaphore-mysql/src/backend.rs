@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mysql_async::{Opts, OptsBuilder, Pool as ConnectionPool, PoolConstraints, PoolOpts, TxOpts};
+use mysql_async::{Opts, OptsBuilder, Pool as ConnectionPool, PoolConstraints, PoolOpts};
 use semaphore_core::store::DecidingClock as Time;
 use semaphore_core::store::{
     BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
@@ -19,6 +19,8 @@ use crate::link::{self, Background, Link};
 use crate::primitives::Step;
 use crate::schema::{self, Tables};
 use crate::session::Beats;
+
+mod retry;
 
 /// How long `connect` waits for the store's session to open and its
 /// link.
@@ -271,94 +273,6 @@ impl MysqlStore {
     }
 }
 
-/// Runs `$body` (a future over `$step` and `$tx`) in a transaction on a
-/// pooled connection, committed if it succeeds; rolled back otherwise, or
-/// if the future is dropped. A pooled connection that the server closed
-/// while it idled (a restart, a `KILL`, `wait_timeout`) fails the
-/// transaction's first statement, before anything was done: it is
-/// dropped and another taken, up to the pool's size and once more. A
-/// transaction that InnoDB rolled back as a deadlock's victim, or whose
-/// statement waited past the lock wait timeout, is run again, up to
-/// [`DEADLOCK_RETRIES`](crate::error::DEADLOCK_RETRIES) times. At most
-/// [`CALL_TIMEOUT`](semaphore_core::store::CALL_TIMEOUT) in all.
-macro_rules! in_tx {
-    ($store:expr, $op:literal, |$step:ident, $tx:ident| $body:expr) => {{
-        let op = $op;
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::NoRuntime { operation: op });
-        }
-        // Bounded: a stalled network fails the call (rolled back) instead
-        // of hanging it.
-        semaphore_core::store::bounded(op, async {
-            let (mut stale, mut deadlocks) = (0, 0);
-            Ok(loop {
-                let mut conn = $store.pool.get_conn().await.map_err(storage(op))?;
-                let mut $tx = match conn.start_transaction(TxOpts::default()).await {
-                    Ok(tx) => tx,
-                    Err(e) if stale <= $store.pool_size && crate::error::closed(&e) => {
-                        stale += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(storage(op)(e)),
-                };
-                let $step = $store.step();
-                let out = match $body.await {
-                    Ok(out) => out,
-                    // Rolled back whole (the transaction drops): run again.
-                    Err(e)
-                        if deadlocks < crate::error::DEADLOCK_RETRIES
-                            && crate::error::deadlocked(&e) =>
-                    {
-                        deadlocks += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(storage(op)(e)),
-                };
-                $tx.commit().await.map_err(storage(op))?;
-                break out;
-            })
-        })
-        .await?
-    }};
-}
-
-/// Runs `$body` (a future over `$step` and `$conn`) on a pooled
-/// connection in autocommit: for a primitive that is one statement. A
-/// connection the server closed while it idled is dropped and another
-/// taken, as in [`in_tx`]; a statement whose connection broke after the
-/// server ran it is then run again, which for a return reports `false` for
-/// a lease it did end. A statement rolled back as a deadlock's victim (a
-/// return's `DELETE` crossing a borrow's locks) is run again as in
-/// [`in_tx`].
-macro_rules! autocommit {
-    ($store:expr, $op:literal, |$step:ident, $conn:ident| $body:expr) => {{
-        let op = $op;
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::NoRuntime { operation: op });
-        }
-        semaphore_core::store::bounded(op, async {
-            let (mut stale, mut deadlocks) = (0, 0);
-            Ok(loop {
-                let mut $conn = $store.pool.get_conn().await.map_err(storage(op))?;
-                let $step = $store.step();
-                match $body.await {
-                    Ok(out) => break out,
-                    Err(e) if stale <= $store.pool_size && crate::error::closed(&e) => stale += 1,
-                    // A deadlock's victim changed nothing: run it again.
-                    Err(e)
-                        if deadlocks < crate::error::DEADLOCK_RETRIES
-                            && crate::error::deadlocked(&e) =>
-                    {
-                        deadlocks += 1
-                    }
-                    Err(e) => return Err(storage(op)(e)),
-                }
-            })
-        })
-        .await?
-    }};
-}
-
 impl MysqlStore {
     /// The number of queued heads of `pool`: store handles (normally one
     /// per process) whose borrowers wait on it, on every machine, as the
@@ -367,8 +281,10 @@ impl MysqlStore {
     /// # Errors
     /// [`Error::Storage`] if the database failed.
     pub async fn queue_heads(&self, pool: PoolId) -> Result<u32> {
-        Ok(in_tx!(self, "queue_heads", |step, tx| step
-            .queue_heads(&mut tx, pool)))
+        self.in_tx("queue_heads", |step, tx| {
+            Box::pin(step.queue_heads(tx, pool))
+        })
+        .await
     }
 }
 
@@ -390,43 +306,48 @@ impl Store for MysqlStore {
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
-        let state = in_tx!(self, "register", |step, tx| step
-            .register(&mut tx, pool, count));
-        Ok(state)
+        self.in_tx("register", |step, tx| {
+            Box::pin(step.register(tx, pool, count))
+        })
+        .await
     }
 
     async fn inspect(&self, pool: PoolId) -> Result<PoolState> {
-        in_tx!(self, "inspect", |step, tx| step.inspect(&mut tx, pool))
+        self.in_tx("inspect", |step, tx| Box::pin(step.inspect(tx, pool)))
+            .await?
             .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
-        let state = in_tx!(self, "set_draining", |step, tx| step
-            .set_draining(&mut tx, pool, draining))
-        .ok_or(Error::PoolNotFound { pool })?;
-        Ok(state)
+        self.in_tx("set_draining", |step, tx| {
+            Box::pin(step.set_draining(tx, pool, draining))
+        })
+        .await?
+        .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
-        let deleted = in_tx!(self, "delete", |step, tx| step.delete(&mut tx, pool));
-        Ok(deleted)
+        self.in_tx("delete", |step, tx| Box::pin(step.delete(tx, pool)))
+            .await
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        let result = async {
-            autocommit!(self, "borrow", |step, conn| step
-                .call_borrow(&mut conn, request))
-        }
-        .await;
+        let result = self
+            .autocommit("borrow", |step, conn| {
+                Box::pin(step.call_borrow(conn, request))
+            })
+            .await
+            .and_then(|answer| answer);
         self.told(request.session, result)
     }
 
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
-        let result = async {
-            in_tx!(self, "borrow_all", |step, tx| step
-                .try_borrow_all(&mut tx, requests))
-        }
-        .await;
+        let result = self
+            .in_tx("borrow_all", |step, tx| {
+                Box::pin(step.try_borrow_all(tx, requests))
+            })
+            .await
+            .and_then(|answer| answer);
         self.told(requests.first().and_then(|r| r.session), result)
     }
 
@@ -439,8 +360,11 @@ impl Store for MysqlStore {
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
-        let returned = autocommit!(self, "return", |step, conn| step
-            .return_lease(&mut conn, pool, lease));
+        let returned = self
+            .autocommit("return", |step, conn| {
+                Box::pin(step.return_lease(conn, pool, lease))
+            })
+            .await?;
         if returned {
             self.changes.notify(pool);
         }
@@ -448,19 +372,24 @@ impl Store for MysqlStore {
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {
-        let renewed = in_tx!(self, "renew", |step, tx| step
-            .renew(&mut tx, pool, lease, ttl))
-        .ok_or(Error::PoolNotFound { pool })?;
-        Ok(renewed)
+        self.in_tx("renew", |step, tx| {
+            Box::pin(step.renew(tx, pool, lease, ttl))
+        })
+        .await?
+        .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
-        Ok(autocommit!(self, "unbind", |step, conn| step
-            .unbind(&mut conn, pool, lease)))
+        self.autocommit("unbind", |step, conn| {
+            Box::pin(step.unbind(conn, pool, lease))
+        })
+        .await
     }
 
     async fn holders(&self, pool: PoolId) -> Result<Vec<LeaseHolder>> {
-        let listed = in_tx!(self, "holders", |step, tx| step.holders(&mut tx, pool))
+        let listed = self
+            .in_tx("holders", |step, tx| Box::pin(step.holders(tx, pool)))
+            .await?
             .ok_or(Error::PoolNotFound { pool })?;
         // The admin listing shows no binding (as every store's).
         Ok(listed
@@ -470,21 +399,25 @@ impl Store for MysqlStore {
     }
 
     async fn force_return(&self, pool: PoolId, position: u32) -> Result<Option<LeaseHolder>> {
-        let ended = in_tx!(self, "force_return", |step, tx| step
-            .force_return(&mut tx, pool, position))
-        .ok_or(Error::PoolNotFound { pool })?;
-        Ok(ended)
+        self.in_tx("force_return", |step, tx| {
+            Box::pin(step.force_return(tx, pool, position))
+        })
+        .await?
+        .ok_or(Error::PoolNotFound { pool })
     }
 
     async fn place(&self, pool: PoolId, waiter: WaiterId) -> Result<Option<u64>> {
         let waiter = waiter.as_uuid().as_bytes().to_vec();
-        Ok(in_tx!(self, "place", |step, tx| step.place(&mut tx, pool, &waiter)))
+        self.in_tx("place", |step, tx| Box::pin(step.place(tx, pool, &waiter)))
+            .await
     }
 
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         let waiter = waiter.as_uuid().as_bytes().to_vec();
-        in_tx!(self, "leave_queue", |step, tx| step
-            .leave_queue(&mut tx, pool, &waiter));
+        self.in_tx("leave_queue", |step, tx| {
+            Box::pin(step.leave_queue(tx, pool, &waiter))
+        })
+        .await?;
         Ok(())
     }
 }

@@ -197,20 +197,8 @@ impl Step<'_> {
         pool: PoolId,
         lease: LeaseId,
     ) -> Sql<bool> {
-        q.exec_drop(
-            format!(
-                "DELETE FROM {} WHERE pool = ? AND lease = ? AND expires_at > {NOW} AND NOT {}",
-                self.t.leases,
-                self.t.gone_at(NOW)
-            ),
-            (
-                key(&pool),
-                lease.as_uuid().as_bytes().to_vec(),
-                self.now_param(),
-                self.now_param(),
-            ),
-        )
-        .await?;
+        let delete = format!("DELETE FROM {}", self.t.leases);
+        self.on_active(q, &delete, pool, lease).await?;
         Ok(q.affected_rows() > 0)
     }
 
@@ -222,11 +210,32 @@ impl Step<'_> {
         pool: PoolId,
         lease: LeaseId,
     ) -> Sql<bool> {
+        let update = format!("UPDATE {} SET holder = NULL", self.t.leases);
+        self.on_active(q, &update, pool, lease).await?;
+        // Matched rows, not changed ones: an unbound lease reports true.
+        let matched = q
+            .info()
+            .split("Rows matched: ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok());
+        Ok(matched.unwrap_or(q.affected_rows()) > 0)
+    }
+
+    /// Runs `change` (an `UPDATE` or `DELETE` of the leases table, up to
+    /// its `WHERE`) on lease `lease` of `pool` if it is active: not expired
+    /// by the server's clock, and its holder not gone. One statement; its
+    /// affected rows (and info) are `q`'s.
+    async fn on_active(
+        &self,
+        q: &mut mysql_async::Conn,
+        change: &str,
+        pool: PoolId,
+        lease: LeaseId,
+    ) -> Sql<()> {
         q.exec_drop(
             format!(
-                "UPDATE {} SET holder = NULL \
-                 WHERE pool = ? AND lease = ? AND expires_at > {NOW} AND NOT {}",
-                self.t.leases,
+                "{change} WHERE pool = ? AND lease = ? AND expires_at > {NOW} AND NOT {}",
                 self.t.gone_at(NOW)
             ),
             (
@@ -236,15 +245,7 @@ impl Step<'_> {
                 self.now_param(),
             ),
         )
-        .await?;
-        // Matched rows, not changed ones: an unbound lease reports true.
-        let matched = q
-            .info()
-            .split("Rows matched: ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse::<u64>().ok());
-        Ok(matched.unwrap_or(q.affected_rows()) > 0)
+        .await
     }
 
     /// The rows of lease `id` of `pool` active at `now`, by position.

@@ -9,10 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use semaphore_benches::{cpu_ns, unix_us};
-use semaphore_postgres::Pool;
+use semaphore_postgres::store::Store;
+use semaphore_postgres::{Pool, PoolId};
 
 /// The variable that makes the bench's own binary process A.
-pub(crate) const ROLE: &str = "SEMAPHORE_BENCH_ROLE";
+pub(crate) use semaphore_benches::ROLE;
 pub(crate) const HAND_OFFS: usize = 300;
 const TTL: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(60);
@@ -32,6 +33,27 @@ pub(crate) async fn holder(pool: Pool) {
         println!("{}", unix_us());
         std::io::stdout().flush().ok();
     }
+}
+
+/// Process A's role: [`holder`] of the pool named `line` on `store`.
+pub(crate) async fn hold(store: std::sync::Arc<dyn Store>, line: &str) {
+    holder(Pool::new(store, PoolId::from_name(line))).await
+}
+
+/// A wake line's figures: registers the count-1 pool `id` on `store`,
+/// starts process A on the same store (`url`, and `scope` its prefix or
+/// schema) and measures the [`hand_offs`], with `queue_heads` as there.
+pub(crate) async fn line(
+    url: &str,
+    scope: &str,
+    store: std::sync::Arc<dyn Store>,
+    id: PoolId,
+    queue_heads: impl AsyncFn() -> u32,
+) -> serde_json::Value {
+    let pool = Pool::new(store, id);
+    pool.register(1).await.expect("register");
+    let a = spawn_holder(&[url, scope]);
+    hand_offs(&pool, a, queue_heads).await
 }
 
 /// Process A: this bench's binary with `args`, as the holder.

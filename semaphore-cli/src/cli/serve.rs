@@ -4,12 +4,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Arg, Args};
 
-use super::duration;
+use super::{StoreArgs, duration};
 
 /// Where `serve` keeps its pools, and its limits.
 #[derive(Debug, Args)]
+#[command(mut_args(store_help))]
 pub(crate) struct ServeArgs {
     /// The address to listen on; port 0 picks a free port (the address is
     /// printed on the first line of standard output).
@@ -37,59 +38,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) auth_token_file: Option<PathBuf>,
 
-    /// A SQLite file shared with every process on this machine. Without
-    /// --sqlite, --postgres, --redis, --mysql or --memory:
-    /// $SEMAPHORE_PG_URL, $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL or
-    /// $SEMAPHORE_DB, else semaphore.db in the user's data directory, the
-    /// same default as every other subcommand. A flag always wins over the
-    /// environment.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "redis_cluster", "mysql", "memory"])]
-    pub(crate) sqlite: Option<PathBuf>,
-
-    /// A PostgreSQL connection string: every server on the database serves
-    /// the same pools.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "redis_cluster", "mysql", "memory"])]
-    pub(crate) postgres: Option<String>,
-
-    /// The PostgreSQL schema for the store's tables.
-    #[arg(long, value_name = "NAME", default_value = "public")]
-    pub(crate) postgres_schema: String,
-
-    /// Prepare the PostgreSQL store's statements once per connection: the
-    /// server then skips parsing and planning each call (about 10% on a
-    /// hot pool). Not behind PgBouncer in transaction mode before 1.21.
-    #[arg(long)]
-    pub(crate) postgres_prepared_statements: bool,
-
-    /// Connect to PostgreSQL without making or migrating the store's
-    /// tables (a runtime role with no CREATE right): a schema that is not
-    /// at this version is refused; run `semaphore migrate` first.
-    #[arg(long)]
-    pub(crate) postgres_no_migrate: bool,
-
-    /// A Redis URL (redis://host:port/db): every server on it serves the
-    /// same pools.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["mysql", "memory", "redis_cluster"])]
-    pub(crate) redis: Option<String>,
-
-    /// A Redis Cluster: some or all of its nodes' URLs, comma-separated
-    /// (redis://host:port,redis://host:port); every server on it serves
-    /// the same pools.
-    #[arg(long, value_name = "URL,URL,...", conflicts_with_all = ["mysql", "memory"])]
-    pub(crate) redis_cluster: Option<String>,
-
-    /// A MySQL or MariaDB URL (mysql://user:password@host:port/database):
-    /// every server on it serves the same pools. MySQL has no
-    /// notifications: a server sees another's returns at its next poll
-    /// (every 100 ms), so a wake-up across servers takes up to 100 ms plus
-    /// the poll's round trip to the database.
-    #[arg(long, value_name = "URL", conflicts_with = "memory")]
-    pub(crate) mysql: Option<String>,
     #[command(flatten)]
-    pub(crate) tuning: super::StoreTuning,
+    pub(crate) store: StoreArgs,
 
     /// Keep pools in this process's memory only (lost on exit).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["sqlite", "postgres", "redis", "redis_cluster", "mysql"])]
     pub(crate) memory: bool,
 
     /// The longest lease; longer ttls are clamped to it (e.g. 24h, 90s).
@@ -149,6 +102,42 @@ pub(crate) struct ServeArgs {
     /// never appears in metrics.
     #[arg(long, value_name = "NAME=UUID", value_parser = alias)]
     pub(crate) alias: Vec<(String, uuid::Uuid)>,
+}
+
+/// `serve`'s help for the [`StoreArgs`] flags that name a store: a store
+/// there is one every server on it shares, and `--memory` is one more
+/// choice. Every other argument is returned as it is.
+fn store_help(arg: Arg) -> Arg {
+    let help = match arg.get_id().as_str() {
+        "sqlite" => {
+            "A SQLite file shared with every process on this machine. Without \
+             --sqlite, --postgres, --redis, --mysql or --memory: \
+             $SEMAPHORE_PG_URL, $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL or \
+             $SEMAPHORE_DB, else semaphore.db in the user's data directory, the \
+             same default as every other subcommand. A flag always wins over the \
+             environment"
+        }
+        "postgres" => {
+            "A PostgreSQL connection string: every server on the database serves \
+             the same pools"
+        }
+        "postgres_schema" => "The PostgreSQL schema for the store's tables",
+        "redis" => "A Redis URL (redis://host:port/db): every server on it serves the same pools",
+        "redis_cluster" => {
+            "A Redis Cluster: some or all of its nodes' URLs, comma-separated \
+             (redis://host:port,redis://host:port); every server on it serves \
+             the same pools"
+        }
+        "mysql" => {
+            "A MySQL or MariaDB URL (mysql://user:password@host:port/database): \
+             every server on it serves the same pools. MySQL has no \
+             notifications: a server sees another's returns at its next poll \
+             (every 100 ms), so a wake-up across servers takes up to 100 ms plus \
+             the poll's round trip to the database"
+        }
+        _ => return arg,
+    };
+    arg.help(help)
 }
 
 fn alias(text: &str) -> Result<(String, uuid::Uuid), String> {
