@@ -6,7 +6,9 @@ use std::time::{Duration, SystemTime};
 use crate::cancel::{Answer, InFlight, Made, QueuePlace, Step};
 use crate::clock::{saturating_add, truncate_ms};
 use crate::wait::HandOff;
-use crate::{Error, Lease, LeaseId, PoolId, Result, Store, WaiterId};
+use crate::{
+    error::Error, error::Result, id::LeaseId, id::PoolId, id::WaiterId, lease::Lease, store::Store,
+};
 
 /// Borrows through `attempt` on `pools`, waiting up to `wait` from `start`.
 ///

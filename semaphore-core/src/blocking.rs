@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::detach::library_runtime;
 use crate::{
-    BorrowOptions, Error, Lease, LeaseGuard, LeaseId, OwnedLeaseGuard, Pool, PoolState, Renewing,
-    Result,
+    error::Error, error::Result, guard::LeaseGuard, guard::OwnedLeaseGuard, id::LeaseId,
+    lease::Lease, lease::PoolState, options::BorrowOptions, pool::Pool, pool::Renewing,
 };
 
 /// Runs `call` to completion from a thread with no runtime.

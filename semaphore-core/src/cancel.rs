@@ -15,7 +15,8 @@ use std::time::{Duration, SystemTime};
 use crate::detach::{BoxFuture, run_detached, run_detached_again};
 use crate::wait::WaiterIdCell;
 use crate::{
-    BorrowRequest, Lease, LeaseId, PoolId, Result, Store, TryBorrow, TryBorrowAll, WaiterId,
+    error::Result, id::LeaseId, id::PoolId, id::WaiterId, lease::Lease, store::BorrowRequest,
+    store::Store, store::TryBorrow, store::TryBorrowAll,
 };
 
 /// What one attempt at the store came to.
@@ -127,9 +128,12 @@ impl Made {
 /// is opening, or a lost one is being replaced): it must not be granted
 /// unbound, so the attempt fails retryably and a waiting
 /// borrow asks again once the session is open.
-pub(crate) fn unsessioned(store: &Arc<dyn Store>, request: &BorrowRequest) -> Option<crate::Error> {
+pub(crate) fn unsessioned(
+    store: &Arc<dyn Store>,
+    request: &BorrowRequest,
+) -> Option<crate::error::Error> {
     let session = store.session()?;
-    (request.bound && request.session.is_none()).then(|| crate::Error::Storage {
+    (request.bound && request.session.is_none()).then(|| crate::error::Error::Storage {
         operation: "borrow",
         retryable: true,
         source: format!(
@@ -373,7 +377,7 @@ pub(crate) fn unbind_detached(store: &Arc<dyn Store>, lease: &Lease) {
     // awaited by the runtime's end and by the session's close: a `main`
     // that forgets a lease and returns must not leave it bound to a
     // session that then ends.
-    let open = store.session().and_then(crate::Session::unbinding);
+    let open = store.session().and_then(crate::session::Session::unbinding);
     crate::detach::run_now_or_awaited(Box::pin(async move {
         let _ = crate::detach::retried(|| store.unbind(pool, id)).await;
         drop(open);

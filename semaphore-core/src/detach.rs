@@ -191,13 +191,13 @@ fn exit_deadline() -> tokio::time::Sleep {
 /// Runs `call` up to three times while it fails with a retryable storage
 /// error (a connection that closed under it), without pausing: for the
 /// work of [`run_detached_awaited`], whose caller's runtime may be ending.
-pub(crate) async fn retried<T, F: Future<Output = crate::Result<T>>>(
+pub(crate) async fn retried<T, F: Future<Output = crate::error::Result<T>>>(
     mut call: impl FnMut() -> F,
-) -> crate::Result<T> {
+) -> crate::error::Result<T> {
     let mut tries = 1;
     loop {
         match call().await {
-            Err(crate::Error::Storage {
+            Err(crate::error::Error::Storage {
                 retryable: true, ..
             }) if tries < 3 => tries += 1,
             done => return done,

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::{Lease, LeaseId, PoolId};
+use crate::{id::LeaseId, id::PoolId, lease::Lease};
 
 /// A boxed error from a storage engine, kept whole as the `source` of
 /// [`Error::Storage`].
@@ -95,7 +95,7 @@ pub enum Error {
 
     /// A renew came too late: the lease expired at `expired_at` and
     /// its slot may already be someone else's. Borrow again.
-    #[error("lease {lease} of pool {pool} expired at {} ms after the unix epoch: borrow again", crate::unix_ms(*expired_at))]
+    #[error("lease {lease} of pool {pool} expired at {} ms after the unix epoch: borrow again", crate::clock::unix_ms(*expired_at))]
     LeaseExpired {
         /// The lease's pool.
         pool: PoolId,

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-#[cfg(doc)]
-use crate::BorrowOptions;
 use crate::cancel::{return_detached, unbind_detached};
 use crate::keepalive::{self, KeepAlive, Kept};
+#[cfg(doc)]
+use crate::options::BorrowOptions;
 use crate::telemetry;
-use crate::{Lease, Pool, Result};
+use crate::{error::Result, lease::Lease, pool::Pool};
 
 /// A held lease that is returned when the guard is dropped, like
 /// tokio's `SemaphorePermit`.
@@ -158,7 +158,9 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     ///
     /// # Cancel safety
     /// Cancel safe: it only watches.
-    pub fn lost(&self) -> impl std::future::Future<Output = Arc<crate::Error>> + Send + 'static {
+    pub fn lost(
+        &self,
+    ) -> impl std::future::Future<Output = Arc<crate::error::Error>> + Send + 'static {
         let state = self.keep.as_ref().map(|k| k.state.clone());
         let (pool, lease) = (self.pool().clone(), self.lease.clone());
         async move {

@@ -1,11 +1,10 @@
 //! Identifiers: [`PoolId`] and [`LeaseId`].
 
 use std::fmt;
-use std::str::FromStr;
 
 use uuid::Uuid;
 
-use crate::Error;
+mod parse;
 
 /// The namespace in which [`PoolId::from_name`] derives its v5 UUIDs.
 ///
@@ -172,36 +171,6 @@ impl Default for LeaseId {
     }
 }
 
-fn parse(field: &'static str, s: &str) -> Result<Uuid, Error> {
-    Uuid::parse_str(s).map_err(|e| {
-        Error::invalid(
-            field,
-            "a UUID, such as 67e55044-10b1-426f-9247-bb680e5fe0c8",
-            format!("{s:?} ({e})"),
-        )
-    })
-}
-
-impl FromStr for PoolId {
-    type Err = Error;
-
-    /// Parses any UUID form `uuid` accepts; a malformed string is
-    /// [`Error::InvalidArgument`] naming the field `pool_id`.
-    fn from_str(s: &str) -> Result<Self, Error> {
-        parse("pool_id", s).map(Self)
-    }
-}
-
-impl FromStr for LeaseId {
-    type Err = Error;
-
-    /// Parses any UUID form `uuid` accepts; a malformed string is
-    /// [`Error::InvalidArgument`] naming the field `lease_id`.
-    fn from_str(s: &str) -> Result<Self, Error> {
-        parse("lease_id", s).map(Self)
-    }
-}
-
 macro_rules! uuid_fmt {
     ($t:ty) => {
         impl fmt::Display for $t {
@@ -261,27 +230,6 @@ mod tests {
         assert_eq!(PoolId::random().as_uuid().get_version_num(), 4);
         assert_eq!(LeaseId::new().as_uuid().get_version_num(), 4);
         assert_ne!(LeaseId::new(), LeaseId::new());
-    }
-
-    #[test]
-    fn malformed_id_names_field() {
-        let err = "nope".parse::<PoolId>().unwrap_err();
-        assert!(matches!(
-            err,
-            Error::InvalidArgument {
-                field: "pool_id",
-                ..
-            }
-        ));
-        assert!(err.to_string().contains("pool_id"), "{err}");
-        let err = "".parse::<LeaseId>().unwrap_err();
-        assert!(matches!(
-            err,
-            Error::InvalidArgument {
-                field: "lease_id",
-                ..
-            }
-        ));
     }
 
     #[test]

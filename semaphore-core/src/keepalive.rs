@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 use crate::clock::saturating_add;
-use crate::{Error, Lease, Pool};
+use crate::{error::Error, lease::Lease, pool::Pool};
 
 /// The first pause before a failed renewal is tried again.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -121,7 +121,7 @@ pub(crate) fn session_lost(pool: &Pool, lease: &Lease) -> Error {
 
 /// Resolves once the lease's session (if it has one) can no longer vouch
 /// for it; never for an unbound lease.
-async fn session_ended(pool: &Pool, session: Option<crate::SessionId>) {
+async fn session_ended(pool: &Pool, session: Option<crate::id::SessionId>) {
     match (session, pool.store().session()) {
         (Some(id), Some(s)) => s.ended(id).await,
         (Some(_), None) => {}

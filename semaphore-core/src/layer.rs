@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::{Error, Lease, Pool};
+use crate::{error::Error, lease::Lease, pool::Pool};
 
 /// Answers a request that got no lease, from the error that said why:
 /// [`Error::Exhausted`] when no slot freed up within the wait, or the

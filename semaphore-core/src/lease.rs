@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 pub use crate::positions::Positions;
-use crate::{LeaseId, PoolId, SessionId};
+use crate::{id::LeaseId, id::PoolId, id::SessionId};
 
 /// One or more held slots of one pool (rule "Words").
 ///

@@ -16,7 +16,7 @@
 //! re-exports the user API and the [`store`] module.
 //!
 //! The rules every store keeps are written down in [`rules`]; the
-//! [`Store`] trait's contract and the conformance cases cite them by
+//! [`Store`](store::Store) trait's contract and the conformance cases cite them by
 //! number, other docs by name ("Time", "Lost replies").
 //!
 //! # Several slots, and holders that die
@@ -154,8 +154,3 @@ pub use session::{Session, SessionState};
 pub use set::{LeaseSet, PoolSet};
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
-
-// The store authors' kit, public in [`store`]; named at the root inside
-// this crate only.
-pub(crate) use clock::unix_ms;
-pub(crate) use store::{BorrowRequest, Store, TryBorrow, TryBorrowAll};

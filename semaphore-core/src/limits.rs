@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::{Error, Result};
+use crate::{error::Error, error::Result};
 
 /// Bounds on arguments, set per [`Pool`](crate::Pool) handle with
 /// [`Pool::with_limits`](crate::Pool::with_limits).

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::{Limits, Result};
+use crate::{error::Result, limits::Limits};
 
 /// Optional parts of a borrow: the number of slots, an idempotency
 /// key and an owner label (rule "Beyond the basic model"). Pass them to

@@ -24,18 +24,21 @@ mod leases;
 mod held;
 // introspection:
 mod waiters;
-use crate::{BorrowRequest, Error, Lease, LeaseId, Limits, PoolId, Result, Store};
+use crate::{
+    error::Error, error::Result, id::LeaseId, id::PoolId, lease::Lease, limits::Limits,
+    store::BorrowRequest, store::Store,
+};
 pub use held::{HELD_POLL_INTERVAL, HeldPlace};
 pub use leases::Renewing;
 pub use waiters::Waiting;
 
 /// The session a bound request names: the one open now on a store with
 /// sessions, `None` otherwise.
-pub(crate) fn bind(store: &Arc<dyn Store>, bound: bool) -> Option<crate::SessionId> {
+pub(crate) fn bind(store: &Arc<dyn Store>, bound: bool) -> Option<crate::id::SessionId> {
     if !bound {
         return None;
     }
-    store.session().and_then(crate::Session::current)
+    store.session().and_then(crate::session::Session::current)
 }
 
 /// What the common path of a borrow found ([`Pool::grant_in_place`]).

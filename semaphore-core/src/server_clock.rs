@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 
 use crate::clock::{from_unix_ms, unix_ms};
-use crate::{Clock, ManualClock, MonotonicClock, Sleep};
+use crate::{clock::Clock, clock::ManualClock, clock::MonotonicClock, clock::Sleep};
 
 /// The margin for clock rate the view allows, in parts per million: the
 /// server's clock may run this much faster than this process's, as

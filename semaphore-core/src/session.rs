@@ -28,8 +28,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 use crate::detach::{run_detached_awaited_again, spawn};
-use crate::store::DecidingClock;
-use crate::{Result, SessionId};
+use crate::server_clock::DecidingClock;
+use crate::{error::Result, id::SessionId};
 
 mod beat;
 pub use beat::SessionEnds;
@@ -63,7 +63,7 @@ pub enum SessionState {
 /// session never lives again: a beat of a session whose end has passed, or
 /// that was closed, changes nothing and answers `None`, so that no lease
 /// bound to it becomes active again.
-#[crate::store::async_trait]
+#[async_trait::async_trait]
 pub trait Heartbeat: Send + Sync + fmt::Debug + 'static {
     /// Reads the deciding clock (`now`) and then: if session `id` lives
     /// (its end is after `now`), moves its end to `now + timeout` and
@@ -198,12 +198,12 @@ impl Session {
     /// # Errors
     /// [`Error::Storage`](crate::Error::Storage) (`operation` `session`,
     /// not retryable) with the heartbeat's error.
-    pub async fn open_within(&self, patience: Duration) -> crate::Result<()> {
+    pub async fn open_within(&self, patience: Duration) -> crate::error::Result<()> {
         if self.opened(patience).await {
             return Ok(());
         }
         match self.shared.failed.lock().clone() {
-            Some(why) => Err(crate::Error::Storage {
+            Some(why) => Err(crate::error::Error::Storage {
                 operation: "session",
                 retryable: false,
                 source: format!("cannot open a session on the store: {why}").into(),
@@ -324,11 +324,11 @@ impl Session {
     /// ended: retryable, once this session is told
     /// ([`ended_on_store`](Session::ended_on_store)), so that the core's
     /// next attempt names a new session.
-    pub fn ended_error(&self, id: Option<SessionId>) -> crate::Error {
+    pub fn ended_error(&self, id: Option<SessionId>) -> crate::error::Error {
         if let Some(id) = id {
             self.ended_on_store(id);
         }
-        crate::Error::Storage {
+        crate::error::Error::Storage {
             operation: "borrow",
             retryable: true,
             source: "the store's session had ended (the server lost it or it was deleted); \

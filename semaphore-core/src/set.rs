@@ -11,7 +11,8 @@ use crate::acquire::keyed_lease;
 use crate::cancel::{InFlight, return_detached};
 use crate::clock::truncate_ms;
 use crate::{
-    BorrowOptions, BorrowRequest, Error, Lease, LeaseId, Limits, Pool, PoolId, Result, Store,
+    error::Error, error::Result, id::LeaseId, id::PoolId, lease::Lease, limits::Limits,
+    options::BorrowOptions, pool::Pool, store::BorrowRequest, store::Store,
 };
 
 /// Several pools of one store, borrowed from together: one slot of each (or

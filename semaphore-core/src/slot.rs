@@ -11,7 +11,10 @@ use free::FreeSet;
 
 use crate::clock::saturating_add;
 use crate::store::key_name;
-use crate::{BorrowRequest, Holder, Lease, LeaseId, PoolId, Positions, TryBorrow};
+use crate::{
+    id::LeaseId, id::PoolId, lease::Holder, lease::Lease, lease::Positions, store::BorrowRequest,
+    store::TryBorrow,
+};
 
 /// The reference rule for a grant: the lowest position in `0..count` not in `held`,
 /// or `None` when every one of them is held.

@@ -36,7 +36,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result, Session, SessionId};
+use crate::{
+    clock::Clock, error::Result, id::LeaseId, id::PoolId, id::SessionId, lease::Holder,
+    lease::Lease, lease::PoolState, session::Session,
+};
 
 /// One borrow attempt, as the core hands it to [`Store::try_borrow`].
 ///

@@ -13,7 +13,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::{Error, Lease, PoolId, Result};
+use crate::{error::Error, error::Result, id::PoolId, lease::Lease};
 
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 use std::time::Instant;

@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::{LeaseId, PoolId, Store, WaiterId};
+use crate::{id::LeaseId, id::PoolId, id::WaiterId, store::Store};
 
 mod arrivals;
 mod claim;
@@ -50,7 +50,7 @@ pub(crate) use ticket::{Ticket, WaiterIdCell};
 /// A store's change notification and the in-process wait queues of its pools.
 ///
 /// A store owns one, hands it out through
-/// [`Store::changes`](crate::Store::changes), and tells it of its returns
+/// [`Store::changes`](crate::store::Store::changes), and tells it of its returns
 /// and of other processes' changes (see [`notify`](Changes::notify)).
 /// Everything else about waiting (order, deadlines, timers) is the core's;
 /// a store never writes it again.

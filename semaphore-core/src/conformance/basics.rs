@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{Fixture, SEC};
 use crate::store::lowest_free;
-use crate::{Error, Limits, Pool, PoolState};
+use crate::{error::Error, lease::PoolState, limits::Limits, pool::Pool};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -178,7 +178,7 @@ pub async fn r5_ttl_and_wait_are_clamped(f: Fixture) {
         .with_max_wait(Duration::from_secs(2));
     let pool = f.pool("p").with_limits(limits);
     pool.register(1).await.unwrap();
-    let now = crate::clock::truncate_ms(crate::Clock::now(&*f.clock));
+    let now = crate::clock::truncate_ms(crate::clock::Clock::now(&*f.clock));
     let lease = pool
         .borrow(Duration::from_secs(3600), Duration::ZERO)
         .await
@@ -241,7 +241,7 @@ pub async fn r6_positions_at_or_above_lowered_count_are_not_handed_out(f: Fixtur
     ));
 }
 
-async fn borrow_n(pool: &Pool, n: usize) -> Vec<crate::Lease> {
+async fn borrow_n(pool: &Pool, n: usize) -> Vec<crate::lease::Lease> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push(pool.borrow(TTL, Duration::ZERO).await.unwrap().forget());
@@ -274,7 +274,7 @@ pub async fn r8_return_reports_only_active_leases(f: Fixture) {
     let pool = f.pool("p");
     pool.register(3).await.unwrap();
     assert!(
-        !pool.return_lease(crate::LeaseId::new()).await.unwrap(),
+        !pool.return_lease(crate::id::LeaseId::new()).await.unwrap(),
         "unknown"
     );
     let a = pool.borrow(TTL, Duration::ZERO).await.unwrap().forget();
@@ -343,7 +343,7 @@ pub async fn r14_bad_input_names_field_and_range(f: Fixture) {
         msg.contains("ttl") && msg.contains("greater than 0"),
         "{msg}"
     );
-    let msg = "gpus".parse::<crate::PoolId>().unwrap_err().to_string();
+    let msg = "gpus".parse::<crate::id::PoolId>().unwrap_err().to_string();
     assert!(msg.contains("pool_id") && msg.contains("UUID"), "{msg}");
     assert_eq!(pool.inspect().await.unwrap(), state(&pool, 1, 0));
 }

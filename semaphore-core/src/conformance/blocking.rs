@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Fixture;
-use crate::Error;
+use crate::error::Error;
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(3600);

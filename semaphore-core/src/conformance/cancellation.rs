@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 
 use super::gate::{GatedStore, Stop};
 use super::{Fixture, spawn_borrow, until_waiting};
-use crate::{Error, Lease, Pool, PoolId, Result};
+use crate::{error::Error, error::Result, id::PoolId, lease::Lease, pool::Pool};
 
 const TTL: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_secs(10);

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::{Fixture, SEC, until_in_use};
-use crate::Error;
+use crate::error::Error;
 
 /// R10: 64 tasks borrowing from 4 slots with waits never hold more than 4
 /// at once, and never share a position.

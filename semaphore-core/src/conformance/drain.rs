@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Fixture, until_waiting};
-use crate::{BorrowOptions, Error, PoolId, PoolSet};
+use crate::{error::Error, id::PoolId, options::BorrowOptions, set::PoolSet};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(3600);

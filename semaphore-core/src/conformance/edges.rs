@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::gate::{GatedStore, Stop};
 use super::{Fixture, SEC, until_in_use, until_waiting};
 use crate::store::max_time;
-use crate::{Error, Limits, Pool, PoolId};
+use crate::{error::Error, id::PoolId, limits::Limits, pool::Pool};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(3600);
@@ -86,7 +86,7 @@ pub async fn calls_outside_a_runtime_fail_clearly_or_work(f: Fixture) {
     })
     .join()
     .expect("a call outside a runtime panicked");
-    let no_runtime = |p: &Poll<crate::Result<crate::Lease>>| {
+    let no_runtime = |p: &Poll<crate::error::Result<crate::lease::Lease>>| {
         matches!(
             p,
             Poll::Ready(Err(Error::NoRuntime {

@@ -11,7 +11,10 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::store::{BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId};
-use crate::{Clock, Holder, Lease, LeaseId, PoolId, PoolState, Result};
+use crate::{
+    clock::Clock, error::Result, id::LeaseId, id::PoolId, lease::Holder, lease::Lease,
+    lease::PoolState,
+};
 
 /// Where a [`GatedStore`] holds the borrow call it catches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,7 +209,7 @@ impl Store for GatedStore {
     fn changes(&self) -> &Changes {
         self.inner.changes()
     }
-    fn session(&self) -> Option<&crate::Session> {
+    fn session(&self) -> Option<&crate::session::Session> {
         self.inner.session()
     }
     fn max_ttl(&self) -> std::time::Duration {

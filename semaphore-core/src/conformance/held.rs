@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{Fixture, SEC, spawn_borrow, until_waiting};
 use crate::store::WaiterId;
-use crate::{BorrowOptions, Error};
+use crate::{error::Error, options::BorrowOptions};
 
 const TTL: Duration = Duration::from_secs(60);
 const HOLD: Duration = Duration::from_secs(20);
@@ -212,6 +212,6 @@ pub async fn r15_a_held_place_for_more_slots_than_the_count_holds_back_no_one(f:
     assert_eq!(&lease.positions[..], &[0, 1, 2, 3, 4]);
 }
 
-async fn take(pool: &crate::Pool) -> crate::Lease {
+async fn take(pool: &crate::pool::Pool) -> crate::lease::Lease {
     pool.try_borrow(TTL).await.unwrap().forget()
 }

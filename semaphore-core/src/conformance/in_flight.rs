@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use super::gate::{GatedStore, Stop};
 use super::{Fixture, SEC, until_waiting};
-use crate::{BorrowOptions, Error, Lease, Pool, PoolId, PoolSet, Result};
+use crate::{
+    error::Error, error::Result, id::PoolId, lease::Lease, options::BorrowOptions, pool::Pool,
+    set::PoolSet,
+};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(3600);

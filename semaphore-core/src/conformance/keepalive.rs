@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{Fixture, SEC};
-use crate::{Error, LeaseGuard, Pool};
+use crate::{error::Error, guard::LeaseGuard, pool::Pool};
 
 /// Advances the clock by `by` in steps of 100 ms, letting each renewal
 /// that falls due land before the lease could expire.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::gate::{GatedStore, Stop};
 use super::{Fixture, SEC, spawn_borrow, until_in_use, until_waiting};
-use crate::{BorrowOptions, Error, Limits, Pool, PoolId};
+use crate::{error::Error, id::PoolId, limits::Limits, options::BorrowOptions, pool::Pool};
 
 fn key(k: &str) -> BorrowOptions {
     BorrowOptions::new().key(k)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::store::Store;
-use crate::{BorrowOptions, Error, LeaseGuard, Pool, PoolId};
+use crate::{error::Error, guard::LeaseGuard, id::PoolId, options::BorrowOptions, pool::Pool};
 
 const TTL: Duration = Duration::from_secs(3600);
 
@@ -119,7 +119,7 @@ pub async fn r17_a_session_ended_by_another_tells_its_holder_why<F, Fut, E, EFut
 ) where
     F: Fn() -> Fut,
     Fut: Future<Output = Arc<dyn Store>>,
-    E: FnOnce(crate::SessionId) -> EFut,
+    E: FnOnce(crate::id::SessionId) -> EFut,
     EFut: Future<Output = ()>,
 {
     let id = PoolId::from_name("ended-by-another");

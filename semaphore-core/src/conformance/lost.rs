@@ -10,7 +10,10 @@ use parking_lot::Mutex;
 
 use super::{Fixture, until_in_use, until_waiting};
 use crate::store::{BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait};
-use crate::{Clock, Error, Holder, Lease, LeaseId, Pool, PoolId, PoolState, Result};
+use crate::{
+    clock::Clock, error::Error, error::Result, id::LeaseId, id::PoolId, lease::Holder,
+    lease::Lease, lease::PoolState, pool::Pool,
+};
 
 const TTL: Duration = Duration::from_secs(3600);
 
@@ -96,7 +99,7 @@ impl Store for LosingStore {
     fn changes(&self) -> &Changes {
         self.inner.changes()
     }
-    fn session(&self) -> Option<&crate::Session> {
+    fn session(&self) -> Option<&crate::session::Session> {
         self.inner.session()
     }
     fn max_ttl(&self) -> std::time::Duration {

@@ -63,7 +63,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{ManualClock, Pool, PoolId, Store};
+use crate::{clock::ManualClock, id::PoolId, pool::Pool, store::Store};
 
 /// A store under test, on the manual clock it was made with.
 pub struct Fixture {
@@ -303,7 +303,7 @@ pub(crate) fn spawn_borrow(
     pool: &Pool,
     ttl: Duration,
     wait: Duration,
-) -> tokio::task::JoinHandle<crate::Result<crate::Lease>> {
+) -> tokio::task::JoinHandle<crate::error::Result<crate::lease::Lease>> {
     let pool = pool.clone();
     tokio::spawn(async move { pool.borrow(ttl, wait).await.map(|g| g.forget()) })
 }

@@ -23,7 +23,10 @@ use proptest::sample::Index;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 
 use super::Fixture;
-use crate::{BorrowOptions, Clock, Error, Holder, Lease, ManualClock, Pool, PoolId};
+use crate::{
+    clock::Clock, clock::ManualClock, error::Error, id::PoolId, lease::Holder, lease::Lease,
+    options::BorrowOptions, pool::Pool,
+};
 
 /// Cases per store when `PROPTEST_CASES` is not set.
 pub const DEFAULT_CASES: u32 = 10_000;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::{Fixture, SEC, spawn_borrow, until_in_use, until_waiting};
-use crate::{Error, Pool, PoolSet};
+use crate::{error::Error, pool::Pool, set::PoolSet};
 
 const LONG: Duration = Duration::from_secs(3600);
 

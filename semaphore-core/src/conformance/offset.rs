@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::{Clock, Sleep, SystemClock};
+use crate::{clock::Clock, clock::Sleep, clock::SystemClock};
 
 /// The system clock, off by a fixed amount: a machine whose clock
 /// disagrees with the server's, for tests.
@@ -49,8 +49,8 @@ impl Clock for OffsetClock {
 /// write one already expired, and the slow machine's waiter is served when
 /// the fast machine's lease expires by the server's clock, not before.
 pub async fn clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease(
-    fast: &crate::Pool,
-    slow: &crate::Pool,
+    fast: &crate::pool::Pool,
+    slow: &crate::pool::Pool,
     server_now: impl AsyncFn() -> SystemTime,
 ) {
     fast.register(1).await.unwrap();
@@ -62,7 +62,7 @@ pub async fn clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease(
     );
     // ...and the fast machine, for which it "expired" 10 s ago, cannot take it.
     match fast.try_borrow(Duration::from_secs(20)).await {
-        Err(crate::Error::Exhausted { .. }) => {}
+        Err(crate::error::Error::Exhausted { .. }) => {}
         other => panic!("the fast machine took a live lease: {other:?}"),
     }
     assert_eq!(fast.inspect().await.unwrap().in_use, 1);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Fixture, SEC, spawn_borrow, until_waiting};
-use crate::{Clock, Error, Lease, LeaseId};
+use crate::{clock::Clock, error::Error, id::LeaseId, lease::Lease};
 
 /// Renew extends a live lease from now, keeping position, token and id; the
 /// lease then outlives its first expiry. A ttl above the maximum is clamped.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::gate::{GatedStore, Stop};
 use super::{Fixture, SEC, spawn_borrow, until_in_use, until_waiting};
-use crate::{Error, Lease, Pool, PoolId};
+use crate::{error::Error, id::PoolId, lease::Lease, pool::Pool};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(3600);

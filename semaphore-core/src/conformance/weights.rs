@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use super::gate::{GatedStore, Stop};
 use super::{Fixture, SEC, until_in_use, until_waiting};
-use crate::{BorrowOptions, Error, Lease, Limits, Pool, PoolId, PoolSet, Result};
+use crate::{
+    error::Error, error::Result, id::PoolId, lease::Lease, limits::Limits, options::BorrowOptions,
+    pool::Pool, set::PoolSet,
+};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(3600);
@@ -355,7 +358,7 @@ pub async fn r15_lowered_count_counts_every_slot_held(f: Fixture) {
 /// [`Store`](crate::store::Store) with two waiter ids, as two processes'
 /// heads would ask.
 pub async fn r15_a_store_queue_owes_each_head_its_weight(f: Fixture) {
-    use crate::LeaseId;
+    use crate::id::LeaseId;
     use crate::store::{BorrowRequest, TryBorrow, WaiterId};
     let id = PoolId::from_name("owed");
     let pool = Pool::new(f.store.clone(), id);

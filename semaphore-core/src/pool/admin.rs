@@ -1,7 +1,7 @@
 //! A pool's own life: register (create or set its count), inspect, delete.
 
 use crate::telemetry;
-use crate::{Pool, PoolState, Result};
+use crate::{error::Result, lease::PoolState, pool::Pool};
 
 impl Pool {
     /// Creates the pool with `count` slots, or sets the count of an existing

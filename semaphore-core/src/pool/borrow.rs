@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use crate::options::Labels;
-use crate::{Blocking, BorrowOptions, LeaseGuard, OwnedLeaseGuard, Pool, Result};
+use crate::{
+    blocking::Blocking, error::Result, guard::LeaseGuard, guard::OwnedLeaseGuard,
+    options::BorrowOptions, pool::Pool,
+};
 
 impl Pool {
     /// Borrows the lowest free slot for `ttl`, waiting up to `wait` for one

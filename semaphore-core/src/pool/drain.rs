@@ -1,7 +1,7 @@
 //! Draining a pool: no new grants while its holders finish (rule "Drain").
 
 use crate::telemetry;
-use crate::{Pool, PoolState, Result};
+use crate::{error::Result, lease::PoolState, pool::Pool};
 
 impl Pool {
     /// Starts (`true`) or ends (`false`) the pool's drain; returns its state.

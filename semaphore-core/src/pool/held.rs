@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use crate::clock::saturating_add;
 use crate::store::{BorrowRequest, TryBorrow, WaiterId};
-use crate::{BorrowOptions, Error, LeaseGuard, LeaseId, OwnedLeaseGuard, Pool, Result};
+use crate::{
+    error::Error, error::Result, guard::LeaseGuard, guard::OwnedLeaseGuard, id::LeaseId,
+    options::BorrowOptions, pool::Pool,
+};
 
 /// The longest a held place's poll sleeps without asking the store again,
 /// for a change no notification tells of (a place ahead of it granted in
@@ -223,7 +226,7 @@ impl HeldPlace<'_> {
     ///
     /// # Cancel safety
     /// Safe: it only reads.
-    pub async fn lease(self, options: &BorrowOptions) -> Result<Option<crate::Lease>> {
+    pub async fn lease(self, options: &BorrowOptions) -> Result<Option<crate::lease::Lease>> {
         let key = match &options.key {
             Some(key) => crate::store::stored_key(key, options.request_digest),
             None => held_key(self.waiter).into(),

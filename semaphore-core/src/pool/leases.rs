@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::telemetry;
-use crate::{Error, Holder, Lease, LeaseId, Pool, Result};
+use crate::{error::Error, error::Result, id::LeaseId, lease::Holder, lease::Lease, pool::Pool};
 
 impl Pool {
     /// Returns lease `lease` early: frees its slot at once and wakes the

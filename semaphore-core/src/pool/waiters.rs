@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::Pool;
+use crate::pool::Pool;
 
 /// The borrowers waiting on a pool in this process, as
 /// [`Pool::waiting`] saw them at one instant.

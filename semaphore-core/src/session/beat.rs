@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use super::{Now, SessionState, Shared};
 use crate::clock::saturating_add;
 use crate::detach::run_detached;
-use crate::store::DecidingClock;
-use crate::{Result, SessionId};
+use crate::server_clock::DecidingClock;
+use crate::{error::Result, id::SessionId};
 
 /// The longest pause between two tries of a failing heartbeat.
 const RETRY_MAX: Duration = Duration::from_millis(250);
@@ -50,7 +50,11 @@ pub(super) async fn run(shared: Arc<Shared>) {
             Some(Ok(Ok(Some(now)))) => {
                 *shared.failed.lock() = None;
                 if let Some(view) = shared.time.server() {
-                    view.observe(before, crate::unix_ms(now) as i64, view.local().now());
+                    view.observe(
+                        before,
+                        crate::clock::unix_ms(now) as i64,
+                        view.local().now(),
+                    );
                 }
                 opening = None;
                 retry = Duration::ZERO;

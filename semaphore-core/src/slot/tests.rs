@@ -1,6 +1,6 @@
 //! The slot table against the reference rules.
 use super::*;
-use crate::{PoolId, WaiterId};
+use crate::{id::PoolId, id::WaiterId};
 use std::time::{Duration, UNIX_EPOCH};
 
 fn req(ttl_s: u64) -> BorrowRequest {

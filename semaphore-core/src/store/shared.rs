@@ -7,7 +7,10 @@
 use std::time::{Duration, SystemTime};
 
 use crate::clock::MAX_UNIX_MS;
-use crate::{Error, Holder, Lease, LeaseId, PoolId, Positions, Result, SessionId};
+use crate::{
+    error::Error, error::Result, id::LeaseId, id::PoolId, id::SessionId, lease::Holder,
+    lease::Lease, lease::Positions,
+};
 
 /// The shortest poll interval a shared store accepts: a shorter one would
 /// have idle waiters spin a core re-reading the store.
@@ -213,7 +216,7 @@ macro_rules! networked_store_options {
             /// never decides expiry: the server does, so a process whose
             /// clock is off can neither over-issue nor take a live lease
             /// (rule "Time").
-            pub fn clock(mut self, local: ::std::sync::Arc<dyn $crate::Clock>) -> Self {
+            pub fn clock(mut self, local: ::std::sync::Arc<dyn $crate::clock::Clock>) -> Self {
                 self.time = $crate::store::DecidingClock::Server(::std::sync::Arc::new(
                     $crate::store::ServerClock::new(local),
                 ));
@@ -229,7 +232,7 @@ macro_rules! networked_store_options {
                 " must then share this clock: never use it in production."
             )]
             #[cfg(feature = "test-util")]
-            pub fn manual_clock(mut self, clock: ::std::sync::Arc<$crate::ManualClock>) -> Self {
+            pub fn manual_clock(mut self, clock: ::std::sync::Arc<$crate::clock::ManualClock>) -> Self {
                 self.time = $crate::store::DecidingClock::Manual(clock);
                 self
             }

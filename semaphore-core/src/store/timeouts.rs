@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{DecidingClock, MAX_UNIX_MS};
-use crate::Result;
+use crate::error::Result;
 
 /// The session timeout a networked store uses unless told otherwise:
 /// 10 s.
@@ -23,7 +23,7 @@ pub fn check_session_timeout(timeout: Option<Duration>) -> Result<()> {
         return Ok(());
     };
     if timeout < MIN_SESSION_TIMEOUT || timeout > Duration::from_millis(MAX_UNIX_MS) {
-        return Err(crate::Error::InvalidArgument {
+        return Err(crate::error::Error::InvalidArgument {
             field: "session_timeout",
             allowed: format!("{MIN_SESSION_TIMEOUT:?} or more"),
             got: format!("{timeout:?}"),
@@ -60,11 +60,11 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// asks under the same lease id, rule "Lost replies").
 pub async fn bounded<T>(
     operation: &'static str,
-    call: impl std::future::Future<Output = crate::Result<T>>,
-) -> crate::Result<T> {
+    call: impl std::future::Future<Output = crate::error::Result<T>>,
+) -> crate::error::Result<T> {
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
         Ok(answer) => answer,
-        Err(_) => Err(crate::Error::Storage {
+        Err(_) => Err(crate::error::Error::Storage {
             operation,
             retryable: true,
             source: format!(

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::Changes;
 use super::queue::Waiter;
-use crate::{PoolId, WaiterId};
+use crate::{id::PoolId, id::WaiterId};
 
 impl Changes {
     /// A number above the arrival of every borrower queued in this process

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Changes;
-use crate::{BorrowRequest, PoolId, TryBorrow};
+use crate::{id::PoolId, store::BorrowRequest, store::TryBorrow};
 
 impl Changes {
     /// Hands slots of `pool` just freed to this process's queued borrowers

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 use super::{HandOff, signal};
-use crate::{Lease, PoolId, WaiterId};
+use crate::{id::PoolId, id::WaiterId, lease::Lease};
 
 /// One pool's queue in this process.
 #[derive(Default)]

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use super::{Changes, Waiter};
 use crate::cancel::return_detached;
-use crate::{Lease, PoolId, Store, WaiterId};
+use crate::{id::PoolId, id::WaiterId, lease::Lease, store::Store};
 
 /// A queued borrower's id in the store's queue, made on first use by its
 /// attempts or by a return that claims it.
