@@ -31,11 +31,14 @@ use migrate::{before_3, migrate_from, shape_3};
 /// cuts its end short. Version 7 has the same tables again, and
 /// functions whose borrow and return of one slot, while nobody is queued,
 /// each run one statement that writes only the slot and notify nobody.
-/// Versions 1 to 6 are migrated in place
+/// Version 8 has the same tables and arguments; its wake-ups try the pool's
+/// gate before they look at the queue, in a statement of their own, so
+/// that a borrow committing its place meanwhile is seen in one or the other.
+/// Versions 1 to 7 are migrated in place
 /// ([`migrate`]); the bound leases of 1 to 4 become unbound (left to
 /// their ttl), since the processes that held them are gone before a
 /// migration.
-pub(crate) const VERSION: i32 = 7;
+pub(crate) const VERSION: i32 = 8;
 
 /// How long a queued head's row stays without being refreshed before other
 /// processes treat its process as gone, in ms.
@@ -339,11 +342,11 @@ async fn prepare_once(client: &Client, schema: &str, migrate: bool) -> Result<()
         }
         return match version? {
             Some(VERSION) => Ok(()),
-            Some(old @ 1..=6) if !migrate => Err(not_migrated(
+            Some(old @ 1..=7) if !migrate => Err(not_migrated(
                 schema,
                 &format!("the store's tables at schema version {old}"),
             )),
-            Some(old @ 1..=6) => migrate_from(client, schema, old, &expected).await,
+            Some(old @ 1..=7) => migrate_from(client, schema, old, &expected).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),

@@ -1,4 +1,4 @@
--- The PostgreSQL store's tables and functions, schema version 7 (version 1
+-- The PostgreSQL store's tables and functions, schema version 8 (version 1
 -- had the same tables; 2 replaced functions only: `semaphore_delete` locks
 -- the pool row first, heads refresh their place at every look; 3 holds
 -- weighted leases, and a queued head records the slots it waits for;
@@ -11,7 +11,8 @@
 -- earlier, through triggers on semaphore_sessions; 7 has the same
 -- tables, and a borrow and a return of one slot while nobody is queued
 -- that each run one statement, writing only the slot, and send no
--- notification).
+-- notification; 8 has the same tables, and wake-ups that try the pool's
+-- gate before they look at the queue, in a statement of their own).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
 -- Times are unix milliseconds on the server's clock (rule "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
@@ -206,12 +207,21 @@ LANGUAGE sql STABLE AS $$
         AND {s}.semaphore_alive(l.session, p_now)
 $$;
 
--- Wakes waiters of every process if any head is queued on the pool.
--- (Within the transaction of a change made under the pool row's lock.)
+-- Wakes waiters of every process if any head is queued on the pool, or
+-- if a borrow holds the pool's gate (semaphore_gate). (Within the
+-- transaction of the change, after it.) A change that frees a slot
+-- without the pool row's lock (a forced return, a head leaving with a
+-- slot handed to it) may meet a borrow that counted that slot held and
+-- has not yet committed its place: the gate, tried shared and then held
+-- to commit, tells it so. The try comes in a statement before the look
+-- at the queue, so that a borrow that released the gate has committed
+-- before the look's snapshot.
 CREATE OR REPLACE FUNCTION {s}.semaphore_wake(p_pool uuid) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE v_open boolean;
 BEGIN
-    IF EXISTS (SELECT 1 FROM {s}.semaphore_waiters WHERE pool = p_pool) THEN
+    v_open := pg_try_advisory_xact_lock_shared({s}.semaphore_gate(p_pool));
+    IF NOT v_open OR EXISTS (SELECT 1 FROM {s}.semaphore_waiters WHERE pool = p_pool) THEN
         PERFORM pg_notify('{channel}', p_pool::text);
     END IF;
 END $$;
@@ -221,11 +231,16 @@ END $$;
 -- lease), if a head is queued, or if a borrow holds the pool's gate (it may
 -- be taking a place without having seen the slot free; its process then
 -- looks again). Runs in a transaction that writes nothing, so it waits for
--- no flush.
+-- no flush. The gate is tried in a statement before the look at the
+-- queue: in one statement the look's snapshot would come first, and a
+-- borrow that committed its place between that snapshot and the try
+-- would be neither seen holding the gate nor seen queued.
 CREATE OR REPLACE FUNCTION {s}.semaphore_returned(p_pool uuid, p_handed boolean) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE v_open boolean;
 BEGIN
-    IF p_handed OR NOT pg_try_advisory_xact_lock_shared({s}.semaphore_gate(p_pool))
+    v_open := p_handed OR pg_try_advisory_xact_lock_shared({s}.semaphore_gate(p_pool));
+    IF p_handed OR NOT v_open
         OR EXISTS (SELECT 1 FROM {s}.semaphore_waiters WHERE pool = p_pool) THEN
         PERFORM pg_notify('{channel}', p_pool::text);
     END IF;

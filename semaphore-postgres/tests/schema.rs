@@ -48,7 +48,7 @@ async fn a_missing_database_is_named_in_the_error() {
     assert!(shown.contains("3D000"), "{shown}");
 }
 
-/// Turns the version 7 schema `schema` into version `old`'s shape, with
+/// Turns the version 8 schema `schema` into version `old`'s shape, with
 /// pool `pool_id` (count 3) and one lease at position 0.
 async fn downgrade(
     client: &tokio_postgres::Client,
@@ -56,8 +56,8 @@ async fn downgrade(
     old: i32,
     pool_id: semaphore_postgres::PoolId,
 ) {
-    if old == 6 {
-        // Version 6 had the same tables, and functions of the same
+    if old >= 6 {
+        // Versions 6 and 7 had the same tables, and functions of the same
         // arguments; one of them stands in for the old ones here.
         client
             .batch_execute(&format!(
@@ -68,7 +68,7 @@ async fn downgrade(
             ))
             .await
             .unwrap();
-        as_version_6(client, schema).await;
+        as_version(client, schema, old).await;
         return;
     }
     if old == 5 {
@@ -157,13 +157,13 @@ async fn downgrade(
     }
 }
 
-/// Marks schema `schema` as version 6, with a `semaphore_delete` that
+/// Marks schema `schema` as version `old` (6 or 7), with a `semaphore_delete` that
 /// deletes nothing standing in for that version's functions, which a
 /// migration replaces.
-async fn as_version_6(client: &tokio_postgres::Client, schema: &str) {
+async fn as_version(client: &tokio_postgres::Client, schema: &str, old: i32) {
     client
         .batch_execute(&format!(
-            "UPDATE \"{schema}\".semaphore_store SET schema_version = 6;
+            "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
              CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
              RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;"
         ))
@@ -171,15 +171,15 @@ async fn as_version_6(client: &tokio_postgres::Client, schema: &str) {
         .unwrap();
 }
 
-/// A schema written at version 1 to 6 (up to 3 a row per held
+/// A schema written at version 1 to 7 (up to 3 a row per held
 /// slot in `semaphore_leases`; at 1 and 2 a lease id unique, queued heads
 /// without a weight, older functions; up to 4 leases bound to backends, no
-/// sessions; up to 5 no triggers on the sessions; up to 6 older functions;
-/// one lease held) is migrated in place to version 7 when a store of this
+/// sessions; up to 5 no triggers on the sessions; up to 7 older functions;
+/// one lease held) is migrated in place to version 8 when a store of this
 /// version connects, keeping its lease, and then grants weighted leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_to_6_schema_is_migrated() {
-    for old in [1, 2, 3, 4, 5, 6] {
+async fn a_version_1_to_7_schema_is_migrated() {
+    for old in [1, 2, 3, 4, 5, 6, 7] {
         let schema = TestServer::fresh_schema();
         drop(open(&schema).await.unwrap());
         let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
@@ -193,7 +193,7 @@ async fn a_version_1_to_6_schema_is_migrated() {
             .await
             .unwrap_or_else(|e| panic!("the version {old} schema was refused: {e}"));
         let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-        assert_eq!(found, 7, "from version {old}");
+        assert_eq!(found, 8, "from version {old}");
         let pool = semaphore_postgres::Pool::new(std::sync::Arc::new(store), pool_id);
         assert_eq!(
             pool.inspect().await.unwrap().in_use,
@@ -256,11 +256,11 @@ async fn a_version_6_schema_in_use_is_migrated_under_its_leases_and_waiters() {
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    as_version_6(&client, &schema).await;
+    as_version(&client, &schema, 6).await;
     let migrating = semaphore_postgres::Pool::new(Arc::new(open(&schema).await.unwrap()), pool_id);
     let version = format!("SELECT schema_version FROM \"{schema}\".semaphore_store");
     let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-    assert_eq!(found, 7);
+    assert_eq!(found, 8);
     assert_eq!(
         migrating.inspect().await.unwrap().in_use,
         1,
