@@ -54,7 +54,7 @@ macro_rules! networked_store_conformance {
                         ::std::sync::Arc::new(store) as ::std::sync::Arc<dyn $crate::store::Store>
                     }
                 },
-                move |id: $crate::id::SessionId| ($end)(ended, id),
+                move |id: $crate::SessionId| ($end)(ended, id),
                 $pushes,
             )
             .await;
@@ -65,9 +65,9 @@ macro_rules! networked_store_conformance {
             const OFF: ::std::time::Duration = ::std::time::Duration::from_secs(30);
             let within = ::std::time::Duration::from_secs(1);
             let place: String = ($fresh)();
-            let ahead: ::std::sync::Arc<dyn $crate::clock::Clock> =
+            let ahead: ::std::sync::Arc<dyn $crate::Clock> =
                 ::std::sync::Arc::new($crate::conformance::OffsetClock::ahead(OFF));
-            let behind: ::std::sync::Arc<dyn $crate::clock::Clock> =
+            let behind: ::std::sync::Arc<dyn $crate::Clock> =
                 ::std::sync::Arc::new($crate::conformance::OffsetClock::behind(OFF));
             let fast = ($connect)(place.clone(), Some(ahead), None).await;
             let slow = ($connect)(place, Some(behind), None).await;
@@ -79,9 +79,9 @@ macro_rules! networked_store_conformance {
             let (off, ahead) = slow.server_clock().unwrap().offset();
             assert!(ahead && off.abs_diff(OFF) < within, "{off:?}");
             let (fast, slow) = (::std::sync::Arc::new(fast), ::std::sync::Arc::new(slow));
-            let id = $crate::id::PoolId::from_name("one");
-            let on_fast = $crate::pool::Pool::new(fast, id);
-            let on_slow = $crate::pool::Pool::new(slow.clone(), id);
+            let id = $crate::PoolId::from_name("one");
+            let on_fast = $crate::Pool::new(fast, id);
+            let on_slow = $crate::Pool::new(slow.clone(), id);
             $crate::conformance::clocks_thirty_seconds_apart_never_over_issue_or_take_a_live_lease(
                 &on_fast,
                 &on_slow,

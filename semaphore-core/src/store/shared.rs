@@ -216,7 +216,7 @@ macro_rules! networked_store_options {
             /// never decides expiry: the server does, so a process whose
             /// clock is off can neither over-issue nor take a live lease
             /// (rule "Time").
-            pub fn clock(mut self, local: ::std::sync::Arc<dyn $crate::clock::Clock>) -> Self {
+            pub fn clock(mut self, local: ::std::sync::Arc<dyn $crate::Clock>) -> Self {
                 self.time = $crate::store::DecidingClock::Server(::std::sync::Arc::new(
                     $crate::store::ServerClock::new(local),
                 ));
@@ -232,7 +232,7 @@ macro_rules! networked_store_options {
                 " must then share this clock: never use it in production."
             )]
             #[cfg(feature = "test-util")]
-            pub fn manual_clock(mut self, clock: ::std::sync::Arc<$crate::clock::ManualClock>) -> Self {
+            pub fn manual_clock(mut self, clock: ::std::sync::Arc<$crate::ManualClock>) -> Self {
                 self.time = $crate::store::DecidingClock::Manual(clock);
                 self
             }
