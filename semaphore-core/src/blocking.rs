@@ -22,6 +22,15 @@ fn block_on<T>(operation: &'static str, call: impl Future<Output = Result<T>>) -
     runtime.block_on(call)
 }
 
+impl Pool {
+    /// This pool's blocking API, for code with no async runtime: the same
+    /// calls as the async methods, each run to completion while the
+    /// calling thread waits ([`Blocking`]).
+    pub fn blocking(&self) -> Blocking<'_> {
+        Blocking { pool: self }
+    }
+}
+
 /// A [`Pool`]'s blocking API ([`Pool::blocking`]), in the style of tokio's
 /// `blocking_*` methods.
 ///
@@ -56,11 +65,7 @@ pub struct Blocking<'a> {
     pool: &'a Pool,
 }
 
-impl<'a> Blocking<'a> {
-    pub(crate) fn new(pool: &'a Pool) -> Self {
-        Self { pool }
-    }
-
+impl Blocking<'_> {
     /// [`Pool::register`], blocking. Same errors, and
     /// [`Error::BlockingInRuntime`] inside a runtime.
     pub fn register(&self, count: u32) -> Result<PoolState> {

@@ -4,8 +4,6 @@ use std::fmt;
 
 use uuid::Uuid;
 
-mod parse;
-
 /// The namespace in which [`PoolId::from_name`] derives its v5 UUIDs.
 ///
 /// Fixed forever: changing it would make processes of different versions

@@ -66,7 +66,7 @@ async fn renew_loop(
             biased;
             () = session_ended(&pool, session) => {
                 planted_lateness().await;
-                return give_up(&pool, &lease, &tx, session_lost(&pool, &lease));
+                return give_up(&pool, &lease, &tx, pool.session_lost(&lease));
             }
             () = clock.sleep_until(next) => {}
         }
@@ -96,27 +96,6 @@ async fn renew_loop(
 fn give_up(pool: &Pool, lease: &Lease, tx: &watch::Sender<Kept>, reason: Error) {
     crate::telemetry::lost(pool.name(), lease, &reason);
     let _ = tx.send(Kept::Lost(Arc::new(reason)));
-}
-
-/// Why `lease` of `pool` is lost with its session: the store ended the
-/// session ([`Error::SessionEnded`]), or its end passed before a heartbeat
-/// landed ([`Error::SessionLost`]).
-pub(crate) fn session_lost(pool: &Pool, lease: &Lease) -> Error {
-    let by_store = match (lease.session, pool.store().session()) {
-        (Some(id), Some(session)) => session.ended_by_store(id),
-        _ => false,
-    };
-    if by_store {
-        Error::SessionEnded {
-            pool: lease.pool,
-            lease: lease.id,
-        }
-    } else {
-        Error::SessionLost {
-            pool: lease.pool,
-            lease: lease.id,
-        }
-    }
 }
 
 /// Resolves once the lease's session (if it has one) can no longer vouch
@@ -188,7 +167,7 @@ async fn until_lost_on_time(pool: &Pool, lease: &Lease) -> Error {
     };
     tokio::select! {
         biased;
-        () = session_ended(pool, lease.session) => session_lost(pool, lease),
+        () = session_ended(pool, lease.session) => pool.session_lost(lease),
         () = expired => Error::LeaseExpired {
             pool: lease.pool,
             lease: lease.id,

@@ -106,6 +106,10 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// `Pool`'s methods before its blocking API on the docs page: `pool`
+// first.
+mod pool;
+// The rest.
 mod acquire;
 mod blocking;
 mod cancel;
@@ -123,7 +127,7 @@ mod limits;
 #[cfg(feature = "fault-mutants")]
 mod mutant;
 mod options;
-mod pool;
+mod parse;
 mod positions;
 #[doc = include_str!("../RULES.md")]
 pub mod rules {}

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use crate::options::Labels;
 use crate::{
-    blocking::Blocking, error::Result, guard::LeaseGuard, guard::OwnedLeaseGuard,
-    options::BorrowOptions, pool::Pool,
+    error::Result, guard::LeaseGuard, guard::OwnedLeaseGuard, options::BorrowOptions, pool::Pool,
 };
 
 impl Pool {
@@ -195,12 +194,5 @@ impl Pool {
     /// ```
     pub async fn try_borrow(&self, ttl: Duration) -> Result<LeaseGuard<&Pool>> {
         self.borrow(ttl, Duration::ZERO).await
-    }
-
-    /// This pool's blocking API, for code with no async runtime: the same
-    /// calls as the async methods, each run to completion while the
-    /// calling thread waits ([`Blocking`]).
-    pub fn blocking(&self) -> Blocking<'_> {
-        Blocking::new(self)
     }
 }

@@ -131,7 +131,7 @@ impl Pool {
     fn not_renewed(&self, lease: &Lease) -> Error {
         let vouched = |id| self.store.session().is_some_and(|s| s.vouches(id));
         match lease.session {
-            Some(id) if !vouched(id) => crate::keepalive::session_lost(self, lease),
+            Some(id) if !vouched(id) => self.session_lost(lease),
             _ => Error::not_renewed(lease, self.now()),
         }
     }
@@ -218,6 +218,27 @@ impl Pool {
             telemetry::force_returned(&self.name, position, holder.lease.token);
         }
         Ok(ended.map(shown))
+    }
+
+    /// Why `lease` of this pool is lost with its session: the store ended the
+    /// session ([`Error::SessionEnded`]), or its end passed before a heartbeat
+    /// landed ([`Error::SessionLost`]).
+    pub(crate) fn session_lost(&self, lease: &Lease) -> Error {
+        let by_store = match (lease.session, self.store.session()) {
+            (Some(id), Some(session)) => session.ended_by_store(id),
+            _ => false,
+        };
+        if by_store {
+            Error::SessionEnded {
+                pool: lease.pool,
+                lease: lease.id,
+            }
+        } else {
+            Error::SessionLost {
+                pool: lease.pool,
+                lease: lease.id,
+            }
+        }
     }
 }
 

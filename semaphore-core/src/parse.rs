@@ -24,7 +24,7 @@ impl FromStr for PoolId {
     /// Parses any UUID form `uuid` accepts; a malformed string is
     /// [`Error::InvalidArgument`] naming the field `pool_id`.
     fn from_str(s: &str) -> Result<Self, Error> {
-        parse("pool_id", s).map(Self)
+        parse("pool_id", s).map(Self::from)
     }
 }
 
@@ -34,7 +34,7 @@ impl FromStr for LeaseId {
     /// Parses any UUID form `uuid` accepts; a malformed string is
     /// [`Error::InvalidArgument`] naming the field `lease_id`.
     fn from_str(s: &str) -> Result<Self, Error> {
-        parse("lease_id", s).map(Self)
+        parse("lease_id", s).map(Self::from)
     }
 }
 
