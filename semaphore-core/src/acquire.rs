@@ -7,7 +7,8 @@ use crate::cancel::{Answer, InFlight, Made, QueuePlace, Step};
 use crate::clock::{saturating_add, truncate_ms};
 use crate::wait::HandOff;
 use crate::{
-    error::Error, error::Result, id::LeaseId, id::PoolId, id::WaiterId, lease::Lease, store::Store,
+    error::Error, error::Result, id::LeaseId, id::PoolId, id::WaiterId, lease::Lease,
+    primitives::Store,
 };
 
 /// Borrows through `attempt` on `pools`, waiting up to `wait` from `start`.
@@ -131,7 +132,7 @@ pub(crate) fn acquire<A: Answer>(
         // Refused while the pool's queue is marked draining: its head found
         // the drain (and tells everyone queued, under the queue's lock).
         let ticket = changes
-            .enqueue(store, pools, handoff, !draining_waits)
+            .enqueue(store, clock.now(), pools, handoff, !draining_waits)
             .map_err(|pool| Error::Draining { pool })?;
         let place = QueuePlace::new(store, pools, ticket.id());
         let mut timeout = clock.sleep_until(saturating_add(start, wait));
@@ -385,11 +386,11 @@ pub(crate) async fn keyed_lease(
     pool: PoolId,
     key: &str,
 ) -> Result<Option<Lease>> {
-    let name = crate::store::key_name(key);
+    let name = crate::keys::key_name(key);
     let holders = store.holders(pool).await?;
     let Some(holder) = holders
         .into_iter()
-        .find(|h| h.key.as_deref().map(crate::store::key_name) == Some(name))
+        .find(|h| h.key.as_deref().map(crate::keys::key_name) == Some(name))
     else {
         return Ok(None);
     };

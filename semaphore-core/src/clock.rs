@@ -339,7 +339,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_sleep_sees_the_clock_jump_of_a_suspend_within_a_second() {
         let clock = MonotonicClock::counting(boottime_with_suspends);
-        let view = crate::store::ServerClock::new(std::sync::Arc::new(clock));
+        let view = crate::server_clock::ServerClock::new(std::sync::Arc::new(clock));
         let deadline = clock.now() + Duration::from_secs(60);
         let mut sleeps = [clock.sleep_until(deadline), view.sleep_until(deadline)];
         let mut cx = Context::from_waker(Waker::noop());

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use crate::cancel::{return_detached, unbind_detached};
+use crate::give_back::{return_detached, unbind_detached};
 use crate::keepalive::{self, KeepAlive, Kept};
 #[cfg(doc)]
 use crate::options::BorrowOptions;

@@ -106,9 +106,13 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// `Pool`'s methods before its blocking API on the docs page: `pool`
-// first.
+// `Pool`'s methods in the order its docs page reads them: the handle, its
+// administration and leases (`pool`), its borrows (`borrow`, `held`), its
+// blocking API.
 mod pool;
+// Kept apart from the rest by this comment, so that rustfmt keeps the order.
+mod borrow;
+mod held;
 // The rest.
 mod acquire;
 mod blocking;
@@ -117,9 +121,11 @@ mod clock;
 mod detach;
 mod error;
 mod follow;
+mod give_back;
 mod guard;
 mod id;
 mod keepalive;
+mod keys;
 #[cfg(feature = "tower")]
 mod layer;
 mod lease;
@@ -129,6 +135,8 @@ mod mutant;
 mod options;
 mod parse;
 mod positions;
+mod primitives;
+mod request;
 #[doc = include_str!("../RULES.md")]
 pub mod rules {}
 mod server_clock;
@@ -147,13 +155,14 @@ pub use blocking::Blocking;
 pub use clock::{Clock, ManualClock, MonotonicClock, Sleep, SystemClock};
 pub use error::{BoxError, Error, Result};
 pub use guard::{LeaseGuard, OwnedLeaseGuard};
+pub use held::{HELD_POLL_INTERVAL, HeldPlace};
 pub use id::{LeaseId, POOL_NAMESPACE, PoolId, SessionId, WaiterId};
 #[cfg(feature = "tower")]
 pub use layer::{PoolLimit, PoolLimitLayer, Rejection, Unavailable};
 pub use lease::{Holder, Lease, PoolState, Positions};
 pub use limits::Limits;
 pub use options::BorrowOptions;
-pub use pool::{HELD_POLL_INTERVAL, HeldPlace, Pool, Renewing, Waiting};
+pub use pool::{Pool, Renewing, Waiting};
 pub use session::{Session, SessionState};
 pub use set::{LeaseSet, PoolSet};
 #[cfg(feature = "metrics")]

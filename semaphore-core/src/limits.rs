@@ -68,7 +68,7 @@ impl Limits {
 
     /// These limits with `max_ttl` lowered to what `store` can honour
     /// ([`Store::max_ttl`](crate::store::Store::max_ttl)).
-    pub(crate) fn within(mut self, store: &dyn crate::store::Store) -> Self {
+    pub(crate) fn within(mut self, store: &dyn crate::primitives::Store) -> Self {
         self.max_ttl = self.max_ttl.min(store.max_ttl());
         self
     }

@@ -197,7 +197,7 @@ impl BorrowOptions {
             key: self
                 .key
                 .as_deref()
-                .map(|key| crate::store::stored_key(key, self.request_digest)),
+                .map(|key| crate::keys::stored_key(key, self.request_digest)),
             owner: self.owner.as_deref().map(Arc::from),
         })
     }

@@ -10,25 +10,21 @@ use crate::options::Labels;
 use crate::telemetry::{self, Name};
 use crate::wait::HandOff;
 
-// The methods' files, in the order the docs page reads them.
+// The methods' files, in the order the docs page reads them (the
+// borrows, which hand out guards, follow in `borrow` and `held`).
 // Construction:
 mod handle;
 // administration:
 mod admin;
 mod drain;
-// borrows:
-mod borrow;
 // leases granted:
 mod leases;
-// held places:
-mod held;
 // introspection:
 mod waiters;
 use crate::{
     error::Error, error::Result, id::LeaseId, id::PoolId, lease::Lease, limits::Limits,
-    store::BorrowRequest, store::Store,
+    primitives::Store, request::BorrowRequest,
 };
-pub use held::{HELD_POLL_INTERVAL, HeldPlace};
 pub use leases::Renewing;
 pub use waiters::Waiting;
 
@@ -82,10 +78,10 @@ enum InPlace {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Pool {
-    store: Arc<dyn Store>,
-    id: PoolId,
-    limits: Limits,
-    name: Name,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) id: PoolId,
+    pub(crate) limits: Limits,
+    pub(crate) name: Name,
 }
 
 impl AsRef<Pool> for Pool {
@@ -115,7 +111,7 @@ impl Pool {
     /// blocks, not async fns: an async fn's future keeps each argument
     /// twice, and these are inside every borrow's future.
     #[allow(clippy::manual_async_fn)] // on purpose: see `acquire`
-    fn acquire(
+    pub(crate) fn acquire(
         &self,
         ttl: Duration,
         wait: Duration,
@@ -167,8 +163,8 @@ impl Pool {
         // An error (a drain the borrower may wait out, a missing pool) is
         // the full path's to answer: it asks again.
         match self.store.in_place().map(|s| s.try_borrow(&request)) {
-            Some(Ok(crate::store::TryBorrow::Granted { lease })) => InPlace::Granted(lease),
-            Some(Ok(crate::store::TryBorrow::Exhausted { .. })) => InPlace::Not(First::Refused),
+            Some(Ok(crate::request::TryBorrow::Granted { lease })) => InPlace::Granted(lease),
+            Some(Ok(crate::request::TryBorrow::Exhausted { .. })) => InPlace::Not(First::Refused),
             _ => InPlace::Not(First::Ask),
         }
     }

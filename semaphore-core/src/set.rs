@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use crate::acquire::acquire;
 use crate::acquire::keyed_lease;
-use crate::cancel::{InFlight, return_detached};
+use crate::cancel::InFlight;
 use crate::clock::truncate_ms;
+use crate::give_back::return_detached;
 use crate::{
     error::Error, error::Result, id::LeaseId, id::PoolId, lease::Lease, limits::Limits,
-    options::BorrowOptions, pool::Pool, store::BorrowRequest, store::Store,
+    options::BorrowOptions, pool::Pool, primitives::Store, request::BorrowRequest,
 };
 
 /// Several pools of one store, borrowed from together: one slot of each (or
@@ -332,7 +333,7 @@ impl LeaseSet {
         self.armed = false;
         let leases = std::mem::take(&mut self.leases);
         for lease in &leases {
-            crate::cancel::unbind_detached(self.set.store(), lease);
+            crate::give_back::unbind_detached(self.set.store(), lease);
         }
         leases.into_iter().map(|l| l.with_session(None)).collect()
     }

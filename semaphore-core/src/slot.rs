@@ -10,10 +10,10 @@ use expiries::Expiries;
 use free::FreeSet;
 
 use crate::clock::saturating_add;
-use crate::store::key_name;
+use crate::keys::key_name;
 use crate::{
-    id::LeaseId, id::PoolId, lease::Holder, lease::Lease, lease::Positions, store::BorrowRequest,
-    store::TryBorrow,
+    id::LeaseId, id::PoolId, lease::Holder, lease::Lease, lease::Positions, request::BorrowRequest,
+    request::TryBorrow,
 };
 
 /// The reference rule for a grant: the lowest position in `0..count` not in `held`,

@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::{id::LeaseId, id::PoolId, id::WaiterId, store::Store};
+use crate::{id::LeaseId, id::PoolId, id::WaiterId};
 
 mod arrivals;
 mod claim;
@@ -45,7 +45,7 @@ mod signal;
 mod ticket;
 pub use claim::Claim;
 use queue::{Queue, Waiter};
-pub(crate) use ticket::{Ticket, WaiterIdCell};
+pub(crate) use ticket::{GiveBack, Ticket, WaiterIdCell};
 
 /// A store's change notification and the in-process wait queues of its pools.
 ///
@@ -323,6 +323,8 @@ impl Changes {
     /// queue the other needs. A ticket that lands at the head of all its
     /// queues is told at once that it is its turn.
     ///
+    /// `since` is when the borrower started to wait, by the store's clock;
+    /// `giver` takes back a lease handed to the ticket that nobody took.
     /// `request` (for a single-pool borrower only) lets a store hand it a
     /// slot ([`Changes::hand_off`]); `leaves_on_drain` (a borrower that is
     /// not `wait_while_draining`) has it woken by
@@ -330,7 +332,8 @@ impl Changes {
     /// `Err` names the pool) while a queue it would join is marked draining.
     pub(crate) fn enqueue<'a>(
         &'a self,
-        store: &'a Arc<dyn Store>,
+        giver: &'a dyn GiveBack,
+        since: SystemTime,
         pools: &'a [PoolId],
         request: Option<HandOff>,
         leaves_on_drain: bool,
@@ -341,7 +344,7 @@ impl Changes {
             request: request.filter(|_| pools.len() == 1),
             state: Mutex::default(),
             queued: AtomicBool::new(true),
-            since: store.clock().now(),
+            since,
             seq,
             leaves_on_drain,
             id: std::sync::OnceLock::new(),
@@ -367,7 +370,7 @@ impl Changes {
         drop(queues);
         Ok(Ticket {
             changes: self,
-            store,
+            giver,
             pools,
             waiter,
         })

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::telemetry::Name;
-use crate::{id::PoolId, limits::Limits, pool::Pool, store::Store};
+use crate::{id::PoolId, limits::Limits, pool::Pool, primitives::Store};
 
 impl Pool {
     /// A handle on pool `id` of `store`, with [`Limits::default`]. Makes no

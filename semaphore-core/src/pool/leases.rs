@@ -246,7 +246,7 @@ impl Pool {
 /// with it ([`key_name`](crate::store::key_name)).
 fn shown(mut holder: Holder) -> Holder {
     if let Some(key) = &mut holder.key {
-        let name = crate::store::key_name(key).len();
+        let name = crate::keys::key_name(key).len();
         key.truncate(name);
     }
     holder

@@ -17,7 +17,7 @@ use std::time::SystemTime;
 
 use super::{Keyed, SlotTable};
 use crate::clock::saturating_add;
-use crate::{id::WaiterId, store::BorrowRequest, store::TryBorrow};
+use crate::{id::WaiterId, request::BorrowRequest, request::TryBorrow};
 
 /// One held place.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{Changes, HandOff, Waiter};
-use crate::{id::LeaseId, id::PoolId, id::WaiterId, lease::Lease, store::BorrowRequest};
+use crate::{id::LeaseId, id::PoolId, id::WaiterId, lease::Lease, request::BorrowRequest};
 
 /// A lease that a return in flight may grant to this process's queued
 /// borrowers of a pool. Each claim names one borrower to the store (whose

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Changes;
-use crate::{id::PoolId, store::BorrowRequest, store::TryBorrow};
+use crate::{id::PoolId, request::BorrowRequest, request::TryBorrow};
 
 impl Changes {
     /// Hands slots of `pool` just freed to this process's queued borrowers

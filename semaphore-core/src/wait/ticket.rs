@@ -7,8 +7,14 @@ use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use super::{Changes, Waiter};
-use crate::cancel::return_detached;
-use crate::{id::PoolId, id::WaiterId, lease::Lease, store::Store};
+use crate::{id::PoolId, id::WaiterId, lease::Lease};
+
+/// Where a [`Ticket`] gives back a lease handed to it that nobody took:
+/// the store, without waiting for the answer (`give_back`).
+pub(crate) trait GiveBack: Sync {
+    /// Returns `lease` in the background, or in place.
+    fn give_back(&self, lease: &Lease);
+}
 
 /// A queued borrower's id in the store's queue, made on first use by its
 /// attempts or by a return that claims it.
@@ -28,7 +34,7 @@ impl WaiterIdCell {
 /// and hands the turn on in each queue it headed.
 pub(crate) struct Ticket<'a> {
     pub(super) changes: &'a Changes,
-    pub(super) store: &'a Arc<dyn Store>,
+    pub(super) giver: &'a dyn GiveBack,
     pub(super) pools: &'a [PoolId],
     pub(super) waiter: Arc<Waiter>,
 }
@@ -156,7 +162,7 @@ impl Drop for Ticket<'_> {
                 .as_ref()
                 .is_some_and(|asked| asked.key.is_some() && asked.lease != lease.id);
             if !theirs {
-                return_detached(self.store, &lease);
+                self.giver.give_back(&lease);
             }
         }
     }

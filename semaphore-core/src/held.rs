@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::saturating_add;
-use crate::store::{BorrowRequest, TryBorrow, WaiterId};
 use crate::{
     error::Error, error::Result, guard::LeaseGuard, guard::OwnedLeaseGuard, id::LeaseId,
     options::BorrowOptions, pool::Pool,
 };
+use crate::{id::WaiterId, request::BorrowRequest, request::TryBorrow};
 
 /// The longest a held place's poll sleeps without asking the store again,
 /// for a change no notification tells of (a place ahead of it granted in
@@ -228,7 +228,7 @@ impl HeldPlace<'_> {
     /// Safe: it only reads.
     pub async fn lease(self, options: &BorrowOptions) -> Result<Option<crate::lease::Lease>> {
         let key = match &options.key {
-            Some(key) => crate::store::stored_key(key, options.request_digest),
+            Some(key) => crate::keys::stored_key(key, options.request_digest),
             None => held_key(self.waiter).into(),
         };
         crate::acquire::keyed_lease(&self.pool.store, self.pool.id, &key).await
