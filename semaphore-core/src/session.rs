@@ -183,6 +183,9 @@ impl Session {
 
     /// Waits up to `patience` for the first session to open; whether one
     /// is open.
+    ///
+    /// # Cancel safety
+    /// Safe: it only watches the session's state.
     pub async fn opened(&self, patience: Duration) -> bool {
         let mut rx = self.shared.now.subscribe();
         let open = rx.wait_for(|now| now.open.is_some());
@@ -198,6 +201,9 @@ impl Session {
     /// # Errors
     /// [`Error::Storage`](crate::Error::Storage) (`operation` `session`,
     /// not retryable) with the heartbeat's error.
+    ///
+    /// # Cancel safety
+    /// Safe: it only watches the session's state.
     pub async fn open_within(&self, patience: Duration) -> crate::error::Result<()> {
         if self.opened(patience).await {
             return Ok(());
@@ -244,7 +250,12 @@ impl Session {
     }
 
     /// Resolves at the next change of [`state`](Session::state) (or of the
-    /// open session's end), with the state then. Cancel safe.
+    /// open session's end), with the state then.
+    ///
+    /// # Cancel safety
+    /// Safe: it only watches. Each call waits for a change after it
+    /// starts; read [`state`](Session::state) for one that came between
+    /// calls.
     pub async fn changed(&self) -> SessionState {
         let mut rx = self.shared.now.subscribe();
         let _ = rx.changed().await;
@@ -277,7 +288,10 @@ impl Session {
 
     /// Resolves once session `id` no longer vouches for its leases: its
     /// end passes by the store's clock before a heartbeat moves it, or it
-    /// is replaced. Cancel safe.
+    /// is replaced.
+    ///
+    /// # Cancel safety
+    /// Safe: it only watches the session's state.
     pub async fn ended(&self, id: SessionId) {
         let mut rx = self.shared.now.subscribe();
         let clock = self.shared.time.clock();

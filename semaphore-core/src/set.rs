@@ -196,8 +196,15 @@ impl PoolSet {
     /// key, applied in every pool: while the key's leases are active in
     /// every pool, a retry returns those same leases. The options' number
     /// of slots is taken from each pool that
-    /// [`weighted`](PoolSet::weighted) gave no weight. Errors as
-    /// [`Pool::borrow_with`].
+    /// [`weighted`](PoolSet::weighted) gave no weight.
+    ///
+    /// # Errors
+    /// Those of [`borrow`](PoolSet::borrow), and those of
+    /// [`Pool::borrow_with`] for the options.
+    ///
+    /// # Cancel safety
+    /// As [`borrow`](PoolSet::borrow). A dropped retry never returns the
+    /// keyed leases it was answered with: they are the first borrow's.
     pub async fn borrow_with(
         &self,
         ttl: Duration,
@@ -315,6 +322,10 @@ impl LeaseSet {
     /// # Errors
     /// [`Error::Storage`] if the store failed; the leases not yet returned
     /// are left to their ttl.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave some leases returned and the others
+    /// to their ttl: the set is consumed either way.
     pub async fn release(mut self) -> Result<bool> {
         self.armed = false;
         let mut all = true;
