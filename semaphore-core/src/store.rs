@@ -20,6 +20,8 @@ pub use ::async_trait::async_trait;
 mod batch;
 mod keys;
 mod shared;
+#[cfg(feature = "test-util")]
+pub mod testing;
 mod timeouts;
 pub use batch::Batches;
 pub use keys::{KEY_DIGEST_SEPARATOR, key_name, stored_key};
