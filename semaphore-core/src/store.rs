@@ -19,6 +19,8 @@ pub use ::async_trait::async_trait;
 
 mod batch;
 mod shared;
+#[cfg(feature = "test-util")]
+pub mod testing;
 mod timeouts;
 pub use crate::keys::{KEY_DIGEST_SEPARATOR, key_name, stored_key};
 pub use crate::primitives::{InPlace, Store};

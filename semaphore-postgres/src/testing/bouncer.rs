@@ -1,11 +1,13 @@
 //! A throwaway PgBouncer in transaction mode, in front of a test server
 //! (feature `test-util`): the store's primitives must work through it
-//! (rule "Stores").
+//! (rule "Stores"). A [`Throwaway`] of the core's test skeleton, like the
+//! server.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 
+use semaphore_core::store::testing::{Engine, Stop, Throwaway};
 use tokio_postgres::config::Host;
 
 /// What to install when PgBouncer is missing.
@@ -17,7 +19,82 @@ const INSTALL: &str = "the PgBouncer tests need PgBouncer (on Debian or Ubuntu: 
 #[derive(Debug)]
 pub struct TestBouncer {
     url: String,
-    dir: tempfile::TempDir,
+    _bouncer: Throwaway<Bouncer>,
+}
+
+/// `pgbouncer` in the foreground on a loopback port, with the
+/// configuration file that [`prepare`](Engine::prepare) writes; stopped by
+/// its pid file (as root the spawned process is `runuser`).
+#[derive(Debug)]
+struct Bouncer {
+    bin: PathBuf,
+    /// The `[databases]` line's connection settings, the server's.
+    server: String,
+    listen: u16,
+}
+
+impl Engine for Bouncer {
+    const NAME: &'static str = "pgbouncer";
+    const INSTALL: &'static str = INSTALL;
+    const DIR_PREFIX: &'static str = "semaphore-pgbouncer-";
+    const USER: Option<&'static str> = Some(super::USER);
+    const LOG: &'static str = "pgbouncer.log";
+    const READY_WITHIN: Duration = Duration::from_secs(10);
+
+    /// Writes `pgbouncer.ini`.
+    fn prepare(&self, dir: &Path) -> Result<(), String> {
+        let ini = ini(dir);
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\n\
+                 * = {server}\n\
+                 [pgbouncer]\n\
+                 listen_addr = 127.0.0.1\n\
+                 listen_port = {listen}\n\
+                 unix_socket_dir =\n\
+                 auth_type = any\n\
+                 pool_mode = transaction\n\
+                 max_client_conn = 1000\n\
+                 default_pool_size = 20\n\
+                 ignore_startup_parameters = extra_float_digits,options\n\
+                 pidfile = {pidfile}\n",
+                server = self.server,
+                listen = self.listen,
+                pidfile = pidfile(dir).display(),
+            ),
+        )
+        .map_err(|e| format!("{}: {e}", ini.display()))
+    }
+
+    fn program(&self) -> PathBuf {
+        self.bin.clone()
+    }
+
+    fn args(&self, dir: &Path, command: &mut Command) {
+        command.arg(ini(dir));
+    }
+
+    /// Accepts a connection on its port.
+    fn ready(&self, _dir: &Path) -> bool {
+        std::net::TcpStream::connect(("127.0.0.1", self.listen)).is_ok()
+    }
+
+    /// `SIGTERM` to the pid in its pid file.
+    fn stop(&self, dir: &Path, _how: Stop) -> Option<String> {
+        Some(format!(
+            "kill $(cat '{}') 2>/dev/null",
+            pidfile(dir).display()
+        ))
+    }
+}
+
+fn ini(dir: &Path) -> PathBuf {
+    dir.join("pgbouncer.ini")
+}
+
+fn pidfile(dir: &Path) -> PathBuf {
+    dir.join("pgbouncer.pid")
 }
 
 impl TestBouncer {
@@ -39,92 +116,25 @@ impl TestBouncer {
         let port = config.get_ports().first().copied().unwrap_or(5432);
         let user = config.get_user().unwrap_or("postgres").to_string();
         let dbname = config.get_dbname().unwrap_or(&user).to_string();
-        let dir = tempfile::Builder::new()
-            .prefix("semaphore-pgbouncer-")
-            .tempdir()
-            .map_err(|e| format!("a temporary directory for PgBouncer: {e}"))?;
-        let as_postgres = super::is_root();
-        if as_postgres {
-            super::run(Command::new("chown").arg("postgres:").arg(dir.path()))?;
-        }
-        let listen = free_port()?;
-        let ini = dir.path().join("pgbouncer.ini");
         let password = config
             .get_password()
             .map(|p| format!(" password={}", String::from_utf8_lossy(p)))
             .unwrap_or_default();
-        std::fs::write(
-            &ini,
-            format!(
-                "[databases]\n\
-                 * = host={host} port={port} user={user} dbname={dbname}{password}\n\
-                 [pgbouncer]\n\
-                 listen_addr = 127.0.0.1\n\
-                 listen_port = {listen}\n\
-                 unix_socket_dir =\n\
-                 auth_type = any\n\
-                 pool_mode = transaction\n\
-                 max_client_conn = 1000\n\
-                 default_pool_size = 20\n\
-                 ignore_startup_parameters = extra_float_digits,options\n\
-                 logfile = {dir}/pgbouncer.log\n\
-                 pidfile = {dir}/pgbouncer.pid\n",
-                dir = dir.path().display(),
-            ),
-        )
-        .map_err(|e| format!("{}: {e}", ini.display()))?;
-        let mut start = if as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&bin);
-            c
-        } else {
-            Command::new(&bin)
-        };
-        super::run(start.arg("-d").arg(&ini).stdout(Stdio::null()))
-            .map_err(|e| format!("{e}; see {}/pgbouncer.log", dir.path().display()))?;
-        let bouncer = Self {
+        let listen = free_port()?;
+        let bouncer = Throwaway::start(Bouncer {
+            bin,
+            server: format!("host={host} port={port} user={user} dbname={dbname}{password}"),
+            listen,
+        })?;
+        Ok(Self {
             url: format!("host=127.0.0.1 port={listen} user={user} dbname={dbname}"),
-            dir,
-        };
-        bouncer.watchdog()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "PgBouncer did not listen on 127.0.0.1:{listen}; see {}/pgbouncer.log",
-                    bouncer.dir.path().display()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(bouncer)
+            _bouncer: bouncer,
+        })
     }
 
     /// The connection string to reach the server through PgBouncer.
     pub fn url(&self) -> &str {
         &self.url
-    }
-
-    fn pidfile(&self) -> PathBuf {
-        self.dir.path().join("pgbouncer.pid")
-    }
-
-    /// A shell that stops PgBouncer once this process is gone.
-    fn watchdog(&self) -> Result<(), String> {
-        let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; kill $(cat '{pidfile}') 2>/dev/null",
-            pid = std::process::id(),
-            pidfile = self.pidfile().display(),
-        );
-        super::watchdog(&script, "PgBouncer")
-    }
-}
-
-impl Drop for TestBouncer {
-    fn drop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(self.pidfile()) {
-            let _ = Command::new("kill").arg(pid.trim()).status();
-        }
     }
 }
 

@@ -3,11 +3,13 @@
 //! PostgreSQL binaries on this machine.
 //!
 //! A throwaway server lives in a temporary directory and listens on a unix
-//! socket there only, so it collides with no other server. It is started
-//! with `initdb` and `pg_ctl` from `PATH`, or else from the newest
-//! `/usr/lib/postgresql/*/bin`; as root (which PostgreSQL refuses), they run
-//! as the `postgres` user through `runuser`. A watchdog stops the server and
-//! removes its directory once the test process is gone, however it ended.
+//! socket there only, so it collides with no other server. Its data
+//! directory is made with `initdb`, the server is `postgres` itself, and
+//! `pg_ctl` stops it; all from `PATH`, or else from the newest
+//! `/usr/lib/postgresql/*/bin`. As root (which PostgreSQL refuses), they
+//! run as the `postgres` user through `runuser`. It is a [`Throwaway`] of
+//! the core's test skeleton: a watchdog stops the server and removes its
+//! directory once the test process is gone, however it ended.
 //!
 //! With neither binaries nor a URL, [`TestServer::shared`] panics with the
 //! install step: a test that needs PostgreSQL fails, it never skips.
@@ -25,31 +27,99 @@ mod bouncer;
 pub use bouncer::TestBouncer;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use semaphore_core::store::testing::{self as skeleton, Engine, Stop, Throwaway};
 
 /// What to install when no server can be had.
 const INSTALL: &str = "the PostgreSQL tests need PostgreSQL's server binaries (initdb, pg_ctl, \
     postgres; on Debian or Ubuntu: apt-get install postgresql) or a server named by \
     SEMAPHORE_PG_URL (a connection string whose user may create schemas)";
 
+/// The unix user PostgreSQL's programs run as when this process is root.
+const USER: &str = "postgres";
+
 /// A PostgreSQL server for tests.
 #[derive(Debug)]
 pub struct TestServer {
     url: String,
-    owned: Option<Owned>,
+    owned: Option<Throwaway<Postgres>>,
 }
 
-/// A throwaway server's directory and how to run its binaries.
+/// `postgres` on a data directory that `initdb` made, listening on a unix
+/// socket in its directory only; stopped with `pg_ctl`.
 #[derive(Debug)]
-struct Owned {
-    dir: tempfile::TempDir,
+struct Postgres {
+    /// The directory holding `initdb`, `postgres` and `pg_ctl`.
     bin: PathBuf,
-    as_postgres: bool,
     /// The default durability (`fsync`, `synchronous_commit`), as a real
     /// deployment runs; else both off, for fast tests.
     durable: bool,
+}
+
+impl Engine for Postgres {
+    const NAME: &'static str = "postgres";
+    const INSTALL: &'static str = INSTALL;
+    const DIR_PREFIX: &'static str = "semaphore-pg-";
+    const USER: Option<&'static str> = Some(USER);
+    const LOG: &'static str = "server.log";
+    const READY_WITHIN: Duration = Duration::from_secs(60);
+
+    /// `initdb`, its output in `initdb.log`.
+    fn prepare(&self, dir: &Path) -> Result<(), String> {
+        let log = dir.join("initdb.log");
+        let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        skeleton::run(
+            skeleton::command_as(Some(USER), self.bin.join("initdb"))
+                .arg("-D")
+                .arg(data(dir))
+                .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
+                .args(["--no-locale", "--no-instructions"])
+                .stdout(out),
+            INSTALL,
+        )
+        .map_err(|e| format!("{e}; see {}", log.display()))
+    }
+
+    fn program(&self) -> PathBuf {
+        self.bin.join("postgres")
+    }
+
+    fn args(&self, dir: &Path, command: &mut Command) {
+        command.arg("-D").arg(data(dir)).arg("-k").arg(dir);
+        command.args(["-c", "listen_addresses=", "-c", "max_connections=400"]);
+        if !self.durable {
+            command.args(["-c", "fsync=off", "-c", "synchronous_commit=off"]);
+            command.args(["-c", "full_page_writes=off"]);
+        }
+    }
+
+    /// The postmaster says `ready` in its pid file (its eighth line), as
+    /// `pg_ctl -w` waits for.
+    fn ready(&self, dir: &Path) -> bool {
+        std::fs::read_to_string(data(dir).join("postmaster.pid"))
+            .is_ok_and(|pid| pid.lines().nth(7).is_some_and(|s| s.trim() == "ready"))
+    }
+
+    /// `pg_ctl stop`: fast (every connection is cut, the data is kept) to
+    /// restart, immediate for good.
+    fn stop(&self, dir: &Path, how: Stop) -> Option<String> {
+        let mode = match how {
+            Stop::ToRestart => "fast",
+            Stop::ForGood => "immediate",
+        };
+        Some(format!(
+            "'{pg_ctl}' -D '{data}' -m {mode} -w -t 60 stop >/dev/null",
+            pg_ctl = self.bin.join("pg_ctl").display(),
+            data = data(dir).display(),
+        ))
+    }
+}
+
+fn data(dir: &Path) -> PathBuf {
+    dir.join("data")
 }
 
 impl TestServer {
@@ -62,10 +132,8 @@ impl TestServer {
     /// start, with a message that says what to install or what failed.
     pub fn shared() -> &'static TestServer {
         static SHARED: OnceLock<TestServer> = OnceLock::new();
-        SHARED.get_or_init(|| match std::env::var("SEMAPHORE_PG_URL") {
-            Ok(url) if !url.is_empty() => TestServer { url, owned: None },
-            _ => Self::start().unwrap_or_else(|e| panic!("{e}")),
-        })
+        let named = |url| TestServer { url, owned: None };
+        skeleton::shared(&SHARED, "SEMAPHORE_PG_URL", named, Self::start)
     }
 
     /// A throwaway server of the caller's own, for a test that stops or
@@ -89,39 +157,13 @@ impl TestServer {
 
     fn start_with(durable: bool) -> Result<TestServer, String> {
         let bin = binaries().ok_or_else(|| INSTALL.to_string())?;
-        let as_postgres = is_root();
-        let dir = tempfile::Builder::new()
-            .prefix("semaphore-pg-")
-            .tempdir()
-            .map_err(|e| format!("a temporary directory for PostgreSQL: {e}"))?;
-        let owned = Owned {
-            dir,
-            bin,
-            as_postgres,
-            durable,
-        };
-        if as_postgres {
-            run(Command::new("chown").arg("postgres:").arg(owned.dir.path()))?;
-        }
-        let data = owned.data();
-        let log = owned.dir.path().join("initdb.log");
-        run(owned
-            .command("initdb")
-            .arg("-D")
-            .arg(&data)
-            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
-            .args(["--no-locale", "--no-instructions"])
-            .stdout(log_file(&log)?))
-        .map_err(|e| format!("{e}; see {}", log.display()))?;
-        owned.watchdog()?;
-        owned.pg_ctl("start")?;
-        let url = format!(
-            "host={} user=postgres dbname=postgres",
-            owned.dir.path().display()
-        );
+        let server = Throwaway::start(Postgres { bin, durable })?;
         Ok(TestServer {
-            url,
-            owned: Some(owned),
+            url: format!(
+                "host={} user=postgres dbname=postgres",
+                server.dir().display()
+            ),
+            owned: Some(server),
         })
     }
 
@@ -132,17 +174,7 @@ impl TestServer {
 
     /// A schema name no other test uses, in this process or any other.
     pub fn fresh_schema() -> String {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        format!(
-            "t{}_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed),
-            uuid::Uuid::new_v4()
-                .simple()
-                .to_string()
-                .get(..8)
-                .unwrap_or("x")
-        )
+        skeleton::fresh_name()
     }
 
     /// Restarts a throwaway server (fast shutdown: every connection is
@@ -151,124 +183,29 @@ impl TestServer {
     /// # Panics
     /// On a server named by `SEMAPHORE_PG_URL`, or if the restart fails.
     pub fn restart(&self) {
-        let owned = self
-            .owned
+        self.owned
             .as_ref()
-            .expect("only a throwaway server can be restarted");
-        owned.pg_ctl("restart").expect("restarting PostgreSQL");
+            .expect("only a throwaway server can be restarted")
+            .restart()
+            .unwrap_or_else(|e| panic!("restarting PostgreSQL: {e}"));
     }
 }
 
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(owned) = &self.owned {
-            let _ = owned.pg_ctl_mode("stop", "immediate");
-        }
-    }
-}
-
-impl Owned {
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    /// `tool` from the binaries' directory, as the `postgres` user if need
-    /// be.
-    fn command(&self, tool: &str) -> Command {
-        let path = self.bin.join(tool);
-        if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(path);
-            c
-        } else {
-            Command::new(path)
-        }
-    }
-
-    fn pg_ctl(&self, action: &str) -> Result<(), String> {
-        self.pg_ctl_mode(action, "fast")
-    }
-
-    fn pg_ctl_mode(&self, action: &str, mode: &str) -> Result<(), String> {
-        let durability = if self.durable {
-            ""
-        } else {
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        };
-        let options = format!(
-            "-k {} -c listen_addresses= {durability} -c max_connections=400",
-            self.dir.path().display()
-        );
-        let log = self.dir.path().join("server.log");
-        run(self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-l"])
-            .arg(&log)
-            .args(["-m", mode, "-w", "-t", "60", "-o", &options, action])
-            .stdout(Stdio::null()))
-        .map_err(|e| format!("pg_ctl {action}: {e}; see {}", log.display()))
-    }
-
-    /// Starts a shell that stops the server and removes its directory once
-    /// this process is gone.
-    fn watchdog(&self) -> Result<(), String> {
-        let runas = if self.as_postgres {
-            "runuser -u postgres -- "
-        } else {
-            ""
-        };
-        let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
-             {runas}'{pg_ctl}' -D '{data}' -m immediate stop; rm -rf '{dir}'",
-            pid = std::process::id(),
-            pg_ctl = self.bin.join("pg_ctl").display(),
-            data = self.data().display(),
-            dir = self.dir.path().display(),
-        );
-        watchdog(&script, "the server")
-    }
-}
-
-/// Starts `sh -c script` in the background, detached from the test's
-/// standard streams: the clean-up that runs once the test process is gone.
-fn watchdog(script: &str, of: &str) -> Result<(), String> {
-    Command::new("sh")
-        .args(["-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map(drop)
-        .map_err(|e| format!("starting the watchdog of {of}: {e}"))
-}
-
-fn log_file(path: &Path) -> Result<std::fs::File, String> {
-    std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn run(command: &mut Command) -> Result<(), String> {
-    let output = command
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("{command:?}: {e}"))?;
-    if output.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "{command:?} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr).trim()
-    ))
-}
-
-/// The directory holding `initdb` and `pg_ctl`: on `PATH`, or the newest
-/// `/usr/lib/postgresql/*/bin`.
+/// The directory holding `initdb`, `postgres` and `pg_ctl`: that of the
+/// `initdb` on `PATH` (symlinks resolved, as `pg_ctl` finds `postgres`),
+/// or the newest `/usr/lib/postgresql/*/bin`.
 fn binaries() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file()));
+        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file()))
+        .and_then(|dir| {
+            Some(
+                dir.join("initdb")
+                    .canonicalize()
+                    .ok()?
+                    .parent()?
+                    .to_path_buf(),
+            )
+        });
     on_path.or_else(|| {
         let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
             .ok()?
@@ -282,11 +219,4 @@ fn binaries() -> Option<PathBuf> {
         versions.sort();
         versions.pop().map(|(_, bin)| bin)
     })
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }

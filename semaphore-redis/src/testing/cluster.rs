@@ -1,23 +1,25 @@
 //! A throwaway Redis Cluster for tests: three masters with one replica
 //! each, on loopback ports, made as an operator makes one
 //! (`redis-server --cluster-enabled yes`, then `redis-cli --cluster
-//! create`).
+//! create`). Each node is a throwaway [`TestServer`] of its own, started
+//! with the cluster's arguments.
 
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{INSTALL, ask, started, watchdog};
+use semaphore_core::store::testing::{self as skeleton, Engine};
+
+use super::{INSTALL, TestServer, ask};
 
 /// Masters, and replicas of each.
 const MASTERS: usize = 3;
 const REPLICAS: usize = 1;
 
 /// A Redis Cluster of its own, on `127.0.0.1`: stopped and removed when
-/// dropped (or, as a [`TestServer`](super::TestServer), by a watchdog once
-/// the test process is gone).
+/// dropped (or, as each node is a [`TestServer`], by a watchdog once the
+/// test process is gone).
 ///
 /// ```no_run
 /// use semaphore_redis::testing::TestCluster;
@@ -27,8 +29,8 @@ const REPLICAS: usize = 1;
 /// ```
 #[derive(Debug)]
 pub struct TestCluster {
-    dir: tempfile::TempDir,
-    nodes: Vec<(u16, Child)>,
+    /// Each node's port and server, in the order given to `redis-cli`.
+    nodes: Vec<(u16, TestServer)>,
 }
 
 impl TestCluster {
@@ -78,49 +80,40 @@ impl TestCluster {
     }
 
     fn start_once() -> Result<TestCluster, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("semaphore-redis-cluster-")
-            .tempdir()
-            .map_err(|e| format!("a temporary directory for Redis Cluster: {e}"))?;
-        let mut cluster = TestCluster {
-            nodes: Vec::new(),
-            dir,
-        };
-        let dir = cluster.dir.path().to_path_buf();
+        let mut cluster = TestCluster { nodes: Vec::new() };
         for port in ports(MASTERS * (1 + REPLICAS))? {
-            let child = spawn(&dir, port)?;
-            watchdog(&dir, child.id())?;
-            cluster.nodes.push((port, child));
+            let node = TestServer::start_with(&[
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                "2000",
+            ])?;
+            cluster.nodes.push((port, node));
         }
         let addresses: Vec<String> = cluster
             .nodes
             .iter()
             .map(|(port, _)| format!("127.0.0.1:{port}"))
             .collect();
-        let created = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addresses)
-            .args(["--cluster-replicas", &REPLICAS.to_string(), "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => INSTALL.to_string(),
-                _ => format!("running redis-cli --cluster create: {e}"),
-            })?;
-        if !created.status.success() {
-            return Err(format!(
-                "redis-cli --cluster create failed: {}",
-                String::from_utf8_lossy(&created.stdout)
-            ));
-        }
+        skeleton::run(
+            Command::new("redis-cli")
+                .arg("--cluster")
+                .arg("create")
+                .args(&addresses)
+                .args(["--cluster-replicas", &REPLICAS.to_string(), "--cluster-yes"]),
+            INSTALL,
+        )?;
         let deadline = Instant::now() + Duration::from_secs(30);
         for (port, _) in &cluster.nodes {
             while !command(*port, "CLUSTER INFO").is_ok_and(|i| i.contains("cluster_state:ok")) {
                 if Instant::now() > deadline {
                     return Err(format!(
                         "the cluster was not ok within 30 s; see {}",
-                        dir.display()
+                        cluster.logs()
                     ));
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -139,7 +132,7 @@ impl TestCluster {
             if Instant::now() > deadline {
                 return Err(format!(
                     "the replicas were not in sync within 30 s; see {}",
-                    dir.display()
+                    cluster.logs()
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -154,6 +147,17 @@ impl TestCluster {
             .iter()
             .map(|(port, _)| format!("redis://127.0.0.1:{port}"))
             .collect()
+    }
+
+    /// The nodes' log files, for an error message.
+    fn logs(&self) -> String {
+        let logs: Vec<String> = self
+            .nodes
+            .iter()
+            .filter_map(|(_, node)| node.owned.as_ref())
+            .map(|node| node.dir().join(super::Redis::LOG).display().to_string())
+            .collect();
+        logs.join(", ")
     }
 }
 
@@ -205,17 +209,19 @@ impl TestCluster {
     /// # Panics
     /// If no node of the cluster is on `port`, or `kill` fails.
     pub fn signal(&self, port: u16, signal: &str) {
-        let (_, child) = self
+        let pid = self
             .nodes
             .iter()
             .find(|(p, _)| *p == port)
-            .unwrap_or_else(|| panic!("no node on port {port}"));
+            .and_then(|(_, node)| node.owned.as_ref())
+            .unwrap_or_else(|| panic!("no node on port {port}"))
+            .pid();
         let status = Command::new("kill")
             .arg(format!("-{signal}"))
-            .arg(child.id().to_string())
+            .arg(pid.to_string())
             .status()
             .expect("kill");
-        assert!(status.success(), "kill -{signal} {}", child.id());
+        assert!(status.success(), "kill -{signal} {pid}");
     }
 
     /// Sends one inline command (`CLIENT KILL TYPE replica`) to the node
@@ -227,15 +233,6 @@ impl TestCluster {
     /// Whether the node on `port` is a master now.
     pub fn is_master(&self, port: u16) -> bool {
         command(port, "ROLE").is_ok_and(|role| role.contains("master"))
-    }
-}
-
-impl Drop for TestCluster {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.nodes {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -265,21 +262,4 @@ fn ports(n: usize) -> Result<Vec<u16>, String> {
         }
     }
     Err(format!("no {n} free loopback ports with their bus ports"))
-}
-
-/// Starts a cluster-enabled `redis-server` on `port`, its files in a
-/// folder of `dir`, and waits until it answers `PING`.
-fn spawn(dir: &Path, port: u16) -> Result<Child, String> {
-    let home = dir.join(port.to_string());
-    std::fs::create_dir_all(&home).map_err(|e| format!("a folder for node {port}: {e}"))?;
-    let log = home.join("redis.log");
-    let mut command = Command::new("redis-server");
-    command
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(&home)
-        .arg("--logfile")
-        .arg(&log);
-    started(command, &log, || self::command(port, "PING"))
 }
