@@ -14,9 +14,8 @@ use crate::wait::GiveBack;
 /// Returns `lease` without waiting for the answer: used by guards on drop.
 /// In place if the store answers at once ([`Store::in_place`]).
 pub(crate) fn return_detached(store: &Arc<dyn Store>, lease: &Lease) {
-    let (pool, id) = (lease.pool, lease.id);
     if let Some(now) = store.in_place() {
-        let _ = now.return_lease(pool, id);
+        let _ = now.return_held(lease);
         return;
     }
     let (store, lease) = (store.clone(), lease.clone());

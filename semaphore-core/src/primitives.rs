@@ -244,7 +244,8 @@ pub trait InPlace: Send + Sync {
     /// [`Store::try_borrow`], answered at once.
     fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow>;
 
-    /// [`Store::return_lease`], answered at once. A guard's drop uses it to
+    /// [`Store::return_held`], answered at once: the lease, held whole,
+    /// found by its position. A guard's return and drop use it to
     /// return its lease in place instead of on a spawned task.
-    fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool>;
+    fn return_held(&self, lease: &Lease) -> Result<bool>;
 }

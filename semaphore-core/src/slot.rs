@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use expiries::Expiries;
 use free::FreeSet;
 
 use crate::clock::saturating_add;
@@ -94,6 +93,10 @@ impl Held {
         let label = |l: &Option<Arc<str>>| l.as_deref().map(str::to_owned);
         Holder::new(self.lease(pool), label(&self.owner), label(&self.key))
     }
+
+    fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
 }
 
 /// What a held position records: the lease, at its lowest position; at
@@ -105,20 +108,23 @@ enum Slot {
 }
 
 /// The slots of one pool, kept in memory: who holds which positions until
-/// when, with the free positions and the expiries indexed so that a grant,
-/// a return and a reap each cost O(log count) per slot (amortized: the
-/// expiries are a heap from which returned and renewed leases' entries are
-/// dropped lazily, and compacted once they outnumber the active leases).
+/// when, with the free positions indexed, so that the common path (a
+/// grant of one free slot, a return by the lease's position) costs O(1)
+/// and touches neither a map nor a heap.
 ///
 /// Memory follows the slots held, never `count`: a table of count
 /// `u32::MAX` with one lease costs what a table of count 1 does. Only
-/// positions below the highest one held are tracked (the *high mark*);
+/// positions below the highest one held, or the first 64, are tracked
+/// (the *high mark*);
 /// free ones among them are a bitset, so the lowest is found a word at a
 /// time (at most 16 words at the default `max_count` of 1000), and above the
 /// high mark every position is free.
 ///
 /// A lease of `n` slots holds the `n` lowest free positions, is found
-/// by its lowest one, and counts `n` in `in_use`.
+/// by its lowest one, and counts `n` in `in_use`. A return or renewal
+/// given that position ([`release_at`](SlotTable::release_at)) goes
+/// straight to it; one given only the lease id looks through the
+/// positions held, O(high mark).
 ///
 /// It keeps held places too ([`BorrowRequest::hold`]): an in-process
 /// store grants with [`grant_in_turn`](SlotTable::grant_in_turn) and polls
@@ -127,26 +133,31 @@ enum Slot {
 ///
 /// Expired leases are reaped at the start of every call that takes `now`,
 /// so an expired lease never counts and its slots are the next ones
-/// handed out. The table knows nothing of tokens' origin: the store
-/// hands it the next token, which must be store-wide increasing.
+/// handed out. Reaping is lazy: the table keeps a moment before which no
+/// lease expires (the earliest expiry granted since the last reap) and
+/// looks through the leases only once `now` reaches it, so a reap costs
+/// one comparison until a lease may have expired (amortized O(1) a
+/// grant while leases are returned before their ttl). The table knows
+/// nothing of tokens' origin: the store hands it the next token, which
+/// must be store-wide increasing.
 #[derive(Debug, Clone, Default)]
 pub struct SlotTable {
     count: u32,
     /// The pool grants nothing new while set.
     draining: bool,
-    /// Indexed by position, up to the highest held (the high mark), which
-    /// may be above `count` after a lowering while those leases are active.
-    /// Never ends in `None`.
+    /// Indexed by position, up to the high mark: the highest held, or
+    /// any of the first [`KEPT`]; may be above `count` after a lowering
+    /// while those leases are active. Past [`KEPT`], never ends in `None`.
     slots: Vec<Option<Slot>>,
     /// Positions held by active leases: `in_use`.
     held: u32,
-    /// Each active lease's lowest position.
-    by_id: foldhash::HashMap<LeaseId, u32>,
     /// Idempotency keys of active leases by name ([`key_name`]), to their
     /// lowest position.
     by_key: HashMap<Arc<str>, u32>,
-    /// Every active lease's expiry, earliest first, among stale entries.
-    expiries: Expiries,
+    /// No active lease expires before it: the earliest expiry at the last
+    /// reap, lowered by every grant and renewal since. `None` while no
+    /// lease has been granted since a reap that left none.
+    earliest: Option<SystemTime>,
     /// Free positions below the high mark (`slots.len()`).
     free: FreeSet,
     /// Held places, for an in-process store ([`places`]).
@@ -192,9 +203,34 @@ impl SlotTable {
         self.held
     }
 
-    /// The earliest expiry among active leases, if any.
+    /// The earliest expiry among active leases, if any. O(high mark):
+    /// asked when a borrow is refused, not on the common path.
     pub fn next_expiry(&self) -> Option<SystemTime> {
-        self.expiries.first().map(|(at, _, _)| at)
+        self.leases().map(|(_, held)| held.expires_at).min()
+    }
+
+    /// The active leases (or those expired and not yet reaped), by lowest
+    /// position.
+    fn leases(&self) -> impl Iterator<Item = (u32, &Held)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(p, slot)| match slot {
+                Some(Slot::Lease(held)) => Some((p as u32, held)),
+                _ => None,
+            })
+    }
+
+    /// The lowest position of lease `id`, if it holds any: O(high mark).
+    fn lowest_of(&self, id: LeaseId) -> Option<u32> {
+        self.leases()
+            .find(|(_, held)| held.id == id)
+            .map(|(p, _)| p)
+    }
+
+    /// Lowers [`earliest`](SlotTable::earliest) to `at`.
+    fn expires(&mut self, at: SystemTime) {
+        self.earliest = Some(self.earliest.map_or(at, |e| e.min(at)));
     }
 
     /// Grants the request's number of slots, the lowest free, if
@@ -250,15 +286,11 @@ impl SlotTable {
             owner: request.owner.clone(),
         };
         let lease = held.lease(request.pool);
-        self.by_id.insert(held.id, lowest);
-        if let Some(key) = &held.key {
+        if let Some(key) = held.key() {
             self.by_key.insert(Arc::from(key_name(key)), lowest);
         }
-        self.expiries.push((held.expires_at, lowest, held.token));
+        self.expires(held.expires_at);
         self.slots[lowest as usize] = Some(Slot::Lease(held));
-        let slots = &self.slots;
-        self.expiries
-            .compact(self.by_id.len(), |entry| live(slots, entry));
         TryBorrow::Granted { lease }
     }
 
@@ -284,15 +316,30 @@ impl SlotTable {
     }
 
     /// Frees the slots of lease `id` if it is active at `now`; `false`
-    /// for an unknown, returned or expired lease.
+    /// for an unknown, returned or expired lease. O(high mark): a caller
+    /// that has the lease calls [`release_at`](SlotTable::release_at).
     pub fn release(&mut self, id: LeaseId, now: SystemTime) -> bool {
         self.reap(now);
-        match self.by_id.get(&id) {
-            Some(&lowest) => {
+        match self.lowest_of(id) {
+            Some(lowest) => {
                 self.vacate(lowest);
                 true
             }
             None => false,
+        }
+    }
+
+    /// [`release`](SlotTable::release) of lease `id` whose lowest
+    /// position is `lowest` ([`Lease::position`]): O(1). `false` if
+    /// `lowest` is not where lease `id` is held.
+    pub fn release_at(&mut self, id: LeaseId, lowest: u32, now: SystemTime) -> bool {
+        self.reap(now);
+        match self.held_at(lowest) {
+            Some(held) if held.id == id => {
+                self.vacate(lowest);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -307,15 +354,11 @@ impl SlotTable {
     ) -> Option<Lease> {
         self.reap(now);
         let expires_at = saturating_add(now, ttl);
-        let lowest = *self.by_id.get(&id)?;
+        let lowest = self.lowest_of(id)?;
         let held = self.held_at(lowest)?;
-        let before = std::mem::replace(&mut held.expires_at, expires_at);
-        let (lease, token) = (held.lease(pool), held.token);
-        if before != expires_at {
-            // The entry of `before` goes stale.
-            self.expiries.push((expires_at, lowest, token));
-            self.settle();
-        }
+        held.expires_at = expires_at;
+        let lease = held.lease(pool);
+        self.expires(expires_at);
         Some(lease)
     }
 
@@ -360,7 +403,7 @@ impl SlotTable {
             return Keyed::No;
         };
         match self.slots.get(lowest as usize) {
-            Some(Some(Slot::Lease(held))) if held.key.as_deref() == Some(&**key) => {
+            Some(Some(Slot::Lease(held))) if held.key() == Some(&**key) => {
                 Keyed::Same(held.lease(request.pool))
             }
             Some(Some(Slot::Lease(_))) => Keyed::Reused,
@@ -389,35 +432,40 @@ impl SlotTable {
         Positions::new(positions)
     }
 
+    /// Ends the leases expired at `now`, once `now` reaches
+    /// [`earliest`](SlotTable::earliest), which it then sets exactly.
+    #[inline]
     fn reap(&mut self, now: SystemTime) {
-        while let Some((at, lowest, _)) = self.expiries.first() {
-            if at > now {
-                break;
-            }
-            // Live: the front is kept live.
-            self.expiries.pop();
-            self.vacate(lowest);
+        if matches!(self.earliest, Some(at) if at <= now) {
+            self.reap_expired(now);
         }
     }
 
-    /// Drops stale expiries from the front, after a lease ended or moved
-    /// its expiry.
-    fn settle(&mut self) {
-        let slots = &self.slots;
-        self.expiries.settle(|entry| live(slots, entry));
+    #[cold]
+    #[inline(never)]
+    fn reap_expired(&mut self, now: SystemTime) {
+        let expired: Vec<u32> = self
+            .leases()
+            .filter(|(_, held)| held.expires_at <= now)
+            .map(|(p, _)| p)
+            .collect();
+        for lowest in expired {
+            self.vacate(lowest);
+        }
+        self.earliest = self.next_expiry();
     }
 
-    /// Ends the lease whose lowest position is `lowest`: forgets it, its
-    /// id, key and expiry, and frees its positions. Lowers the high mark
-    /// past every free position at the top, so that memory shrinks back
-    /// with the slots held.
+    /// Ends the lease whose lowest position is `lowest`: forgets it and
+    /// its key, and frees its positions. Past [`KEPT`] positions, lowers
+    /// the high mark past every free position at the top, so that memory
+    /// shrinks back with the slots held (below it, the positions stay
+    /// allocated: a pool's churn moves no memory).
     fn vacate(&mut self, lowest: u32) {
         let Some(Some(Slot::Lease(held))) = self.slots.get_mut(lowest as usize).map(Option::take)
         else {
             return;
         };
-        self.by_id.remove(&held.id);
-        if let Some(key) = &held.key {
+        if let Some(key) = held.key() {
             self.by_key.remove(key_name(key));
         }
         for &p in held.positions.iter() {
@@ -425,24 +473,20 @@ impl SlotTable {
             self.free.insert(p);
         }
         self.held -= held.positions.len() as u32;
-        while let Some(None) = self.slots.last() {
-            self.slots.pop();
-            self.free.remove(self.slots.len() as u32);
+        if self.slots.len() > KEPT {
+            while let Some(None) = self.slots.last() {
+                self.slots.pop();
+                self.free.remove(self.slots.len() as u32);
+            }
+            self.free.truncate(self.slots.len() as u32);
         }
-        self.free.truncate(self.slots.len() as u32);
-        self.settle();
     }
 }
 
-/// Whether the expiry `entry` is still that of the lease at its position.
-fn live(slots: &[Option<Slot>], &(at, lowest, token): &expiries::Entry) -> bool {
-    matches!(
-        slots.get(lowest as usize),
-        Some(Some(Slot::Lease(held))) if held.token == token && held.expires_at == at
-    )
-}
+/// Positions a table keeps allocated when they free: one word of the
+/// free bitset.
+const KEPT: usize = 64;
 
-mod expiries;
 mod free;
 mod places;
 

@@ -156,13 +156,18 @@ impl MemoryStore {
     /// `return_lease`, which never waits: the store offers it both ways.
     /// The freed slot goes straight to this process's head waiter, in the
     /// same step under the pool's lock ([`Changes::hand_off`]).
-    fn return_in_place(&self, pool: PoolId, lease: LeaseId) -> bool {
+    /// Returns lease `lease` of `pool`, found at its lowest position
+    /// `lowest` when the caller has the lease, by its id otherwise.
+    fn return_in_place(&self, pool: PoolId, lease: LeaseId, lowest: Option<u32>) -> bool {
         // Not truncated for the release: expiries are whole milliseconds,
         // so one has passed at `now` exactly when it has at `now`'s whole
         // millisecond. A hand-off grants from the whole millisecond.
         let now = self.clock.now();
         self.with_table(pool, |table| {
-            let returned = table.release(lease, now);
+            let returned = match lowest {
+                Some(lowest) => table.release_at(lease, lowest, now),
+                None => table.release(lease, now),
+            };
             if returned && self.changes.has_waiters() {
                 let now = truncate_ms(now);
                 if table.has_places(now) {
@@ -342,11 +347,11 @@ impl Store for MemoryStore {
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
-        Ok(self.return_in_place(pool, lease))
+        Ok(self.return_in_place(pool, lease, None))
     }
 
     async fn return_held(&self, lease: Lease) -> Result<bool> {
-        Ok(self.return_in_place(lease.pool, lease.id))
+        Ok(self.return_in_place(lease.pool, lease.id, Some(lease.position)))
     }
 
     fn in_place(&self) -> Option<&dyn InPlace> {
@@ -414,8 +419,8 @@ impl InPlace for MemoryStore {
         self.borrow_in_place(request)
     }
 
-    fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
-        Ok(self.return_in_place(pool, lease))
+    fn return_held(&self, lease: &Lease) -> Result<bool> {
+        Ok(self.return_in_place(lease.pool, lease.id, Some(lease.position)))
     }
 }
 

@@ -229,11 +229,12 @@ fn agrees_with_reference_on_a_long_mixed_run() {
     }
 }
 
-/// The expiry heap drops what returns and renewals leave behind: the
-/// earliest expiry is always an active lease's, and entries stay within a
-/// bound of the leases held however long the churn.
+/// Lazy reaping: returns and renewals leave the table's earliest-expiry
+/// mark behind them, yet every lease ends exactly at its own expiry, no
+/// sooner and no later, and the next expiry told to a refused borrower
+/// is an active lease's.
 #[test]
-fn expiries_left_by_returns_and_renewals_are_dropped() {
+fn leases_end_at_their_own_expiry_whatever_was_returned_or_renewed_before() {
     let pool = PoolId::from_name("t");
     let mut t = SlotTable::new(4);
     let mut tok = 0;
@@ -241,43 +242,56 @@ fn expiries_left_by_returns_and_renewals_are_dropped() {
         tok += 1;
         tok
     };
-    // Held throughout, and the earliest expiry: what churn leaves behind
-    // it is never at the front, so only compaction can drop it.
-    let front = req(20);
-    position(t.grant(&front, UNIX_EPOCH, &mut next));
-    let front_expiry = Some(UNIX_EPOCH + Duration::from_secs(20));
-    for round in 0..10_000u64 {
-        let now = UNIX_EPOCH + Duration::from_millis(round);
-        let churn = req(100);
-        position(t.grant(&churn, now, &mut next));
-        // Renewed to the same instant it adds nothing, to a later one it
-        // leaves a stale entry.
-        assert!(
-            t.renew(pool, churn.lease, now, Duration::from_secs(100))
-                .is_some()
-        );
-        assert!(
-            t.renew(pool, churn.lease, now, Duration::from_secs(200))
-                .is_some()
-        );
-        assert!(t.release(churn.lease, now));
-        assert_eq!(t.next_expiry(), front_expiry);
-        assert!(
-            t.expiries.len() <= 2 * 2 + 16 + 1,
-            "{} entries",
-            t.expiries.len()
-        );
-    }
-    // A front entry that goes stale is dropped at once: the next expiry is
-    // the later lease's.
-    let later = req(30);
-    position(t.grant(&later, UNIX_EPOCH, &mut next));
-    assert!(t.release(front.lease, UNIX_EPOCH));
-    assert_eq!(t.next_expiry(), Some(UNIX_EPOCH + Duration::from_secs(30)));
-    // Expiry reaps the last lease, and nothing is left.
-    assert_eq!(t.in_use(UNIX_EPOCH + Duration::from_secs(30)), 0);
+    let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+    // The earliest expiry (10 s) is returned; the next (20 s) must stand
+    // past 10 s and end at 20 s.
+    let early = req(10);
+    let later = req(20);
+    let last = req(40);
+    position(t.grant(&early, at(0), &mut next));
+    position(t.grant(&later, at(0), &mut next));
+    position(t.grant(&last, at(0), &mut next));
+    assert!(t.release_at(early.lease, 0, at(1)));
+    assert_eq!(t.next_expiry(), Some(at(20)));
+    assert_eq!(t.in_use(at(10)), 2);
+    assert_eq!(t.in_use(at(19)), 2);
+    assert!(
+        t.renew(pool, later.lease, at(19), Duration::from_secs(1))
+            .is_some()
+    );
+    assert_eq!(t.next_expiry(), Some(at(20)));
+    // Renewed to end sooner than it would have: 20 s, not 40 s.
+    assert!(
+        t.renew(pool, last.lease, at(19), Duration::from_secs(1))
+            .is_some()
+    );
+    assert_eq!(t.in_use(at(20)), 0, "both end at their renewed expiry");
     assert_eq!(t.next_expiry(), None);
-    assert_eq!(t.expiries.len(), 0);
+    // Renewed to end later: kept past its first expiry.
+    let long = req(5);
+    assert_eq!(position(t.grant(&long, at(20), &mut next)), 0);
+    assert!(
+        t.renew(pool, long.lease, at(21), Duration::from_secs(30))
+            .is_some()
+    );
+    assert_eq!(t.in_use(at(25)), 1);
+    assert!(!t.release_at(long.lease, 1, at(25)), "not where it is held");
+    assert!(
+        !t.release_at(LeaseId::new(), 0, at(25)),
+        "not the lease held there"
+    );
+    assert_eq!(t.in_use(at(50)), 1);
+    assert_eq!(t.in_use(at(51)), 0);
+    assert!(!t.release_at(long.lease, 0, at(51)), "expired");
+    // Renewed to end sooner than any expiry granted: it ends then.
+    let sooner = req(100);
+    assert_eq!(position(t.grant(&sooner, at(60), &mut next)), 0);
+    assert!(
+        t.renew(pool, sooner.lease, at(60), Duration::from_secs(5))
+            .is_some()
+    );
+    assert_eq!(t.in_use(at(64)), 1);
+    assert_eq!(t.in_use(at(65)), 0);
 }
 
 /// A held place of weight 2 is owed two of the free slots before a
