@@ -249,33 +249,21 @@ impl SlotTable {
         if self.draining {
             return TryBorrow::Exhausted { next_expiry: None };
         }
-        match self.keyed(request) {
-            Keyed::Same(lease) => return TryBorrow::Granted { lease },
-            // Refused: a store answers it with `Error::KeyReused` first
-            // (`key_reused`).
-            Keyed::Reused => return TryBorrow::Exhausted { next_expiry: None },
-            Keyed::No => {}
+        if request.key.is_some() {
+            match self.keyed(request) {
+                Keyed::Same(lease) => return TryBorrow::Granted { lease },
+                // Refused: a store answers it with `Error::KeyReused` first
+                // (`key_reused`).
+                Keyed::Reused => return TryBorrow::Exhausted { next_expiry: None },
+                Keyed::No => {}
+            }
         }
-        let Some(positions) = self.lowest_free(request.slots) else {
+        let Some(positions) = self.take_lowest_free(request.slots) else {
             return TryBorrow::Exhausted {
                 next_expiry: self.next_expiry(),
             };
         };
         let lowest = positions.lowest();
-        let highest = positions[positions.len() - 1];
-        for &p in positions.iter() {
-            if (p as usize) < self.slots.len() {
-                self.free.remove(p);
-            }
-        }
-        // Positions at and above the high mark are taken from it upwards,
-        // most often the one at the high mark.
-        while self.slots.len() <= highest as usize {
-            self.slots.push(None);
-        }
-        for &p in &positions[1..] {
-            self.slots[p as usize] = Some(Slot::Part(lowest));
-        }
         self.held += positions.len() as u32;
         let held = Held {
             id: request.lease,
@@ -417,19 +405,41 @@ impl SlotTable {
         u64::from(self.held) + u64::from(n.max(1)) <= u64::from(self.count)
     }
 
-    /// The `n` lowest free positions below `count`, if `n` more
+    /// Takes the `n` lowest free positions below `count`, if `n` more
     /// slots fit: the first gaps below the high mark, then the high mark
-    /// and up.
-    fn lowest_free(&self, n: u32) -> Option<Positions> {
+    /// and up (raised to them); a position past the first is marked as
+    /// part of the lease at the first.
+    fn take_lowest_free(&mut self, n: u32) -> Option<Positions> {
         if !self.has_room(n) {
             return None;
         }
-        let high = self.slots.len() as u32;
         if n <= 1 {
-            return Some(Positions::one(self.free.first().unwrap_or(high)));
+            // The common path: one position, most often a gap.
+            let p = match self.free.take_first() {
+                Some(p) => p,
+                None => {
+                    self.slots.push(None);
+                    self.slots.len() as u32 - 1
+                }
+            };
+            return Some(Positions::one(p));
         }
+        let high = self.slots.len() as u32;
         let positions: Vec<u32> = self.free.iter().chain(high..).take(n as usize).collect();
-        Positions::new(positions)
+        let positions = Positions::new(positions)?;
+        let (lowest, highest) = (positions.lowest(), positions[positions.len() - 1]);
+        for &p in positions.iter() {
+            if p < high {
+                self.free.remove(p);
+            }
+        }
+        while self.slots.len() <= highest as usize {
+            self.slots.push(None);
+        }
+        for &p in &positions[1..] {
+            self.slots[p as usize] = Some(Slot::Part(lowest));
+        }
+        Some(positions)
     }
 
     /// Ends the leases expired at `now`, once `now` reaches

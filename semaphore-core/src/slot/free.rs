@@ -19,10 +19,12 @@ impl FreeSet {
         }
     }
 
-    /// The lowest position in the set, if any.
-    pub(super) fn first(&self) -> Option<u32> {
-        let (i, w) = self.0.iter().enumerate().find(|(_, w)| **w != 0)?;
-        Some(i as u32 * 64 + w.trailing_zeros())
+    /// Removes the lowest position in the set, if any, and returns it.
+    pub(super) fn take_first(&mut self) -> Option<u32> {
+        let (i, w) = self.0.iter_mut().enumerate().find(|(_, w)| **w != 0)?;
+        let bit = w.trailing_zeros();
+        *w &= *w - 1;
+        Some(i as u32 * 64 + bit)
     }
 
     /// The positions in the set, lowest first.
