@@ -332,3 +332,110 @@ fn a_held_place_is_owed_its_weight_until_served_or_lapsed() {
         2
     );
 }
+
+/// The table against a naive model while time moves: random ttls,
+/// renewals that lengthen and shorten, returns by id and by position
+/// (right and wrong), forced returns and count changes. Each step the
+/// model ends every lease whose expiry has come, and the table must agree
+/// on what is in use, on the earliest expiry, on who holds what, and on
+/// the positions it grants.
+#[test]
+fn agrees_with_a_naive_model_while_time_moves() {
+    struct Modeled {
+        id: LeaseId,
+        positions: Vec<u32>,
+        expires_at: SystemTime,
+    }
+    let pool = PoolId::from_name("t");
+    let mut count = 70;
+    let mut t = SlotTable::new(count);
+    let mut model: Vec<Modeled> = Vec::new();
+    let mut now = UNIX_EPOCH;
+    let mut x: u64 = 0x5851_f42d_4c95_7f2d;
+    let mut next = |x: &mut u64| {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    };
+    for step in 0..30_000u64 {
+        let r = next(&mut x);
+        if r % 4 == 0 {
+            now += Duration::from_millis(r / 4 % 40);
+        }
+        model.retain(|m| m.expires_at > now);
+        let in_use: u32 = model.iter().map(|m| m.positions.len() as u32).sum();
+        assert_eq!(t.in_use(now), in_use, "step {step}");
+        assert_eq!(
+            t.next_expiry(),
+            model.iter().map(|m| m.expires_at).min(),
+            "step {step}"
+        );
+        let pick = (r / 7) as usize;
+        match r % 11 {
+            0 | 1 if !model.is_empty() => {
+                let m = model.swap_remove(pick % model.len());
+                assert!(t.release_at(m.id, m.positions[0], now), "step {step}");
+                assert!(!t.release(m.id, now), "step {step}: returned twice");
+            }
+            2 if !model.is_empty() => {
+                let m = &model[pick % model.len()];
+                let wrong = m.positions[0] + 1;
+                assert!(!t.release_at(m.id, wrong, now), "step {step}");
+                let m = model.swap_remove(pick % model.len());
+                assert!(t.release(m.id, now), "step {step}");
+            }
+            3 if !model.is_empty() => {
+                let i = pick % model.len();
+                let ttl = Duration::from_millis(1 + r / 13 % 3_000);
+                let lease = t.renew(pool, model[i].id, now, ttl).expect("active");
+                model[i].expires_at = now + ttl;
+                assert_eq!(lease.expires_at, now + ttl, "step {step}");
+            }
+            4 if !model.is_empty() => {
+                let i = pick % model.len();
+                let at = model[i].positions[(r / 17) as usize % model[i].positions.len()];
+                let ended = t.force_return(pool, at, now).map(|h| h.lease.id);
+                assert_eq!(ended, Some(model[i].id), "step {step}");
+                model.swap_remove(i);
+            }
+            5 if step % 97 == 0 => {
+                count = [0, 5, 63, 64, 65, 70][pick % 6];
+                t.set_count(count);
+            }
+            _ => {
+                let n = [1, 1, 1, 2, 5][pick % 5];
+                let all = model.iter().flat_map(|m| m.positions.iter().copied());
+                let expected = (in_use + n <= count)
+                    .then(|| lowest_free_n(count, all, n))
+                    .flatten();
+                let ttl = Duration::from_millis(1 + r / 19 % 2_000);
+                let mut request = BorrowRequest::new(pool, LeaseId::new(), ttl);
+                request.slots = n;
+                match (t.grant(&request, now, || step), expected) {
+                    (TryBorrow::Granted { lease }, Some(p)) => {
+                        assert_eq!(lease.positions, p, "step {step}, count {count}");
+                        assert_eq!(lease.expires_at, now + ttl, "step {step}");
+                        model.push(Modeled {
+                            id: request.lease,
+                            positions: p.to_vec(),
+                            expires_at: now + ttl,
+                        });
+                    }
+                    (TryBorrow::Exhausted { .. }, None) => {}
+                    (got, want) => panic!("step {step}: got {got:?}, reference {want:?}"),
+                }
+            }
+        }
+        if step % 500 == 0 {
+            let mut want: Vec<_> = model.iter().map(|m| (m.positions[0], m.id)).collect();
+            want.sort_unstable();
+            let got: Vec<_> = t
+                .holders(pool, now)
+                .into_iter()
+                .map(|h| (h.lease.position, h.lease.id))
+                .collect();
+            assert_eq!(got, want, "step {step}");
+        }
+    }
+}
