@@ -352,7 +352,7 @@ fn agrees_with_a_naive_model_while_time_moves() {
     let mut model: Vec<Modeled> = Vec::new();
     let mut now = UNIX_EPOCH;
     let mut x: u64 = 0x5851_f42d_4c95_7f2d;
-    let mut next = |x: &mut u64| {
+    let next = |x: &mut u64| {
         *x ^= *x << 13;
         *x ^= *x >> 7;
         *x ^= *x << 17;
