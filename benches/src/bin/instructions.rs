@@ -68,6 +68,28 @@ fn main() {
             if ratio <= line.goal { "met" } else { "not met" }
         );
     }
+    let (ours, anchor) = future_sizes();
+    println!(
+        "| 1. the borrow's future (bytes), vs tokio's `acquire` | {ours} | {anchor} | {:.2}x | <= 512 bytes | {} |",
+        ours as f64 / anchor as f64,
+        if ours <= 512 { "met" } else { "not met" }
+    );
+}
+
+/// The size of line 1's borrow future (`Pool::borrow`) and of tokio's
+/// `Semaphore::acquire` future: what a task keeps, and moves, while it
+/// borrows.
+fn future_sizes() -> (usize, usize) {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use semaphore_memory::{MemoryStore, Pool, PoolId};
+
+    let pool = Pool::new(Arc::new(MemoryStore::new()), PoolId::from_name("size"));
+    let ours = size_of_val(&pool.borrow(Duration::from_secs(30), Duration::from_secs(1)));
+    let semaphore = tokio::sync::Semaphore::new(1);
+    let anchor = size_of_val(&semaphore.acquire());
+    (ours, anchor)
 }
 
 /// Instructions per pair of `side` on `line`.
