@@ -355,7 +355,11 @@ impl<P: AsRef<Pool>> Drop for LeaseGuard<P> {
         let pool = self.pool.as_ref();
         if self.armed {
             telemetry::returned(pool.name(), Some(&self.lease), None);
-            return_detached(pool.store(), &self.lease);
+            match pool.in_place() {
+                // In place, through the pool's own answers.
+                Some(now) if self.lease.pool == pool.id() => drop(now.return_held(&self.lease)),
+                _ => return_detached(pool.store(), &self.lease),
+            }
         }
         telemetry::let_go(pool.name());
     }

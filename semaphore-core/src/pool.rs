@@ -1,6 +1,6 @@
 //! [`Pool`]: the handle users call.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use crate::acquire::{First, acquire, keyed_lease};
@@ -23,7 +23,7 @@ mod leases;
 mod waiters;
 use crate::{
     error::Error, error::Result, id::LeaseId, id::PoolId, lease::Lease, limits::Limits,
-    primitives::Store, request::BorrowRequest,
+    primitives::InPlace, primitives::Store, request::BorrowRequest,
 };
 pub use leases::Renewing;
 pub use waiters::Waiting;
@@ -38,7 +38,7 @@ pub(crate) fn bind(store: &Arc<dyn Store>, bound: bool) -> Option<crate::id::Ses
 }
 
 /// What the common path of a borrow found ([`Pool::grant_in_place`]).
-enum InPlace {
+enum Common {
     /// A free slot, granted.
     Granted(Lease),
     /// Not granted: the full path follows, told what was found.
@@ -82,6 +82,24 @@ pub struct Pool {
     pub(crate) id: PoolId,
     pub(crate) limits: Limits,
     pub(crate) name: Name,
+    /// The store's answers for this pool alone, once it gave them
+    /// ([`InPlace::bind`]).
+    pub(crate) bound: Bound,
+}
+
+/// A pool's own in-place answers ([`InPlace::bind`]), kept by its handle
+/// once the store gives them.
+#[derive(Clone, Default)]
+pub(crate) struct Bound(OnceLock<Arc<dyn InPlace>>);
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "Bound"
+        } else {
+            "Unbound"
+        })
+    }
 }
 
 impl AsRef<Pool> for Pool {
@@ -91,6 +109,20 @@ impl AsRef<Pool> for Pool {
 }
 
 impl Pool {
+    /// Where this pool's answers are made at once, if its store makes
+    /// them so: the pool's own ([`InPlace::bind`]) once the store gave
+    /// them, the store's until then.
+    pub(crate) fn in_place(&self) -> Option<&dyn InPlace> {
+        if let Some(bound) = self.bound.0.get() {
+            return Some(&**bound);
+        }
+        let store = self.store.in_place()?;
+        match store.bind(self.id) {
+            Some(bound) => Some(&**self.bound.0.get_or_init(|| bound)),
+            None => Some(store),
+        }
+    }
+
     pub(crate) fn now(&self) -> SystemTime {
         truncate_ms(self.store.clock().now())
     }
@@ -124,10 +156,10 @@ impl Pool {
             // The first attempt's lease id, in place or on the full path.
             let first = LeaseId::new();
             let result = match self.grant_in_place(first, ttl, &labels) {
-                InPlace::Granted(lease) => Ok(lease),
+                Common::Granted(lease) => Ok(lease),
                 // Boxed: the slow path's state is large, and the common
                 // path should not carry (and copy) it in its future.
-                InPlace::Not(found) => {
+                Common::Not(found) => {
                     let slow = self.acquire_clamped(first, ttl, wait, labels, found);
                     borrow.run(Box::pin(slow)).await
                 }
@@ -145,12 +177,12 @@ impl Pool {
     /// pool has no free slot now: the borrow then takes the full path,
     /// which waits (and asks again unless it was refused here). Nothing is
     /// in flight in between, so a grant here cannot be left to nobody.
-    fn grant_in_place(&self, lease: LeaseId, ttl: Duration, labels: &Labels) -> InPlace {
+    fn grant_in_place(&self, lease: LeaseId, ttl: Duration, labels: &Labels) -> Common {
         if labels.key.is_some() {
-            return InPlace::Not(First::Ask);
+            return Common::Not(First::Ask);
         }
         if self.store.changes().holds_back(self.id) {
-            return InPlace::Not(First::HeldBack);
+            return Common::Not(First::HeldBack);
         }
         let mut request = BorrowRequest::new(self.id, lease, ttl);
         request.slots = labels.slots;
@@ -158,14 +190,14 @@ impl Pool {
         request.session = bind(&self.store, labels.bound);
         request.owner.clone_from(&labels.owner);
         if crate::cancel::unsessioned(&self.store, &request).is_some() {
-            return InPlace::Not(First::Ask);
+            return Common::Not(First::Ask);
         }
         // An error (a drain the borrower may wait out, a missing pool) is
         // the full path's to answer: it asks again.
-        match self.store.in_place().map(|s| s.try_borrow(&request)) {
-            Some(Ok(crate::request::TryBorrow::Granted { lease })) => InPlace::Granted(lease),
-            Some(Ok(crate::request::TryBorrow::Exhausted { .. })) => InPlace::Not(First::Refused),
-            _ => InPlace::Not(First::Ask),
+        match self.in_place().map(|s| s.try_borrow(&request)) {
+            Some(Ok(crate::request::TryBorrow::Granted { lease })) => Common::Granted(lease),
+            Some(Ok(crate::request::TryBorrow::Exhausted { .. })) => Common::Not(First::Refused),
+            _ => Common::Not(First::Ask),
         }
     }
 

@@ -3,6 +3,7 @@
 //! without a future.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -248,4 +249,15 @@ pub trait InPlace: Send + Sync {
     /// found by its position. A guard's return and drop use it to
     /// return its lease in place instead of on a spawned task.
     fn return_held(&self, lease: &Lease) -> Result<bool>;
+
+    /// Answers for `pool` alone, for a [`Pool`](crate::Pool) handle on it to
+    /// keep and use instead of this store's: the same answers, to requests
+    /// and leases of `pool` only, without looking the pool up each time
+    /// (an uncontended borrow and return of the memory store spend about a
+    /// tenth of their instructions on that lookup; BENCHMARKS.md line 1).
+    /// It must go on answering as the store does after `pool` is deleted
+    /// and registered again. `None` if the store has no such thing, or
+    /// `pool` is not registered now: the handle then uses the store and
+    /// asks again later.
+    fn bind(&self, pool: PoolId) -> Option<Arc<dyn InPlace>>;
 }

@@ -1,16 +1,18 @@
 //! [`MemoryStore`]: pools in this process's memory.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::MutexGuard;
 use semaphore_core::store::{
     BorrowRequest, Changes, InPlace, SlotTable, Store, TryBorrow, TryBorrowAll, WaiterId,
-    async_trait, truncate_ms,
+    async_trait,
 };
+
+use crate::bound::Bound;
+use crate::steps::{Pools, Shard, Shared};
 use semaphore_core::{
     Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, SystemClock,
 };
@@ -38,22 +40,12 @@ use semaphore_core::{
 /// ```
 #[derive(Debug)]
 pub struct MemoryStore {
-    /// The pools. The map's lock is written only to add or remove a pool's
-    /// entry, and read (shared) through each call on one pool; a call that
-    /// holds both takes the map's first.
-    /// Every call on any pool touches the lock's word and every grant the
-    /// token counter: each has a cache line of its own, so that threads on
-    /// different pools do not also fight over the fields beside them.
-    pools: CachePadded<RwLock<foldhash::HashMap<PoolId, Arc<Shard>>>>,
-    /// The last token granted, by any pool.
-    last_token: CachePadded<AtomicU64>,
-    changes: Changes,
-    clock: Arc<dyn Clock>,
+    /// The pools, each under its own lock.
+    pools: Arc<Pools>,
+    /// What every pool's step shares: shared with the pools' own answers
+    /// that handles keep ([`InPlace::bind`]).
+    shared: Arc<Shared>,
 }
-
-/// One pool's slots, under the pool's own lock; `None` once deleted, so
-/// that a call that found the entry just before a delete sees the pool gone.
-type Shard = Mutex<Option<SlotTable>>;
 
 impl MemoryStore {
     /// An empty store on the [`SystemClock`].
@@ -65,10 +57,12 @@ impl MemoryStore {
     /// [`ManualClock`](semaphore_core::ManualClock).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         Self {
-            pools: CachePadded::default(),
-            last_token: CachePadded::new(AtomicU64::new(0)),
-            changes: Changes::new(),
-            clock,
+            pools: Arc::default(),
+            shared: Arc::new(Shared {
+                last_token: CachePadded::new(AtomicU64::new(0)),
+                changes: Changes::new(),
+                clock,
+            }),
         }
     }
 }
@@ -80,61 +74,22 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// The deciding clock's reading for one step, to whole milliseconds
-    /// (rule "Time": this process's clock decides for the memory store).
     fn now(&self) -> SystemTime {
-        truncate_ms(self.clock.now())
+        self.shared.now()
     }
 
     /// `try_borrow`, which never waits: the store offers it both ways.
     fn borrow_in_place(&self, request: &BorrowRequest) -> Result<TryBorrow> {
         let now = self.now();
         self.with_table(request.pool, |table| {
-            if table.draining() {
-                return Err(Error::Draining { pool: request.pool });
-            }
-            if request.key.is_some() && table.key_reused(request, now) {
-                return Err(Error::KeyReused { pool: request.pool });
-            }
-            if request.hold.is_some() {
-                // A held place's poll, served in its turn among this
-                // process's borrowers.
-                return Ok(table.poll_place(
-                    request,
-                    now,
-                    |arrival| self.changes.ahead_of(request.pool, arrival).1,
-                    || self.changes.arrival(),
-                    || self.next_token(),
-                ));
-            }
-            // A queued borrower asks only as its queue's head; one that
-            // is no longer the head (a raise of the count brought back a
-            // borrower ahead of it) waits its turn again.
-            if let Some(waiter) = request.waiter
-                && self.changes.passed_over(request.pool, waiter)
-            {
-                return Ok(TryBorrow::Exhausted { next_expiry: None });
-            }
-            let arrival = self.arrival(request);
-            Ok(table.grant_in_turn(request, now, arrival, || self.next_token()))
+            self.shared.borrow(table, request, now)
         })?
     }
 
-    /// When the borrower asking came, to order it after the held places
-    /// that came before it: its queued borrower's arrival, or the end of
-    /// the line for one that has not queued.
-    fn arrival(&self, request: &BorrowRequest) -> u64 {
-        request
-            .waiter
-            .and_then(|waiter| self.changes.arrival_of(request.pool, waiter))
-            .unwrap_or(u64::MAX)
-    }
-
-    /// A token above every token granted before, by any pool. Taken
-    /// under the granting pool's lock, so a pool's tokens grow in the
-    /// order of its grants.
-    fn next_token(&self) -> u64 {
-        self.last_token.fetch_add(1, Ordering::Relaxed) + 1
+    /// The pools' entries, kept or not, for tests of memory use.
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
+        self.pools.read().len()
     }
 
     /// The pool's shard, if registered.
@@ -154,33 +109,12 @@ impl MemoryStore {
     }
 
     /// `return_lease`, which never waits: the store offers it both ways.
-    /// The freed slot goes straight to this process's head waiter, in the
-    /// same step under the pool's lock ([`Changes::hand_off`]).
     /// Returns lease `lease` of `pool`, found at its lowest position
     /// `lowest` when the caller has the lease, by its id otherwise.
     fn return_in_place(&self, pool: PoolId, lease: LeaseId, lowest: Option<u32>) -> bool {
-        // Not truncated for the release: expiries are whole milliseconds,
-        // so one has passed at `now` exactly when it has at `now`'s whole
-        // millisecond. A hand-off grants from the whole millisecond.
-        let now = self.clock.now();
+        let now = self.shared.clock.now();
         self.with_table(pool, |table| {
-            let returned = match lowest {
-                Some(lowest) => table.release_at(lease, lowest, now),
-                None => table.release(lease, now),
-            };
-            if returned && self.changes.has_waiters() {
-                let now = truncate_ms(now);
-                if table.has_places(now) {
-                    // A held place may be owed the slot: everyone asks.
-                    self.changes.notify(pool);
-                } else {
-                    let count = table.count();
-                    self.changes.hand_off(pool, count, |request| {
-                        table.grant(request, now, || self.next_token())
-                    });
-                }
-            }
-            returned
+            self.shared.give_back(table, pool, lease, lowest, now)
         })
         .unwrap_or(false)
     }
@@ -208,11 +142,11 @@ fn not_found(pool: PoolId) -> Error {
 #[async_trait]
 impl Store for MemoryStore {
     fn clock(&self) -> &dyn Clock {
-        &*self.clock
+        &*self.shared.clock
     }
 
     fn changes(&self) -> &Changes {
-        &self.changes
+        &self.shared.changes
     }
 
     /// None: the holder of every lease is this process.
@@ -230,7 +164,7 @@ impl Store for MemoryStore {
             // In the count's own step: a waiter for more slots than the
             // count is set aside, one the count now suits is owed the
             // slots before anyone queued after it.
-            self.changes.weigh(pool, count);
+            self.shared.changes.weigh(pool, count);
             state(pool, table, now)
         };
         let state = match self.with_table(pool, set) {
@@ -259,9 +193,18 @@ impl Store for MemoryStore {
         Ok(state)
     }
 
+    /// A handle that keeps the pool's entry ([`InPlace::bind`]) keeps it
+    /// in the map, empty, until the pool is registered again or the last
+    /// such handle lets go.
     async fn delete(&self, pool: PoolId) -> Result<bool> {
-        let removed = self.pools.write().remove(&pool);
-        let existed = removed.is_some_and(|shard| shard.lock().take().is_some());
+        let mut pools = self.pools.write();
+        let Some(shard) = pools.get(&pool) else {
+            return Ok(false);
+        };
+        let existed = shard.lock().take().is_some();
+        if Arc::strong_count(shard) == 1 {
+            pools.remove(&pool);
+        }
         Ok(existed)
     }
 
@@ -302,7 +245,7 @@ impl Store for MemoryStore {
         // checked its turn waits again, as a single-pool borrower does.
         let passed_over = |r: &BorrowRequest| {
             r.waiter
-                .is_some_and(|waiter| self.changes.passed_over(r.pool, waiter))
+                .is_some_and(|waiter| self.shared.changes.passed_over(r.pool, waiter))
         };
         if requests.iter().any(passed_over) {
             return Ok(TryBorrowAll::Exhausted { next_expiry: None });
@@ -312,7 +255,7 @@ impl Store for MemoryStore {
             let Some(table) = table(&mut tables, &ids, request.pool) else {
                 continue;
             };
-            let arrival = self.arrival(request);
+            let arrival = self.shared.arrival(request);
             if !table.can_grant_in_turn(request, now, arrival) {
                 blocked.push(table.next_change());
             }
@@ -323,7 +266,7 @@ impl Store for MemoryStore {
                 let Some(table) = table(&mut tables, &ids, request.pool) else {
                     break;
                 };
-                match table.grant(request, now, || self.next_token()) {
+                match table.grant(request, now, || self.shared.next_token()) {
                     TryBorrow::Granted { lease } => leases.push(lease),
                     // Only if a pool is named twice: undo, refuse.
                     TryBorrow::Exhausted { next_expiry } => {
@@ -401,7 +344,7 @@ impl Store for MemoryStore {
         let Some((index, arrival)) = held.ok().flatten() else {
             return Ok(None);
         };
-        let (in_process, _) = self.changes.ahead_of(pool, arrival);
+        let (in_process, _) = self.shared.changes.ahead_of(pool, arrival);
         Ok(Some((index + in_process + 1) as u64))
     }
 
@@ -421,6 +364,17 @@ impl InPlace for MemoryStore {
 
     fn return_held(&self, lease: &Lease) -> Result<bool> {
         Ok(self.return_in_place(lease.pool, lease.id, Some(lease.position)))
+    }
+
+    /// The pool's entry, kept with what every step shares ([`Bound`]).
+    fn bind(&self, pool: PoolId) -> Option<Arc<dyn InPlace>> {
+        let shard = self.pools.read().get(&pool).cloned()?;
+        Some(Arc::new(Bound {
+            pool,
+            shard: Some(shard),
+            pools: self.pools.clone(),
+            shared: self.shared.clone(),
+        }))
     }
 }
 

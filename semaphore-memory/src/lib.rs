@@ -2,6 +2,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod bound;
+mod steps;
 
 pub use backend::MemoryStore;
 // The core whole: the user API, the rules and the store authors' kit

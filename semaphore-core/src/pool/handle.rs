@@ -31,6 +31,7 @@ impl Pool {
             id,
             limits,
             name: Name::hashed(id),
+            bound: Default::default(),
         }
     }
 

@@ -48,7 +48,7 @@ impl Pool {
         }
         // In place where the store answers without I/O (the common path:
         // no future, no clone of the lease).
-        let result = match self.store.in_place() {
+        let result = match self.in_place() {
             Some(now) => now.return_held(lease),
             None => self.store.return_held(lease.clone()).await,
         };
