@@ -420,18 +420,24 @@ impl SlotTable {
     /// shrinks back with the slots held (below it, the positions stay
     /// allocated: a pool's churn moves no memory).
     fn vacate(&mut self, lowest: u32) {
-        let Some(Some(Slot::Lease(held))) = self.slots.get_mut(lowest as usize).map(Option::take)
-        else {
+        let Some(Some(Slot::Lease(held))) = self.slots.get(lowest as usize) else {
             return;
         };
-        if let Some(key) = held.key() {
-            self.by_key.remove(key_name(key));
+        let n = held.positions.len() as u32;
+        if n == 1 && held.key.is_none() {
+            // The common path: one position, no key; dropped in place.
+            self.slots[lowest as usize] = None;
+            self.free.insert(lowest);
+        } else if let Some(Slot::Lease(held)) = self.slots[lowest as usize].take() {
+            if let Some(key) = held.key() {
+                self.by_key.remove(key_name(key));
+            }
+            for &p in held.positions.iter() {
+                self.slots[p as usize] = None;
+                self.free.insert(p);
+            }
         }
-        for &p in held.positions.iter() {
-            self.slots[p as usize] = None;
-            self.free.insert(p);
-        }
-        self.held -= held.positions.len() as u32;
+        self.held -= n;
         if self.slots.len() > KEPT {
             while let Some(None) = self.slots.last() {
                 self.slots.pop();
