@@ -366,7 +366,8 @@ impl InPlace for MemoryStore {
         Ok(self.return_in_place(lease.pool, lease.id, Some(lease.position)))
     }
 
-    /// The pool's entry, kept with what every step shares ([`Bound`]).
+    /// The pool's entry, kept with what every step shares: the handle then
+    /// locks the pool without looking it up in the map.
     fn bind(&self, pool: PoolId) -> Option<Arc<dyn InPlace>> {
         let shard = self.pools.read().get(&pool).cloned()?;
         Some(Arc::new(Bound {

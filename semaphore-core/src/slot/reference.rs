@@ -9,7 +9,7 @@ use crate::lease::Positions;
 /// `held` lists the positions of the active leases (expired leases are
 /// not held); positions at or above `count` are ignored, since they are never
 /// handed out. O(count). Stores may find the slot another way (in SQL, or
-/// with [`SlotTable`]), but must agree with this function; the conformance
+/// with [`SlotTable`](super::SlotTable)), but must agree with this function; the conformance
 /// suite checks that they do.
 ///
 /// ```
