@@ -9,9 +9,14 @@
 //! histogram) and the writes they carried. Writes
 //! `target/semaphore-bench/line20.json` for `report`.
 
+// The hot-pool harness of lines 13, 15 and 18, shared with the benches
+// package.
+#[path = "../../benches/hot/mod.rs"]
 mod hot;
-#[allow(dead_code)] // only its ROLE, which `hot` reads
-mod wake;
+/// What `hot` reads of the wake-up harness: the role variable.
+mod wake {
+    pub(crate) use semaphore_benches::ROLE;
+}
 
 use std::sync::Arc;
 
