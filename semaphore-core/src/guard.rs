@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use crate::give_back::{return_detached, unbind_detached};
+use crate::give_back::unbind_detached;
 use crate::keepalive::{self, KeepAlive, Kept};
 #[cfg(doc)]
 use crate::options::BorrowOptions;
@@ -355,11 +355,7 @@ impl<P: AsRef<Pool>> Drop for LeaseGuard<P> {
         let pool = self.pool.as_ref();
         if self.armed {
             telemetry::returned(pool.name(), Some(&self.lease), None);
-            match pool.in_place() {
-                // In place, through the pool's own answers.
-                Some(now) if self.lease.pool == pool.id() => drop(now.return_held(&self.lease)),
-                _ => return_detached(pool.store(), &self.lease),
-            }
+            pool.return_held_detached(&self.lease);
         }
         telemetry::let_go(pool.name());
     }

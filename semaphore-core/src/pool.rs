@@ -48,7 +48,7 @@ enum Common {
 /// A handle on one pool of a store: register, inspect, delete, borrow and
 /// return.
 ///
-/// Cheap to clone (two `Arc`s and a few small values). Handles on the same pool
+/// Cheap to clone (three `Arc`s and a few small values). Handles on the same pool
 /// id of the same store share one wait queue, wherever they were made.
 ///
 /// # Runtime

@@ -253,8 +253,9 @@ pub trait InPlace: Send + Sync {
     /// Answers for `pool` alone, for a [`Pool`](crate::Pool) handle on it to
     /// keep and use instead of this store's: the same answers, to requests
     /// and leases of `pool` only, without looking the pool up each time
-    /// (an uncontended borrow and return of the memory store spend about a
-    /// tenth of their instructions on that lookup; BENCHMARKS.md line 1).
+    /// (on the memory store, the lookup and the map's lock were 81 of the
+    /// 1,813 instructions of an uncontended borrow and return;
+    /// BENCHMARKS.md line 1).
     /// It must go on answering as the store does after `pool` is deleted
     /// and registered again. `None` if the store has no such thing, or
     /// `pool` is not registered now: the handle then uses the store and

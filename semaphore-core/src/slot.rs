@@ -42,10 +42,6 @@ impl Held {
         let label = |l: &Option<Arc<str>>| l.as_deref().map(str::to_owned);
         Holder::new(self.lease(pool), label(&self.owner), label(&self.key))
     }
-
-    fn key(&self) -> Option<&str> {
-        self.key.as_deref()
-    }
 }
 
 /// What a held position records: the lease, at its lowest position; at
@@ -223,7 +219,7 @@ impl SlotTable {
             owner: request.owner.clone(),
         };
         let lease = held.lease(request.pool);
-        if let Some(key) = held.key() {
+        if let Some(key) = held.key.as_deref() {
             self.by_key.insert(Arc::from(key_name(key)), lowest);
         }
         self.expires(held.expires_at);
@@ -340,7 +336,7 @@ impl SlotTable {
             return Keyed::No;
         };
         match self.slots.get(lowest as usize) {
-            Some(Some(Slot::Lease(held))) if held.key() == Some(&**key) => {
+            Some(Some(Slot::Lease(held))) if held.key.as_deref() == Some(&**key) => {
                 Keyed::Same(held.lease(request.pool))
             }
             Some(Some(Slot::Lease(_))) => Keyed::Reused,
@@ -429,7 +425,7 @@ impl SlotTable {
             self.slots[lowest as usize] = None;
             self.free.insert(lowest);
         } else if let Some(Slot::Lease(held)) = self.slots[lowest as usize].take() {
-            if let Some(key) = held.key() {
+            if let Some(key) = held.key.as_deref() {
                 self.by_key.remove(key_name(key));
             }
             for &p in held.positions.iter() {

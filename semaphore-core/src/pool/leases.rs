@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::give_back::return_detached;
 use crate::telemetry;
 use crate::{error::Error, error::Result, id::LeaseId, lease::Holder, lease::Lease, pool::Pool};
 
@@ -54,6 +55,17 @@ impl Pool {
         };
         telemetry::returned(&self.name, Some(lease), Some(&result));
         result
+    }
+
+    /// [`return_held`](Pool::return_held) for a guard that is gone, whom
+    /// no answer reaches: in place where the store answers at once
+    /// (through this pool's own answers for a lease of this pool),
+    /// otherwise detached ([`return_detached`]).
+    pub(crate) fn return_held_detached(&self, lease: &Lease) {
+        match self.in_place() {
+            Some(now) if lease.pool == self.id => drop(now.return_held(lease)),
+            _ => return_detached(&self.store, lease),
+        }
     }
 
     /// Extends a lease of this pool to expire `ttl` from now, keeping its
