@@ -90,8 +90,13 @@ pub struct RedisStore {
 /// How the store's waiters learn of changes.
 #[derive(Debug)]
 pub(crate) enum Wake {
-    /// One server's channel, `PREFIX:wake`.
-    Server { _subscriber: Subscriber },
+    /// One server's channel, `PREFIX:wake`, and the store's own,
+    /// `PREFIX:wake:<own>`, where a return that hands a slot to one of
+    /// its queued heads tells it (and no other process).
+    Server {
+        _subscriber: Subscriber,
+        own: String,
+    },
     /// A cluster's sharded channels, one per hash slot, and the ids of
     /// the store's links to the slots' masters (waiter liveness).
     Cluster(Listener, crate::cluster::Links),
@@ -229,6 +234,16 @@ impl RedisStore {
     /// The client id that marks this process's queued heads on `pool` as
     /// alive: the link's on one server, the store's link to the master
     /// of the pool's slot on a cluster; `None` while unknown.
+    /// The suffix of this store's own channel (`PREFIX:wake:<own>`), where
+    /// a return that hands one of its queued heads a slot tells it; `None`
+    /// on a cluster, where the slot's channel tells every store.
+    pub(crate) fn own_channel(&self) -> Option<&str> {
+        match &self.wake {
+            Wake::Server { own, .. } => Some(own),
+            Wake::Cluster(..) => None,
+        }
+    }
+
     pub(crate) fn waiter_link(&self, pool: PoolId) -> Option<i64> {
         match &self.wake {
             Wake::Server { .. } => self.link_id(),

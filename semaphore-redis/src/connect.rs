@@ -67,10 +67,13 @@ impl RedisStore {
         Self::prepare(&mut connection, &options).await?;
         let changes = Arc::new(Changes::new());
         let ends = subscribe::Ends::default();
+        let own = uuid::Uuid::new_v4().simple().to_string();
+        let channel = Place::server(&options.prefix).channel;
         let subscriber = subscribe::spawn(subscribe::Setup {
             client: client.clone(),
             connection: connection.clone(),
-            channel: Place::server(&options.prefix).channel,
+            own_channel: Some(format!("{channel}:{own}")),
+            channel,
             changes: changes.clone(),
             ends: ends.clone(),
             poll: options.poll_interval,
@@ -79,6 +82,7 @@ impl RedisStore {
         let link = Link::spawn(client.clone());
         let wake = Wake::Server {
             _subscriber: subscriber,
+            own,
         };
         Self::start(
             connection,

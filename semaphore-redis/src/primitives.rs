@@ -165,7 +165,8 @@ impl Store for RedisStore {
                 .arg(label(
                     request.hold.map(|h| millis(h).to_string()).as_deref(),
                 ))
-                .arg(self.connection_label(request.pool));
+                .arg(self.connection_label(request.pool))
+                .arg(label(self.own_channel()));
             // A call that timed out may still run once the server answers
             // again: the core asks again under the same lease id, and
             // returns it if it ends up holding another (rule "Lost replies").

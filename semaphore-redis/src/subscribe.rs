@@ -2,7 +2,10 @@
 //! `PREFIX:wake`, which every script that can let a waiter in publishes to
 //! (the pool's id) when a head is queued on the pool, and a script that
 //! finds a session ended publishes to (`s:` and the session's id), so that
-//! a holder whose session someone else ended learns of it at once.
+//! a holder whose session someone else ended learns of it at once; and on
+//! the store's own channel, `PREFIX:wake:<own>`, where a return that hands
+//! a slot to one of its queued heads tells that head (`g:`), so that a
+//! hand-off wakes one process, not every process that listens.
 //!
 //! A message is a hint and the keys are the truth: the core's
 //! [`follow`](semaphore_core::store::follow) reconnects, re-checks every
@@ -41,6 +44,8 @@ pub(crate) struct Setup {
     pub(crate) client: redis::Client,
     pub(crate) connection: crate::Connection,
     pub(crate) channel: String,
+    /// The store's own channel, which its queued heads name.
+    pub(crate) own_channel: Option<String>,
     pub(crate) changes: Arc<Changes>,
     pub(crate) ends: Ends,
     pub(crate) poll: Duration,
@@ -69,7 +74,10 @@ async fn run(setup: Setup, stopped: oneshot::Receiver<()>) {
 async fn session(setup: &Setup) {
     let subscribe = async {
         let mut pubsub = setup.client.get_async_pubsub().await.ok()?;
-        pubsub.subscribe(&setup.channel).await.ok()?;
+        let channels: Vec<&String> = std::iter::once(&setup.channel)
+            .chain(setup.own_channel.as_ref())
+            .collect();
+        pubsub.subscribe(channels).await.ok()?;
         Some(pubsub)
     };
     let Ok(Some(pubsub)) = tokio::time::timeout(SETUP_TIMEOUT, subscribe).await else {

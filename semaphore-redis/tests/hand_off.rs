@@ -230,3 +230,59 @@ async fn a_head_that_looks_late_keeps_its_place() {
         taken.expires_at
     );
 }
+
+/// The head is told on its own store's channel, not on the one every
+/// store listens to: a hand-off wakes one process, not all of them.
+#[tokio::test]
+async fn a_hand_off_is_told_on_the_head_s_own_channel_alone() {
+    use futures_util::StreamExt;
+    use semaphore_redis::redis;
+
+    let (a, b, pool, lease, _clock) = held_pool().await;
+    let shared = format!("{}:wake", a.prefix());
+    let client = redis::Client::open(TestServer::shared().url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.psubscribe(format!("{shared}*")).await.unwrap();
+    let head = WaiterId::new();
+    queue(&b, pool, head).await;
+    assert!(a.return_lease(pool, lease).await.unwrap());
+    // A marker published after the return: every message of the return is
+    // in before it.
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(&shared)
+        .arg("end")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let mut told = Vec::new();
+    let mut messages = pubsub.on_message();
+    while let Some(message) = messages.next().await {
+        let payload: String = message.get_payload().unwrap();
+        if payload == "end" {
+            break;
+        }
+        told.push((message.get_channel_name().to_string(), payload));
+    }
+    drop(messages);
+    let handed: Vec<_> = told.iter().filter(|(_, p)| p.starts_with("g:")).collect();
+    assert_eq!(handed.len(), 1, "{told:?}");
+    let (channel, payload) = handed[0];
+    assert!(
+        payload.starts_with(&format!("g:{}:", head.as_uuid())),
+        "{told:?}"
+    );
+    assert!(channel.starts_with(&format!("{shared}:")), "{told:?}");
+    // A store listens there (the head's).
+    let (_, listening): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(listening, 1);
+    assert!(matches!(
+        look(&b, pool, head).await,
+        TryBorrow::Granted { .. }
+    ));
+}

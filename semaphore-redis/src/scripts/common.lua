@@ -17,7 +17,8 @@
 -- place lapses), token (string: the last fencing token, kept for a day
 -- after a delete). The pool hash also keeps, for a head that a return may
 -- hand a slot to (one slot, no key, not a held place), 'h:' .. head ->
--- JSON {i, t, o, s}: the lease id, ttl, owner and session of its grant;
+-- JSON {i, t, o, s, n}: the lease id, ttl, owner and session of its
+-- grant, and the suffix of its store's own channel (none on a cluster);
 -- and for a head handed a slot that it has not taken yet, 'g:' .. head ->
 -- the lease id, '@', and the time of the hand-off (ms).
 --
@@ -396,7 +397,9 @@ end
 -- free once expired leases and ended sessions are judged.
 -- The lease is the one the head queued to get (its id, ttl, owner and
 -- session); it is 'g:' .. head until the head takes it at its next look,
--- told by a message naming it ('g:' .. head .. ':' .. the pool's id), and
+-- told by a message naming it ('g:' .. head .. ':' .. the pool's id) on
+-- its store's own channel (CHANNEL .. ':' .. n), or on CHANNEL if it named
+-- none (so that a hand-off wakes one process, not all), and
 -- the head keeps its heartbeat till then (a head whose process is gone
 -- lets it go when its place lapses, or sooner, `unclaim`). The head, or
 -- nil if the slot stays free.
@@ -428,7 +431,8 @@ local function hand_on(k)
     grant(k, want.i, tonumber(want.t), want.o, nil, 1, want.s, head)
     redis.call('ZREM', k.queue, head)
     redis.call('HSET', k.pool, 'g:' .. head, want.i .. '@' .. fmt(now_ms) .. '@' .. ticket)
-    redis.call(PUBLISH, CHANNEL, 'g:' .. head .. ':' .. string.match(k.pool, '.*{(.-)}'))
+    local told = want.n and (CHANNEL .. ':' .. want.n) or CHANNEL
+    redis.call(PUBLISH, told, 'g:' .. head .. ':' .. string.match(k.pool, '.*{(.-)}'))
     -- Slots free beside this one (expired leases judged just now) are
     -- for the heads after it.
     if redis.call('ZCARD', k.pos) < count then wake(k) end

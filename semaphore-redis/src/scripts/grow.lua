@@ -139,6 +139,9 @@ local function grow_ops()
         local hold = opt(ARGV[A + 7])
         hold = hold and tonumber(hold)
         local conn = opt(ARGV[A + 8])
+        -- The suffix of the borrower's store's own channel, where a return
+        -- that hands this head a slot tells it (none on a cluster).
+        local listen = opt(ARGV[A + 9])
         -- Lost replies: a call made again finds the lease it was granted
         -- (the core's retry, or a call sent again after its connection
         -- dropped, as the store and the cluster client do).
@@ -197,7 +200,9 @@ local function grow_ops()
             return grant(k, id, ttl, owner, key, n, session)
         end
         local grant_to = nil
-        if n == 1 and not key and not hold then grant_to = {i = id, t = ttl, o = owner, s = session} end
+        if n == 1 and not key and not hold then
+            grant_to = {i = id, t = ttl, o = owner, s = session, n = listen}
+        end
         queue(k, waiter, n, hold, conn, grant_to)
         return refusal(k, st, st.count - redis.call('ZCARD', k.pos) >= n, heads)
     end
