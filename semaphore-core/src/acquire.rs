@@ -18,6 +18,11 @@ use crate::{
 /// nothing free, queues in every pool's queue and asks again each time its
 /// turn comes while it heads them all: when a pool changes, when the
 /// earliest lease it was told of expires, or when the borrower ahead leaves.
+/// A single-pool borrower without a key that may wait, on a pool whose
+/// last borrow here was refused at its first ask
+/// ([`Changes::contended`](crate::wait::Changes)), queues before it asks:
+/// its first ask carries its place, so that a store with a shared queue
+/// queues it in that round trip, not in a second one.
 /// Fails with `exhausted()` once `wait` has passed (the deadline saturates,
 /// so no `wait` overflows), and with [`Error::NoRuntime`] if it must wait
 /// outside a tokio runtime. A retryable storage error while queued is
@@ -95,14 +100,32 @@ pub(crate) fn acquire<A: Answer>(
             First::Refused => false,
             First::HeldBack => true,
         };
+        // A single-pool borrower without a key that will wait on a pool
+        // contended here (the last borrow's first ask was refused) queues
+        // first: its first ask carries its place, so that a refusal queues
+        // it in the store in that same round trip.
+        let contended = first == First::Ask
+            && !held_back
+            && !wait.is_zero()
+            && pools.len() == 1
+            && handoff.as_ref().is_some_and(|asked| asked.key.is_none())
+            && changes.contended(pools[0]);
+        // Whether the borrow's first ask of the store is still to come: its
+        // answer tells the next borrows whether the pool is contended.
+        let mut first_ask = first == First::Ask && !held_back && pools.len() == 1;
         // A caller that was just refused in place asks no second time.
-        let asks_at_once = first == First::Ask && !held_back;
+        let asks_at_once = first == First::Ask && !held_back && !contended;
         if asks_at_once {
             let first = attempt(start, None, false);
             let ids = first.made();
             match first.await {
                 Ok(answer) => {
-                    if let Step::Granted(granted) = answer.step() {
+                    let step = answer.step();
+                    if first_ask {
+                        first_ask = false;
+                        changes.first_answered(pools[0], matches!(step, Step::Granted(_)));
+                    }
+                    if let Step::Granted(granted) = step {
                         return Ok(granted);
                     }
                 }
@@ -223,7 +246,12 @@ pub(crate) fn acquire<A: Answer>(
                     // Answered under the unsure ids: the store found (and
                     // answers) whatever it granted under them before.
                     unsure.settled();
-                    match answer.step() {
+                    let step = answer.step();
+                    if first_ask {
+                        first_ask = false;
+                        changes.first_answered(pools[0], matches!(step, Step::Granted(_)));
+                    }
+                    match step {
                         Step::Granted(granted) => {
                             place.granted();
                             // Dropping the ticket wakes the next head of each queue.

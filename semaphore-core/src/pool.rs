@@ -248,8 +248,9 @@ impl Pool {
                 exhausted,
                 |_now, waiter, again| {
                     // Only the first attempt, made before queueing, is made
-                    // without a waiter: a hand-off reuses its id, so it must be
-                    // the one attempt that can never have been granted then.
+                    // without a waiter (a borrow of a contended pool makes
+                    // none): a hand-off reuses its id, so it must be the
+                    // one attempt that can never have been granted then.
                     // An attempt after one whose answer was lost asks under
                     // its id, so that the store answers what it granted.
                     let lease = if waiter.is_none() {

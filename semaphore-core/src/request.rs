@@ -55,7 +55,9 @@ pub struct BorrowRequest {
     /// also look on every attempt.
     pub retried: bool,
     /// Set when the attempt comes from the head of this process's queue
-    /// for the pool, `None` for a first attempt that queued behind no one.
+    /// for the pool (a borrow that may wait on a pool contended here queues
+    /// before its first attempt), `None` for a first attempt that queued
+    /// behind no one.
     /// A store shared by processes may keep the heads it has seen in a queue
     /// of its own and grant to a newcomer only when free slots outnumber
     /// them; an in-process store ignores it.

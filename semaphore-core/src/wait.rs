@@ -39,6 +39,7 @@ use crate::{id::LeaseId, id::PoolId, id::WaiterId};
 
 mod arrivals;
 mod claim;
+mod contended;
 mod hand_off;
 mod queue;
 mod signal;
@@ -69,6 +70,9 @@ pub struct Changes {
     /// How many wait on `changed`, so that telling them costs one atomic
     /// load when none does.
     watching: AtomicUsize,
+    /// The pools whose last borrow here was refused at its first ask
+    /// ([`contended`](Changes::contended)).
+    refused: Mutex<foldhash::HashSet<PoolId>>,
     /// The conformance suite's gate catches a head's own store call, which
     /// a hand-off would make needless; it turns hand-offs into plain
     /// notifications while armed.

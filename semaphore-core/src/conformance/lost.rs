@@ -20,11 +20,16 @@ const TTL: Duration = Duration::from_secs(3600);
 /// A store whose next granted borrow answer is lost on the way back: the
 /// grant stands in the store, and the caller gets a retryable storage
 /// error instead. Returns can be made to fail too, before they reach the
-/// store.
+/// store. It also counts the borrow attempts made without a place in the
+/// queue ([`unplaced`](Self::unplaced)).
 #[derive(Debug)]
 pub struct LosingStore {
     inner: Arc<dyn Store>,
     lose_next: AtomicBool,
+    /// How many borrow attempts came without a waiter.
+    unplaced: AtomicUsize,
+    /// How many borrow attempts with a waiter were answered.
+    placed: AtomicUsize,
     /// How many of the next returns fail, unmade.
     fail_returns: AtomicUsize,
     /// How many returns failed so.
@@ -39,6 +44,8 @@ impl LosingStore {
         Arc::new(Self {
             inner,
             lose_next: AtomicBool::new(false),
+            unplaced: AtomicUsize::new(0),
+            placed: AtomicUsize::new(0),
             fail_returns: AtomicUsize::new(0),
             failed_returns: AtomicUsize::new(0),
             lost: Mutex::new(Vec::new()),
@@ -75,6 +82,18 @@ impl LosingStore {
             retryable: true,
             source: "the store could not be reached (a test's fault)".into(),
         })
+    }
+
+    /// How many single-pool borrow attempts came without a waiter (a
+    /// place in the queue) so far.
+    pub fn unplaced(&self) -> usize {
+        self.unplaced.load(Ordering::SeqCst)
+    }
+
+    /// How many single-pool borrow attempts with a waiter were answered
+    /// (or failed) so far.
+    pub fn placed(&self) -> usize {
+        self.placed.load(Ordering::SeqCst)
     }
 
     /// The ids of the leases granted whose answers were lost.
@@ -118,7 +137,14 @@ impl Store for LosingStore {
         self.inner.delete(pool).await
     }
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
-        let answer = self.inner.try_borrow(request).await?;
+        if request.waiter.is_none() {
+            self.unplaced.fetch_add(1, Ordering::SeqCst);
+        }
+        let answer = self.inner.try_borrow(request).await;
+        if request.waiter.is_some() {
+            self.placed.fetch_add(1, Ordering::SeqCst);
+        }
+        let answer = answer?;
         if let TryBorrow::Granted { lease } = &answer
             && self.lose_next.swap(false, Ordering::SeqCst)
         {

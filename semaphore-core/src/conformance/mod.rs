@@ -22,6 +22,7 @@ mod basics;
 mod blocking;
 mod cancellation;
 mod concurrency;
+mod contended;
 mod drain;
 mod edges;
 mod gate;
@@ -43,6 +44,7 @@ pub use basics::*;
 pub use blocking::*;
 pub use cancellation::*;
 pub use concurrency::*;
+pub use contended::*;
 pub use drain::*;
 pub use edges::*;
 pub use gate::{GatedStore, Stop};
@@ -253,6 +255,7 @@ macro_rules! store_queue_conformance {
             r15_a_store_queue_owes_each_head_its_weight,
             lost_reply_of_a_queued_borrow_is_answered_with_the_grant,
             lost_reply_of_a_first_attempt_is_returned,
+            a_contended_pool_is_asked_with_a_place_from_the_start,
         );
     };
 }
