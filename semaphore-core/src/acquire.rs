@@ -104,26 +104,25 @@ pub(crate) fn acquire<A: Answer>(
         // contended here (the last borrow's first ask was refused) queues
         // first: its first ask carries its place, so that a refusal queues
         // it in the store in that same round trip.
-        let contended = first == First::Ask
-            && !held_back
+        let asks_first = first == First::Ask && !held_back;
+        let contended = asks_first
             && !wait.is_zero()
             && pools.len() == 1
             && handoff.as_ref().is_some_and(|asked| asked.key.is_none())
             && changes.contended(pools[0]);
-        // Whether the borrow's first ask of the store is still to come: its
-        // answer tells the next borrows whether the pool is contended.
-        let mut first_ask = first == First::Ask && !held_back && pools.len() == 1;
+        // The pool whose borrow's first ask of the store is still to come:
+        // its answer tells the next borrows whether the pool is contended.
+        let mut first_ask = (asks_first && pools.len() == 1).then(|| pools[0]);
         // A caller that was just refused in place asks no second time.
-        let asks_at_once = first == First::Ask && !held_back && !contended;
+        let asks_at_once = asks_first && !contended;
         if asks_at_once {
             let first = attempt(start, None, false);
             let ids = first.made();
             match first.await {
                 Ok(answer) => {
                     let step = answer.step();
-                    if first_ask {
-                        first_ask = false;
-                        changes.first_answered(pools[0], matches!(step, Step::Granted(_)));
+                    if let Some(pool) = first_ask.take() {
+                        changes.first_answered(pool, matches!(step, Step::Granted(_)));
                     }
                     if let Step::Granted(granted) = step {
                         return Ok(granted);
@@ -247,9 +246,8 @@ pub(crate) fn acquire<A: Answer>(
                     // answers) whatever it granted under them before.
                     unsure.settled();
                     let step = answer.step();
-                    if first_ask {
-                        first_ask = false;
-                        changes.first_answered(pools[0], matches!(step, Step::Granted(_)));
+                    if let Some(pool) = first_ask.take() {
+                        changes.first_answered(pool, matches!(step, Step::Granted(_)));
                     }
                     match step {
                         Step::Granted(granted) => {

@@ -231,9 +231,6 @@ impl RedisStore {
         }
     }
 
-    /// The client id that marks this process's queued heads on `pool` as
-    /// alive: the link's on one server, the store's link to the master
-    /// of the pool's slot on a cluster; `None` while unknown.
     /// The suffix of this store's own channel (`PREFIX:wake:<own>`), where
     /// a return that hands one of its queued heads a slot tells it; `None`
     /// on a cluster, where the slot's channel tells every store.
@@ -244,6 +241,9 @@ impl RedisStore {
         }
     }
 
+    /// The client id that marks this process's queued heads on `pool` as
+    /// alive: the link's on one server, the store's link to the master
+    /// of the pool's slot on a cluster; `None` while unknown.
     pub(crate) fn waiter_link(&self, pool: PoolId) -> Option<i64> {
         match &self.wake {
             Wake::Server { .. } => self.link_id(),

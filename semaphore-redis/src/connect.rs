@@ -72,7 +72,7 @@ impl RedisStore {
         let subscriber = subscribe::spawn(subscribe::Setup {
             client: client.clone(),
             connection: connection.clone(),
-            own_channel: Some(format!("{channel}:{own}")),
+            own_channel: format!("{channel}:{own}"),
             channel,
             changes: changes.clone(),
             ends: ends.clone(),

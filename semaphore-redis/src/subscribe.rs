@@ -45,7 +45,7 @@ pub(crate) struct Setup {
     pub(crate) connection: crate::Connection,
     pub(crate) channel: String,
     /// The store's own channel, which its queued heads name.
-    pub(crate) own_channel: Option<String>,
+    pub(crate) own_channel: String,
     pub(crate) changes: Arc<Changes>,
     pub(crate) ends: Ends,
     pub(crate) poll: Duration,
@@ -74,10 +74,10 @@ async fn run(setup: Setup, stopped: oneshot::Receiver<()>) {
 async fn session(setup: &Setup) {
     let subscribe = async {
         let mut pubsub = setup.client.get_async_pubsub().await.ok()?;
-        let channels: Vec<&String> = std::iter::once(&setup.channel)
-            .chain(setup.own_channel.as_ref())
-            .collect();
-        pubsub.subscribe(channels).await.ok()?;
+        pubsub
+            .subscribe(&[&setup.channel, &setup.own_channel])
+            .await
+            .ok()?;
         Some(pubsub)
     };
     let Ok(Some(pubsub)) = tokio::time::timeout(SETUP_TIMEOUT, subscribe).await else {
