@@ -61,8 +61,14 @@ enum Mine {
     /// their ttl.
     Failed,
     /// Its id, and every file it made, the current one last: held open,
-    /// and so locked, for as long as the handle lives.
-    Made { id: HolderId, files: Vec<File> },
+    /// and so locked, for as long as the handle lives; and the current
+    /// one's device and inode, read once when it was made (an open file's
+    /// never change), `None` if they could not be.
+    Made {
+        id: HolderId,
+        files: Vec<File>,
+        current: Option<(u64, u64)>,
+    },
 }
 
 impl Holders {
@@ -85,11 +91,14 @@ impl Holders {
         let mut mine = self.mine.lock();
         match &mut *mine {
             Mine::Failed => None,
-            Mine::Made { id, files } => {
+            Mine::Made { id, files, current } => {
                 let id = *id;
-                if !self.still_there(&id, files.last()) {
+                if !self.still_there(&id, *current) {
                     match self.make(&id) {
-                        Ok(file) => files.push(file),
+                        Ok(file) => {
+                            *current = identity(&file);
+                            files.push(file);
+                        }
                         Err(e) => warn(&self.dir, &e),
                     }
                 }
@@ -105,6 +114,7 @@ impl Holders {
                     Ok(file) => {
                         *mine = Mine::Made {
                             id,
+                            current: identity(&file),
                             files: vec![file],
                         };
                         Some(id)
@@ -145,15 +155,13 @@ impl Holders {
         matches!(file.try_lock(), Ok(()))
     }
 
-    /// Whether holder `id`'s file is still the one this handle locked.
-    fn still_there(&self, id: &HolderId, file: Option<&File>) -> bool {
-        let (Ok(on_disk), Some(Ok(held))) = (
-            fs::metadata(self.dir.join(name(id))),
-            file.map(File::metadata),
-        ) else {
+    /// Whether holder `id`'s file is still the one this handle locked,
+    /// whose device and inode are `held`: one `stat` of the path.
+    fn still_there(&self, id: &HolderId, held: Option<(u64, u64)>) -> bool {
+        let Ok(on_disk) = fs::metadata(self.dir.join(name(id))) else {
             return false;
         };
-        on_disk.dev() == held.dev() && on_disk.ino() == held.ino()
+        held == Some((on_disk.dev(), on_disk.ino()))
     }
 
     /// Makes holder `id`'s file: created under a temporary name, locked,
@@ -216,6 +224,11 @@ fn warn(dir: &Path, e: &io::Error) {
         dir = %dir.display(),
         "bound leases are left to their ttl: cannot make a holder file: {e}"
     );
+}
+
+/// The device and inode of an open file, if they can be read.
+fn identity(file: &File) -> Option<(u64, u64)> {
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// A holder's file name: its id as 32 hex digits.

@@ -172,32 +172,58 @@ pub(crate) fn try_borrow(
 ) -> rusqlite::Result<Result<TryBorrow, Error>> {
     let pool = request.pool;
     let key = pool.as_uuid().as_bytes();
-    let Some((count, draining)) = pool_row(conn, &pool)? else {
+    // The pool and its queue in one statement: how many wait, and how
+    // many of those are dead (their process stopped polling).
+    let Some((count, draining, queued, dead)) = conn
+        .prepare_cached(
+            "SELECT count, draining,
+                 (SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1),
+                 (SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2)
+             FROM semaphore_pools WHERE pool = ?1",
+        )?
+        .query_row(params![key, now], |r| {
+            Ok((
+                r.get::<_, u32>(0)?,
+                r.get(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })
+        .optional()?
+    else {
         return Ok(Err(Error::PoolNotFound { pool }));
     };
     if draining {
         return Ok(Err(Error::Draining { pool }));
     }
-    // One pass over the pool's rows counts the held and the expired; the
-    // expired are deleted only if there are any (schema v3 has no expiry
-    // index to find them by).
-    let (rows, expired): (i64, i64) = conn
+    // One pass over the pool's rows counts the held and the expired, and
+    // finds the highest position held (for `lowest_free`); the expired
+    // are deleted only if there are any (schema v3 has no expiry index to
+    // find them by).
+    let (rows, expired, highest): (i64, i64, Option<i64>) = conn
         .prepare_cached(
-            "SELECT COUNT(*), COUNT(*) FILTER (WHERE expires_at <= ?2)
+            "SELECT COUNT(*), COUNT(*) FILTER (WHERE expires_at <= ?2), MAX(position)
              FROM semaphore_leases WHERE pool = ?1",
         )?
-        .query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        .query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    // The highest position held, while no row was deleted since it was read.
+    let mut highest = Some(highest);
     if expired > 0 {
         conn.prepare_cached("DELETE FROM semaphore_leases WHERE pool = ?1 AND expires_at <= ?2")?
             .execute(params![key, now])?;
+        highest = None;
     }
     let mut held = rows - expired;
-    conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2")?
-        .execute(params![key, now])?;
+    if dead > 0 {
+        conn.prepare_cached("DELETE FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2")?
+            .execute(params![key, now])?;
+    }
+    let queued = queued > dead;
     let waiter = request.waiter.map(|w| *w.as_uuid().as_bytes());
     if keyed_holder(conn, key, request.key.as_deref(), now)?.is_some_and(|h| holders.is_gone(&h)) {
         // The key's lease died with its holder: the key borrows anew.
         held -= reap_gone(conn, key, now, holders)?;
+        highest = None;
     }
     // Lost replies: a retry under the same lease id gets what it was
     // granted (a caller that lost the answer: rule "HTTP").
@@ -222,35 +248,41 @@ pub(crate) fn try_borrow(
     let mut free = i64::from(count).saturating_sub(held);
 
     let mine: Option<(i64, i64)> = match &waiter {
-        Some(w) => conn
+        Some(w) if queued => conn
             .prepare_cached(
                 "SELECT ticket, alive_until FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2",
             )?
             .query_row(params![key, w], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?,
-        None => None,
+        _ => None,
     };
     let my_ticket = mine.map_or(i64::MAX, |m| m.0);
     // A head whose weight exceeds the count keeps its place
     // but is owed nothing while the count is below it.
-    let mut ahead: i64 = conn
-        .prepare_cached(
-            "SELECT COALESCE(SUM(slots), 0) FROM semaphore_waiters
-             WHERE pool = ?1 AND ticket < ?2 AND slots <= ?3",
-        )?
-        .query_row(params![key, my_ticket, count], |r| r.get(0))?;
+    let mut ahead: i64 = match queued {
+        true => conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(slots), 0) FROM semaphore_waiters
+                 WHERE pool = ?1 AND ticket < ?2 AND slots <= ?3",
+            )?
+            .query_row(params![key, my_ticket, count], |r| r.get(0))?,
+        false => 0,
+    };
     let n = i64::from(request.slots.max(1));
     if ahead > 0 && free >= n {
         ahead -= drop_dead_heads(conn, key, my_ticket, i64::from(count))?;
     }
     if free - ahead < n {
         let freed = reap_gone(conn, key, now, holders)?;
+        if freed > 0 {
+            highest = None;
+        }
         held -= freed;
         free = i64::from(count).saturating_sub(held);
     }
 
     if free - ahead >= n {
-        let positions = lowest_free(conn, key, held, request.slots.max(1))?;
+        let positions = lowest_free(conn, key, held, highest, request.slots.max(1))?;
         let token: i64 = conn
             .prepare_cached(
                 "UPDATE semaphore_store SET last_token = MAX(last_token, ?1) + 1 WHERE id = 1 RETURNING last_token",
@@ -310,16 +342,26 @@ pub(crate) fn try_borrow(
 
 /// The `n` lowest positions below the count that no lease holds
 /// (`lowest_free_n`), given that `n` are free and `held` slots are active
-/// (expired rows were reaped).
+/// (expired rows were reaped); `highest` is the highest position held,
+/// if it was read since the last row was deleted.
 ///
 /// Positions fill from the bottom, so they are most often dense: `0..held`,
 /// which the largest position tells in one index lookup, and the answer is
 /// `held..held + n`. Otherwise the gaps in key order come first; the scan
 /// stops once it has found `n`.
-fn lowest_free(conn: &Connection, key: &[u8], held: i64, n: u32) -> rusqlite::Result<Positions> {
-    let highest: Option<i64> = conn
-        .prepare_cached("SELECT MAX(position) FROM semaphore_leases WHERE pool = ?1")?
-        .query_row([key], |r| r.get(0))?;
+fn lowest_free(
+    conn: &Connection,
+    key: &[u8],
+    held: i64,
+    highest: Option<Option<i64>>,
+    n: u32,
+) -> rusqlite::Result<Positions> {
+    let highest = match highest {
+        Some(highest) => highest,
+        None => conn
+            .prepare_cached("SELECT MAX(position) FROM semaphore_leases WHERE pool = ?1")?
+            .query_row([key], |r| r.get(0))?,
+    };
     let mut free = Vec::with_capacity(n as usize);
     let mut next = 0u32;
     if highest.is_none_or(|h| h + 1 == held) {
