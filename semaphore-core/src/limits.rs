@@ -161,16 +161,29 @@ impl Limits {
     /// [`Error::InvalidArgument`] naming `ttl` when it is zero.
     pub fn clamp_ttl(&self, ttl: Duration) -> Result<Duration> {
         if ttl.is_zero() {
-            return Err(Error::invalid(
-                "ttl",
-                format!(
-                    "greater than 0 (at most {:?}; longer is clamped)",
-                    self.max_ttl
-                ),
-                "0s",
-            ));
+            return Err(self.zero_ttl());
         }
-        Ok(ceil_ms(ttl.min(self.max_ttl)).max(Duration::from_millis(1)))
+        let ttl = ttl.min(self.max_ttl);
+        let ttl = match ttl.subsec_nanos() % 1_000_000 {
+            // Whole milliseconds already, as most ttls are: no rounding.
+            0 => ttl,
+            _ => ceil_ms(ttl),
+        };
+        Ok(ttl.max(Duration::from_millis(1)))
+    }
+
+    /// The error of a zero `ttl`: out of the way of every borrow.
+    #[cold]
+    #[inline(never)]
+    fn zero_ttl(&self) -> Error {
+        Error::invalid(
+            "ttl",
+            format!(
+                "greater than 0 (at most {:?}; longer is clamped)",
+                self.max_ttl
+            ),
+            "0s",
+        )
     }
 
     /// Clamps a borrow's `wait` to `max_wait`. Zero means "do not wait".
@@ -245,6 +258,11 @@ mod tests {
             Duration::from_millis(2)
         );
         assert_eq!(l.clamp_ttl(Duration::MAX).unwrap(), l.max_ttl);
+        assert_eq!(
+            l.clamp_ttl(Duration::from_secs(30)).unwrap(),
+            Duration::from_secs(30),
+            "whole milliseconds stay as they are"
+        );
     }
 
     #[test]
