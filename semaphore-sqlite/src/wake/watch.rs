@@ -23,6 +23,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -84,6 +85,43 @@ struct State {
     /// Why the file is not watched, once it failed.
     failed: Mutex<Option<String>>,
     armed: std::sync::atomic::AtomicBool,
+    /// The changes seen, and whether the watch thread was told of them and
+    /// will look again before it rests ([`Burst`]).
+    burst: Burst,
+}
+
+/// A burst of changes told to the watch thread once: a commit makes
+/// several writes, each a notification, and one message (one wake-up of
+/// the thread) for each cost a busy process half its borrows' time
+/// (measured: 16 tasks on a hot pool, 104-121 µs a pair, 63 µs unwatched).
+/// The notifier counts every change and sends a message only when the
+/// thread was not told yet; the thread then looks at the count each
+/// `SETTLE` until it stops moving, and only then rests.
+#[derive(Default)]
+struct Burst {
+    changes: AtomicU64,
+    told: AtomicBool,
+}
+
+impl Burst {
+    /// Counts a change; `true` if the thread must be told of it.
+    fn change(&self) -> bool {
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        !self.told.swap(true, Ordering::AcqRel)
+    }
+
+    /// The changes counted so far.
+    fn count(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// Ends a burst whose last look counted `seen`: `false` if a change
+    /// came after that look and its notifier did not tell (it found the
+    /// thread told): the burst goes on.
+    fn end(&self, seen: u64) -> bool {
+        self.told.store(false, Ordering::Release);
+        self.count() == seen || self.told.swap(true, Ordering::AcqRel)
+    }
 }
 
 impl State {
@@ -189,22 +227,24 @@ pub(crate) fn watch(
         _ => PathBuf::from("."),
     };
     let events = tx.clone();
-    let watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
-        let Ok(event) = event else { return };
-        let ours = event
-            .paths
-            .iter()
-            .any(|p| p.file_name().is_some_and(|n| names.iter().any(|m| m == n)));
-        if ours && (event.kind.is_modify() || event.kind.is_create()) {
-            let _ = events.send(Msg::Changed);
-        }
-    });
     let state = Arc::new(State {
         dir,
         poll,
         watcher: Mutex::new(None),
         failed: Mutex::new(None),
         armed: std::sync::atomic::AtomicBool::new(false),
+        burst: Burst::default(),
+    });
+    let notified = state.clone();
+    let watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
+        let Ok(event) = event else { return };
+        let ours = event
+            .paths
+            .iter()
+            .any(|p| p.file_name().is_some_and(|n| names.iter().any(|m| m == n)));
+        if ours && (event.kind.is_modify() || event.kind.is_create()) && notified.burst.change() {
+            let _ = events.send(Msg::Changed);
+        }
     });
     match watcher {
         Ok(_) if !fallback => *state.failed.lock() = Some("test mode: rings only".into()),
@@ -236,13 +276,22 @@ fn run(
                 if !rung {
                     changes.notify_all();
                 }
+                // The burst's later changes send nothing: they are
+                // counted, and looked at each `SETTLE` until quiet.
+                let mut seen = state.burst.count();
                 loop {
                     match rx.recv_timeout(SETTLE) {
-                        Ok(Msg::Changed) if !rung => changes.notify_all(),
-                        Ok(Msg::Changed) => {}
-                        Err(RecvTimeoutError::Timeout) => break,
+                        Ok(Msg::Changed) | Err(RecvTimeoutError::Timeout) => {}
                         Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                     }
+                    let now = state.burst.count();
+                    if now == seen && state.burst.end(seen) {
+                        break;
+                    }
+                    if !rung {
+                        changes.notify_all();
+                    }
+                    seen = state.burst.count();
                 }
                 changes.notify_all();
             }
