@@ -9,4 +9,5 @@
 pub(crate) mod doorbell;
 pub(crate) mod liveness;
 pub(crate) mod queue;
+pub(crate) mod quiet;
 pub(crate) mod watch;

@@ -8,7 +8,11 @@
 //! (measured: 81 µs per borrow + return unwatched, 140-156 µs watched). The
 //! store arms the watch when a queued head asks it, before its check runs,
 //! so a commit after that check is always seen; the watch is disarmed once
-//! no one has waited for a poll interval.
+//! no one has waited for a poll interval. Where other processes ring this
+//! one (Linux), the watch also rests through a burst of commits, this
+//! process's own included: the thread looks at SQLite's data version each
+//! `SETTLE` instead ([`quiet`](super::quiet)), and watches again once the
+//! burst ends.
 //!
 //! A notification can arrive a moment before the commit is visible to
 //! readers, so waiters are told at each notification and once more when the
@@ -31,6 +35,8 @@ use std::time::Duration;
 use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher as _};
 use parking_lot::Mutex;
 use semaphore_core::store::Changes;
+
+use super::quiet::DataVersion;
 
 /// How long the file must be quiet after a notification before the second
 /// telling.
@@ -85,6 +91,9 @@ struct State {
     /// Why the file is not watched, once it failed.
     failed: Mutex<Option<String>>,
     armed: std::sync::atomic::AtomicBool,
+    /// Set while the watch thread rests the watch during a burst of
+    /// commits; changed under `watcher`'s lock.
+    resting: AtomicBool,
     /// The changes seen, and whether the watch thread was told of them and
     /// will look again before it rests ([`Burst`]).
     burst: Burst,
@@ -125,24 +134,46 @@ impl Burst {
 }
 
 impl State {
+    /// Arms or disarms the watch (the store wants it while it has
+    /// waiters); a resting watch is left to its rest's end.
     fn set_armed(&self, armed: bool) {
-        use std::sync::atomic::Ordering;
         let mut watcher = self.watcher.lock();
         if self.armed.load(Ordering::Acquire) == armed {
             return;
         }
+        if !self.resting.load(Ordering::Acquire) {
+            self.apply(&mut watcher, armed);
+        }
+        self.armed.store(armed, Ordering::Release);
+    }
+
+    /// Rests the watch of an armed store during a burst of commits, or
+    /// ends the rest ([`run`]).
+    fn rest(&self, resting: bool) {
+        let mut watcher = self.watcher.lock();
+        if self.resting.load(Ordering::Acquire) == resting {
+            return;
+        }
+        if self.armed.load(Ordering::Acquire) {
+            self.apply(&mut watcher, !resting);
+        }
+        self.resting.store(resting, Ordering::Release);
+    }
+
+    /// Watches the directory, or stops; a watch that cannot be made ends
+    /// the watching for good (the poll goes on).
+    fn apply(&self, watcher: &mut Option<RecommendedWatcher>, watching: bool) {
         if let Some(w) = watcher.as_mut() {
-            let done = if armed {
+            let done = if watching {
                 w.watch(&self.dir, RecursiveMode::NonRecursive)
             } else {
                 w.unwatch(&self.dir)
             };
-            if let (true, Err(e)) = (armed, done) {
+            if let (true, Err(e)) = (watching, done) {
                 self.fail(format!("watching {}: {e}", self.dir.display()));
                 *watcher = None;
             }
         }
-        self.armed.store(armed, Ordering::Release);
     }
 
     fn fail(&self, reason: String) {
@@ -233,6 +264,7 @@ pub(crate) fn watch(
         watcher: Mutex::new(None),
         failed: Mutex::new(None),
         armed: std::sync::atomic::AtomicBool::new(false),
+        resting: AtomicBool::new(false),
         burst: Burst::default(),
     });
     let notified = state.clone();
@@ -252,9 +284,23 @@ pub(crate) fn watch(
         Err(e) => state.fail(format!("starting a file watcher: {e}")),
     }
     let thread_state = state.clone();
+    let db = db.to_path_buf();
     let thread = std::thread::Builder::new()
         .name("semaphore-sqlite-watch".into())
-        .spawn(move || run(&rx, &changes, &thread_state, poll, fallback, rung))?;
+        .spawn(move || {
+            // Only where other processes ring: there the watch tells only
+            // once the file settles, which a look each `SETTLE` tells as well.
+            let version = rung.then(|| DataVersion::open(&db)).flatten();
+            run(
+                &rx,
+                &changes,
+                &thread_state,
+                poll,
+                fallback,
+                rung,
+                version.as_ref(),
+            );
+        })?;
     Ok(Watcher {
         state,
         tx,
@@ -269,9 +315,16 @@ fn run(
     poll: Duration,
     polls: bool,
     rung: bool,
+    version: Option<&DataVersion>,
 ) {
     loop {
         match rx.recv_timeout(poll) {
+            Ok(Msg::Changed) if let Some(version) = version => {
+                if !rest_through_burst(rx, state, version) {
+                    return;
+                }
+                changes.notify_all();
+            }
             Ok(Msg::Changed) => {
                 if !rung {
                     changes.notify_all();
@@ -303,6 +356,40 @@ fn run(
                 }
             }
             Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Rests the watch through a burst of commits (none of its commits wakes
+/// this thread: each woke it once, a busy process's largest cost), looking
+/// at the data version each `SETTLE` instead, until a `SETTLE` passes with
+/// no commit. The watch is back before the last look, so a commit after it
+/// is notified and one before it shows in the version: nothing is missed.
+/// `false` if the watch stops.
+fn rest_through_burst(rx: &mpsc::Receiver<Msg>, state: &State, version: &DataVersion) -> bool {
+    state.rest(true);
+    let mut last = version.read();
+    loop {
+        match rx.recv_timeout(SETTLE) {
+            Ok(Msg::Changed) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                state.rest(false);
+                return false;
+            }
+        }
+        let now = version.read();
+        if now.is_none() || now == last {
+            // Quiet (or the version cannot be read: the watch alone, then).
+            state.burst.told.store(false, Ordering::Release);
+            state.rest(false);
+            let after = version.read();
+            if now.is_none() || after.is_none() || after == last {
+                return true;
+            }
+            state.rest(true);
+            last = after;
+        } else {
+            last = now;
         }
     }
 }
