@@ -319,8 +319,8 @@ fn run(
 ) {
     loop {
         match rx.recv_timeout(poll) {
-            Ok(Msg::Changed) if let Some(version) = version => {
-                if !rest_through_burst(rx, state, version) {
+            Ok(Msg::Changed) if version.is_some() => {
+                if !version.is_some_and(|version| rest_through_burst(rx, state, version)) {
                     return;
                 }
                 changes.notify_all();
