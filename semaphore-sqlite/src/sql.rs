@@ -259,14 +259,14 @@ pub(crate) fn try_borrow(
     let my_ticket = mine.map_or(i64::MAX, |m| m.0);
     // A head whose weight exceeds the count keeps its place
     // but is owed nothing while the count is below it.
-    let mut ahead: i64 = match queued {
-        true => conn
-            .prepare_cached(
-                "SELECT COALESCE(SUM(slots), 0) FROM semaphore_waiters
-                 WHERE pool = ?1 AND ticket < ?2 AND slots <= ?3",
-            )?
-            .query_row(params![key, my_ticket, count], |r| r.get(0))?,
-        false => 0,
+    let mut ahead: i64 = if queued {
+        conn.prepare_cached(
+            "SELECT COALESCE(SUM(slots), 0) FROM semaphore_waiters
+             WHERE pool = ?1 AND ticket < ?2 AND slots <= ?3",
+        )?
+        .query_row(params![key, my_ticket, count], |r| r.get(0))?
+    } else {
+        0
     };
     let n = i64::from(request.slots.max(1));
     if ahead > 0 && free >= n {

@@ -90,7 +90,7 @@ struct State {
     watcher: Mutex<Option<RecommendedWatcher>>,
     /// Why the file is not watched, once it failed.
     failed: Mutex<Option<String>>,
-    armed: std::sync::atomic::AtomicBool,
+    armed: AtomicBool,
     /// Set while the watch thread rests the watch during a burst of
     /// commits; changed under `watcher`'s lock.
     resting: AtomicBool,
@@ -198,7 +198,7 @@ impl std::fmt::Debug for Watcher {
 impl Watcher {
     /// Makes sure the file is watched; cheap when it already is.
     pub(crate) fn arm(&self) {
-        if !self.state.armed.load(std::sync::atomic::Ordering::Acquire) {
+        if !self.state.armed.load(Ordering::Acquire) {
             self.state.set_armed(true);
         }
     }
@@ -263,7 +263,7 @@ pub(crate) fn watch(
         poll,
         watcher: Mutex::new(None),
         failed: Mutex::new(None),
-        armed: std::sync::atomic::AtomicBool::new(false),
+        armed: AtomicBool::new(false),
         resting: AtomicBool::new(false),
         burst: Burst::default(),
     });
@@ -319,32 +319,13 @@ fn run(
 ) {
     loop {
         match rx.recv_timeout(poll) {
-            Ok(Msg::Changed) if version.is_some() => {
-                if !version.is_some_and(|version| rest_through_burst(rx, state, version)) {
-                    return;
-                }
-                changes.notify_all();
-            }
             Ok(Msg::Changed) => {
-                if !rung {
-                    changes.notify_all();
-                }
-                // The burst's later changes send nothing: they are
-                // counted, and looked at each `SETTLE` until quiet.
-                let mut seen = state.burst.count();
-                loop {
-                    match rx.recv_timeout(SETTLE) {
-                        Ok(Msg::Changed) | Err(RecvTimeoutError::Timeout) => {}
-                        Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                    let now = state.burst.count();
-                    if now == seen && state.burst.end(seen) {
-                        break;
-                    }
-                    if !rung {
-                        changes.notify_all();
-                    }
-                    seen = state.burst.count();
+                let settled = match version {
+                    Some(version) => rest_through_burst(rx, state, version),
+                    None => watch_through_burst(rx, changes, state, rung),
+                };
+                if !settled {
+                    return;
                 }
                 changes.notify_all();
             }
@@ -357,6 +338,35 @@ fn run(
             }
             Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
         }
+    }
+}
+
+/// Watches through a burst of changes until a `SETTLE` passes with none,
+/// telling at each look that saw one unless other processes ring: the
+/// burst's later changes send nothing, they are counted ([`Burst`]).
+/// `false` if the watch stops.
+fn watch_through_burst(
+    rx: &mpsc::Receiver<Msg>,
+    changes: &Changes,
+    state: &State,
+    rung: bool,
+) -> bool {
+    if !rung {
+        changes.notify_all();
+    }
+    let mut seen = state.burst.count();
+    loop {
+        match rx.recv_timeout(SETTLE) {
+            Ok(Msg::Changed) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return false,
+        }
+        if state.burst.count() == seen && state.burst.end(seen) {
+            return true;
+        }
+        if !rung {
+            changes.notify_all();
+        }
+        seen = state.burst.count();
     }
 }
 
@@ -391,5 +401,58 @@ fn rest_through_burst(rx: &mpsc::Receiver<Msg>, state: &State, version: &DataVer
         } else {
             last = now;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use rusqlite::Connection;
+
+    use super::*;
+
+    /// Waits, up to a generous bound, until `done` holds.
+    fn until(what: &str, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(20), "never: {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A burst of commits rests the watch, and its end brings the watch
+    /// back: a store whose watch stayed at rest would hear of another
+    /// process's commit only at its poll.
+    #[test]
+    fn a_burst_rests_the_watch_and_its_end_brings_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("w.db");
+        let writer = Connection::open(&db).unwrap();
+        writer
+            .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (v INTEGER);")
+            .unwrap();
+        let changes = Arc::new(Changes::new());
+        let watcher = watch(&db, changes, Duration::from_millis(1500), true, true).unwrap();
+        assert_eq!(
+            watcher.wake_up(),
+            WakeUp::FileWatch {
+                poll: Duration::from_millis(1500)
+            }
+        );
+        watcher.arm();
+        let state = &watcher.state;
+        for v in 0..50 {
+            writer.execute("INSERT INTO t VALUES (?1)", [v]).unwrap();
+        }
+        until("a change heard", || state.burst.count() > 0);
+        until("the burst's end", || {
+            !state.burst.told.load(Ordering::Acquire) && !state.resting.load(Ordering::Acquire)
+        });
+        assert!(state.armed.load(Ordering::Acquire), "still armed");
+        // Watched again: the next commit is heard.
+        let heard = state.burst.count();
+        writer.execute("INSERT INTO t VALUES (50)", []).unwrap();
+        until("the next commit heard", || state.burst.count() > heard);
     }
 }
