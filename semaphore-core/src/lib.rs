@@ -88,7 +88,11 @@
 //!   grant or its refusal (`Exhausted`);
 //! - histogram `semaphore_store_batch_size`, no label: the primitives a
 //!   store that groups them (rule "Group commit"; the SQLite store with
-//!   `Synchronous::Full`) sent in each round trip.
+//!   `Synchronous::Full`) sent in each round trip;
+//! - counter `semaphore_store_busy_retries_total`, no label: the times a
+//!   store found its storage locked by another writer and tried again after
+//!   a pause (the SQLite store's busy handler), counted by the store
+//!   ([`store::busy_retried`]).
 //!
 //! ```
 //! use std::{sync::Arc, time::Duration};

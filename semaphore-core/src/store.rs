@@ -13,6 +13,7 @@ pub use crate::id::WaiterId;
 pub use crate::server_clock::{DecidingClock, RATE_MARGIN_PPM, ServerClock};
 pub use crate::session::{Heartbeat, SessionEnds};
 pub use crate::slot::{SlotTable, lowest_free, lowest_free_n};
+pub use crate::telemetry::busy_retried;
 pub use crate::wait::{Changes, Claim};
 /// Re-exported so that stores name the same `async_trait` as the trait.
 pub use ::async_trait::async_trait;

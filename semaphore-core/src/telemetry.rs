@@ -77,6 +77,10 @@ const WAIT_SECONDS: &str = "semaphore_borrow_wait_seconds";
 #[cfg(feature = "metrics")]
 const BATCH_SIZE: &str = "semaphore_store_batch_size";
 
+/// The busy retries' counter's name.
+#[cfg(feature = "metrics")]
+const BUSY_RETRIES: &str = "semaphore_store_busy_retries_total";
+
 /// Gives each metric of the crate's `metrics` feature its description and
 /// unit, in the recorder installed now: call it once after installing one
 /// (an exporter then prints them, as Prometheus's `# HELP`). Optional:
@@ -132,12 +136,29 @@ pub fn describe_metrics() {
         Unit::Count,
         "Primitives a store sent in one round trip (group commit)"
     );
+    describe_counter!(
+        BUSY_RETRIES,
+        Unit::Count,
+        "Times a store found its storage locked by another writer and tried again"
+    );
 }
 
 /// A store sent `size` primitives in one round trip (rule "Group commit").
 pub(crate) fn batched(size: usize) {
     #[cfg(feature = "metrics")]
     metrics::histogram!(BATCH_SIZE).record(size as f64);
+}
+
+/// Counts one retry of a store that found its storage locked by another
+/// writer and tries again after a pause (SQLite's `SQLITE_BUSY`, answered
+/// by its busy handler): counter `semaphore_store_busy_retries_total`, no
+/// label, with the `metrics` feature; nothing without it. A store calls it
+/// once per pause, so that the count per borrow tells how much of the
+/// store's time went to waiting for a lock on a timer rather than in a
+/// queue (BENCHMARKS.md line 20).
+pub fn busy_retried() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(BUSY_RETRIES).increment(1);
 }
 
 /// One borrow in progress: its span, its start, and its place in the
