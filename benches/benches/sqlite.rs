@@ -29,6 +29,57 @@ fn raw_txn(dir: &Path, synchronous: &str) -> Connection {
     conn
 }
 
+/// The files a raw transaction of line 3's prototype stats and locks as
+/// the store does: its database's three files, the writers' lock and
+/// turnstile, a holder file.
+struct Guarded {
+    files: [std::path::PathBuf; 3],
+    writer: std::fs::File,
+    turnstile: std::fs::File,
+    holder: std::path::PathBuf,
+}
+
+impl Guarded {
+    fn new(dir: &Path) -> Self {
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(dir.join(name))
+                .unwrap()
+        };
+        drop(open("raw-holder"));
+        Self {
+            files: ["raw-NORMAL.db", "raw-NORMAL.db-wal", "raw-NORMAL.db-shm"]
+                .map(|name| dir.join(name)),
+            writer: open("raw-writer"),
+            turnstile: open("raw-turnstile"),
+            holder: dir.join("raw-holder"),
+        }
+    }
+
+    /// A borrow's look at its holder file.
+    fn holder(&self) {
+        std::fs::metadata(&self.holder).unwrap();
+    }
+
+    /// The anchor's transaction, after the files check and through the
+    /// writers' turnstile and lock.
+    fn transaction(&self, raw: &Connection) {
+        for file in &self.files {
+            std::fs::metadata(file).unwrap();
+        }
+        self.turnstile.lock().unwrap();
+        self.writer.lock().unwrap();
+        self.turnstile.unlock().unwrap();
+        raw.execute_batch("BEGIN IMMEDIATE; UPDATE t SET v = v + 1 WHERE id = 1; COMMIT;")
+            .unwrap();
+        self.writer.unlock().unwrap();
+    }
+}
+
 fn store_pool(dir: &Path, name: &str, sync: Synchronous, count: u32, rt: &Runtime) -> Pool {
     let options = SqliteOptions::default().synchronous(sync);
     let store = SqliteStore::open_with(dir.join(format!("{name}.db")), options).unwrap();
@@ -54,6 +105,20 @@ fn pair_rate(c: &mut Criterion, group_name: &str, sync: Synchronous, pragma: &st
             }
         })
     });
+    if pragma == "NORMAL" {
+        // Line 3's prototype: the anchor with the system calls the store's
+        // guarantees make around each transaction (the files check, the
+        // writers' queue) and each borrow (its holder file), no semaphore.
+        let guarded = Guarded::new(dir.path());
+        group.bench_function("prototype_raw_pair_with_checks", |b| {
+            b.iter(|| {
+                guarded.holder();
+                for _ in 0..2 {
+                    guarded.transaction(&raw);
+                }
+            })
+        });
+    }
     let pool = store_pool(dir.path(), "pairs", sync, 4, &rt);
     group.bench_function("sqlite_pool_pair", |b| {
         b.to_async(&rt).iter(|| async {

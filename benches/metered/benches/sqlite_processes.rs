@@ -6,7 +6,8 @@
 //! commit (rule "Group commit") is what lets the many tasks of a process
 //! share one write transaction; each run also counts the batches its
 //! worker processes sent (the core's `semaphore_store_batch_size`
-//! histogram) and the writes they carried. Writes
+//! histogram), the writes they carried, and their pauses on a locked file
+//! (`semaphore_store_busy_retries_total`) per pair. Writes
 //! `target/semaphore-bench/line20.json` for `report`.
 
 // The hot-pool harness of lines 13, 15 and 18, shared with the benches
@@ -45,21 +46,24 @@ async fn main() {
         recorder.install().expect("the batch sizes' recorder");
         let start_us = args[3].parse().expect("a start time");
         borrow_and_return(start_us, pool(&args[1], &args[2])).await;
-        let sizes: Vec<f64> = snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
-            .filter_map(|(key, .., value)| match value {
-                DebugValue::Histogram(sizes) if key.key().name() == BATCH_SIZE => Some(sizes),
-                _ => None,
-            })
-            .flatten()
-            .map(|size| size.into_inner())
-            .collect();
-        let counted = format!("{} {}", sizes.len(), sizes.iter().sum::<f64>());
+        let (mut sizes, mut retries) = (Vec::new(), 0);
+        for (key, .., value) in snapshotter.snapshot().into_vec() {
+            match value {
+                DebugValue::Histogram(found) if key.key().name() == BATCH_SIZE => {
+                    sizes.extend(found.into_iter().map(|size| size.into_inner()));
+                }
+                DebugValue::Counter(n) if key.key().name() == BUSY_RETRIES => retries += n,
+                _ => {}
+            }
+        }
+        let counted = format!("{} {} {retries}", sizes.len(), sizes.iter().sum::<f64>());
         let file = std::path::Path::new(&args[1]).with_extension(std::process::id().to_string());
         std::fs::write(file, counted).expect("writing the batches counted");
         return;
+    }
+    if let Ok(role @ ("raw" | "batched")) = std::env::var(wake::ROLE).as_deref() {
+        let start_us = args[3].parse().expect("a start time");
+        return raw_pairs(start_us, &args[1], &args[2], role == "batched").await;
     }
     if !semaphore_benches::selected("sqlite_processes", &args) {
         return;
@@ -78,7 +82,7 @@ async fn main() {
             ("16_tasks_1_process", 1, 16),
         ] {
             let rate = rate_of("ours", &args, processes, tasks);
-            let (batches, writes) = batches_counted(dir.path());
+            let (batches, writes, retries) = batches_counted(dir.path());
             let suffix = if name == "16_tasks" {
                 String::new()
             } else {
@@ -90,6 +94,28 @@ async fn main() {
                 format!("writes_per_batch_{name}"),
                 (writes / batches.max(1.0)).into(),
             );
+            let pairs = rate * hot::SECONDS as f64;
+            figures.insert(
+                format!("busy_retries_per_pair_{name}"),
+                (retries / pairs.max(1.0)).into(),
+            );
+        }
+        // The design's bare prototype: raw transactions, one writer at a
+        // time in the kernel's queue, no semaphore.
+        let raw_db = dir
+            .path()
+            .join(format!("raw-{mode}.db"))
+            .display()
+            .to_string();
+        drop(raw_connection(&raw_db, mode));
+        let raw_args = [raw_db.as_str(), mode];
+        for (role, name, processes, tasks) in [
+            ("raw", "1_task", 1, 1),
+            ("raw", "16_tasks", 4, 4),
+            ("batched", "16_tasks", 4, 4),
+        ] {
+            let rate = rate_of(role, &raw_args, processes, tasks);
+            figures.insert(format!("{role}_pairs_per_s_{name}"), rate.into());
         }
         let figures = serde_json::Value::Object(figures);
         println!("line 20 ({mode}): {figures}");
@@ -103,10 +129,14 @@ async fn main() {
 /// The histogram the core records each batch's size in.
 const BATCH_SIZE: &str = "semaphore_store_batch_size";
 
-/// The batches the last run's workers counted, and the writes they
-/// carried, from the files they left in `dir` (taken away).
-fn batches_counted(dir: &std::path::Path) -> (f64, f64) {
-    let mut total = (0.0, 0.0);
+/// The counter of the store's pauses on a locked file (`SQLITE_BUSY`).
+const BUSY_RETRIES: &str = "semaphore_store_busy_retries_total";
+
+/// The batches the last run's workers counted, the writes they carried,
+/// and the busy retries they made, from the files they left in `dir`
+/// (taken away).
+fn batches_counted(dir: &std::path::Path) -> (f64, f64, f64) {
+    let mut total = (0.0, 0.0, 0.0);
     for entry in std::fs::read_dir(dir)
         .expect("the scratch folder")
         .flatten()
@@ -123,8 +153,108 @@ fn batches_counted(dir: &std::path::Path) -> (f64, f64) {
                 .map(|f| f.parse::<f64>().expect("a count"));
             total.0 += fields.next().expect("batches");
             total.1 += fields.next().expect("writes");
+            total.2 += fields.next().expect("busy retries");
             std::fs::remove_file(path).expect("taking the batches counted away");
         }
     }
     total
+}
+
+/// The raw pair's file `db` (made if new): WAL, `synchronous` as `mode`
+/// says, one row to update (line 3's anchor).
+fn raw_connection(db: &str, mode: &str) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db).expect("the raw file");
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .expect("a busy timeout");
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .expect("WAL");
+    conn.pragma_update(None, "synchronous", mode)
+        .expect("synchronous");
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v INTEGER);
+         INSERT OR IGNORE INTO t VALUES (1, 0);",
+    )
+    .expect("the raw table");
+    conn
+}
+
+/// A worker of the design's bare prototype (roles "raw" and "batched"):
+/// one connection per process, shared by its tasks as the store's is, each
+/// step the raw pair (two writes of one row, each its own
+/// `BEGIN IMMEDIATE; UPDATE; COMMIT`), each transaction under an exclusive
+/// `flock` of a side file, as the store's writers' queue takes one: one
+/// writer at a time, waiting in the kernel's queue, with no semaphore, no
+/// files check and no wake-ups. `batched`: group commit, the writes its
+/// tasks have pending when the connection frees go in one transaction.
+async fn raw_pairs(start_us: u64, db: &str, mode: &str, batched: bool) {
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(format!("{db}-writer"))
+        .expect("the writers' lock file");
+    let group = Arc::new(Group {
+        conn: std::sync::Mutex::new(raw_connection(db, mode)),
+        lock,
+        pending: std::sync::Mutex::new(Vec::new()),
+    });
+    hot::worker(start_us, move || {
+        let group = group.clone();
+        async move {
+            for _ in 0..2 {
+                if batched {
+                    group.write().await;
+                } else {
+                    group.run(1);
+                }
+            }
+        }
+    })
+    .await;
+}
+
+/// One process's connection, the writers' lock and its writes pending.
+struct Group {
+    conn: std::sync::Mutex<rusqlite::Connection>,
+    lock: std::fs::File,
+    pending: std::sync::Mutex<Vec<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl Group {
+    /// One transaction of `writes` updates, under the writers' lock.
+    fn run(&self, writes: usize) {
+        let conn = self.conn.lock().expect("the connection");
+        self.lock.lock().expect("the writers' lock");
+        conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+        for _ in 0..writes {
+            conn.execute_batch("UPDATE t SET v = v + 1 WHERE id = 1")
+                .expect("an update");
+        }
+        conn.execute_batch("COMMIT").expect("commit");
+        self.lock.unlock().expect("the writers' lock let go");
+    }
+
+    /// One write, committed with whatever else is pending: the task that
+    /// finds the connection free commits every pending write, again
+    /// until none is left.
+    async fn write(&self) {
+        let (done, committed) = tokio::sync::oneshot::channel();
+        self.pending.lock().expect("the queue").push(done);
+        while !self.pending.lock().expect("the queue").is_empty() {
+            let Ok(conn) = self.conn.try_lock() else {
+                break;
+            };
+            let batch = std::mem::take(&mut *self.pending.lock().expect("the queue"));
+            drop(conn);
+            if batch.is_empty() {
+                break;
+            }
+            self.run(batch.len());
+            for done in batch {
+                let _ = done.send(());
+            }
+        }
+        committed.await.expect("committed");
+    }
 }

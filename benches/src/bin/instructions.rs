@@ -4,7 +4,9 @@
 //! run to run whatever else the machine does, unlike wall time.
 //!
 //! Each figure is `(I(2n) - I(n)) / n`: the instructions of `n` more pairs
-//! of the `pairs` binary, set-up and tear-down cancelled out.
+//! of the `pairs` binary, set-up and tear-down cancelled out. Lines 1p and
+//! 2p are floors, not stores: what lines 1 and 2 would count if the pool
+//! added nothing to the memory store's own step.
 //!
 //! ```sh
 //! cargo build --release -p semaphore-benches --bins && target/release/instructions
@@ -66,6 +68,25 @@ fn main() {
             line.name,
             line.goal,
             if ratio <= line.goal { "met" } else { "not met" }
+        );
+    }
+    // The floors of lines 1 and 2: the memory store's step alone, with
+    // no pool layered on it (`pairs step`).
+    for (line, name) in [
+        (
+            "1",
+            "1p. line 1's floor: the memory store's step alone (lease id, clock, slot table, lock; no pool, guard or future)",
+        ),
+        (
+            "2",
+            "2p. line 2's floor: that step inside tokio's semaphore, each acquire under a deadline (`tokio::time::timeout`)",
+        ),
+    ] {
+        let floor = per_pair(&pairs, dir, "step", line);
+        let anchor = per_pair(&pairs, dir, "tokio", line);
+        println!(
+            "| {name} | {floor:.0} | {anchor:.0} | {:.2}x | none | - |",
+            floor / anchor
         );
     }
     let (ours, anchor) = future_sizes();

@@ -6,10 +6,16 @@
 //!
 //! ```text
 //! pairs <memory|tokio> <1|2|2c> <n>
+//! pairs step <1|2> <n>
 //! ```
 //! - `1`: one borrow (30 s, wait 1 s) and return at a time, count 4.
 //! - `2`: 64 tasks on 4 slots, each holding across a yield, `n` pairs in all.
 //! - `2c`: `n` waiters queued on one slot, served by `n` returns.
+//! - `step 1`, `step 2`: the floors of lines 1 and 2, not a store: the
+//!   memory store's own step alone (a lease id, the clock read, the slot
+//!   table's grant and return under a lock), with no pool, guard or
+//!   future; on line 2, inside a permit of tokio's semaphore acquired
+//!   under a deadline.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +29,7 @@ const WAIT: Duration = Duration::from_secs(1);
 const LONG: Duration = Duration::from_secs(3600);
 
 fn usage() -> ! {
-    eprintln!("usage: pairs <memory|tokio> <1|2|2c> <n>");
+    eprintln!("usage: pairs <memory|tokio> <1|2|2c> <n> | pairs step <1|2> <n>");
     std::process::exit(2)
 }
 
@@ -33,6 +39,9 @@ fn main() {
         usage()
     };
     let n: u64 = n.parse().unwrap_or_else(|_| usage());
+    if (side.as_str(), line.as_str()) == ("step", "1") {
+        return step_uncontended(n);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -45,6 +54,7 @@ fn main() {
             ("tokio", "2") => tokio_contended(n).await,
             ("memory", "2c") => memory_hand_offs(n).await,
             ("tokio", "2c") => tokio_hand_offs(n).await,
+            ("step", "2") => step_contended(n).await,
             _ => usage(),
         }
     });
@@ -61,6 +71,88 @@ async fn memory_uncontended(n: u64) {
     for _ in 0..n {
         let lease = pool.borrow(TTL, WAIT).await.expect("a slot");
         lease.release().await.expect("returned");
+    }
+}
+
+/// What a pair cannot do without, the floor of lines 1 and 2: a lease
+/// id, two readings of the clock (the grant's, truncated, and the
+/// return's), and the slot table's grant and return, each under the
+/// pool's lock.
+struct Step {
+    clock: Arc<dyn semaphore_memory::Clock>,
+    table: std::sync::Mutex<semaphore_memory::store::SlotTable>,
+    token: AtomicU64,
+    pool: PoolId,
+}
+
+impl Step {
+    fn new() -> Self {
+        Self {
+            clock: Arc::new(semaphore_memory::SystemClock),
+            table: std::sync::Mutex::new(semaphore_memory::store::SlotTable::new(4)),
+            token: AtomicU64::new(0),
+            pool: PoolId::from_name("bench"),
+        }
+    }
+
+    fn grant(&self) -> semaphore_memory::Lease {
+        use semaphore_memory::store::{BorrowRequest, TryBorrow, truncate_ms};
+
+        let request = BorrowRequest::new(self.pool, semaphore_memory::LeaseId::new(), TTL);
+        let now = truncate_ms(self.clock.now());
+        let granted = self
+            .table
+            .lock()
+            .expect("the table")
+            .grant(&request, now, || {
+                self.token.fetch_add(1, Ordering::Relaxed) + 1
+            });
+        let TryBorrow::Granted { lease } = std::hint::black_box(granted) else {
+            panic!("a slot")
+        };
+        lease
+    }
+
+    fn give_back(&self, lease: &semaphore_memory::Lease) {
+        let now = self.clock.now();
+        let table = &mut self.table.lock().expect("the table");
+        assert!(table.release_at(lease.id, lease.position, now), "returned");
+    }
+}
+
+/// Line 1's floor: the step alone, no pool, guard or future.
+fn step_uncontended(n: u64) {
+    let step = Step::new();
+    for _ in 0..n {
+        let lease = step.grant();
+        step.give_back(&lease);
+    }
+}
+
+/// Line 2's floor: tokio's semaphore, each acquire under a deadline (a
+/// borrow's wait), with the step inside each permit.
+async fn step_contended(n: u64) {
+    let sem = Arc::new(Semaphore::new(4));
+    let step = Arc::new(Step::new());
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (sem, step) = (sem.clone(), step.clone());
+            tokio::spawn(async move {
+                for _ in 0..n / TASKS {
+                    let permit = tokio::time::timeout(LONG, sem.acquire())
+                        .await
+                        .expect("in time")
+                        .expect("a permit");
+                    let lease = step.grant();
+                    tokio::task::yield_now().await;
+                    step.give_back(&lease);
+                    drop(permit);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a task");
     }
 }
 

@@ -234,15 +234,23 @@ fn print_processes() {
     print_wake(19, "MySQL (100 ms poll) ", (100_000.0, 200_000.0));
     match processes(20) {
         Some(modes) => {
-            for (mode, label) in [("normal", "NORMAL"), ("full", "FULL")] {
+            // NORMAL's goal is issue 55's; FULL's, where group commit
+            // shares each fsync, the hot-pool issue's.
+            for (mode, label, goal) in [("normal", "NORMAL", 1.0), ("full", "FULL", 2.0)] {
                 let v = &modes[mode];
                 let at = |key: &str| v[key].as_f64().unwrap_or(f64::NAN);
                 let [one, sixteen, many] =
                     ["pairs_per_s_1_task", "pairs_per_s", "pairs_per_s_64_tasks"].map(at);
                 let ratio = sixteen / one;
                 println!(
-                    "| 20. SQLite {label} hot pool (count 8): 16 tasks in 4 processes vs 1 task in 1 process | {sixteen:.0}/s | {one:.0}/s | {ratio:.2}x | >= 2x | {} |",
-                    judged(ratio >= 2.0)
+                    "| 20. SQLite {label} hot pool (count 8): 16 tasks in 4 processes vs 1 task in 1 process | {sixteen:.0}/s | {one:.0}/s | {ratio:.2}x | >= {goal}x | {} |",
+                    judged(ratio >= goal)
+                );
+                println!(
+                    "| 20. SQLite {label}: busy retries (pauses on a locked file) per pair at 1, 16, 64 tasks | {:.3}, {:.3}, {:.3} | | | none | - |",
+                    at("busy_retries_per_pair_1_task"),
+                    at("busy_retries_per_pair_16_tasks"),
+                    at("busy_retries_per_pair_64_tasks"),
                 );
                 println!(
                     "| 20. SQLite {label} hot pool: 64 tasks in 4 processes | {many:.0}/s | | {:.2}x | none | - |",
