@@ -172,14 +172,24 @@ pub(crate) fn try_borrow(
 ) -> rusqlite::Result<Result<TryBorrow, Error>> {
     let pool = request.pool;
     let key = pool.as_uuid().as_bytes();
-    // The pool and its queue in one statement: how many wait, and how
-    // many of those are dead (their process stopped polling).
-    let Some((count, draining, queued, dead)) = conn
+    // The pool, its queue and its leases in one statement: how many wait
+    // and how many of those are dead (their process stopped polling); how
+    // many rows the pool holds, how many of them expired, and the highest
+    // position held (for `lowest_free`). The expired are deleted only if
+    // there are any (schema v3 has no expiry index to find them by). The
+    // leases' aggregate is always one row, so the join has one row exactly
+    // when the pool exists.
+    let Some((count, draining, queued, dead, rows, expired, highest)) = conn
         .prepare_cached(
-            "SELECT count, draining,
+            "SELECT p.count, p.draining,
                  (SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1),
-                 (SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2)
-             FROM semaphore_pools WHERE pool = ?1",
+                 (SELECT COUNT(*) FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2),
+                 l.held, l.expired, l.highest
+             FROM semaphore_pools AS p,
+                 (SELECT COUNT(*) AS held, COUNT(*) FILTER (WHERE expires_at <= ?2) AS expired,
+                     MAX(position) AS highest
+                  FROM semaphore_leases WHERE pool = ?1) AS l
+             WHERE p.pool = ?1",
         )?
         .query_row(params![key, now], |r| {
             Ok((
@@ -187,6 +197,9 @@ pub(crate) fn try_borrow(
                 r.get(1)?,
                 r.get::<_, i64>(2)?,
                 r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, i64>(5)?,
+                r.get::<_, Option<i64>>(6)?,
             ))
         })
         .optional()?
@@ -196,16 +209,6 @@ pub(crate) fn try_borrow(
     if draining {
         return Ok(Err(Error::Draining { pool }));
     }
-    // One pass over the pool's rows counts the held and the expired, and
-    // finds the highest position held (for `lowest_free`); the expired
-    // are deleted only if there are any (schema v3 has no expiry index to
-    // find them by).
-    let (rows, expired, highest): (i64, i64, Option<i64>) = conn
-        .prepare_cached(
-            "SELECT COUNT(*), COUNT(*) FILTER (WHERE expires_at <= ?2), MAX(position)
-             FROM semaphore_leases WHERE pool = ?1",
-        )?
-        .query_row(params![key, now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     // The highest position held, while no row was deleted since it was read.
     let mut highest = Some(highest);
     if expired > 0 {
