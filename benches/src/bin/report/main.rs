@@ -256,6 +256,17 @@ fn print_processes() {
                     "| 20. SQLite {label} hot pool: 64 tasks in 4 processes | {many:.0}/s | | {:.2}x | none | - |",
                     many / one
                 );
+                let [raw_one, raw, batched] = [
+                    "raw_pairs_per_s_1_task",
+                    "raw_pairs_per_s_16_tasks",
+                    "batched_pairs_per_s_16_tasks",
+                ]
+                .map(at);
+                println!(
+                    "| 20p. SQLite {label}, the bare design (raw pairs, one writer at a time): 16 tasks in 4 processes vs 1 task; with group commit | {raw:.0}/s; {batched:.0}/s | {raw_one:.0}/s | {:.2}x; {:.2}x | none | - |",
+                    raw / raw_one,
+                    batched / raw_one
+                );
                 if at("batches_16_tasks") > 0.0 {
                     println!(
                         "| 20. SQLite {label}: writes per batch at 1, 16, 64 tasks | {:.2}, {:.2}, {:.2} | | | none | - |",
