@@ -206,7 +206,7 @@ async fn raw_pairs(start_us: u64, db: &str, mode: &str, batched: bool) {
                 if batched {
                     group.write().await;
                 } else {
-                    group.run(1);
+                    group.write_alone();
                 }
             }
         }
@@ -222,9 +222,9 @@ struct Group {
 }
 
 impl Group {
-    /// One transaction of `writes` updates, under the writers' lock.
-    fn run(&self, writes: usize) {
-        let conn = self.conn.lock().expect("the connection");
+    /// One transaction of `writes` updates on `conn`, this process's
+    /// connection, under the writers' lock.
+    fn commit(&self, conn: &rusqlite::Connection, writes: usize) {
         self.lock.lock().expect("the writers' lock");
         conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
         for _ in 0..writes {
@@ -235,24 +235,34 @@ impl Group {
         self.lock.unlock().expect("the writers' lock let go");
     }
 
+    /// One write in a transaction of its own.
+    fn write_alone(&self) {
+        self.commit(&self.conn.lock().expect("the connection"), 1);
+    }
+
     /// One write, committed with whatever else is pending: the task that
-    /// finds the connection free commits every pending write, again
-    /// until none is left.
+    /// finds the connection free commits every pending write. A task that
+    /// lets the connection go looks at the queue again, so that a write
+    /// queued while it held the connection (its writer then found the
+    /// connection taken and left it to the holder) is not left behind.
     async fn write(&self) {
         let (done, committed) = tokio::sync::oneshot::channel();
         self.pending.lock().expect("the queue").push(done);
-        while !self.pending.lock().expect("the queue").is_empty() {
-            let Ok(conn) = self.conn.try_lock() else {
-                break;
-            };
-            let batch = std::mem::take(&mut *self.pending.lock().expect("the queue"));
-            drop(conn);
-            if batch.is_empty() {
-                break;
+        loop {
+            {
+                let Ok(conn) = self.conn.try_lock() else {
+                    break;
+                };
+                let batch = std::mem::take(&mut *self.pending.lock().expect("the queue"));
+                if !batch.is_empty() {
+                    self.commit(&conn, batch.len());
+                }
+                for done in batch {
+                    let _ = done.send(());
+                }
             }
-            self.run(batch.len());
-            for done in batch {
-                let _ = done.send(());
+            if self.pending.lock().expect("the queue").is_empty() {
+                break;
             }
         }
         committed.await.expect("committed");
