@@ -116,9 +116,11 @@ pub(crate) fn acquire<A: Answer>(
         // A caller that was just refused in place asks no second time.
         let asks_at_once = asks_first && !contended;
         if asks_at_once {
-            let first = attempt(start, None, false);
+            // Awaited through a reference: awaiting it by value would keep
+            // it twice in this future (the binding and the awaited value).
+            let mut first = attempt(start, None, false);
             let ids = first.made();
-            match first.await {
+            match (&mut first).await {
                 Ok(answer) => {
                     let step = answer.step();
                     if let Some(pool) = first_ask.take() {
@@ -225,10 +227,14 @@ pub(crate) fn acquire<A: Answer>(
                 }
                 continue;
             }
-            let asking = attempt(truncate_ms(clock.now()), Some(place.waiter()), unsure.any())
-                .made_from(&place);
-            let ids = asking.made();
-            let answer = asking.await;
+            // In a block, awaited through a reference: kept once, and not
+            // across the awaits below.
+            let (ids, answer) = {
+                let mut asking =
+                    attempt(truncate_ms(clock.now()), Some(place.waiter()), unsure.any())
+                        .made_from(&place);
+                (asking.made(), (&mut asking).await)
+            };
             let granted = matches!(&answer, Ok(a) if !a.leases().is_empty());
             if !granted {
                 // Claimable again. A granted head stays unclaimable until
@@ -257,7 +263,10 @@ pub(crate) fn acquire<A: Answer>(
                         }
                         Step::Exhausted(at) => {
                             if weight > 1 {
-                                weigh(store, pools[0]).await?;
+                                // Boxed: kept beside the answer, it would
+                                // be the largest state of this future, which
+                                // every waiting borrow allocates.
+                                Box::pin(weigh(store, pools[0])).await?;
                             }
                             // Set aside, it sleeps until a change is told of.
                             next_expiry = at
