@@ -51,9 +51,10 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   delivered in memory, in queue order: every return in flight claims
 ///   one from the core's queue (naming a borrower that is not looking),
 ///   so that the returns of a busy pool hand their slots on in parallel,
-///   not one look of the head at a time. A claiming
-///   return runs on a task of its own, so the lease is delivered, or the
-///   slot freed, even if the caller drops `release`. Another
+///   not one look of the head at a time. A return
+///   while a borrower of this process waits on the pool (claiming or
+///   not) runs on a task of its own, so the lease is delivered, or the
+///   slot freed and told of, even if the caller drops `release`. Another
 ///   process's head, first in `semaphore_waiters` and asking for one
 ///   unkeyed slot, finds the slot marked `granted_to` it at its next look,
 ///   without writing; if it leaves first, it frees that slot. Any other
@@ -432,9 +433,10 @@ impl PostgresStore {
     }
 
     /// Returns `lease` of `pool`, handing its slot on where it can
-    /// ([`Returning::run`]). A return that claims this process's queued
-    /// head runs in a task of its own, so that a grant it commits reaches
-    /// the head (or is returned) even if this call is dropped.
+    /// ([`Returning::run`]). A return while a borrower of this process
+    /// waits on the pool runs in a task of its own, so that a grant it
+    /// commits reaches the head (or is returned), and the slot it frees is
+    /// told of, even if this call is dropped.
     pub(crate) async fn return_then_wake(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime {
@@ -448,15 +450,19 @@ impl PostgresStore {
             now: self.now_param(),
             session: self.session.current(),
         };
-        // Bounded as every call; a claimed head's return goes on in its
-        // task if this call gives up waiting for it.
+        // Bounded as every call. A return that a borrower of this process
+        // waits for goes on in its task if this call gives up waiting for
+        // it or is dropped: one that claimed the head, and one that could
+        // not (the head was looking at that instant), or the head would
+        // wait for the lease's ttl.
         semaphore_core::store::bounded("return", async {
-            match self.changes.claim_head(pool) {
-                None => returning.run(pool, lease, None).await,
-                Some(claim) => tokio::spawn(returning.run(pool, lease, Some(claim)))
-                    .await
-                    .map_err(crate::returning::lost)?,
+            let claim = self.changes.claim_head(pool);
+            if claim.is_none() && self.changes.waiting(pool) == 0 {
+                return returning.run(pool, lease, None).await;
             }
+            tokio::spawn(returning.run(pool, lease, claim))
+                .await
+                .map_err(crate::returning::lost)?
         })
         .await
     }

@@ -20,9 +20,13 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(PostgresOptions::default()).await
+}
+
+async fn fixture_with(options: PostgresOptions) -> Fixture {
     let server = TestServer::shared();
     let schema = TestServer::fresh_schema();
-    let options = PostgresOptions::default().schema(schema.clone());
+    let options = options.schema(schema.clone());
     let store = PostgresStore::connect_with(server.url(), options)
         .await
         .unwrap();
@@ -228,9 +232,11 @@ async fn a_return_hands_its_slot_to_this_process_head() {
     assert!(in_process > 0, "no return handed its slot in process");
 }
 
-/// A return that claimed this process's head and is then dropped, after
-/// one poll, two, and so on (the caller gave up on `release`), still ends
-/// with the slot with the head, or free: never granted to nobody.
+/// A return while this process's head waits, dropped after one poll, two,
+/// and so on (the caller gave up on `release`), still ends with the slot
+/// with the head, or free: never granted to nobody. (The return claims
+/// the head, or, if the head's look is in flight at that instant, frees
+/// the slot through the shared queue: both run in a task of their own.)
 /// The head gets its lease within its wait, and once it returns it the
 /// pool is empty and its queue too.
 #[tokio::test(flavor = "current_thread")]
@@ -266,4 +272,65 @@ async fn poll_then_drop<F: std::future::Future>(future: F, polls: usize) -> bool
         tokio::task::yield_now().await;
     }
     false
+}
+
+/// A return while this process's head is looking claims nobody; dropped
+/// before it even has a connection (the store's only one is the look's,
+/// which waits on a lock the test holds), it still returns the lease once
+/// the look is done, and the head gets the slot within its wait rather
+/// than at the lease's ttl: the return runs in a task of its own whenever a
+/// borrower of this process waits on the pool.
+#[tokio::test(flavor = "current_thread")]
+async fn a_return_dropped_while_the_head_looks_still_serves_it() {
+    let options = PostgresOptions::default()
+        .pool_size(1)
+        .poll_interval(Duration::from_millis(100));
+    let f = fixture_with(options).await;
+    let (held, waiter) = f.held_with_a_queued_head().await;
+    let (locker, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE \"{}\".semaphore_slots IN ACCESS EXCLUSIVE MODE",
+            f.schema
+        ))
+        .await
+        .unwrap();
+    // The head's next look (its poll) waits on the lock, holding the
+    // store's one connection.
+    let blocked = async {
+        while f.looks_waiting_on_a_lock().await == 0 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), blocked)
+        .await
+        .expect("the head's look never waited on the lock");
+    assert!(!poll_then_drop(held.release(), 3).await);
+    locker.batch_execute("COMMIT").await.unwrap();
+
+    let got = waiter.await.unwrap().unwrap();
+    assert_eq!(got.position, 0);
+    assert_eq!(Some(*got.id.as_uuid()), f.slot().await.0);
+    assert!(got.release().await.unwrap());
+    assert_eq!(f.pool.inspect().await.unwrap().in_use, 0);
+    assert_eq!(f.places().await, 0);
+}
+
+impl Fixture {
+    /// The store's looks (`semaphore_try_borrow`) waiting on a lock.
+    async fn looks_waiting_on_a_lock(&self) -> i64 {
+        self.sql
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()
+                   AND strpos(query, '\"' || $1 || '\".semaphore_try_borrow') > 0",
+                &[&self.schema],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
 }
