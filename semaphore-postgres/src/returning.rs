@@ -121,11 +121,14 @@ pub(crate) fn returned(rows: &[Row]) -> Result<Returned> {
     })
 }
 
-/// The error of a return whose task failed to finish (it panicked).
+/// The error of a return whose task failed to finish: retryable if the
+/// task was cancelled (spawned on a runtime that was shutting down, as a
+/// guard dropped at its end spawns it: the return may not have run, and a
+/// second one that finds it done changes nothing), not if it panicked.
 pub(crate) fn lost(e: tokio::task::JoinError) -> Error {
     Error::Storage {
         operation: OPERATION,
-        retryable: false,
+        retryable: e.is_cancelled(),
         source: Box::new(e),
     }
 }

@@ -334,3 +334,46 @@ impl Fixture {
             .get(0)
     }
 }
+
+/// A guard dropped as its runtime shuts down, while a borrower of this
+/// process waits on the pool on another runtime, is still returned: its
+/// return, spawned on the closing runtime, is cancelled at once, and is
+/// tried again on the library's own runtime, so the waiter gets the slot
+/// within its wait rather than at the lease's ttl.
+#[test]
+fn a_guard_dropped_as_its_runtime_shuts_down_still_serves_a_waiter() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let f = main.block_on(fixture());
+    let jobs = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let held = jobs.block_on(f.pool.clone().borrow_owned(TTL, Duration::ZERO));
+    let held = held.unwrap();
+    let waiter = main.spawn({
+        let pool = f.pool.clone();
+        async move { pool.borrow_owned(TTL, Duration::from_secs(15)).await }
+    });
+    main.block_on(async {
+        while f.pool.waiting().count == 0 || f.places().await == 0 {
+            tokio::task::yield_now().await;
+        }
+    });
+    // The guard's task is never polled: the runtime's end drops it.
+    jobs.spawn(async move {
+        let _held = held;
+        std::future::pending::<()>().await
+    });
+    drop(jobs);
+
+    let got = main.block_on(waiter).unwrap().unwrap();
+    assert_eq!(got.position, 0);
+    main.block_on(async {
+        assert!(got.release().await.unwrap());
+        assert_eq!(f.pool.inspect().await.unwrap().in_use, 0);
+    });
+}
