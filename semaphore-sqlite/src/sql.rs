@@ -419,21 +419,24 @@ pub(crate) fn renew(
     if count_of(conn, &pool)?.is_none() {
         return Ok(None);
     }
-    let rows = conn
+    let (id, key) = (lease.as_uuid().as_bytes(), pool.as_uuid().as_bytes());
+    // Then read back (the rows renewed: those with the new expiry), not
+    // `RETURNING`: see the token's statement in `try_borrow`.
+    let renewed = conn
         .prepare_cached(
             "UPDATE semaphore_leases SET expires_at = ?4
-             WHERE lease = ?1 AND pool = ?2 AND expires_at > ?3
-             RETURNING lease, position, token, expires_at, owner, borrow_key",
+             WHERE lease = ?1 AND pool = ?2 AND expires_at > ?3",
         )?
-        .query_map(
-            params![
-                lease.as_uuid().as_bytes(),
-                pool.as_uuid().as_bytes(),
-                now,
-                expires_at
-            ],
-            row,
+        .execute(params![id, key, now, expires_at])?;
+    if renewed == 0 {
+        return Ok(Some(None));
+    }
+    let rows = conn
+        .prepare_cached(
+            "SELECT lease, position, token, expires_at, owner, borrow_key
+             FROM semaphore_leases WHERE lease = ?1 AND pool = ?2 AND expires_at = ?3",
         )?
+        .query_map(params![id, key, expires_at], row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(Some(holders_of(rows, pool).pop().map(|h| h.lease)))
 }
