@@ -103,9 +103,7 @@ impl Fixture {
             let pool = self.pool.clone();
             tokio::spawn(async move { pool.borrow_owned(TTL, Duration::from_secs(30)).await })
         };
-        while self.pool.waiting().count == 0 || self.places().await == 0 {
-            tokio::task::yield_now().await;
-        }
+        self.until_a_head_is_queued().await;
         (held, waiter)
     }
 
@@ -125,6 +123,28 @@ impl Fixture {
             .await
             .unwrap();
         (row.get(0), row.get(1))
+    }
+
+    /// Until a borrower of this process waits and has its place in the
+    /// shared queue.
+    async fn until_a_head_is_queued(&self) {
+        while self.pool.waiting().count == 0 || self.places().await == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The store's looks (`semaphore_try_borrow`) waiting on a lock.
+    async fn looks_waiting_on_a_lock(&self) -> i64 {
+        self.sql
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()
+                   AND strpos(query, '\"' || $1 || '\".semaphore_try_borrow') > 0",
+                &[&self.schema],
+            )
+            .await
+            .unwrap()
+            .get(0)
     }
 }
 
@@ -319,22 +339,6 @@ async fn a_return_dropped_while_the_head_looks_still_serves_it() {
     assert_eq!(f.places().await, 0);
 }
 
-impl Fixture {
-    /// The store's looks (`semaphore_try_borrow`) waiting on a lock.
-    async fn looks_waiting_on_a_lock(&self) -> i64 {
-        self.sql
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()
-                   AND strpos(query, '\"' || $1 || '\".semaphore_try_borrow') > 0",
-                &[&self.schema],
-            )
-            .await
-            .unwrap()
-            .get(0)
-    }
-}
-
 /// A guard dropped as its runtime shuts down, while a borrower of this
 /// process waits on the pool on another runtime, is still returned: its
 /// return, spawned on the closing runtime, is cancelled at once, and is
@@ -358,11 +362,7 @@ fn a_guard_dropped_as_its_runtime_shuts_down_still_serves_a_waiter() {
         let pool = f.pool.clone();
         async move { pool.borrow_owned(TTL, Duration::from_secs(15)).await }
     });
-    main.block_on(async {
-        while f.pool.waiting().count == 0 || f.places().await == 0 {
-            tokio::task::yield_now().await;
-        }
-    });
+    main.block_on(f.until_a_head_is_queued());
     // The guard's task is never polled: the runtime's end drops it.
     jobs.spawn(async move {
         let _held = held;
