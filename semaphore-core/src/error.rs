@@ -33,6 +33,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///   made outside one.
 /// - [`BlockingInRuntime`](Error::BlockingInRuntime): a blocking call was
 ///   made inside one.
+/// - [`Forked`](Error::Forked): a store handle was used in a child that
+///   `fork()` made of the process that made it; make one in the child.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -216,6 +218,26 @@ pub enum Error {
     NoRuntime {
         /// The call that needed the runtime (`borrow`, `inspect`, ...).
         operation: &'static str,
+    },
+
+    /// A store handle made in one process was used in a child that
+    /// `fork()` made of it (Python's `multiprocessing` with the fork start
+    /// method, a pre-fork server, `os.fork`). The child has a copy of the
+    /// handle but not the threads and connections that drive it, so the
+    /// call is refused before it sends or waits for anything: nothing
+    /// changed, and nothing was borrowed as the parent (rule "R16 whatever
+    /// a process's children do"; [`store::ForkCheck`](crate::store::ForkCheck)).
+    /// Make a new store in the child, or start children with `spawn`.
+    #[error(
+        "{operation}: this store handle was made in process {made_in}, and process {used_in} is a child forked from it; a store cannot be used across fork(): make a new store in the child"
+    )]
+    Forked {
+        /// The call that was refused (`borrow`, `inspect`, ...).
+        operation: &'static str,
+        /// The process that made the handle.
+        made_in: u32,
+        /// The process that used it: a child of `made_in`.
+        used_in: u32,
     },
 
     /// A `blocking_*` method was called from inside a tokio runtime, where

@@ -108,6 +108,8 @@ pub(super) struct Now {
 pub struct Session {
     shared: Arc<Shared>,
     task: Option<tokio::task::AbortHandle>,
+    /// The process that started it: a forked child's copy closes nothing.
+    process: crate::store::ForkCheck,
 }
 
 pub(super) struct Shared {
@@ -178,7 +180,11 @@ impl Session {
             unbinding: Arc::default(),
         });
         let task = spawn(run(shared.clone()));
-        Self { shared, task }
+        Self {
+            shared,
+            task,
+            process: crate::store::ForkCheck::here(),
+        }
     }
 
     /// Waits up to `patience` for the first session to open; whether one
@@ -369,7 +375,13 @@ impl Session {
 }
 
 impl Drop for Session {
+    /// Closes the session (a clean end: its leases free at once). Not in a
+    /// child that `fork()` made of the process that started it: the
+    /// session is the parent's, which still holds its leases.
     fn drop(&mut self) {
+        if self.process.check("close").is_err() {
+            return;
+        }
         if let Some(task) = self.task.take() {
             task.abort();
         }

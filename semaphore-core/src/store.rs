@@ -19,6 +19,7 @@ pub use crate::wait::{Changes, Claim};
 pub use ::async_trait::async_trait;
 
 mod batch;
+mod fork;
 mod shared;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -27,6 +28,7 @@ pub use crate::keys::{KEY_DIGEST_SEPARATOR, key_name, stored_key};
 pub use crate::primitives::{InPlace, Store};
 pub use crate::request::{BorrowRequest, TryBorrow, TryBorrowAll};
 pub use batch::Batches;
+pub use fork::ForkCheck;
 pub use shared::{
     LeaseRow, MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, PlaceStep, WAITER_TTL, WAITER_TTL_MS,
     check_poll_interval, check_pool_size, check_prefix, holders_from_rows, millis, place_step,

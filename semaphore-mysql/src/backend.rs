@@ -50,7 +50,7 @@ const INIT: [&str; 3] = [
 ///   on one pool serialize while steps on different pools run in parallel;
 ///   a multi-pool borrow locks its pools' rows in id order, so two never
 ///   deadlock. A borrow is one round trip: a call of the store's borrow
-///   procedure (`PREFIX_borrow_5`, created with the tables, the one place
+///   procedure (`PREFIX_borrow_6`, created with the tables, the one place
 ///   the borrow is written), in a transaction of its own; a multi-pool
 ///   borrow calls its step once per pool in one transaction. A return is
 ///   one statement in autocommit; the other primitives are a few
@@ -119,6 +119,8 @@ pub struct MysqlStore {
     /// The most connections the pool opens: how many stale ones a step
     /// may meet in a row.
     pool_size: usize,
+    /// The process that connected it: a child forked from it is refused.
+    process: semaphore_core::store::ForkCheck,
     _background: Background,
 }
 
@@ -230,6 +232,7 @@ impl MysqlStore {
             link,
             session,
             pool_size: options.pool_size,
+            process: semaphore_core::store::ForkCheck::here(),
             _background: background,
         })
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool as ConnectionPool, RecyclingMethod};
-use semaphore_core::store::Changes;
+use semaphore_core::store::{Changes, ForkCheck};
 use semaphore_core::{Error, LeaseId, PoolId, Result, Session};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Config, NoTls, Row};
@@ -105,6 +105,8 @@ pub struct PostgresStore {
     pub(crate) time: Time,
     pub(crate) listener: Listener,
     pub(crate) session: Session,
+    /// The process that connected it: a child forked from it is refused.
+    pub(crate) process: ForkCheck,
 }
 
 /// A pooled connection that leaves the pool for good (and closes) if the
@@ -278,6 +280,7 @@ impl PostgresStore {
             time: options.time,
             listener,
             session,
+            process: ForkCheck::here(),
         };
         // A store whose session is not open yet (the server is slow) works:
         // its bound leases are left to their ttl until it is. The listener
@@ -418,6 +421,7 @@ impl PostgresStore {
         statement: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>> {
+        self.process.check(operation)?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime { operation });
         }
@@ -438,6 +442,7 @@ impl PostgresStore {
     /// commits reaches the head (or is returned), and the slot it frees is
     /// told of, even if this call is dropped.
     pub(crate) async fn return_then_wake(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        self.process.check("return")?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime {
                 operation: "return",

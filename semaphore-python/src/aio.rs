@@ -18,7 +18,7 @@ pub(crate) fn awaitable<'py, T>(
 where
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    crate::runtime::share_with_asyncio();
+    crate::runtime::share_with_asyncio()?;
     pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(Answer(call.await)) })
 }
 

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -18,26 +18,60 @@ use crate::semaphore;
 /// handlers (`KeyboardInterrupt` on Ctrl-C).
 pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
-/// The runtime every store of the module runs on: made on first use, two
-/// worker threads (the stores' background tasks and the asyncio calls), and
-/// shared with `pyo3-async-runtimes`. Never shut down: the process's end
-/// ends it.
+/// The runtime every store of the module runs on: made on first use in
+/// each process, two worker threads (the stores' background tasks and the
+/// asyncio calls), and shared with `pyo3-async-runtimes`. Never shut down:
+/// the process's end ends it.
+///
+/// A child that `os.fork()` made gets a runtime of its own at its first
+/// call: the parent's worker threads do not survive a fork, and a call on
+/// its runtime would wait for a timer that no thread drives (a hang that
+/// not even Ctrl-C ends). The parent's is left as it is (leaked, never
+/// dropped: its threads are not the child's to join). A store made before
+/// the fork still fails in the child, at its first call, with
+/// `SemaphoreError` saying so (`Error::Forked`).
 pub(crate) fn runtime() -> &'static Runtime {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("semaphore-pool")
-            .enable_all()
-            .build()
-            .expect("starting the semaphore_pool runtime")
-    })
+    static RUNTIME: Mutex<Option<(u32, &'static Runtime)>> = Mutex::new(None);
+    let me = std::process::id();
+    let mut made = RUNTIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match *made {
+        Some((pid, runtime)) if pid == me => runtime,
+        _ => {
+            let runtime: &'static Runtime = Box::leak(Box::new(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("semaphore-pool")
+                    .enable_all()
+                    .build()
+                    .expect("starting the semaphore_pool runtime"),
+            ));
+            *made = Some((me, runtime));
+            runtime
+        }
+    }
 }
 
 /// Makes [`runtime`] the one `pyo3-async-runtimes` spawns on; idempotent.
-pub(crate) fn share_with_asyncio() {
+///
+/// # Errors
+/// `SemaphoreError` in a child that `os.fork()` made after the parent's
+/// asyncio calls had started: `pyo3-async-runtimes` keeps the runtime it
+/// was first given for the life of the process image, and that one's
+/// threads are the parent's; an awaitable spawned there would never
+/// finish. The sync calls work in such a child, on a store made there.
+pub(crate) fn share_with_asyncio() -> PyResult<()> {
     // Already set (a second import in another interpreter): same runtime.
     let _ = pyo3_async_runtimes::tokio::init_with_runtime(runtime());
+    if std::ptr::eq(pyo3_async_runtimes::tokio::get_runtime(), runtime()) {
+        return Ok(());
+    }
+    Err(crate::errors::base_error(
+        "the asyncio API of semaphore_pool cannot run in a child that os.fork() made after \
+         the parent used it (the parent's runtime threads do not survive a fork): use the \
+         sync API in the child, or start children with the 'spawn' or 'forkserver' method",
+    ))
 }
 
 /// What a blocking call may be interrupted by.

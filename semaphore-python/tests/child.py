@@ -4,6 +4,10 @@
     python child.py hold <spec-json> <pool> <ttl>          borrow, print HOLDING, then sleep
     python child.py wait <spec-json> <pool>                print WAITING, block in borrow (Ctrl-C it)
     python child.py wait-memory                            hold the one slot of a memory pool, then as wait
+    python child.py hold-fork <spec-json> <pool> <ttl>     as hold, after forking a child that sleeps
+                                                           and never touches the store (HOLDING pos token pid)
+    python child.py use-forked <spec-json> <pool>          borrow, fork, and in the child use the store
+                                                           made before the fork, then one made after
 
 Holds are logged as `position token start_us end_us`, as the Rust peer does.
 """
@@ -48,6 +52,60 @@ def wait(pool: sp.Pool) -> None:
     print("GRANTED", flush=True)
 
 
+def hold_fork(pool: sp.Pool, ttl: float) -> None:
+    lease = pool.borrow(ttl=ttl, wait=30)
+    pid = os.fork()
+    if pid == 0:
+        # What a pre-fork worker or multiprocessing's fork start method
+        # leaves: a child that never touches the store, and lives on.
+        time.sleep(3600)
+        os._exit(0)
+    print(f"HOLDING {lease.position} {lease.token} {pid}", flush=True)
+    time.sleep(3600)
+
+
+def use_forked(spec: dict, pool: sp.Pool, name: str) -> None:
+    """Prints what a forked child's calls came to, one line each."""
+    import asyncio
+
+    async def inspect(p: sp.Pool) -> sp.PoolState:
+        return await p.inspect_async()
+
+    pool.register(2)
+    held = pool.borrow(ttl=60)
+    asyncio.run(inspect(pool))
+    pid = os.fork()
+    if pid == 0:
+        status = 0
+        try:
+            started = time.monotonic()
+            try:
+                pool.borrow(ttl=60, wait=5)
+                print("CHILD old store: borrowed", flush=True)
+            except sp.SemaphoreError as e:
+                took = time.monotonic() - started
+                print(f"CHILD old store: {type(e).__name__} after {took:.1f}s: {e}", flush=True)
+            fresh_pool = open_store(spec).pool(name)
+            if spec["kind"] == "memory":
+                fresh_pool.register(2)
+            with fresh_pool.borrow(ttl=60, wait=5) as lease:
+                print(f"CHILD new store: position {lease.position}", flush=True)
+            try:
+                asyncio.run(inspect(fresh_pool))
+                print("CHILD asyncio: ran", flush=True)
+            except sp.SemaphoreError as e:
+                print(f"CHILD asyncio: {type(e).__name__}: {e}", flush=True)
+        except BaseException as e:  # noqa: BLE001 - reported, and the child must not return
+            print(f"CHILD failed: {e!r}", flush=True)
+            status = 1
+        sys.stdout.flush()
+        os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    print(f"PARENT child exited {os.waitstatus_to_exitcode(status)}; held {held.position}", flush=True)
+    state = pool.inspect()
+    print(f"PARENT in_use={state.in_use}", flush=True)
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     mode = sys.argv[1]
@@ -68,6 +126,10 @@ def main() -> None:
         time.sleep(3600)
     elif mode == "wait":
         wait(pool)
+    elif mode == "hold-fork":
+        hold_fork(pool, float(sys.argv[4]))
+    elif mode == "use-forked":
+        use_forked(json.loads(sys.argv[2]), pool, sys.argv[3])
     else:
         raise SystemExit(f"unknown mode {mode}")
 

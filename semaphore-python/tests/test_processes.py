@@ -99,6 +99,61 @@ def test_a_killed_holder_s_slot_comes_back_within_the_session_timeout(kind, tmp_
     assert back_after < (1.5 if kind == "sqlite" else session + 4), back_after
 
 
+@pytest.mark.parametrize("kind", ["sqlite", *NETWORKED])
+def test_a_killed_holder_s_slot_comes_back_though_its_forked_child_lives(kind, tmp_path):
+    """R16 whatever a process's children do: a child that the holder forked
+    and that never touches the store (a pre-fork worker, multiprocessing's
+    fork start method) does not keep the killed holder's slot (on SQLite it
+    did: its `flock` was shared with the child)."""
+    session = 1.0
+    the_spec = spec(kind, str(tmp_path), session_timeout=session)
+    name = fresh("forked")
+    pool = open_store(the_spec).pool(name)
+    pool.register(1)
+    holder = child("hold-fork", json.dumps(the_spec), name, "600")
+    forked = int(first_line(holder, "HOLDING 0").split()[3])
+    try:
+        assert pool.inspect().in_use == 1
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        killed = time.monotonic()
+        with pool.borrow(600, wait=30) as lease:
+            back_after = time.monotonic() - killed
+        assert lease.position == 0
+        assert back_after < (1.5 if kind == "sqlite" else session + 4), back_after
+        os.kill(forked, 0)  # the child still lives
+    finally:
+        os.kill(forked, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", *NETWORKED])
+def test_a_store_made_before_fork_fails_at_once_in_the_child(kind, tmp_path):
+    """A store made before `os.fork()` fails at the child's first call
+    with an error that says so (it hung: the parent's runtime threads are
+    not the child's), and takes nothing; one made in the child works; the
+    asyncio API, which the parent had started, refuses in the child. The
+    memory store's copy is the child's own, and works."""
+    the_spec = spec(kind, str(tmp_path))
+    name = fresh("after-fork")
+    process = child("use-forked", json.dumps(the_spec), name)
+    out, err = process.communicate(timeout=60)
+    lines = out.splitlines()
+    assert process.returncode == 0, err
+    old = next(line for line in lines if line.startswith("CHILD old store"))
+    if kind == "memory":
+        assert old == "CHILD old store: borrowed", out
+    else:
+        assert "SemaphoreError after 0.0s" in old and "fork" in old, out
+    # A new memory store is the child's alone; a shared one holds the
+    # parent's lease at position 0.
+    assert f"CHILD new store: position {0 if kind == 'memory' else 1}" in lines, out
+    asyncio_line = next(line for line in lines if line.startswith("CHILD asyncio"))
+    assert "SemaphoreError" in asyncio_line and "fork" in asyncio_line, out
+    assert "PARENT child exited 0; held 0" in lines, out
+    # The child borrowed nothing as the parent: only the parent's lease.
+    assert "PARENT in_use=1" in lines, out
+
+
 def interrupted(process: subprocess.Popen) -> str:
     first_line(process, "WAITING")
     time.sleep(0.5)  # well inside the borrow's wait

@@ -85,6 +85,8 @@ pub struct RedisStore {
     /// Its heartbeat, which a bound borrow on a cluster slot joins first.
     pub(crate) beats: Arc<Beats>,
     pub(crate) wake: Wake,
+    /// The process that connected it: a child forked from it is refused.
+    pub(crate) process: semaphore_core::store::ForkCheck,
 }
 
 /// How the store's waiters learn of changes.
@@ -194,6 +196,7 @@ impl RedisStore {
         operation: &'static str,
         invocation: &scripts::Invocation,
     ) -> Result<Value> {
+        self.process.check(operation)?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime { operation });
         }

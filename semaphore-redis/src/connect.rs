@@ -243,6 +243,7 @@ impl RedisStore {
             session,
             beats,
             wake,
+            process: semaphore_core::store::ForkCheck::here(),
         }
     }
 

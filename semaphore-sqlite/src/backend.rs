@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use rusqlite::{Connection, TransactionBehavior};
-use semaphore_core::store::Changes;
+use semaphore_core::store::{Changes, ForkCheck};
 use semaphore_core::{Error, PoolId, Result};
 
 use crate::commit::group::Group;
@@ -70,6 +70,11 @@ mod primitives;
 ///   is in force); the heads of every process's queue are themselves queued
 ///   in the file, so that no process's waiters starve.
 /// - Dropping the store closes its connection and ends its watch threads.
+/// - A store is its process's: used in a child that `fork()` made of that
+///   process, every call fails at once with [`Error::Forked`]; make a
+///   store in the child. A bound lease's holder lock is not inherited by
+///   such a child, so a holder killed with children alive still frees its
+///   slots at once.
 ///
 /// ```no_run
 /// use std::{sync::Arc, time::Duration};
@@ -109,6 +114,8 @@ pub struct SqliteStore {
     pub(crate) holders: Arc<Holders>,
     /// Writes that wait for a turn go together ([`group`](crate::commit::group)).
     group: Arc<Group>,
+    /// The process that opened it: a child forked from it is refused.
+    pub(crate) process: ForkCheck,
 }
 
 impl SqliteStore {
@@ -131,6 +138,9 @@ impl SqliteStore {
     /// A fresh file gets the tables; an older version is migrated.
     ///
     /// # Errors
+    /// - [`Error::InvalidArgument`] naming `path` if it is empty or
+    ///   `:memory:`: SQLite would open a private database there, which no
+    ///   other process shares.
     /// - [`Error::InvalidArgument`] naming `poll_interval` if it is outside
     ///   [`MIN_POLL_INTERVAL`](crate::store::MIN_POLL_INTERVAL)`..=`[`MAX_POLL_INTERVAL`](crate::store::MAX_POLL_INTERVAL).
     /// - [`Error::SchemaMismatch`] for tables of another shape or version.
@@ -143,6 +153,13 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         options.check()?;
         let path = path.as_ref().to_path_buf();
+        if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+            return Err(Error::InvalidArgument {
+                field: "path",
+                allowed: "the path of a database file (the store is shared through it)".into(),
+                got: format!("{:?}", path.display().to_string()),
+            });
+        }
         let conn = connection::open(&path, &options)?;
         let files = Files::of(&path).map_err(|e| Error::Storage {
             operation: "open",
@@ -203,6 +220,7 @@ impl SqliteStore {
             token_floor: AtomicU64::new(0),
             writers,
             in_place: matches!(options.synchronous, crate::Synchronous::Normal),
+            process: ForkCheck::here(),
         })
     }
 
@@ -251,6 +269,7 @@ impl SqliteStore {
         behavior: TransactionBehavior,
         f: impl FnOnce(&Connection, i64) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
+        self.process.check(operation)?;
         let write = matches!(behavior, TransactionBehavior::Immediate);
         let writers = self.writers.clone().filter(|_| write);
         let in_place = self.in_place && (!write || writers.is_some());

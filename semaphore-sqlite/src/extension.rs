@@ -94,11 +94,11 @@ struct InProcess {
 /// This process's [`InProcess`] for the file `file`: one per file, kept
 /// until the process ends.
 ///
-/// A child `fork`ed after the holder was made inherits the holder's files,
-/// and with them its kernel lock: the parent's leases would then outlive
-/// the parent while the child lives, and the child's, made under the
-/// parent's id, would outlive the child. So a holder is the process's whose
-/// id made it; the first call in a child closes the inherited files (the
+/// A child `fork`ed after the holder was made inherits the holder's files
+/// but not its lock (a record lock is the process's alone), so the child's
+/// leases, made under the parent's id, would be taken for gone with the
+/// parent while the child lives. So a holder is the process's whose id
+/// made it; the first call in a child closes the inherited files (the
 /// parent's lock stays the parent's) and makes the child a holder of its own.
 fn in_process(file: FileId, path: &Path) -> Arc<InProcess> {
     /// Each file's, and the id of the process that made it.

@@ -2,14 +2,38 @@
 //! as soon as the holder's process is gone, proven by a kernel lock, not
 //! guessed; and nothing but the process's end can end the holder.
 //!
-//! Each store handle that grants a bound lease holds an exclusive `flock`
-//! on a file of its own, `<db>-holders/<holder id>`, from its first bound
-//! grant until it is dropped; its bound leases carry that id. The kernel
-//! releases the lock the instant the process dies, however it dies
-//! (SIGKILL, a crash, the OOM killer), and a lock is tied to its open file,
-//! so pid reuse cannot fake a live holder. A process that finds a foreign
-//! holder's file *unlocked* (it takes the lock itself) knows that holder is
-//! gone, and treats its leases as expired.
+//! Each store handle that grants a bound lease holds an exclusive POSIX
+//! record lock (`fcntl(F_SETLK)`, the whole file) on a file of its own,
+//! `<db>-holders/<holder id>`, from its first bound grant until it is
+//! dropped; its bound leases carry that id. The kernel releases the lock
+//! the instant the process dies, however it dies (SIGKILL, a crash, the
+//! OOM killer), and a lock is tied to the process and its open file, so
+//! pid reuse cannot fake a live holder. A process that finds a foreign
+//! holder's file *unlocked* (`F_GETLK` reports no lock) knows that holder
+//! is gone, and treats its leases as expired.
+//!
+//! Why a record lock, not `flock` or an open file description lock
+//! (`F_OFD_SETLK`): both of those belong to the open file description,
+//! which `fork()` shares with the child, so a child that never touches
+//! the store (Python's `multiprocessing` with the fork start method, a
+//! pre-fork server) would keep a killed holder's slots for as long as it
+//! lives. A record lock belongs to the process alone: a child inherits
+//! none (rule "R16 whatever a process's children do"). What a record lock
+//! asks in return, kept here:
+//! - It is released when the process closes *any* descriptor of the file,
+//!   so this process never opens a holder file of its own: a holder id
+//!   starts with the id of the process that made it (4 bytes, then 12
+//!   random ones), and the file of a holder of this process's is never
+//!   opened, by this handle or any other in the process (several handles
+//!   on one file, or the loadable extension beside the library).
+//! - Locks of one process never conflict with each other, so a lock
+//!   cannot tell this process's other holders' liveness: they are known
+//!   instead. A holder whose handle was dropped (or abandoned, in tests)
+//!   is recorded as ended for the whole process, and is gone; any other of
+//!   this process's is alive. A holder of another process that happens to
+//!   share this pid (one long dead, or one in another pid namespace
+//!   sharing the file) is then never taken for gone by this process: its
+//!   leases are left to their ttl, never freed early.
 //!
 //! Deleting files cannot end a live holder:
 //! - A holder whose file is *missing* is not taken for gone: its leases
@@ -32,10 +56,15 @@
 //! (a read-only location), leases are left to their ttl, which bounds them
 //! in every case.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::MetadataExt;
+
+use nix::fcntl::{FcntlArg, fcntl};
+use nix::libc;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use parking_lot::Mutex;
 use rusqlite::{Connection, params};
@@ -105,7 +134,7 @@ impl Holders {
                 Some(id)
             }
             Mine::Unmade => {
-                let id = *uuid::Uuid::new_v4().as_bytes();
+                let id = new_id();
                 let made = fs::create_dir_all(&self.dir).and_then(|()| {
                     self.sweep(conn);
                     self.make(&id)
@@ -134,25 +163,33 @@ impl Holders {
     /// ttl. For tests.
     #[cfg(feature = "test-util")]
     pub(crate) fn abandon(&self) {
-        *self.mine.lock() = Mine::Failed;
+        let was = std::mem::replace(&mut *self.mine.lock(), Mine::Failed);
+        ended(was);
     }
 
     /// Whether holder `id` is known to be gone: its file is there and
     /// unlocked (its process died). `false` for this handle's own holder,
     /// for a missing file, and whenever the file cannot be checked.
+    /// A holder of this process's (this handle's or another's) is never
+    /// gone, and its file is never opened: closing it would release the
+    /// process's lock.
     pub(crate) fn is_gone(&self, id: &HolderId) -> bool {
-        if matches!(&*self.mine.lock(), Mine::Made { id: mine, .. } if mine == id) {
-            return false;
+        if is_this_process(id) {
+            return ENDED.lock().contains(id);
         }
         self.unlocked(id)
     }
 
-    /// Whether holder `id`'s file is there and unlocked.
+    /// Whether holder `id`'s file is there and no process holds a lock
+    /// on it. Never called for a holder of this process.
     fn unlocked(&self, id: &HolderId) -> bool {
+        debug_assert!(!is_this_process(id));
         let Ok(file) = File::open(self.dir.join(name(id))) else {
             return false;
         };
-        matches!(file.try_lock(), Ok(()))
+        let mut probe = whole_file(libc::F_WRLCK);
+        fcntl(&file, FcntlArg::F_GETLK(&mut probe)).is_ok()
+            && probe.l_type == libc::F_UNLCK as libc::c_short
     }
 
     /// Whether holder `id`'s file is still the one this handle locked,
@@ -177,12 +214,9 @@ impl Holders {
             .write(true)
             .create_new(true)
             .open(&temporary)?;
-        if let Err(e) = file.try_lock() {
+        if let Err(e) = fcntl(&file, FcntlArg::F_SETLK(&whole_file(libc::F_WRLCK))) {
             let _ = fs::remove_file(&temporary);
-            return Err(match e {
-                TryLockError::Error(e) => e,
-                TryLockError::WouldBlock => io::Error::other("a fresh file was locked"),
-            });
+            return Err(e.into());
         }
         fs::rename(&temporary, self.dir.join(name(id)))?;
         Ok(file)
@@ -203,9 +237,8 @@ impl Holders {
             else {
                 continue;
             };
-            // Called before this handle's own file exists: any unlocked
-            // file is a gone holder's.
-            if !self.unlocked(&id) {
+            // Called before this handle's own file exists.
+            if !self.is_gone(&id) {
                 continue;
             }
             let ended = conn
@@ -218,12 +251,63 @@ impl Holders {
     }
 }
 
+impl Drop for Holders {
+    /// The handle's holder ends: its files close (so its lock is
+    /// released), and the process records it as ended.
+    fn drop(&mut self) {
+        ended(std::mem::take(self.mine.get_mut()));
+    }
+}
+
+/// The holders of this process whose handle was dropped (or abandoned):
+/// gone, though no lock can say so to this process (see the module's
+/// docs). 16 bytes a dropped handle that had a holder.
+static ENDED: LazyLock<Mutex<HashSet<HolderId>>> = LazyLock::new(Mutex::default);
+
+/// Records the holder `was`, if it had been made, as ended, and closes
+/// its files.
+fn ended(was: Mine) {
+    if let Mine::Made { id, files, .. } = was {
+        ENDED.lock().insert(id);
+        drop(files);
+    }
+}
+
 fn warn(dir: &Path, e: &io::Error) {
     tracing::warn!(
         target: "semaphore",
         dir = %dir.display(),
         "bound leases are left to their ttl: cannot make a holder file: {e}"
     );
+}
+
+/// The bytes of this process's id that start every holder id it makes.
+fn this_process() -> [u8; 4] {
+    std::process::id().to_be_bytes()
+}
+
+/// Whether holder `id` was made by this process (or by a dead or foreign
+/// one with the same pid: see the module's docs).
+fn is_this_process(id: &HolderId) -> bool {
+    id[..4] == this_process()
+}
+
+/// A new holder id: this process's id, then 12 random bytes.
+fn new_id() -> HolderId {
+    let mut id = *uuid::Uuid::new_v4().as_bytes();
+    id[..4].copy_from_slice(&this_process());
+    id
+}
+
+/// A record lock (or a probe for one) of `kind` over the whole file.
+fn whole_file(kind: libc::c_int) -> libc::flock {
+    libc::flock {
+        l_type: kind as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    }
 }
 
 /// The device and inode of an open file, if they can be read.
@@ -247,21 +331,83 @@ mod tests {
         conn
     }
 
+    /// Whether another process finds a record lock on the file at `path`:
+    /// this test binary run again as [`probe`], since no lock of this
+    /// process's can be seen from it (and opening its file here would
+    /// release it).
+    fn locked_seen_from_another_process(path: &Path) -> bool {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "holder::tests::probe", "--nocapture"])
+            .env("SEMAPHORE_HOLDER_PROBE", path)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        match (
+            said.contains("probe: locked"),
+            said.contains("probe: unlocked"),
+        ) {
+            (true, false) => true,
+            (false, true) => false,
+            _ => panic!("the probe said neither: {said}"),
+        }
+    }
+
+    /// The other process of [`locked_seen_from_another_process`]; nothing
+    /// when run as a test of its own.
+    #[test]
+    fn probe() {
+        let Some(path) = std::env::var_os("SEMAPHORE_HOLDER_PROBE") else {
+            return;
+        };
+        let file = File::open(path).unwrap();
+        let mut probe = whole_file(libc::F_WRLCK);
+        fcntl(&file, FcntlArg::F_GETLK(&mut probe)).unwrap();
+        let unlocked = probe.l_type == libc::F_UNLCK as libc::c_short;
+        println!("probe: {}", if unlocked { "unlocked" } else { "locked" });
+    }
+
     #[test]
     fn a_live_holder_is_never_gone_and_a_dropped_one_is() {
         let dir = tempfile::tempdir().unwrap();
         let (db, conn) = (dir.path().join("h.db"), database(dir.path()));
         let (a, b) = (Holders::new(&db), Holders::new(&db));
         let id = a.mine(&conn).expect("a holder file");
+        let file = dir.path().join("h.db-holders").join(name(&id));
         assert!(!a.is_gone(&id), "its own holder");
-        assert!(!b.is_gone(&id), "locked by a live handle");
+        assert!(!b.is_gone(&id), "another handle's of this process, alive");
         assert!(!b.is_gone(&id), "and still after a look");
+        assert!(
+            locked_seen_from_another_process(&file),
+            "another process finds it locked"
+        );
+        assert!(
+            !b.is_gone(&id),
+            "and the look of another process released nothing"
+        );
         drop(a);
-        assert!(b.is_gone(&id), "unlocked once its handle is dropped");
+        assert!(b.is_gone(&id), "ended once its handle is dropped");
+        assert!(
+            !locked_seen_from_another_process(&file),
+            "and unlocked for other processes"
+        );
         assert!(
             !b.is_gone(&[7; 16]),
             "a holder with no file is not known gone"
         );
+    }
+
+    #[test]
+    fn holder_ids_name_their_process_and_a_foreign_unlocked_one_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, conn) = (dir.path().join("h.db"), database(dir.path()));
+        let a = Holders::new(&db);
+        let id = a.mine(&conn).expect("a holder file");
+        assert_eq!(id[..4], std::process::id().to_be_bytes());
+        // What another process that died leaves: its file, unlocked.
+        let mut foreign = id;
+        foreign[..4].copy_from_slice(&(std::process::id() ^ 1).to_be_bytes());
+        fs::write(dir.path().join("h.db-holders").join(name(&foreign)), b"").unwrap();
+        assert!(a.is_gone(&foreign));
     }
 
     #[test]
@@ -271,15 +417,21 @@ mod tests {
         let (a, b) = (Holders::new(&db), Holders::new(&db));
         let id = a.mine(&conn).expect("a holder file");
         let holders = dir.path().join("h.db-holders");
-        // A process that opened the file just before it was deleted.
-        let early = File::open(holders.join(name(&id))).unwrap();
+        // What a process that opened the file just before it was deleted
+        // still reaches: the same file, by another name.
+        let early = dir.path().join("early");
+        fs::hard_link(holders.join(name(&id)), &early).unwrap();
         fs::remove_dir_all(&holders).unwrap();
         assert!(!b.is_gone(&id), "a missing file is not a gone holder");
         assert_eq!(a.mine(&conn), Some(id), "the next bound grant keeps its id");
         assert!(holders.join(name(&id)).exists(), "and makes its file again");
-        assert!(!b.is_gone(&id), "locked again");
+        assert!(!b.is_gone(&id), "alive");
         assert!(
-            matches!(early.try_lock(), Err(TryLockError::WouldBlock)),
+            locked_seen_from_another_process(&holders.join(name(&id))),
+            "the new file is locked"
+        );
+        assert!(
+            locked_seen_from_another_process(&early),
             "the deleted file stays locked while its handle lives"
         );
     }

@@ -104,6 +104,7 @@ impl MysqlStore {
     /// # Errors
     /// As [`MysqlStore::in_tx`]'s.
     async fn retried<'r, T>(&'r self, op: &'static str, mut mode: Mode<'_, 'r, T>) -> Result<T> {
+        self.process.check(op)?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime { operation: op });
         }

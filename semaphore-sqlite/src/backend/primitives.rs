@@ -62,6 +62,8 @@ impl Store for SqliteStore {
     }
 
     async fn try_borrow(&self, request: &BorrowRequest) -> Result<TryBorrow> {
+        // Before the watch is armed, whose lock a forked child must not take.
+        self.process.check("borrow")?;
         if request.waiter.is_some() {
             // Before the check, so that any commit after it is seen.
             self.watch.arm();
@@ -75,6 +77,7 @@ impl Store for SqliteStore {
     }
 
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
+        self.process.check("borrow")?;
         if requests.iter().any(|r| r.waiter.is_some()) {
             self.watch.arm();
         }

@@ -67,6 +67,8 @@ mod linux {
     use std::sync::{Arc, Weak};
     use std::thread::JoinHandle;
 
+    use semaphore_core::store::ForkCheck;
+
     use parking_lot::Mutex;
     use semaphore_core::PoolId;
     use semaphore_core::store::Changes;
@@ -145,6 +147,8 @@ mod linux {
         /// the same as a shut-down socket).
         stopping: Arc<AtomicBool>,
         thread: Option<JoinHandle<()>>,
+        /// The process that bound it: see its `Drop`.
+        process: ForkCheck,
     }
 
     impl Receiver {
@@ -169,6 +173,7 @@ mod linux {
                 registry,
                 stopping,
                 thread: Some(thread),
+                process: ForkCheck::here(),
             })
         }
     }
@@ -176,7 +181,14 @@ mod linux {
     impl Drop for Receiver {
         /// Ends the receiving thread (a shut-down socket ends its wait) and
         /// waits for it, so that the name is free for the next handle.
+        /// In a child that `fork()` made of the process that bound it,
+        /// nothing: the socket is shared with the parent (a shutdown here
+        /// would end the parent's), and the thread is the parent's.
         fn drop(&mut self) {
+            if self.process.check("close").is_err() {
+                std::mem::forget(self.thread.take());
+                return;
+            }
             self.stopping.store(true, Ordering::SeqCst);
             let _ = self.socket.shutdown(Shutdown::Both);
             if let Some(thread) = self.thread.take() {

@@ -30,6 +30,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
+
+use semaphore_core::store::ForkCheck;
 use std::time::Duration;
 
 use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher as _};
@@ -77,6 +79,8 @@ pub(crate) struct Watcher {
     state: Arc<State>,
     tx: mpsc::Sender<Msg>,
     thread: Option<JoinHandle<()>>,
+    /// The process that started it: see [`Drop`](#impl-Drop-for-Watcher).
+    process: ForkCheck,
 }
 
 enum Msg {
@@ -215,8 +219,16 @@ impl Watcher {
 
 impl Drop for Watcher {
     /// Ends the notifier (its thread and descriptors) and the watch thread,
-    /// and waits for the watch thread to finish.
+    /// and waits for the watch thread to finish. In a child that `fork()`
+    /// made of the process that started them, nothing: those threads are
+    /// the parent's (joining one here would wait forever), and the
+    /// notifier's descriptors too (ending it would end the parent's).
     fn drop(&mut self) {
+        if self.process.check("close").is_err() {
+            std::mem::forget(self.state.watcher.lock().take());
+            std::mem::forget(self.thread.take());
+            return;
+        }
         drop(self.state.watcher.lock().take());
         let _ = self.tx.send(Msg::Stop);
         if let Some(thread) = self.thread.take() {
@@ -302,6 +314,7 @@ pub(crate) fn watch(
             );
         })?;
     Ok(Watcher {
+        process: ForkCheck::here(),
         state,
         tx,
         thread: Some(thread),
