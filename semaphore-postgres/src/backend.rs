@@ -56,8 +56,10 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   not) runs on a task of its own, so the lease is delivered, or the
 ///   slot freed and told of, even if the caller drops `release`. Another
 ///   process's head, first in `semaphore_waiters` and asking for one
-///   unkeyed slot, finds the slot marked `granted_to` it at its next look,
-///   without writing; if it leaves first, it frees that slot. Any other
+///   unkeyed slot, finds the slot marked `granted_to` it at its next look
+///   and takes it; if it leaves first, it frees that slot, and if its
+///   process died, the slot frees itself within 1 s (until taken, its
+///   lease lasts at most that). Any other
 ///   head (weighted, keyed, gone, or looking at that instant) is woken
 ///   instead.
 /// - **Wake-up:** one `LISTEN` connection per store; the functions that can

@@ -34,11 +34,23 @@ use migrate::{before_3, migrate_from, shape_3};
 /// Version 8 has the same tables and arguments; its wake-ups try the pool's
 /// gate before they look at the queue, in a statement of their own, so
 /// that a borrow committing its place meanwhile is seen in one or the other.
-/// Versions 1 to 7 are migrated in place
+/// Version 9 has the same tables; a slot that a return hands to another
+/// process's queued head lasts at most [`HANDED_BOUND_MS`] until the head
+/// takes it, so that a head whose process died frees it within that bound.
+/// Versions 1 to 8 are migrated in place
 /// ([`migrate`]); the bound leases of 1 to 4 become unbound (left to
 /// their ttl), since the processes that held them are gone before a
 /// migration.
-pub(crate) const VERSION: i32 = 8;
+pub(crate) const VERSION: i32 = 9;
+
+/// How long a slot a return handed to another process's queued head lasts
+/// until the head takes it (ms): the head's process, woken by the return's
+/// notification, takes it at its next look, within milliseconds; a head
+/// whose process died (SIGKILL, a crash) leaves it to expire within this
+/// bound, not at its session's end (R16, rule "A handed slot is held on
+/// arrival": at most 1 s). A live head that looks later than this finds the
+/// slot gone and asks again as a newcomer.
+pub(crate) const HANDED_BOUND_MS: u64 = 1000;
 
 /// How long a queued head's row stays without being refreshed before other
 /// processes treat its process as gone, in ms.
@@ -224,6 +236,7 @@ pub(crate) fn fill(text: &str, schema: &str) -> String {
         .replace("{max_ms}", &MAX_UNIX_MS.to_string())
         .replace("{waiter_ttl}", &WAITER_TTL_MS.to_string())
         .replace("{waiter_refresh}", &WAITER_REFRESH_MS.to_string())
+        .replace("{handed_bound}", &HANDED_BOUND_MS.to_string())
 }
 
 fn describe(shape: &Shape) -> String {
@@ -342,11 +355,11 @@ async fn prepare_once(client: &Client, schema: &str, migrate: bool) -> Result<()
         }
         return match version? {
             Some(VERSION) => Ok(()),
-            Some(old @ 1..=7) if !migrate => Err(not_migrated(
+            Some(old @ 1..=8) if !migrate => Err(not_migrated(
                 schema,
                 &format!("the store's tables at schema version {old}"),
             )),
-            Some(old @ 1..=7) => migrate_from(client, schema, old, &expected).await,
+            Some(old @ 1..=8) => migrate_from(client, schema, old, &expected).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),

@@ -12,7 +12,11 @@
 -- tables, and a borrow and a return of one slot while nobody is queued
 -- that each run one statement, writing only the slot, and send no
 -- notification; 8 has the same tables, and wake-ups that try the pool's
--- gate before they look at the queue, in a statement of their own).
+-- gate before they look at the queue, in a statement of their own; 9 has
+-- the same tables, and a slot handed to another process's head is bound to
+-- a short liveness bound until the head takes it: a head whose process
+-- died frees it within that bound, not at its session's end; and a held
+-- place keeps its turn through a drain).
 -- `{s}` is the store's schema, quoted; `{channel}` its notification channel.
 -- Times are unix milliseconds on the server's clock (rule "Time"); each
 -- function reads it once, after taking the pool row's lock, unless a test
@@ -196,16 +200,44 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT hashtextextended('{channel}/' || p_waiter::text, 0)
 $$;
 
+-- Whether queued head p_waiter has a slot a return handed it (by
+-- `granted_to`), still active at p_now: served, it is owed nothing more,
+-- and its place (kept until it takes the slot) is ahead of no one.
+CREATE OR REPLACE FUNCTION {s}.semaphore_is_handed(p_pool uuid, p_waiter uuid, p_now bigint)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM {s}.semaphore_slots l
+        WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.expires_at > p_now)
+$$;
+
 -- The lease a return handed to queued head p_waiter (by `granted_to`),
--- if it is still active at p_now.
-CREATE OR REPLACE FUNCTION {s}.semaphore_handed(p_pool uuid, p_waiter uuid, p_now bigint)
+-- if it is still active at p_now, taken by the head: its place goes, and
+-- the lease then lasts p_ttl from the look. A return hands another
+-- process's head its slot for at most {handed_bound} ms (version 9), and
+-- keeps the head's place meanwhile: a head whose process died frees the
+-- slot within that bound (and its place goes as any dead head's), a live
+-- head that looks later than that is still first in line. Taking it again
+-- (a look whose answer was lost, asked again) never shortens it.
+CREATE OR REPLACE FUNCTION {s}.semaphore_take_handed(
+    p_pool uuid, p_waiter uuid, p_ttl bigint, p_now bigint)
 RETURNS TABLE (o_lease uuid, o_token bigint, o_expires_at bigint, o_position bigint,
     o_session uuid)
-LANGUAGE sql STABLE AS $$
-    SELECT l.lease, l.token, l.expires_at, l.position, l.session FROM {s}.semaphore_slots l
-    WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.expires_at > p_now
-        AND {s}.semaphore_alive(l.session, p_now)
-$$;
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE {s}.semaphore_slots l
+        SET expires_at = greatest(l.expires_at, least(p_now + p_ttl, {max_ms}))
+    WHERE l.pool = p_pool AND l.position = (
+        SELECT h.position FROM {s}.semaphore_slots h
+        WHERE h.pool = p_pool AND h.granted_to = p_waiter AND h.expires_at > p_now
+            AND {s}.semaphore_alive(h.session, p_now)
+        ORDER BY h.position LIMIT 1)
+    RETURNING l.lease, l.token, l.expires_at, l.position, l.session
+        INTO o_lease, o_token, o_expires_at, o_position, o_session;
+    IF FOUND THEN
+        DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+        RETURN NEXT;
+    END IF;
+END $$;
 
 -- Wakes waiters of every process if any head is queued on the pool, or
 -- if a borrow holds the pool's gate (semaphore_gate). (Within the
@@ -349,7 +381,7 @@ BEGIN
         -- hand-off in flight, so the statement after sees it.
         PERFORM pg_advisory_xact_lock_shared({s}.semaphore_waiter_key(p_waiter));
         SELECT * INTO v_id, v_tok, v_exp, v_pos, v_session
-            FROM {s}.semaphore_handed(p_pool, p_waiter, v_now);
+            FROM {s}.semaphore_take_handed(p_pool, p_waiter, p_ttl, v_now);
         IF FOUND THEN
             RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, v_session;
             RETURN;
@@ -384,7 +416,8 @@ BEGIN
                             WHERE x.id = p_session AND x.expires_at > v_now))
                         AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_waiters w
                             WHERE w.pool = p_pool AND w.alive_until > v_now
-                            AND w.ticket < coalesce(v_ticket, 9223372036854775807))
+                            AND w.ticket < coalesce(v_ticket, 9223372036854775807)
+                            AND NOT {s}.semaphore_is_handed(p_pool, w.waiter, v_now))
                         AND NOT EXISTS (SELECT 1 FROM {s}.semaphore_slots a
                             WHERE a.pool = p_pool AND a.position >= p.count
                             AND a.expires_at > v_now)
@@ -489,7 +522,7 @@ BEGIN
     -- but is owed nothing while the count is below it.
     SELECT coalesce(sum(w.slots), 0) INTO v_ahead FROM {s}.semaphore_waiters w
         WHERE w.pool = p_pool AND w.ticket < coalesce(v_ticket, 9223372036854775807)
-            AND w.slots <= v_count;
+            AND w.slots <= v_count AND NOT {s}.semaphore_is_handed(p_pool, w.waiter, v_now);
     IF v_ahead > 0 AND v_count - v_held >= p_slots THEN
         -- Heads whose store's listener connection is gone: their process died.
         WITH gone AS (
@@ -498,8 +531,8 @@ BEGIN
                 AND w.backend IS NOT NULL
                 AND NOT EXISTS (SELECT 1 FROM pg_stat_get_activity(w.backend) a
                                 WHERE a.pid = w.backend)
-                RETURNING w.slots)
-        SELECT coalesce(sum(gone.slots) FILTER (WHERE gone.slots <= v_count), 0)
+                RETURNING w.slots, {s}.semaphore_is_handed(p_pool, w.waiter, v_now) AS handed)
+        SELECT coalesce(sum(gone.slots) FILTER (WHERE gone.slots <= v_count AND NOT gone.handed), 0)
             INTO v_dropped FROM gone;
         v_ahead := v_ahead - v_dropped;
     END IF;
@@ -647,7 +680,9 @@ END $$;
 -- served: the head of the shared queue, if another process's head
 -- is first, is one-slot without a key (its place keeps its ttl, owner and
 -- session), lives, and is not looking right now (its advisory lock): it
--- finds its lease by `granted_to` at its next look, read-only. Else, if
+-- finds its lease by `granted_to` at its next look, and takes it
+-- (semaphore_take_handed); until then the lease lasts at most
+-- {handed_bound} ms. Else, if
 -- nobody else is queued ahead, the caller's claimed head (p_grant, the
 -- lease id, with p_waiter, p_ttl, p_owner, p_session), whose
 -- place if any goes. Either only if the pool grants and has room (no
@@ -708,8 +743,11 @@ BEGIN
     <<hand_on>>
     BEGIN
         EXIT hand_on WHEN NOT p_hand_off;
+        -- (A head already handed a slot that it has not taken is served.)
         SELECT * INTO v_head FROM {s}.semaphore_waiters w
-            WHERE w.pool = p_pool AND w.alive_until > v_now ORDER BY w.ticket LIMIT 1;
+            WHERE w.pool = p_pool AND w.alive_until > v_now
+                AND NOT {s}.semaphore_is_handed(p_pool, w.waiter, v_now)
+            ORDER BY w.ticket LIMIT 1;
         IF FOUND AND v_head.waiter IS DISTINCT FROM p_waiter THEN
             p_grant := NULL;
             -- (Never to a head whose session ended: its lease would be
@@ -727,6 +765,10 @@ BEGIN
                 WHERE w.pool = p_pool AND w.waiter = v_head.waiter AND w.alive_until > v_now
                 FOR UPDATE;
             EXIT hand_on WHEN NOT FOUND;
+            -- Its place is kept until it takes a slot handed to it: a return
+            -- that committed a hand-off to it since the look above (its
+            -- place was locked until then) leaves it served.
+            EXIT hand_on WHEN {s}.semaphore_is_handed(p_pool, v_head.waiter, v_now);
         ELSE
             EXIT hand_on WHEN p_grant IS NULL OR NOT {s}.semaphore_alive(p_session, v_now);
             -- The claimed head may have been handed a slot through the
@@ -736,7 +778,7 @@ BEGIN
             -- keeps a later one from handing it another.
             PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(p_waiter));
             SELECT * INTO v_id, v_tok, v_exp, v_pos, v_session
-                FROM {s}.semaphore_handed(p_pool, p_waiter, v_now);
+                FROM {s}.semaphore_take_handed(p_pool, p_waiter, p_ttl, v_now);
             EXIT hand_on WHEN FOUND;
             v_head.waiter := p_waiter;
             v_head.ttl := p_ttl;
@@ -750,6 +792,12 @@ BEGIN
                             AND l.expires_at > v_now);
         EXIT hand_on WHEN v_count IS NULL;
         v_exp := least(v_now + v_head.ttl, {max_ms});
+        IF p_grant IS NULL THEN
+            -- Another process's head: bound until it takes the slot
+            -- (semaphore_take_handed), so that a head whose process died
+            -- holds back no one for longer.
+            v_exp := least(v_exp, v_now + {handed_bound});
+        END IF;
         UPDATE {s}.semaphore_slots l SET lease = coalesce(p_grant, gen_random_uuid()),
                 token = nextval('{s}.semaphore_tokens'), expires_at = v_exp,
                 owner = v_head.owner, borrow_key = NULL, session = v_head.session,
@@ -761,7 +809,12 @@ BEGIN
                 FOR UPDATE SKIP LOCKED)
             RETURNING l.position, l.token, l.lease INTO v_pos, v_tok, v_id;
         EXIT hand_on WHEN NOT FOUND;
-        DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = v_head.waiter;
+        -- The claimed head's place goes with its grant; another process's
+        -- head keeps its place until it takes the slot (semaphore_take_handed).
+        IF p_grant IS NOT NULL THEN
+            DELETE FROM {s}.semaphore_waiters w
+                WHERE w.pool = p_pool AND w.waiter = v_head.waiter;
+        END IF;
         v_free := false;
         v_session := v_head.session;
         IF p_grant IS NULL THEN

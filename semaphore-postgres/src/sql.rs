@@ -233,14 +233,18 @@ impl Sql {
                 "SELECT count(*) FROM {s}.semaphore_waiters w, {s}.semaphore_waiters me,
                     (SELECT {s}.semaphore_now($3) AS now) t
                 WHERE me.pool = $1 AND me.waiter = $2 AND me.alive_until > t.now
-                    AND w.pool = $1 AND w.alive_until > t.now AND w.ticket <= me.ticket",
+                    AND NOT {s}.semaphore_is_handed($1, me.waiter, t.now)
+                    AND w.pool = $1 AND w.alive_until > t.now AND w.ticket <= me.ticket
+                    AND NOT {s}.semaphore_is_handed($1, w.waiter, t.now)",
             ),
             wake: f("SELECT {s}.semaphore_returned($1, $2)"),
             beat: f("SELECT {s}.semaphore_beat($1, $2, $3, $4)"),
             close: f("SELECT {s}.semaphore_close($1)"),
             unbind: f("SELECT {s}.semaphore_unbind($1, $2, $3)"),
-            queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters
-                WHERE pool = $1 AND alive_until > (SELECT {s}.semaphore_now($2))"),
+            queue_heads: f("SELECT count(*) FROM {s}.semaphore_waiters w,
+                    (SELECT {s}.semaphore_now($2) AS now) t
+                WHERE w.pool = $1 AND w.alive_until > t.now
+                    AND NOT {s}.semaphore_is_handed($1, w.waiter, t.now)"),
         }
     }
 }

@@ -41,6 +41,12 @@ impl Fixture {
     /// Queues a head as a one-slot borrower of another process would be
     /// queued (no live backend to check), with ttl 60 s.
     async fn queue_head(&self, waiter: Uuid) {
+        self.queue_head_of(waiter, None).await;
+    }
+
+    /// [`queue_head`](Self::queue_head), of a process whose listener's
+    /// backend is `backend` (one that does not exist: a dead process).
+    async fn queue_head_of(&self, waiter: Uuid, backend: Option<i32>) {
         self.sql
             .execute(
                 &format!(
@@ -48,10 +54,10 @@ impl Fixture {
                          (pool, waiter, ticket, alive_until, backend, slots, ttl)
                      VALUES ($1, $2, nextval('\"{0}\".semaphore_tickets'),
                          floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 600000,
-                         NULL, 1, 60000)",
+                         $3, 1, 60000)",
                     self.schema
                 ),
-                &[self.pool.id().as_uuid(), &waiter],
+                &[self.pool.id().as_uuid(), &waiter, &backend],
             )
             .await
             .unwrap();
@@ -72,6 +78,23 @@ impl Fixture {
             .await
             .unwrap();
         (row.get(0), row.get(1))
+    }
+
+    /// How long the lease at position 0 has left, by the server's clock,
+    /// in ms.
+    async fn left_ms(&self) -> i64 {
+        self.sql
+            .query_one(
+                &format!(
+                    "SELECT expires_at - floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                     FROM \"{}\".semaphore_slots WHERE pool = $1 AND position = 0",
+                    self.schema
+                ),
+                &[self.pool.id().as_uuid()],
+            )
+            .await
+            .unwrap()
+            .get(0)
     }
 
     /// The places queued on the pool.
@@ -148,8 +171,8 @@ impl Fixture {
     }
 }
 
-/// The return's commit grants the slot to the head, which then finds that
-/// very lease read-only, with its place gone; the pool counts it in use.
+/// The return's commit grants the slot to the head, which then takes that
+/// very lease at its look, with its place gone; the pool counts it in use.
 #[tokio::test]
 async fn a_return_hands_its_slot_to_the_queued_head() {
     let f = fixture().await;
@@ -163,13 +186,65 @@ async fn a_return_hands_its_slot_to_the_queued_head() {
     assert_eq!(granted_to, Some(head), "the slot went to the head");
     assert!(lease.is_some());
     assert_eq!(f.pool.inspect().await.unwrap().in_use, 1);
-    assert_eq!(f.places().await, 0);
+    assert_eq!(
+        f.places().await,
+        1,
+        "its place is kept until it takes the slot"
+    );
 
-    // The head's look answers with the lease it was handed, twice alike.
+    // The head's look answers with the lease it was handed, twice alike,
+    // and its place goes.
     assert_eq!(f.look(head).await, (0, lease));
+    assert_eq!(f.places().await, 0);
     assert_eq!(f.look(head).await, (0, lease));
     // A borrower of this process finds the pool full.
     assert!(f.pool.try_borrow(TTL).await.is_err());
+}
+
+/// A slot handed to a head lasts at most 1 s until the head takes it, so
+/// that a head whose process died (it never looks) holds back the next
+/// borrower for no longer; the head's look takes it for its own ttl. On
+/// schema 8 the handed lease lasted the head's whole ttl (60 s here), and
+/// the next borrower waited it out (R16; the sixth round's hostile test
+/// saw 9.2 s, a session timeout, with a SIGKILLed head).
+#[tokio::test]
+async fn a_slot_handed_to_a_head_that_never_looks_frees_itself_within_the_bound() {
+    let f = fixture().await;
+    let held = f.pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    let dead = Uuid::new_v4();
+    // The head's process: its listener is this connection, alive when the
+    // return hands it the slot, and gone (SIGKILL) before it looks.
+    let (listener, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let backend: i32 = listener
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    f.queue_head_of(dead, Some(backend)).await;
+    assert!(held.release().await.unwrap());
+    assert_eq!(f.slot().await.1, Some(dead), "handed to the head");
+    drop(listener);
+    connection.await.unwrap().unwrap();
+    assert!(
+        f.left_ms().await <= 1000,
+        "the handed lease lasts at most the bound until taken"
+    );
+    // The next borrower is served once the bound has passed.
+    let next = f.pool.borrow(TTL, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(next.position, 0);
+
+    // A head that looks takes its lease for its own ttl.
+    assert!(next.release().await.unwrap());
+    let head = Uuid::new_v4();
+    let held = f.pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    f.queue_head(head).await;
+    assert!(held.release().await.unwrap());
+    let (lease, _) = f.slot().await;
+    assert_eq!(f.look(head).await, (0, lease));
+    assert!(f.left_ms().await > 50_000, "taken for its ttl of 60 s");
 }
 
 /// A head that leaves without looking (its borrow was dropped or timed out)

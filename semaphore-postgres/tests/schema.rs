@@ -57,8 +57,9 @@ async fn downgrade(
     pool_id: semaphore_postgres::PoolId,
 ) {
     if old >= 6 {
-        // Versions 6 and 7 had the same tables, and functions of the same
-        // arguments; one of them stands in for the old ones here.
+        // Versions 6 to 8 had the same tables, and functions of the same
+        // arguments but one (8's `semaphore_handed`, which 9 replaced);
+        // one of them stands in for the old ones here.
         client
             .batch_execute(&format!(
                 "INSERT INTO \"{schema}\".semaphore_pools VALUES ('{p}', 3);
@@ -171,15 +172,15 @@ async fn as_version(client: &tokio_postgres::Client, schema: &str, old: i32) {
         .unwrap();
 }
 
-/// A schema written at version 1 to 7 (up to 3 a row per held
+/// A schema written at version 1 to 8 (up to 3 a row per held
 /// slot in `semaphore_leases`; at 1 and 2 a lease id unique, queued heads
 /// without a weight, older functions; up to 4 leases bound to backends, no
-/// sessions; up to 5 no triggers on the sessions; up to 7 older functions;
-/// one lease held) is migrated in place to version 8 when a store of this
+/// sessions; up to 5 no triggers on the sessions; up to 8 older functions;
+/// one lease held) is migrated in place to version 9 when a store of this
 /// version connects, keeping its lease, and then grants weighted leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_to_7_schema_is_migrated() {
-    for old in [1, 2, 3, 4, 5, 6, 7] {
+async fn a_version_1_to_8_schema_is_migrated() {
+    for old in [1, 2, 3, 4, 5, 6, 7, 8] {
         let schema = TestServer::fresh_schema();
         drop(open(&schema).await.unwrap());
         let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
@@ -193,7 +194,7 @@ async fn a_version_1_to_7_schema_is_migrated() {
             .await
             .unwrap_or_else(|e| panic!("the version {old} schema was refused: {e}"));
         let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-        assert_eq!(found, 8, "from version {old}");
+        assert_eq!(found, 9, "from version {old}");
         let pool = semaphore_postgres::Pool::new(std::sync::Arc::new(store), pool_id);
         assert_eq!(
             pool.inspect().await.unwrap().in_use,
@@ -260,7 +261,7 @@ async fn a_version_6_schema_in_use_is_migrated_under_its_leases_and_waiters() {
     let migrating = semaphore_postgres::Pool::new(Arc::new(open(&schema).await.unwrap()), pool_id);
     let version = format!("SELECT schema_version FROM \"{schema}\".semaphore_store");
     let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-    assert_eq!(found, 8);
+    assert_eq!(found, 9);
     assert_eq!(
         migrating.inspect().await.unwrap().in_use,
         1,
