@@ -11,10 +11,25 @@ use crate::{
     primitives::Store,
 };
 
+/// What a borrower found before [`acquire`], on its common path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum First {
+    /// Nothing yet: whether a queue holds it back is looked up, and if
+    /// none does, the store is asked at once.
+    Ask,
+    /// Asked in place an instant ago and refused, with no queue ahead.
+    Refused,
+    /// A queue here holds it back (just looked up).
+    HeldBack,
+}
+
 /// Borrows through `attempt` on `pools`, waiting up to `wait` from `start`.
 ///
 /// Asks the store at once if no borrower of these pools waits in this
-/// process, but those set aside (so that asking jumps no one). Otherwise, or if that finds
+/// process, but those set aside (so that asking jumps no one); a borrower
+/// that may wait on a store without in-place answers first takes its place
+/// in this process's queue, so that one who comes while that first ask is
+/// in flight queues behind it (R11 counts from the call). Otherwise, or if that finds
 /// nothing free, queues in every pool's queue and asks again each time its
 /// turn comes while it heads them all: when a pool changes, when the
 /// earliest lease it was told of expires, or when the borrower ahead leaves.
@@ -51,18 +66,6 @@ use crate::{
 /// sleeps until a change is told of, and then checks the count (the
 /// first set aside checks for all); once the count reaches its weight it
 /// is again the head, ahead of those queued after it.
-/// What a borrower found before [`acquire`], on its common path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum First {
-    /// Nothing yet: whether a queue holds it back is looked up, and if
-    /// none does, the store is asked at once.
-    Ask,
-    /// Asked in place an instant ago and refused, with no queue ahead.
-    Refused,
-    /// A queue here holds it back (just looked up).
-    HeldBack,
-}
-
 #[allow(clippy::too_many_arguments)]
 #[allow(clippy::manual_async_fn)] // on purpose: see the body
 pub(crate) fn acquire<A: Answer>(
@@ -70,7 +73,7 @@ pub(crate) fn acquire<A: Answer>(
     pools: &[PoolId],
     start: SystemTime,
     wait: Duration,
-    handoff: Option<HandOff>,
+    mut handoff: Option<HandOff>,
     draining_waits: bool,
     first: First,
     exhausted: impl Fn() -> Error,
@@ -115,12 +118,40 @@ pub(crate) fn acquire<A: Answer>(
         let mut first_ask = (asks_first && pools.len() == 1).then(|| pools[0]);
         // A caller that was just refused in place asks no second time.
         let asks_at_once = asks_first && !contended;
+        // R11 counts from the call: a borrower that may wait, whose first
+        // ask can be in flight (a store without in-place answers), takes
+        // its place in this process's queue before it asks, so that one who
+        // comes meanwhile queues behind it instead of asking beside it.
+        let mut early = None;
+        if asks_at_once
+            && !wait.is_zero()
+            && store.in_place().is_none()
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            let ticket = changes
+                .enqueue(
+                    store,
+                    store.clock().now(),
+                    pools,
+                    handoff.take(),
+                    !draining_waits,
+                )
+                .map_err(|pool| Error::Draining { pool })?;
+            // Its first ask is its own call in flight: no return here hands
+            // it a lease (under the very id it asks with) or claims it meanwhile.
+            ticket.start_first_ask();
+            early = Some(ticket);
+        }
         if asks_at_once {
             // Awaited through a reference: awaiting it by value would keep
             // it twice in this future (the binding and the awaited value).
             let mut first = attempt(start, None, false);
             let ids = first.made();
-            match (&mut first).await {
+            let answer = (&mut first).await;
+            if let Some(ticket) = &early {
+                ticket.done_asking();
+            }
+            match answer {
                 Ok(answer) => {
                     let step = answer.step();
                     if let Some(pool) = first_ask.take() {
@@ -155,9 +186,12 @@ pub(crate) fn acquire<A: Answer>(
         let clock = store.clock();
         // Refused while the pool's queue is marked draining: its head found
         // the drain (and tells everyone queued, under the queue's lock).
-        let ticket = changes
-            .enqueue(store, clock.now(), pools, handoff, !draining_waits)
-            .map_err(|pool| Error::Draining { pool })?;
+        let ticket = match early {
+            Some(ticket) => ticket,
+            None => changes
+                .enqueue(store, clock.now(), pools, handoff, !draining_waits)
+                .map_err(|pool| Error::Draining { pool })?,
+        };
         let place = QueuePlace::new(store, pools, ticket.id());
         let mut timeout = clock.sleep_until(saturating_add(start, wait));
         let mut next_expiry = None;

@@ -164,3 +164,43 @@ pub async fn r15_a_raise_holds_back_a_multi_pool_call_in_flight(f: Fixture) {
     assert_eq!(&three.unwrap().unwrap().positions[..], &[0, 1, 2]);
     set.abort();
 }
+
+/// R11 counts from the call: a borrower that comes while an earlier
+/// borrower's first ask of the store is in flight (held at the gate)
+/// queues behind it, and is not answered before it, even though a slot
+/// is free. Found on PostgreSQL, where a first ask is slow enough for a
+/// later borrower of the same process to ask beside it and win.
+pub async fn r11_a_first_ask_in_flight_is_not_overtaken(f: Fixture) {
+    let gate = Arc::new(GatedStore::new(f.store.clone()));
+    let pool = Pool::new(gate.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    gate.arm(Stop::BeforeCall);
+    let first = super::spawn_borrow(&pool, TTL, LONG);
+    gate.caught().await;
+    // The gate holds one call only: this one reaches the store if it asks.
+    let mut later = super::spawn_borrow(&pool, TTL, LONG);
+    tokio::select! {
+        () = until_waiting(&pool, 2) => {}
+        answered = &mut later => panic!(
+            "a later borrower was answered while an earlier one's first ask was in flight: {answered:?}"
+        ),
+    }
+    gate.release();
+    let first = tokio::time::timeout(BOUND, first)
+        .await
+        .expect("the first borrower was overtaken and still waits")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.position, 0);
+    assert!(
+        !later.is_finished(),
+        "the later borrower got a slot of a full pool"
+    );
+    assert!(pool.return_lease(first.id).await.unwrap());
+    let later = tokio::time::timeout(BOUND, later)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(later.position, 0, "served once the first returned");
+}

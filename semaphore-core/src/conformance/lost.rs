@@ -215,7 +215,12 @@ pub async fn lost_reply_of_a_queued_borrow_is_answered_with_the_grant(f: Fixture
                 .map(|g| g.forget())
         })
     };
+    // Queued, and its place known to the store: the answer lost is that of
+    // an attempt made from the queue, not of its first ask.
     until_waiting(&pool, 1).await;
+    while !pool.store().changes().head_has_asked(pool.id()) {
+        tokio::task::yield_now().await;
+    }
     losing.lose_next();
     drop(held);
     let got = waiter.await.unwrap().expect("the borrower was served");

@@ -170,6 +170,7 @@ macro_rules! store_conformance {
             r10_64_tasks_on_4_slots_never_over_issue,
             r11_ten_waiters_are_served_in_arrival_order,
             r11_newcomer_does_not_jump_the_queue,
+            r11_a_first_ask_in_flight_is_not_overtaken,
             r12_dropped_waiter_leaves_queue_and_next_is_served,
             r12_borrow_dropped_after_first_poll_holds_nothing,
             r12_grant_landing_after_the_drop_is_returned_at_once,

@@ -77,7 +77,16 @@ impl Ticket<'_> {
         true
     }
 
-    /// The store call of [`start_asking`](Ticket::start_asking) ended.
+    /// Marks the borrow's first ask, made from its place before it is
+    /// queued in the store (so with no waiter id), as its own call in
+    /// flight: as [`start_asking`](Ticket::start_asking), on a ticket just
+    /// made, which nothing can have claimed or handed a lease yet.
+    pub(crate) fn start_first_ask(&self) {
+        self.waiter.state.lock().asking = true;
+    }
+
+    /// The store call of [`start_asking`](Ticket::start_asking) or
+    /// [`start_first_ask`](Ticket::start_first_ask) ended.
     pub(crate) fn done_asking(&self) {
         self.waiter.state.lock().asking = false;
     }
