@@ -452,3 +452,43 @@ async fn a_ticket_for_more_slots_than_the_count_holds_back_no_one() {
         assert_eq!(lease["positions"], json!([0, 1, 2, 3, 4]));
     }
 }
+
+/// A ticket enqueued with `wait_while_draining` on a draining pool keeps a
+/// real place behind the tickets taken before it, on every store: its
+/// polls during the drain answer 202 with that place (not 404), and once
+/// the drain ends the earlier ticket is served first, then this one.
+/// (It answered `place: 1` and then `ticket_not_found` at every poll: the
+/// store wrote no place while the pool drained.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_enqueued_while_its_pool_drains_keeps_a_real_place() {
+    let dir = tempfile::tempdir().unwrap();
+    for server in servers(&dir, &[]) {
+        let pool = format!("/l/{}", pool_id());
+        let call = |path: &str, body: Value| post(&server, format!("{pool}{path}"), body);
+        server.call("PUT", &pool, Some(json!({"count": 1}))).await;
+        let (_, held) = call("/borrow", json!({"ttl": 60})).await;
+        let (status, earlier) = call("/enqueue", json!({"ttl": 60})).await;
+        assert_eq!((status, &earlier["place"]), (202, &json!(1)), "{earlier}");
+        let (status, _) = server
+            .call("PUT", &pool, Some(json!({"count": 1, "draining": true})))
+            .await;
+        assert_eq!(status, 200);
+        let (status, later) =
+            call("/enqueue", json!({"ttl": 60, "wait_while_draining": true})).await;
+        assert_eq!((status, &later["place"]), (202, &json!(2)), "{later}");
+        let poll = json!({"ticket": later["ticket"], "wait": 0.2});
+        let (status, polled) = call("/wait", poll.clone()).await;
+        assert_eq!((status, &polled["place"]), (202, &json!(2)), "{polled}");
+        server
+            .call("PUT", &pool, Some(json!({"count": 1, "draining": false})))
+            .await;
+        call("/return", json!({"lease": held["lease"]})).await;
+        let (status, polled) = call("/wait", poll.clone()).await;
+        assert_eq!((status, &polled["place"]), (202, &json!(2)), "{polled}");
+        let (status, first) = call("/wait", json!({"ticket": earlier["ticket"], "wait": 30})).await;
+        assert_eq!((status, &first["position"]), (200, &json!(0)), "{first}");
+        call("/return", json!({"lease": first["lease"]})).await;
+        let (status, second) = call("/wait", json!({"ticket": later["ticket"], "wait": 30})).await;
+        assert_eq!((status, &second["position"]), (200, &json!(0)), "{second}");
+    }
+}

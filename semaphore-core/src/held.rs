@@ -60,10 +60,11 @@ impl HeldPlace<'_> {
     /// The store keeps the place for `hold` (in whole milliseconds, at
     /// least one) after each refused attempt ([`BorrowRequest::hold`]); a place
     /// not polled within `hold` is dropped, and the borrowers behind it
-    /// move up. A draining pool's store writes nothing, so with
-    /// [`BorrowOptions::wait_while_draining`] a drain longer than `hold`
-    /// drops the place, and the poll takes a new one at the tail when the
-    /// drain ends. Places are served
+    /// move up. With [`BorrowOptions::wait_while_draining`] a place is
+    /// taken and kept while the pool drains, in its turn (a ticket taken
+    /// during a drain is behind those taken before), and is served in that
+    /// turn once the drain ends; without it, a poll of a draining pool
+    /// leaves the place. Places are served
     /// first come, first served with every process's queued heads,
     /// each owed its weight. A place is granted only to a poll, never
     /// handed a slot by a return, so an abandoned place never holds a slot.

@@ -92,7 +92,11 @@ use crate::{
 /// - **Draining.** A borrow of a draining pool fails with
 ///   [`Error::Draining`](crate::Error::Draining) before anything else is
 ///   checked but the pool's existence (a keyed retry included), and writes
-///   nothing; a multi-pool borrow naming one fails whole.
+///   nothing, but for a held place ([`BorrowRequest::hold`]): it takes or
+///   keeps its place first, as a refusal would, so that a ticket keeps its
+///   turn through a drain (R11; the core leaves the place at once for a
+///   poller that does not wait for the drain). A multi-pool borrow naming
+///   a draining pool fails whole.
 /// - **Unknown pools.** `inspect`, `set_draining`, `try_borrow`,
 ///   `try_borrow_all`, `renew`, `holders` and `force_return` fail with
 ///   [`Error::PoolNotFound`](crate::Error::PoolNotFound); `delete` reports

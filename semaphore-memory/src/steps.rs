@@ -67,21 +67,19 @@ impl Shared {
         now: SystemTime,
     ) -> Result<TryBorrow> {
         if table.draining() {
+            if request.hold.is_some() {
+                // A held place keeps its turn through the drain (R11):
+                // taken or refreshed, and refused (a draining table grants
+                // nothing).
+                let _ = self.poll_place(table, request, now);
+            }
             return Err(Error::Draining { pool: request.pool });
         }
         if request.key.is_some() && table.key_reused(request, now) {
             return Err(Error::KeyReused { pool: request.pool });
         }
         if request.hold.is_some() {
-            // A held place's poll, served in its turn among this
-            // process's borrowers.
-            return Ok(table.poll_place(
-                request,
-                now,
-                |arrival| self.changes.ahead_of(request.pool, arrival).1,
-                || self.changes.arrival(),
-                || self.next_token(),
-            ));
+            return Ok(self.poll_place(table, request, now));
         }
         // A queued borrower asks only as its queue's head; one that is no
         // longer the head (a raise of the count brought back a borrower
@@ -93,6 +91,23 @@ impl Shared {
         }
         let arrival = self.arrival(request);
         Ok(table.grant_in_turn(request, now, arrival, || self.next_token()))
+    }
+
+    /// A held place's poll on the pool's slots `table`, locked, at `now`,
+    /// served in its turn among this process's borrowers.
+    fn poll_place(
+        &self,
+        table: &mut SlotTable,
+        request: &BorrowRequest,
+        now: SystemTime,
+    ) -> TryBorrow {
+        table.poll_place(
+            request,
+            now,
+            |arrival| self.changes.ahead_of(request.pool, arrival).1,
+            || self.changes.arrival(),
+            || self.next_token(),
+        )
     }
 
     /// Returns lease `lease` of `pool` to its slots `table`, locked, at

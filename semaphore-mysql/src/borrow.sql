@@ -4,7 +4,7 @@
 -- (processes of an earlier release still call them) creates its own
 -- beside them. The procedures are separated by lines of `-- ====`.
 --
--- `{p}_borrow_step_5` is the step itself, with no transaction control: it
+-- `{p}_borrow_step_6` is the step itself, with no transaction control: it
 -- locks the pool's row, and answers in its OUT parameters. Status 0
 -- granted (the lease's id, token, expiry, positions and session), 1
 -- exhausted (the earliest end of an active lease), 2 no pool, 3 draining,
@@ -19,7 +19,7 @@
 -- place whose lock is free is a gone process's, unless it is held
 -- (`p_hold` ms after every look, bound to no process). The token is above
 -- `p_above` too: the leases of a multi-pool borrow get rising tokens.
-CREATE PROCEDURE {p}_borrow_step_5(
+CREATE PROCEDURE {p}_borrow_step_6(
     IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_ttl BIGINT, IN p_max BIGINT,
     IN p_slots INT UNSIGNED, IN p_session BINARY(16), IN p_waiter BINARY(16),
     IN p_owner VARBINARY(1024), IN p_key BLOB, IN p_key_name BLOB, IN p_now BIGINT,
@@ -50,6 +50,15 @@ step: BEGIN
         LEAVE step;
     END IF;
     IF v_draining THEN
+        -- A held place keeps its turn through the drain (R11): taken or
+        -- refreshed as a refusal would (revision 6).
+        IF p_waiter IS NOT NULL AND p_hold IS NOT NULL THEN
+            DELETE FROM {p}_waiters
+                WHERE pool = p_pool AND waiter = p_waiter AND alive_until <= v_now;
+            INSERT INTO {p}_waiters (pool, waiter, alive_until, slots, holder)
+                VALUES (p_pool, p_waiter, v_now + p_hold, p_slots, NULL)
+                ON DUPLICATE KEY UPDATE alive_until = VALUES(alive_until);
+        END IF;
         SET o_status = 3;
         LEAVE step;
     END IF;
@@ -218,7 +227,7 @@ step: BEGIN
 END
 -- ====
 -- A borrow as one call in a transaction of its own: one round trip.
-CREATE PROCEDURE {p}_borrow_5(
+CREATE PROCEDURE {p}_borrow_6(
     IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_ttl BIGINT, IN p_max BIGINT,
     IN p_slots INT UNSIGNED, IN p_session BINARY(16), IN p_waiter BINARY(16),
     IN p_owner VARBINARY(1024), IN p_key BLOB, IN p_key_name BLOB, IN p_now BIGINT,
@@ -230,7 +239,7 @@ BEGIN
     DECLARE o_positions TEXT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     START TRANSACTION;
-    CALL {p}_borrow_step_5(p_pool, p_lease, p_ttl, p_max, p_slots, p_session, p_waiter,
+    CALL {p}_borrow_step_6(p_pool, p_lease, p_ttl, p_max, p_slots, p_session, p_waiter,
         p_owner, p_key, p_key_name, p_now, p_waiter_ttl, p_hold, p_conn, 0,
         o_status, o_lease, o_token, o_expires, o_positions, o_next, o_session);
     COMMIT;
@@ -239,7 +248,7 @@ END
 -- ====
 -- A borrow inside the caller's transaction (a multi-pool borrow's), its
 -- token above `p_above`.
-CREATE PROCEDURE {p}_borrow_in_5(
+CREATE PROCEDURE {p}_borrow_in_6(
     IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_ttl BIGINT, IN p_max BIGINT,
     IN p_slots INT UNSIGNED, IN p_session BINARY(16), IN p_waiter BINARY(16),
     IN p_owner VARBINARY(1024), IN p_key BLOB, IN p_key_name BLOB, IN p_now BIGINT,
@@ -249,7 +258,7 @@ BEGIN
     DECLARE o_lease, o_session BINARY(16);
     DECLARE o_token, o_expires, o_next BIGINT;
     DECLARE o_positions TEXT;
-    CALL {p}_borrow_step_5(p_pool, p_lease, p_ttl, p_max, p_slots, p_session, p_waiter,
+    CALL {p}_borrow_step_6(p_pool, p_lease, p_ttl, p_max, p_slots, p_session, p_waiter,
         p_owner, p_key, p_key_name, p_now, p_waiter_ttl, p_hold, p_conn, p_above,
         o_status, o_lease, o_token, o_expires, o_positions, o_next, o_session);
     SELECT o_status, o_lease, o_token, o_expires, o_positions, o_next, o_session;

@@ -24,7 +24,7 @@
 //!   id of the named lock the head's store keeps on a connection of its
 //!   own (version 3): a head whose lock is free is gone.
 //!
-//! - `P_borrow_step_5`, `P_borrow_5`, `P_borrow_in_5`: the borrow as stored
+//! - `P_borrow_step_6`, `P_borrow_6`, `P_borrow_in_6`: the borrow as stored
 //!   procedures, the one place it is written (`borrow.sql`): the step, and
 //!   one call of it in a transaction of its own (one round trip) or in the
 //!   caller's (a multi-pool borrow).
@@ -71,9 +71,9 @@ impl Tables {
             leases: format!("{prefix}_leases"),
             waiters: format!("{prefix}_waiters"),
             sessions: format!("{prefix}_sessions"),
-            borrow: format!("{prefix}_borrow_5"),
-            borrow_in: format!("{prefix}_borrow_in_5"),
-            borrow_step: format!("{prefix}_borrow_step_5"),
+            borrow: format!("{prefix}_borrow_6"),
+            borrow_in: format!("{prefix}_borrow_in_6"),
+            borrow_step: format!("{prefix}_borrow_step_6"),
             prefix: prefix.to_string(),
         }
     }

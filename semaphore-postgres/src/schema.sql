@@ -473,6 +473,16 @@ BEGIN
         RETURN;
     END IF;
     IF v_draining THEN
+        IF p_waiter IS NOT NULL AND p_hold IS NOT NULL AND p_keep_place THEN
+            -- A held place keeps its turn through the drain (R11): taken
+            -- or refreshed as a refusal would (version 9).
+            v_now := {s}.semaphore_now(p_now);
+            DELETE FROM {s}.semaphore_waiters w
+                WHERE w.pool = p_pool AND w.waiter = p_waiter AND w.alive_until <= v_now;
+            INSERT INTO {s}.semaphore_waiters AS w (pool, waiter, ticket, alive_until, slots)
+                VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + p_hold, p_slots)
+                ON CONFLICT (pool, waiter) DO UPDATE SET alive_until = excluded.alive_until;
+        END IF;
         RETURN QUERY SELECT 3::smallint, p_pool, NULL::bigint[], NULL::bigint, NULL::bigint,
             NULL::uuid;
         RETURN;

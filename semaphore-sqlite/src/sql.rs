@@ -148,7 +148,8 @@ pub(crate) fn return_held(conn: &Connection, lease: &Lease, now: i64) -> rusqlit
 /// Grants the request's number of slots, the lowest
 /// free, if they are free for this borrower, or says when the earliest
 /// lease expires; the inner error is `PoolNotFound` or `Draining` when the
-/// pool does not exist or drains (and nothing was written).
+/// pool does not exist or drains (and nothing was written, but a held
+/// place's, which keeps its turn through a drain).
 ///
 /// Free slots go first to the heads queued in the store, oldest first: a
 /// borrower of `n` is granted only if `n` slots are free beyond those owed
@@ -207,6 +208,24 @@ pub(crate) fn try_borrow(
         return Ok(Err(Error::PoolNotFound { pool }));
     };
     if draining {
+        if let (Some(w), Some(_)) = (request.waiter, request.hold) {
+            // A held place keeps its turn through the drain (R11): taken
+            // or refreshed as a refusal would.
+            if dead > 0 {
+                conn.prepare_cached(
+                    "DELETE FROM semaphore_waiters WHERE pool = ?1 AND alive_until <= ?2",
+                )?
+                .execute(params![key, now])?;
+            }
+            let w = *w.as_uuid().as_bytes();
+            let alive: Option<i64> = conn
+                .prepare_cached(
+                    "SELECT alive_until FROM semaphore_waiters WHERE pool = ?1 AND waiter = ?2",
+                )?
+                .query_row(params![key, w], |r| r.get(0))
+                .optional()?;
+            keep_place(conn, key, &w, request.slots, now, alive, request.hold)?;
+        }
         return Ok(Err(Error::Draining { pool }));
     }
     // The highest position held, while no row was deleted since it was read.

@@ -215,3 +215,68 @@ pub async fn r15_a_held_place_for_more_slots_than_the_count_holds_back_no_one(f:
 async fn take(pool: &crate::pool::Pool) -> crate::lease::Lease {
     pool.try_borrow(TTL).await.unwrap().forget()
 }
+
+/// A held place that waits while its pool drains
+/// ([`BorrowOptions::wait_while_draining`]) takes a real place while the
+/// pool drains, behind the places taken before it, and keeps it through
+/// the drain: once the drain ends, the earlier place is served first and
+/// then this one. (The HTTP service's tickets enqueued on a draining pool
+/// answered place 1 and then were unknown at every poll: the store wrote
+/// no place.) One that does not wait for the drain leaves no place.
+pub async fn r11_a_held_place_keeps_its_turn_through_a_drain(f: Fixture) {
+    let pool = f.pool("held-drain");
+    pool.register(1).await.unwrap();
+    let held = take(&pool).await;
+    let waits = BorrowOptions::new().wait_while_draining(true);
+    let (earlier, later, gone) = (WaiterId::new(), WaiterId::new(), WaiterId::new());
+    let poll = |ticket: WaiterId, options: BorrowOptions| {
+        let pool = pool.clone();
+        async move {
+            pool.held(ticket)
+                .wait(HOLD, TTL, Duration::ZERO, options)
+                .await
+        }
+    };
+    assert!(poll(earlier, waits.clone()).await.unwrap().is_none());
+    pool.set_draining(true).await.unwrap();
+    assert!(
+        poll(later, waits.clone()).await.unwrap().is_none(),
+        "not granted while the pool drains"
+    );
+    assert_eq!(
+        pool.held(later).place().await.unwrap(),
+        Some(2),
+        "a real place, behind the earlier one"
+    );
+    assert!(matches!(
+        poll(gone, BorrowOptions::new()).await,
+        Err(Error::Draining { .. })
+    ));
+    assert_eq!(
+        pool.held(gone).place().await.unwrap(),
+        None,
+        "no place left"
+    );
+    // Polled through the drain: the places are kept.
+    f.clock.advance(HOLD / 2);
+    assert!(poll(earlier, waits.clone()).await.unwrap().is_none());
+    assert!(poll(later, waits.clone()).await.unwrap().is_none());
+    assert_eq!(pool.held(later).place().await.unwrap(), Some(2));
+    pool.set_draining(false).await.unwrap();
+    assert!(pool.return_lease(held.id).await.unwrap());
+    assert!(
+        poll(later, waits.clone()).await.unwrap().is_none(),
+        "the later place does not jump the earlier one"
+    );
+    let first = poll(earlier, waits.clone())
+        .await
+        .unwrap()
+        .expect("served first")
+        .forget();
+    assert!(pool.return_lease(first.id).await.unwrap());
+    let second = poll(later, waits)
+        .await
+        .unwrap()
+        .expect("then the later one");
+    assert_eq!(second.position, 0);
+}

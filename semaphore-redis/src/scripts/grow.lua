@@ -185,7 +185,11 @@ local function grow_ops()
                 return lease_reply(gid, r)
             end
         end
-        if st.draining then return {4} end
+        if st.draining then
+            -- A held place keeps its turn through the drain (R11).
+            if hold then queue(k, waiter, n, hold, conn, nil) end
+            return {4}
+        end
         local found = keyed(k, key)
         if found then
             if found[1] == 6 then return found end
