@@ -198,8 +198,10 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "inf", value_parser = wait)]
     pub(crate) wait: Duration,
 
-    /// The lease's ttl; it is renewed every ttl/3 while CMD runs. At least
-    /// 1s.
+    /// The lease's ttl; while CMD runs it is renewed (and the store's
+    /// session heartbeated) every sixth of the shorter of the ttl and the
+    /// session timeout, at most every second: every second with the
+    /// defaults. At least 1s.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = run_ttl)]
     pub(crate) ttl: Duration,
 
@@ -266,9 +268,9 @@ fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 30s, 5m, 1h30m)"))
 }
 
-/// The shortest `--ttl` `semaphore run` takes: below it, renewals every
-/// ttl/3 and the guardian's margin and SIGTERM period leave a healthy
-/// command no room.
+/// The shortest `--ttl` `semaphore run` takes: below it, the renewals and
+/// the guardian's margin and SIGTERM period leave a healthy command no
+/// room.
 pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
 
 /// `run`'s `--ttl`: a duration of at least [`MIN_TTL`].

@@ -198,3 +198,53 @@ async fn an_outage_of_the_bound_under_run_on_redis_ends_nothing() {
 async fn an_outage_of_the_bound_under_run_on_mysql_ends_nothing() {
     an_outage_of_the_bound_ends_nothing(StoreKind::Mysql).await;
 }
+
+/// A command that ends while the store is cut off: `run` cannot return
+/// the lease, and says so, with the bound within which the slot frees
+/// itself (it said nothing, and the slot stayed taken about 27 s); it
+/// still exits with the command's code.
+async fn a_command_ending_in_an_outage_is_reported_with_its_bound(kind: StoreKind) {
+    let (server, namespace, proxy) =
+        Server::proxied(kind, "ended-cut-off", 1, Duration::from_secs(30)).await;
+    let (through_proxy, _) = server.holder_url(proxy.port(), 0);
+    let dir = tempfile::tempdir().unwrap();
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let line = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done; exit 3",
+        started.display(),
+        go.display()
+    );
+    let run = Command::new(BIN)
+        .arg("run")
+        .args(store_flags(kind, &through_proxy, &namespace))
+        .args(["--ttl", "20s", "--session-timeout", "20s"])
+        .args(["--pool", "ended-cut-off", "--", "sh", "-c", &line])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !started.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.cut();
+    std::fs::write(&go, b"").unwrap();
+    let out = tokio::task::spawn_blocking(move || run.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    proxy.restore();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("could not be returned") && stderr.contains("within 20s"),
+        "it says the slot stays taken, and for how long at most: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_ending_in_an_outage_on_postgres_is_reported() {
+    a_command_ending_in_an_outage_is_reported_with_its_bound(StoreKind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_ending_in_an_outage_on_redis_is_reported() {
+    a_command_ending_in_an_outage_is_reported_with_its_bound(StoreKind::Redis).await;
+}

@@ -142,7 +142,10 @@ pub(super) fn from_micros(text: &str) -> Option<Duration> {
 /// The wrapper's side: the guardian process and the pipes to it.
 #[derive(Debug)]
 pub(crate) struct Guard {
-    child: tokio::process::Child,
+    /// The guardian's pid: its process group, the command's.
+    pid: Pid,
+    /// Turns `true` once the guardian has exited (a task waits for it).
+    exited: tokio::sync::watch::Receiver<bool>,
     pipe: Option<std::process::ChildStdin>,
     /// The guardian's standard output: what it says it did.
     words: Option<std::fs::File>,
@@ -211,8 +214,14 @@ impl Guard {
             .and_then(|stdin| stdin.into_owned_fd().ok())
             .map(std::process::ChildStdin::from);
         let group = child.id().unwrap_or(0);
+        let (told, exited) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            let _ = told.send(true);
+        });
         let mut guard = Self {
-            child,
+            pid: Pid::from_raw(group as i32),
+            exited,
             pipe,
             words,
             heard: Vec::new(),
@@ -233,7 +242,17 @@ impl Guard {
 
     /// The guardian's process group, which the command joins: its pid.
     pub(crate) fn group(&self) -> Pid {
-        Pid::from_raw(self.child.id().map_or(0, |id| id as i32))
+        self.pid
+    }
+
+    /// Completes once the guardian has exited, for whatever reason: it
+    /// ended the command's group (itself included), it was killed, or
+    /// it was told `done`. Borrows nothing of the guard.
+    pub(crate) fn gone(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut exited = self.exited.clone();
+        async move {
+            let _ = exited.wait_for(|gone| *gone).await;
+        }
     }
 
     /// Tells the guardian until when the lease is certainly held
@@ -287,7 +306,7 @@ impl Guard {
         self.pipe = None;
         // A guardian stopped (SIGSTOP by pid) reads `done` once continued;
         // the run does not wait for that.
-        let _ = tokio::time::timeout(EXIT_WAIT, self.child.wait()).await;
+        let _ = tokio::time::timeout(EXIT_WAIT, self.gone()).await;
     }
 
     /// Writes `line` if the pipe has room for it within `wait`; whether it

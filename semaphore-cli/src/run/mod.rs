@@ -1,7 +1,8 @@
 //! `semaphore run`: holds one slot while a command runs (the CLI's README).
 //!
-//! The lease is short and kept alive (renewed every ttl/3) while the
-//! command runs, and returned the moment it exits. The command behaves as
+//! The lease is short and kept alive (renewed every [`Timing::tell`],
+//! every second with the defaults) while the command runs, and returned
+//! the moment it exits. The command behaves as
 //! it would without `semaphore`:
 //!
 //! - It runs in a process group apart from `semaphore run`'s (the
@@ -21,6 +22,10 @@
 //!   when `semaphore run` cannot renew it or its session cannot
 //!   heartbeat (stopped on its own, hung, the store out of reach): SIGTERM
 //!   `--kill-after` before the deadline, SIGKILL at it.
+//! - If the guardian itself ends while the command runs (someone killed
+//!   it), `semaphore run` notices at once (its exit), ends the command
+//!   as for a lost lease, returns the lease and exits 70: a command never
+//!   runs on unguarded.
 //! - If a renewal finds the lease lost, the command gets SIGTERM (once:
 //!   from the guardian if its deadline came first, else from here, the
 //!   guardian told to send none), then SIGKILL after `--kill-after`, and
@@ -90,6 +95,17 @@ pub(crate) async fn run(
         Err(Error::Exhausted { waited, .. }) => {
             return Err(Exit::exhausted(&name, waited, args.exhausted_code));
         }
+        Err(Error::PoolNotFound { .. }) if args.count.is_some() => {
+            // Registered just before: the pool went while this run waited.
+            return Err(Exit::new(
+                code::UNAVAILABLE,
+                format!(
+                    "pool {name} was removed while this run waited for a slot (deleted, or \
+                     lost by the store: a Redis restart without persistence loses it); run \
+                     again to register it anew"
+                ),
+            ));
+        }
         Err(e) => return Err(Exit::from_store(e)),
     };
     if let Some(devices) = &args.devices {
@@ -144,7 +160,19 @@ pub(crate) async fn run(
     let mut job = Job::new(child, guard, args.ttl, timing);
     let status = job.supervise(&lease, signals).await;
     job.close().await;
-    let _ = lease.release().await;
+    // The slot is held no longer than the lease's window from its last
+    // renewal or heartbeat, which was at most a `tell` ago.
+    let window = choice
+        .session_timeout()
+        .map_or(args.ttl, |session| session.min(args.ttl));
+    if let Err(e) = lease.release().await {
+        eprintln!(
+            "semaphore run: the command ended, but its lease could not be returned ({e}); \
+             its slot stays taken until the store ends the lease by itself, within {} \
+             (the shorter of --ttl and the session timeout)",
+            humantime::format_duration(window)
+        );
+    }
     status
 }
 
@@ -284,6 +312,8 @@ impl Job {
         let mut tell_guard = tokio::time::interval(self.timing.tell);
         let lost = lease.lost();
         tokio::pin!(lost);
+        let unguarded = self.guard.gone();
+        tokio::pin!(unguarded);
         loop {
             tokio::select! {
                 status = self.child.wait() => {
@@ -317,6 +347,7 @@ impl Job {
                     }
                 }
                 reason = &mut lost => return self.end(&reason).await,
+                () = &mut unguarded => return self.unguarded().await,
                 _ = tell_guard.tick() => self.guard.deadline(lease),
             }
         }
@@ -395,6 +426,45 @@ impl Job {
             let _ = self.child.wait().await;
         }
         Err(lease_lost())
+    }
+
+    /// The guardian exited while the command ran. If it ended the command's
+    /// group itself (it says so first), that is the lease's end, as for a
+    /// command the guardian ended. Otherwise it was killed: the command
+    /// must not run on unguarded (a later SIGKILL or SIGSTOP of this
+    /// process would leave it running beside the slot's next holder), so
+    /// it is ended as for a lost lease (SIGTERM, SIGKILL after
+    /// `--kill-after`), and the lease is then returned (rule "`run` fails
+    /// safe on its guardian's end").
+    async fn unguarded(&mut self) -> Result<u8, Exit> {
+        let acted = self.guard.acted();
+        if !acted {
+            eprintln!(
+                "semaphore run: the guardian process (pid {}) ended while the command ran; \
+                 stopping the command, which must not run unguarded (SIGTERM now, SIGKILL \
+                 after {} ms), then returning the lease",
+                self.group,
+                self.timing.kill_after.as_millis()
+            );
+            let _ = killpg(self.group, Signal::SIGTERM);
+            let _ = killpg(self.group, Signal::SIGCONT);
+        }
+        if tokio::time::timeout(self.timing.kill_after, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = killpg(self.group, Signal::SIGKILL);
+            let _ = self.child.wait().await;
+        }
+        Err(Exit::new(
+            code::SOFTWARE,
+            if acted {
+                "the lease could not be confirmed in time; the guardian ended the command"
+            } else {
+                "the guardian process ended while the command ran; the command was stopped \
+                 and the lease returned"
+            },
+        ))
     }
 
     /// Takes the terminal back and lets the guardian go.

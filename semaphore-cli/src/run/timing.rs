@@ -44,9 +44,10 @@ impl Timing {
     /// The timing of a lease of `ttl` bound to a session of `session`
     /// (`None`: the store has none). The window is the shorter of the two:
     /// the lease's local deadline is its expiry or its session's end,
-    /// whichever comes first. Renewed every ttl/3 and heartbeated every
-    /// session/3, a healthy lease always has two thirds of the window left.
-    /// The guardian is told the deadline every quarter of that; SIGTERM
+    /// whichever comes first. Renewed and heartbeated every `tell` (a
+    /// quarter of two thirds of the window, at most 1 s), a healthy lease
+    /// always has more than two thirds of the window left, and the
+    /// guardian is told the deadline as often; SIGTERM
     /// goes `--kill-after` before the deadline less the margin, which a
     /// healthy lease never comes within two tellings of. The default
     /// `--kill-after` shrinks to fit; a value given that does not fit is a
