@@ -7,10 +7,14 @@
 //!   requests cannot hold connections open.
 //! - At most `connections` connections are served at once; past that, new
 //!   ones wait in the kernel's accept queue until one closes.
-//! - With `per_address`, at most that many of them come from one client
-//!   address; more from it are closed at once, so that one client cannot
-//!   take every connection (off by default: behind a proxy every client
-//!   has the proxy's address).
+//! - At most `per_address` of them come from one client address (a
+//!   quarter of `connections` by default); more from it are closed at
+//!   once, so that one client cannot take every connection, whatever it
+//!   holds them with: heads it never finishes, long polls, answers it
+//!   never reads (behind a proxy every client has the proxy's address:
+//!   raise it there).
+//! - An answer that the client does not read makes no progress for at most
+//!   `write_timeout` ([`WriteDeadline`]); the connection is then closed.
 //! - A request's body has a deadline too (`--body-timeout`, see
 //!   [`body_deadline`](crate::body_deadline)).
 //! - Every socket goes through [`JsonErrors`],
@@ -27,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::parse_errors::JsonErrors;
+use crate::write_deadline::WriteDeadline;
 
 /// The connection limits.
 #[derive(Debug, Clone, Copy)]
@@ -35,8 +40,10 @@ pub(crate) struct Limits {
     pub(crate) connections: usize,
     /// The longest a request head may take to arrive.
     pub(crate) header_timeout: Duration,
-    /// Connections served at once from one client address, if capped.
-    pub(crate) per_address: Option<usize>,
+    /// Connections served at once from one client address.
+    pub(crate) per_address: usize,
+    /// The longest a write of an answer may wait for the client to read.
+    pub(crate) write_timeout: Duration,
 }
 
 /// The connections open from each client address, for
@@ -109,16 +116,13 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let address_slot = match limits.per_address {
-            Some(cap) => match per_address.open(peer.ip(), cap) {
-                Some(slot) => Some(slot),
-                // Over its share: closed at once (dropped).
-                None => continue,
-            },
-            None => None,
+        let Some(address_slot) = per_address.open(peer.ip(), limits.per_address) else {
+            // Over its share: closed at once (dropped).
+            continue;
         };
         let service = TowerToHyperService::new(router.clone());
-        let connection = http.serve_connection(TokioIo::new(JsonErrors::new(stream)), service);
+        let stream = WriteDeadline::new(JsonErrors::new(stream), limits.write_timeout);
+        let connection = http.serve_connection(TokioIo::new(stream), service);
         connections.spawn(async move {
             let _ = connection.await;
             drop(address_slot);

@@ -12,8 +12,10 @@
 //! then that address), so allowing one never lets a page read what it
 //! could not. The port is never compared: port forwarding (`docker -p
 //! 9000:8080`, `ssh -L`) changes it, and a rebinding attack does not need
-//! it. A request without a host (HTTP/1.0) is answered: browsers always
-//! send one. `/healthz` and `/readyz` answer every host: they say nothing
+//! it. An HTTP/1.1 request without a `Host` header is answered 400
+//! `missing_host`, as RFC 9112 (3.2) requires of every server; one of
+//! HTTP/1.0, which has no such header, is answered. `/healthz` and
+//! `/readyz` answer every host: they say nothing
 //! of pools or leases, and a load balancer's probe that sends a name
 //! nobody listed must not take the server out of rotation.
 
@@ -151,6 +153,17 @@ pub(crate) async fn answer_known(
     request: Request,
     next: Next,
 ) -> Response {
+    if request.version() == axum::http::Version::HTTP_11
+        && !request.headers().contains_key(header::HOST)
+    {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "missing_host",
+            "an HTTP/1.1 request must have a Host header (RFC 9112, 3.2)",
+        )
+        .with_field("Host")
+        .into_response();
+    }
     let path = request.uri().path();
     if path == "/healthz" || path == "/readyz" {
         return next.run(request).await;

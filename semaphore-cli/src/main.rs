@@ -27,6 +27,7 @@ mod ticket;
 mod ticket_answer;
 mod two_phase;
 mod wire;
+mod write_deadline;
 
 use clap::Parser;
 

@@ -80,6 +80,8 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
         broken: Default::default(),
         ticket_hold: args.ticket_hold,
     };
+    // Before the server says it listens: a SIGHUP from then on is caught.
+    on_hangup(auth.clone());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(ServeError::Io)?;
@@ -88,11 +90,14 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
     let limits = crate::accept::Limits {
         connections: args.max_connections as usize,
         header_timeout: args.header_timeout,
-        per_address: args.max_connections_per_address.map(|n| n as usize),
+        per_address: args
+            .max_connections_per_address
+            .unwrap_or((args.max_connections / 4).max(1))
+            .min(args.max_connections) as usize,
+        write_timeout: args.write_timeout,
     };
     let mut router = api::router(app);
     if let Some(token) = auth {
-        tokio::spawn(reload_on_hangup(token.clone()));
         router = router.layer(axum::middleware::from_fn_with_state(
             token,
             crate::auth::require,
@@ -188,17 +193,27 @@ fn drain_signals(signals: DrainSignals, drain: watch::Sender<bool>) {
     }
 }
 
-/// SIGHUP reads the auth token's file again.
-async fn reload_on_hangup(token: crate::auth::Token) {
+/// SIGHUP reads the auth token's file again, if there is one; it never
+/// ends the server (its default action would: a server started from a
+/// terminal that closes, or sent the signal that reloads other daemons'
+/// configuration, must go on serving). Listening starts before this
+/// returns, so that a SIGHUP sent once the server says it listens is
+/// caught.
+fn on_hangup(token: Option<crate::auth::Token>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
         let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            eprintln!("semaphore serve: cannot listen for SIGHUP, which would end the server");
             return;
         };
-        while hangups.recv().await.is_some() {
-            token.reload();
-        }
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                if let Some(token) = &token {
+                    token.reload();
+                }
+            }
+        });
     }
     #[cfg(not(unix))]
     drop(token);

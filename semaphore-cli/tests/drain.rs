@@ -271,3 +271,24 @@ async fn a_drain_answers_503_at_once_behind_a_queued_patient_borrower() {
         assert_eq!(patient.await.unwrap(), 200, "{store:?}");
     }
 }
+
+/// SIGHUP never ends a server: with no `--auth-token-file` (whose reload
+/// it means) it is caught and ignored (its default action ended the
+/// server). The process catches it from the moment it says it listens,
+/// and answers after one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hangup_never_ends_a_server_without_an_auth_token_file() {
+    let server = Server::start(&["--memory"]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    let caught = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigCgt:"))
+        .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+        .unwrap();
+    assert_ne!(caught & 1, 0, "SIGHUP (1) is caught: {status}");
+    signal(&server, "HUP");
+    let (status, _) = server.call("GET", "/healthz", None).await;
+    assert_eq!(status, 200, "the server answers after a SIGHUP");
+    let (status, _) = server.call("GET", "/healthz", None).await;
+    assert_eq!(status, 200);
+}

@@ -149,11 +149,22 @@ async fn a_rebound_name_is_421_and_the_loopback_names_are_answered() {
         "127.0.0.1".to_string(),
         format!("127.0.0.1:{port}"),
         "[::1]:1".to_string(),
-        String::new(),
     ] {
         let (status, body) = get(&server, "/metrics", &host);
         assert_eq!(status, 200, "{host:?}: {body}");
     }
+    // RFC 9112 (3.2): an HTTP/1.1 request without Host is a 400, on every
+    // route; HTTP/1.0 has no Host to send, and is answered.
+    for path in ["/metrics", "/healthz"] {
+        let (status, body) = get(&server, path, "");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("missing_host")),
+            "{path}: {body}"
+        );
+    }
+    let (status, body) = raw(&server, "GET /metrics HTTP/1.0", "");
+    assert_eq!(status, 200, "HTTP/1.0 without Host: {body}");
     for probe in ["/healthz", "/readyz"] {
         let (status, body) = get(&server, probe, "rebound.example");
         assert_eq!(status, 200, "{probe}: {body}");

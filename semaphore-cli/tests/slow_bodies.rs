@@ -81,12 +81,17 @@ fn fresh(address: &str, request: &str) -> String {
 /// body-less GET, and a PUT whose body comes with its head) is served: by
 /// default only a quarter of `--max-connections` (here 8, so 2) wait for
 /// their bodies at once; the others are answered 503
-/// `too_many_slow_bodies` and closed at once.
+/// `too_many_slow_bodies` and closed at once. Every client here has one
+/// address, as behind a proxy, whose operator raised the per-address
+/// share to every connection (tests/crowded.rs has one address against
+/// another with the default share).
 #[test]
 fn slow_bodies_on_every_connection_leave_fresh_requests_served() {
     let server = Server::start(&[
         "--memory",
         "--max-connections",
+        "8",
+        "--max-connections-per-address",
         "8",
         "--header-timeout",
         "1h",

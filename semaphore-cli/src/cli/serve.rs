@@ -86,11 +86,21 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_pending_bodies: Option<u32>,
 
-    /// The most connections served at once from one client address (off by
-    /// default: behind a proxy or a NAT every client has the same address).
-    /// More from that address are closed at once.
+    /// The most connections served at once from one client address
+    /// (default: a quarter of --max-connections). More from that address
+    /// are closed at once, so that one client cannot hold every connection
+    /// (with heads it never finishes, long polls, or answers it never
+    /// reads). Behind a proxy or a NAT every client has the proxy's
+    /// address: raise it there, up to --max-connections.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_connections_per_address: Option<u32>,
+
+    /// The longest the server waits for a client to read its answer: a
+    /// write that makes no progress for this long (the client stopped
+    /// reading) closes the connection. A client that reads, however
+    /// slowly, is never cut off.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    pub(crate) write_timeout: Duration,
 
     /// The largest count a pool may be registered with.
     #[arg(long, value_name = "N", default_value_t = 1000)]
