@@ -50,6 +50,17 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
         ..args.store.flags()
     })
     .map_err(ServeError::Usage)?;
+    if args.max_ttl < Duration::from_millis(1) {
+        // Every lease would be granted expired (R5, "the smallest ttl").
+        return Err(ServeError::Usage(crate::exit::Exit::new(
+            crate::exit::code::USAGE,
+            format!(
+                "--max-ttl {:?} is under 1 ms, the resolution at which leases expire: \
+                 every lease would be granted expired; give at least 1ms",
+                args.max_ttl
+            ),
+        )));
+    }
     let shown = choice.shown();
     let store = choice.open(None).await.map_err(ServeError::Store)?;
     let limits = Limits::default()

@@ -30,9 +30,10 @@ pub(crate) struct Register {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Borrow {
-    /// Seconds the lease is held before it frees itself; above 0, clamped
-    /// to the server's max ttl.
-    #[schema(value_type = f64, exclusive_minimum = 0.0)]
+    /// Seconds the lease is held before it frees itself; at least 0.001
+    /// (a millisecond, the resolution of every expiry), clamped to the
+    /// server's max ttl.
+    #[schema(value_type = f64, minimum = 0.001)]
     pub(crate) ttl: serde_json::Number,
     /// Seconds the call may wait for a slot; default 0, clamped to the
     /// server's max wait.
@@ -60,9 +61,9 @@ pub(crate) struct Borrow {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Enqueue {
-    /// Seconds the lease is held once granted; above 0, clamped to the
-    /// server's max ttl.
-    #[schema(value_type = f64, exclusive_minimum = 0.0)]
+    /// Seconds the lease is held once granted; at least 0.001, clamped to
+    /// the server's max ttl.
+    #[schema(value_type = f64, minimum = 0.001)]
     pub(crate) ttl: serde_json::Number,
     /// How many slots the lease holds: default 1.
     #[serde(default)]
@@ -145,8 +146,8 @@ pub(crate) struct Renew {
     /// The lease to renew.
     #[schema(value_type = uuid::Uuid)]
     pub(crate) lease: String,
-    /// Seconds from now; above 0, clamped to the server's max ttl.
-    #[schema(value_type = f64, exclusive_minimum = 0.0)]
+    /// Seconds from now; at least 0.001, clamped to the server's max ttl.
+    #[schema(value_type = f64, minimum = 0.001)]
     pub(crate) ttl: serde_json::Number,
 }
 
@@ -311,32 +312,31 @@ pub(crate) fn slots(n: &serde_json::Number, max: u32) -> Result<u32, ApiError> {
     })
 }
 
-/// Seconds as a duration: a finite number `>= 0` (`> 0` if `positive`).
+/// Seconds as a duration: a finite number `>= 0`, or, for a ttl
+/// (`positive`), at least 0.001: a lease's resolution is a millisecond,
+/// and a shorter ttl would be granted expired (R5, "the smallest ttl").
 /// Values above the maximum are clamped by the pool, as the seed says.
 pub(crate) fn seconds(
     field: &'static str,
     n: &serde_json::Number,
     positive: bool,
 ) -> Result<Duration, ApiError> {
-    let secs = n.as_f64().filter(|s| s.is_finite() && *s >= 0.0);
-    let secs = secs.filter(|s| !positive || *s > 0.0).ok_or_else(|| {
-        let range = if positive {
-            "greater than 0"
-        } else {
-            "0 or more"
-        };
-        ApiError::bad_request(
-            format!("{field} must be a number of seconds {range}, got {n}"),
-            Some(field),
-        )
-    })?;
-    let duration = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
-    // A positive value below a nanosecond is still positive: the pool
-    // rounds it up to its resolution (1 ms).
-    if positive && duration.is_zero() {
-        return Ok(Duration::from_nanos(1));
-    }
-    Ok(duration)
+    let least = if positive { 0.001 } else { 0.0 };
+    let secs = n
+        .as_f64()
+        .filter(|s| s.is_finite() && *s >= least)
+        .ok_or_else(|| {
+            let range = if positive {
+                "of at least 0.001 (1 ms)"
+            } else {
+                "0 or more"
+            };
+            ApiError::bad_request(
+                format!("{field} must be a number of seconds {range}, got {n}"),
+                Some(field),
+            )
+        })?;
+    Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
 }
 
 /// `GET /l/{id}/leases`.

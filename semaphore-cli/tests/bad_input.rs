@@ -117,7 +117,24 @@ async fn bad_input_is_a_clear_4xx_and_changes_nothing() {
             json,
             b"{\"ttl\": 0}".to_vec(),
             400,
-            "greater than 0",
+            "of at least 0.001",
+        ),
+        // Under a millisecond: the lease would be granted expired.
+        (
+            "POST",
+            format!("{pool}/borrow"),
+            json,
+            b"{\"ttl\": 0.0004}".to_vec(),
+            400,
+            "of at least 0.001",
+        ),
+        (
+            "POST",
+            format!("{pool}/borrow"),
+            json,
+            b"{\"ttl\": 1e-300}".to_vec(),
+            400,
+            "of at least 0.001",
         ),
         (
             "POST",

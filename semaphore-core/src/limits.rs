@@ -153,15 +153,18 @@ impl Limits {
         Ok(slots)
     }
 
-    /// Checks and clamps a lease `ttl`: zero is rejected, anything above
-    /// `max_ttl` becomes `max_ttl`, and the result is rounded up to whole
-    /// milliseconds, the resolution at which expiries are stored.
+    /// Checks and clamps a lease `ttl`: one under a millisecond, the
+    /// resolution at which expiries are stored, is rejected (it would round
+    /// to 0 ms, a lease expired at its grant: R5, "the smallest ttl");
+    /// anything above `max_ttl` becomes `max_ttl`, and the result is
+    /// rounded up to whole milliseconds.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming `ttl` when it is zero.
+    /// [`Error::InvalidArgument`] naming `ttl` when it is under 1 ms (zero
+    /// included).
     pub fn clamp_ttl(&self, ttl: Duration) -> Result<Duration> {
-        if ttl.is_zero() {
-            return Err(self.zero_ttl());
+        if ttl < Duration::from_millis(1) {
+            return Err(self.zero_ttl(ttl));
         }
         let ttl = ttl.min(self.max_ttl);
         let ttl = match ttl.subsec_nanos() % 1_000_000 {
@@ -172,17 +175,17 @@ impl Limits {
         Ok(ttl.max(Duration::from_millis(1)))
     }
 
-    /// The error of a zero `ttl`: out of the way of every borrow.
+    /// The error of a `ttl` under 1 ms: out of the way of every borrow.
     #[cold]
     #[inline(never)]
-    fn zero_ttl(&self) -> Error {
+    fn zero_ttl(&self, ttl: Duration) -> Error {
         Error::invalid(
             "ttl",
             format!(
-                "greater than 0 (at most {:?}; longer is clamped)",
+                "at least 1ms (at most {:?}; longer is clamped)",
                 self.max_ttl
             ),
-            "0s",
+            format!("{ttl:?}"),
         )
     }
 
@@ -243,14 +246,23 @@ mod tests {
     }
 
     #[test]
-    fn ttl_zero_rejected_and_long_ttl_clamped_and_rounded_up() {
+    fn ttl_under_a_millisecond_rejected_and_long_ttl_clamped_and_rounded_up() {
         let l = Limits::default();
-        assert!(matches!(
-            l.clamp_ttl(Duration::ZERO),
-            Err(Error::InvalidArgument { field: "ttl", .. })
-        ));
+        for short in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_micros(999),
+        ] {
+            assert!(
+                matches!(
+                    l.clamp_ttl(short),
+                    Err(Error::InvalidArgument { field: "ttl", .. })
+                ),
+                "{short:?}"
+            );
+        }
         assert_eq!(
-            l.clamp_ttl(Duration::from_nanos(1)).unwrap(),
+            l.clamp_ttl(Duration::from_millis(1)).unwrap(),
             Duration::from_millis(1)
         );
         assert_eq!(

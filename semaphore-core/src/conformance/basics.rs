@@ -138,12 +138,30 @@ pub async fn r4_delete_is_idempotent_and_invalidates_leases(f: Fixture) {
 pub async fn r5_ttl_zero_is_invalid_and_nothing_changes(f: Fixture) {
     let pool = f.pool("p");
     pool.register(1).await.unwrap();
-    let err = pool.borrow(Duration::ZERO, SEC).await.unwrap_err();
+    // Under a millisecond too (R5, "the smallest ttl"): it rounds to 0 ms,
+    // a lease granted expired.
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_micros(400),
+    ] {
+        let err = pool.borrow(ttl, SEC).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { field: "ttl", .. }),
+            "{ttl:?}: {err:?}"
+        );
+    }
+    let held = pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    let err = pool
+        .renew(held.lease(), Duration::from_micros(999))
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, Error::InvalidArgument { field: "ttl", .. }),
-        "{err:?}"
+        "a renewal: {err:?}"
     );
-    assert_eq!(pool.inspect().await.unwrap().in_use, 0);
+    drop(held);
+    crate::conformance::until_in_use(&pool, 0).await;
 }
 
 /// R5: an unknown pool fails with not-found at once, even with a long wait.
@@ -339,10 +357,7 @@ pub async fn r14_bad_input_names_field_and_range(f: Fixture) {
         .await
         .unwrap_err()
         .to_string();
-    assert!(
-        msg.contains("ttl") && msg.contains("greater than 0"),
-        "{msg}"
-    );
+    assert!(msg.contains("ttl") && msg.contains("at least 1ms"), "{msg}");
     let msg = "gpus".parse::<crate::id::PoolId>().unwrap_err().to_string();
     assert!(msg.contains("pool_id") && msg.contains("UUID"), "{msg}");
     assert_eq!(pool.inspect().await.unwrap(), state(&pool, 1, 0));
