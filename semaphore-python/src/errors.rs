@@ -128,7 +128,8 @@ pub(crate) fn exception(py: Python<'_>, error: &Error) -> PyErr {
             fields.push(("found", text(found)));
             "SchemaMismatch"
         }
-        // ClockSkew, NoRuntime, BlockingInRuntime and any later variant.
+        // ClockSkew, NoRuntime, BlockingInRuntime, Forked and any later
+        // variant.
         _ => "SemaphoreError",
     };
     fields.push(("retryable", flag(py, retryable)));

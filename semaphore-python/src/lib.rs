@@ -25,6 +25,7 @@ pub(crate) mod errors;
 pub(crate) mod held;
 pub(crate) mod info;
 pub(crate) mod lease;
+pub(crate) mod numbers;
 pub(crate) mod pool;
 pub(crate) mod runtime;
 pub(crate) mod set;

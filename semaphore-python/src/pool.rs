@@ -73,7 +73,11 @@ impl Pool {
     /// wakes waiters at once; lowering it revokes nothing.
     ///
     /// Raises `InvalidArgument` (field `count`) or `StorageError`.
-    fn register(&self, py: Python<'_>, count: u32) -> PyResult<PoolState> {
+    fn register(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::numbers::count)] count: u32,
+    ) -> PyResult<PoolState> {
         let pool = self.pool.clone();
         wait(py, self.inline, Signals::Checked, async move {
             pool.register(count).await.map(PoolState::from)
@@ -126,7 +130,7 @@ impl Pool {
         py: Python<'_>,
         ttl: f64,
         wait: f64,
-        slots: u32,
+        #[pyo3(from_py_with = crate::numbers::slots)] slots: u32,
         key: Option<String>,
         owner: Option<String>,
         wait_while_draining: bool,
@@ -150,7 +154,7 @@ impl Pool {
         py: Python<'_>,
         ttl: f64,
         wait: f64,
-        slots: u32,
+        #[pyo3(from_py_with = crate::numbers::slots)] slots: u32,
         key: Option<String>,
         owner: Option<String>,
         wait_while_draining: bool,
@@ -185,7 +189,11 @@ impl Pool {
     /// Its holder learns at its next renewal (`lost()`).
     ///
     /// Raises `PoolNotFound` or `StorageError`.
-    fn force_return(&self, py: Python<'_>, position: u32) -> PyResult<Option<Holder>> {
+    fn force_return(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::numbers::position)] position: u32,
+    ) -> PyResult<Option<Holder>> {
         let pool = self.pool.clone();
         wait(py, self.inline, Signals::Checked, async move {
             Ok(pool.force_return(position).await?.map(Holder::from))
@@ -224,7 +232,11 @@ impl Pool {
     }
 
     /// `register` for asyncio.
-    fn register_async<'py>(&self, py: Python<'py>, count: u32) -> PyResult<Bound<'py, PyAny>> {
+    fn register_async<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::numbers::count)] count: u32,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let pool = self.pool.clone();
         awaitable(py, async move {
             pool.register(count).await.map(PoolState::from)
@@ -256,7 +268,7 @@ impl Pool {
     fn force_return_async<'py>(
         &self,
         py: Python<'py>,
-        position: u32,
+        #[pyo3(from_py_with = crate::numbers::position)] position: u32,
     ) -> PyResult<Bound<'py, PyAny>> {
         let pool = self.pool.clone();
         awaitable(py, async move {

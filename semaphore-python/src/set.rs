@@ -51,10 +51,18 @@ impl PoolSet {
     /// lease per pool, all or nothing. Raises `InvalidArgument` as the
     /// constructor does, or naming `slots`.
     #[staticmethod]
-    fn weighted(py: Python<'_>, pools: Vec<(Bound<'_, Pool>, u32)>) -> PyResult<Self> {
+    fn weighted(py: Python<'_>, pools: Vec<(Bound<'_, Pool>, Bound<'_, PyAny>)>) -> PyResult<Self> {
         let inline = pools.iter().all(|(p, _)| p.get().inline);
-        let set =
-            semaphore::PoolSet::weighted(pools.iter().map(|(p, n)| (p.get().pool.clone(), *n)));
+        let weights = pools
+            .iter()
+            .map(|(_, n)| crate::numbers::slots(n))
+            .collect::<PyResult<Vec<u32>>>()?;
+        let set = semaphore::PoolSet::weighted(
+            pools
+                .iter()
+                .zip(weights)
+                .map(|((p, _), n)| (p.get().pool.clone(), n)),
+        );
         Self::made(py, set, inline)
     }
 
@@ -80,7 +88,7 @@ impl PoolSet {
         py: Python<'_>,
         ttl: f64,
         wait: f64,
-        slots: u32,
+        #[pyo3(from_py_with = crate::numbers::slots)] slots: u32,
         key: Option<String>,
         owner: Option<String>,
         wait_while_draining: bool,
@@ -102,7 +110,7 @@ impl PoolSet {
         py: Python<'_>,
         ttl: f64,
         wait: f64,
-        slots: u32,
+        #[pyo3(from_py_with = crate::numbers::slots)] slots: u32,
         key: Option<String>,
         owner: Option<String>,
         wait_while_draining: bool,

@@ -160,7 +160,7 @@ impl PostgresStore {
         url: String,
         schema: Option<String>,
         session_timeout: Option<f64>,
-        pool_size: Option<usize>,
+        #[pyo3(from_py_with = crate::numbers::pool_size)] pool_size: Option<usize>,
     ) -> PyResult<PyClassInitializer<Self>> {
         use semaphore_postgres::PostgresOptions;
         let mut options = PostgresOptions::default();
@@ -243,7 +243,7 @@ impl MysqlStore {
         url: String,
         table_prefix: Option<String>,
         session_timeout: Option<f64>,
-        pool_size: Option<usize>,
+        #[pyo3(from_py_with = crate::numbers::pool_size)] pool_size: Option<usize>,
     ) -> PyResult<PyClassInitializer<Self>> {
         use semaphore_mysql::MysqlOptions;
         let mut options = MysqlOptions::default();

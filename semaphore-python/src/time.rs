@@ -7,14 +7,15 @@ use pyo3::prelude::*;
 
 use crate::errors::invalid;
 
-/// `seconds` (an int or a float) as a duration. `inf` is the longest
-/// there is, which the library then clamps to its limit (`max_ttl`,
-/// `max_wait`), as it clamps any other too long.
+/// `seconds` (an int or a float) as a duration. `inf`, and any number
+/// of seconds past the longest duration there is (about 1.8e19 s), is that
+/// longest, which the library then clamps to its limit (`max_ttl`,
+/// `max_wait`), as it clamps any other too long (R5).
 ///
 /// # Errors
 /// `InvalidArgument` naming `field` for a negative number or NaN.
 pub(crate) fn seconds(py: Python<'_>, field: &'static str, seconds: f64) -> PyResult<Duration> {
-    if seconds == f64::INFINITY {
+    if seconds >= Duration::MAX.as_secs_f64() {
         return Ok(Duration::MAX);
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| {

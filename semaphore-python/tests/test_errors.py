@@ -40,6 +40,12 @@ def test_the_classes_form_one_tree():
         (lambda p: p.borrow(10, key="k" * 300), "key"),
         (lambda p: p.borrow(10, owner="a\nb"), "owner"),
         (lambda p: p.register(5000), "count"),
+        (lambda p: p.register(-1), "count"),
+        (lambda p: p.register(2**40), "count"),
+        (lambda p: p.borrow(10, slots=-1), "slots"),
+        (lambda p: p.borrow(10, slots=2**33), "slots"),
+        (lambda p: p.force_return(-1), "position"),
+        (lambda p: p.force_return(2**32), "position"),
         (lambda p: p.return_lease("not-a-uuid"), "lease"),
     ],
 )
@@ -67,6 +73,29 @@ def test_store_and_pool_arguments_are_checked(tmp_path):
     with pytest.raises(sp.InvalidArgument) as raised:
         sp.RedisStore("redis://127.0.0.1:1", prefix="bad prefix!")
     assert raised.value.field == "prefix"
+
+
+def test_a_weighted_set_names_a_weight_out_of_range():
+    pool = sp.MemoryStore().pool("weights")
+    with pytest.raises(sp.InvalidArgument) as raised:
+        sp.PoolSet.weighted([(pool, -1)])
+    assert raised.value.field == "slots"
+
+
+def test_seconds_past_the_longest_duration_are_clamped_as_inf_is(pool):
+    """R5: a ttl or wait above the longest duration (about 1.8e19 s) is
+    clamped to the limit, as `inf` is; it was refused."""
+    for ttl in (1e20, float("inf")):
+        with pool.borrow(ttl, wait=1e300) as lease:
+            assert lease.expires_at > 0
+    assert pool.inspect().in_use == 0
+
+
+def test_a_sqlite_path_that_names_no_file_is_refused_naming_it():
+    for path in ("", ":memory:"):
+        with pytest.raises(sp.InvalidArgument) as raised:
+            sp.SqliteStore(path)
+        assert raised.value.field == "path", str(raised.value)
 
 
 def test_a_file_that_is_not_a_database_is_a_storage_error(tmp_path):

@@ -241,3 +241,20 @@ async fn lock_held_past_busy_timeout_is_retryable_storage_not_exhausted() {
         0
     );
 }
+
+/// A path that names no shared file (empty, or SQLite's `:memory:`) is
+/// refused, naming `path`: SQLite would open a private database there
+/// that no other process sees (Python's `SqliteStore("")` said something
+/// garbled about a missing `-wal` file).
+#[test]
+fn a_path_that_names_no_file_is_refused_naming_it() {
+    for path in ["", ":memory:"] {
+        match SqliteStore::open(path) {
+            Err(Error::InvalidArgument { field, got, .. }) => {
+                assert_eq!(field, "path");
+                assert_eq!(got, format!("{path:?}"));
+            }
+            other => panic!("{path:?}: {other:?}"),
+        }
+    }
+}
