@@ -132,7 +132,7 @@ impl From<Error> for ApiError {
                 retryable,
                 ..
             } => {
-                eprintln!("semaphore serve: {e}");
+                eprintln!("semaphore serve: {}", e.chain());
                 let mut err = Self::new(
                     StatusCode::BAD_GATEWAY,
                     "storage",
@@ -150,7 +150,7 @@ impl From<Error> for ApiError {
             }
             // The operator's to fix; no retry helps until then.
             Error::ClockSkew { .. } | Error::SchemaMismatch { .. } => {
-                eprintln!("semaphore serve: {e}");
+                eprintln!("semaphore serve: {}", e.chain());
                 let (code, error) = match e {
                     Error::ClockSkew { .. } => (
                         "clock_skew",
@@ -166,7 +166,7 @@ impl From<Error> for ApiError {
                 err
             }
             other => {
-                eprintln!("semaphore serve: {other}");
+                eprintln!("semaphore serve: {}", other.chain());
                 Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",

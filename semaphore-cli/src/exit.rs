@@ -65,7 +65,8 @@ impl Exit {
             Error::Storage { retryable, .. } => Self::new(
                 code::IOERR,
                 format!(
-                    "{e}; {}",
+                    "{}; {}",
+                    e.chain(),
                     if *retryable {
                         "a retry may help"
                     } else {
@@ -73,7 +74,7 @@ impl Exit {
                     }
                 ),
             ),
-            _ => Self::new(code::IOERR, e.to_string()),
+            _ => Self::new(code::IOERR, e.chain().to_string()),
         }
     }
 }

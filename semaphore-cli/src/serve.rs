@@ -26,7 +26,7 @@ pub(crate) enum ServeError {
 impl std::fmt::Display for ServeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ServeError::Store(e) => write!(f, "opening the store: {e}"),
+            ServeError::Store(e) => write!(f, "opening the store: {}", e.chain()),
             ServeError::Io(e) => write!(f, "{e}"),
             ServeError::Usage(e) => write!(f, "{}", e.message),
         }

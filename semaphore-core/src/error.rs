@@ -158,7 +158,12 @@ pub enum Error {
 
     /// The storage engine failed (busy past its timeout, I/O, corruption).
     /// The operation was all or nothing and did not happen.
-    #[error("storage error during {operation} ({}): {source}", if *retryable { "retryable" } else { "not retryable" })]
+    ///
+    /// Its `Display` says what failed and whether a retry may help; the
+    /// engine's own error is its [`source`](std::error::Error::source),
+    /// which an error reporter prints after it (`anyhow`'s `{:#}`,
+    /// [`Error::chain`]), not a second time inside it.
+    #[error("storage error during {operation} ({})", if *retryable { "retryable" } else { "not retryable" })]
     Storage {
         /// The store operation that failed (`borrow`, `register`, `open`, ...).
         operation: &'static str,
@@ -264,6 +269,16 @@ impl Error {
         }
     }
 
+    /// This error and every error under it ([`source`](std::error::Error::source)),
+    /// on one line, each after a colon: what a program that reports an
+    /// error (a log line, a command's message) prints. For
+    /// [`Storage`](Error::Storage), the engine's own words follow the
+    /// operation: `storage error during borrow (retryable): connection
+    /// refused`.
+    pub fn chain(&self) -> impl std::fmt::Display + '_ {
+        Chain(self)
+    }
+
     /// The error for a renew of `lease` that found it not active at `now`:
     /// [`LeaseExpired`](Error::LeaseExpired) if its `expires_at` has passed,
     /// else [`LeaseNotFound`](Error::LeaseNotFound). For stores that renew
@@ -292,5 +307,43 @@ impl Error {
     }
 }
 
+/// [`Error::chain`]'s display.
+struct Chain<'a>(&'a Error);
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = std::error::Error::source(self.0);
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_storage_error_shows_its_source_once_and_the_chain_shows_it_after() {
+        let e = Error::Storage {
+            operation: "borrow",
+            retryable: true,
+            source: Box::new(std::io::Error::other("connection refused")),
+        };
+        assert_eq!(e.to_string(), "storage error during borrow (retryable)");
+        assert_eq!(
+            std::error::Error::source(&e).map(ToString::to_string),
+            Some("connection refused".to_string())
+        );
+        assert_eq!(
+            e.chain().to_string(),
+            "storage error during borrow (retryable): connection refused"
+        );
+    }
+}

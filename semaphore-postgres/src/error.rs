@@ -179,7 +179,7 @@ mod tests {
             .query_one("SELECT 1/0", &[])
             .await
             .unwrap_err();
-        let shown = storage("inspect")(e).to_string();
+        let shown = storage("inspect")(e).chain().to_string();
         assert!(shown.contains("22012: division by zero"), "{shown}");
         assert!(shown.contains("not retryable"), "{shown}");
     }
@@ -193,7 +193,7 @@ mod tests {
             panic!("a connection to port 1 was accepted");
         };
         assert!(is_retryable(&e), "{e}");
-        let shown = storage("open")(e).to_string();
+        let shown = storage("open")(e).chain().to_string();
         assert!(shown.contains("refused"), "{shown}");
     }
 }

@@ -26,7 +26,7 @@ async fn a_huge_schema_name_gives_a_short_error() {
     let e = open(&name)
         .await
         .expect_err("a 1 MB schema name was accepted");
-    let shown = e.to_string();
+    let shown = e.chain().to_string();
     assert!(shown.len() < 400, "{} bytes", shown.len());
     assert!(shown.contains("1048576 bytes"), "{shown}");
 }
@@ -43,12 +43,12 @@ async fn a_missing_database_is_named_in_the_error() {
         None => format!("{url} dbname=no_such_database"),
     };
     let e = PostgresStore::connect(&url).await.expect_err("connected");
-    let shown = e.to_string();
+    let shown = e.chain().to_string();
     assert!(shown.contains("no_such_database"), "{shown}");
     assert!(shown.contains("3D000"), "{shown}");
 }
 
-/// Turns the version 8 schema `schema` into version `old`'s shape, with
+/// Turns the version 9 schema `schema` into version `old`'s shape, with
 /// pool `pool_id` (count 3) and one lease at position 0.
 async fn downgrade(
     client: &tokio_postgres::Client,

@@ -59,7 +59,7 @@ pub(crate) fn to_py(py: Python<'_>, error: Error) -> PyErr {
 
 /// [`to_py`] for an error that is shared (a lease's lost reason).
 pub(crate) fn exception(py: Python<'_>, error: &Error) -> PyErr {
-    let message = error.to_string();
+    let message = error.chain().to_string();
     let text = |s: &str| PyString::new(py, s).into_any().unbind();
     let mut fields: Vec<(&str, Py<PyAny>)> = Vec::new();
     let retryable = error.is_retryable();

@@ -48,7 +48,7 @@ fn failed(e: Error) -> rusqlite::Error {
     }
     rusqlite::Error::SqliteFailure(
         ffi::Error::new(ffi::SQLITE_ERROR),
-        Some(format!("semaphore: {e}")),
+        Some(format!("semaphore: {}", e.chain())),
     )
 }
 

@@ -53,7 +53,7 @@ fn init(conn: Connection) -> rusqlite::Result<bool> {
     let attached = Attached::open(&conn).map_err(|e| {
         rusqlite::Error::SqliteFailure(
             ffi::Error::new(ffi::SQLITE_ERROR),
-            Some(format!("semaphore: {e}")),
+            Some(format!("semaphore: {}", e.chain())),
         )
     })?;
     // SAFETY: the handle of the connection being loaded into.

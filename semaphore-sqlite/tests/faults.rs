@@ -163,7 +163,11 @@ async fn wal_deleted_under_a_running_store_fails_instead_of_writing_to_nowhere()
     }
     let err = lease.renew(Duration::from_secs(30)).await.unwrap_err();
     assert!(not_retryable_storage(&err), "{err:?}");
-    assert!(err.to_string().contains("s.db-wal"), "{err}");
+    assert!(
+        err.chain().to_string().contains("s.db-wal"),
+        "{}",
+        err.chain()
+    );
     let err = lease.release().await.unwrap_err();
     assert!(not_retryable_storage(&err), "{err:?}");
 }
@@ -234,7 +238,7 @@ async fn a_wal_deleted_under_a_holder_is_a_storage_error_not_a_schema_mismatch()
     match SqliteStore::open(&path) {
         Err(e @ Error::Storage { .. }) => {
             assert!(not_retryable_storage(&e), "{e}");
-            let shown = e.to_string();
+            let shown = e.chain().to_string();
             assert!(shown.contains("-wal"), "{shown}");
         }
         other => panic!("{other:?}"),

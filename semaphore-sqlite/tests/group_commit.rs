@@ -61,7 +61,11 @@ async fn a_write_that_rolls_back_the_batch_leaves_every_answer_true_to_the_file(
     outside.execute_batch("COMMIT").unwrap();
 
     match poisoned.await.unwrap() {
-        Err(e) => assert!(e.to_string().contains("poisoned"), "not its own error: {e}"),
+        Err(e) => assert!(
+            e.chain().to_string().contains("poisoned"),
+            "not its own error: {}",
+            e.chain()
+        ),
         Ok(lease) => panic!("the poisoned borrow was granted: {lease:?}"),
     }
     let mut returned = 0;

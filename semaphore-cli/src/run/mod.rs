@@ -167,9 +167,10 @@ pub(crate) async fn run(
         .map_or(args.ttl, |session| session.min(args.ttl));
     if let Err(e) = lease.release().await {
         eprintln!(
-            "semaphore run: the command ended, but its lease could not be returned ({e}); \
+            "semaphore run: the command ended, but its lease could not be returned ({}); \
              its slot stays taken until the store ends the lease by itself, within {} \
              (the shorter of --ttl and the session timeout)",
+            e.chain(),
             humantime::format_duration(window)
         );
     }
@@ -412,7 +413,10 @@ impl Job {
     /// The guardian is told first and sends no SIGTERM of its own; if it
     /// already sent one (its deadline came first), none goes from here.
     async fn end(&mut self, reason: &Error) -> Result<u8, Exit> {
-        eprintln!("semaphore run: the lease was lost ({reason}); stopping the command");
+        eprintln!(
+            "semaphore run: the lease was lost ({}); stopping the command",
+            reason.chain()
+        );
         let kill_after = self.timing.kill_after;
         if self.guard.end(kill_after).await {
             let _ = killpg(self.group, Signal::SIGTERM);
