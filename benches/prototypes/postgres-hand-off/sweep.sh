@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 53's design, bare, against one-row UPDATE commits from the same
+# The PostgreSQL hand-off design, bare, against one-row UPDATE commits from the same
 # client on the local PostgreSQL (postgres@127.0.0.1:5432/test, schema
 # proto53, made again here): 1, 16 and 64 tasks in up to 4 processes (PROCS
 # sets fewer), 5 runs of 3 s each, alternating; one JSON line per run

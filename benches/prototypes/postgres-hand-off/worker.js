@@ -1,4 +1,4 @@
-// Issue 53's design, bare: a row per slot claimed with FOR UPDATE SKIP LOCKED, a
+// The PostgreSQL hand-off design, bare: a row per slot claimed with FOR UPDATE SKIP LOCKED, a
 // sequence for tokens, a queue table, the hand-off in the returning
 // transaction, the head told by NOTIFY on its process's channel with the lease
 // in the payload (no take), a look after queueing (a return that freed a slot

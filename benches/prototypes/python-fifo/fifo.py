@@ -1,4 +1,4 @@
-"""A minimal strict-FIFO Redis lock (count 1) against python-redis-lock (issue 57).
+"""A minimal strict-FIFO Redis lock (count 1) against python-redis-lock.
 
 The return script hands the lock to the queue's head, which is told by its own
 list (BLPOP): the least a FIFO design can do per pair ("fifo"). "fifo_take"

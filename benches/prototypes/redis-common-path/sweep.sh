@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 54's common path, bare, against npm redis-semaphore on the local
+# The Redis store's common path, bare, against npm redis-semaphore on the local
 # Redis (127.0.0.1:6379): 1, 16 and 64 tasks in up to 4 processes, 5 runs of
 # 3 s each, alternating; one JSON line per run (pairs/s, server CPU per pair).
 set -euo pipefail

@@ -1,4 +1,4 @@
-// The issue-54 common path, bare: numbered slots (a zset of free positions),
+// The Redis store's common path, bare: numbered slots (a zset of free positions),
 // a fencing token (INCR), a session check, a FIFO queue (a list) with the
 // hand-off in the return script, the head told by its process's channel with
 // the lease in the message (no take). No heartbeats, no grace, no gone-waiter

@@ -61,7 +61,7 @@ mod tests {
         assert!(again.await.is_err(), "two wake-ups before a wait are one");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_waiting_task_is_woken() {
         let signal = std::sync::Arc::new(Signal::default());
         let waiting = tokio::spawn({
@@ -70,6 +70,11 @@ mod tests {
         });
         tokio::task::yield_now().await;
         signal.notify_one();
-        waiting.await.unwrap();
+        // A lost wake-up fails here (paused time runs on once every task
+        // is idle), rather than hanging the test.
+        tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiting task was never woken")
+            .unwrap();
     }
 }
