@@ -224,13 +224,18 @@ RETURNS TABLE (o_lease uuid, o_token bigint, o_expires_at bigint, o_position big
     o_session uuid)
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- The conditions again on the row updated: a return or a grant that
+    -- committed since the look below changed it (a row freed, or granted
+    -- anew, is not this head's).
     UPDATE {s}.semaphore_slots l
         SET expires_at = greatest(l.expires_at, least(p_now + p_ttl, {max_ms}))
     WHERE l.pool = p_pool AND l.position = (
-        SELECT h.position FROM {s}.semaphore_slots h
-        WHERE h.pool = p_pool AND h.granted_to = p_waiter AND h.expires_at > p_now
-            AND {s}.semaphore_alive(h.session, p_now)
-        ORDER BY h.position LIMIT 1)
+            SELECT h.position FROM {s}.semaphore_slots h
+            WHERE h.pool = p_pool AND h.granted_to = p_waiter AND h.expires_at > p_now
+                AND {s}.semaphore_alive(h.session, p_now)
+            ORDER BY h.position LIMIT 1)
+        AND l.granted_to = p_waiter AND l.expires_at > p_now
+        AND {s}.semaphore_alive(l.session, p_now)
     RETURNING l.lease, l.token, l.expires_at, l.position, l.session
         INTO o_lease, o_token, o_expires_at, o_position, o_session;
     IF FOUND THEN
