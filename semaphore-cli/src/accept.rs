@@ -29,7 +29,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower_http::add_extension::AddExtension;
 
+use crate::body_deadline::PeerAddr;
 use crate::parse_errors::JsonErrors;
 use crate::write_deadline::WriteDeadline;
 
@@ -120,7 +122,10 @@ pub(crate) async fn serve(
             // Over its share: closed at once (dropped).
             continue;
         };
-        let service = TowerToHyperService::new(router.clone());
+        // The client's address, in each request's extensions (for the
+        // per-address share of slow bodies).
+        let service =
+            TowerToHyperService::new(AddExtension::new(router.clone(), PeerAddr(peer.ip())));
         let stream = WriteDeadline::new(JsonErrors::new(stream), limits.write_timeout);
         let connection = http.serve_connection(TokioIo::new(stream), service);
         connections.spawn(async move {

@@ -17,9 +17,15 @@
 //! none free it is answered 503 `too_many_slow_bodies` at once and its
 //! connection closes. A body that comes with its head (the API's always
 //! fit in one packet) is read without a place, so slow clients can hold
-//! at most that share of the connections, however many they open.
+//! at most that share of the connections, however many they open. And one
+//! client address holds at most half of those places ([`PeerAddr`], set
+//! by the accept loop), so that it cannot take every place from the
+//! others, whose bodies come a moment after their heads (rule "A default
+//! server serves everyone").
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -37,14 +43,40 @@ use tokio::sync::Semaphore;
 use crate::error::ApiError;
 use crate::extract::BODY_LIMIT;
 
+/// The client address a request came from, which the accept loop puts in
+/// each request's extensions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub(crate) IpAddr);
+
 /// How bodies are read: within `timeout` of the end of their head, and at
-/// most `pending` of them waited for at once.
+/// most `pending` of them waited for at once, at most half of those from
+/// one client address.
 #[derive(Debug, Clone)]
 pub(crate) struct BodyLimits {
     timeout: Duration,
     /// The places of the bodies waited for (`--max-pending-bodies`).
     pending: Arc<Semaphore>,
     cap: usize,
+    /// The places each client address holds.
+    held: Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// One place held by a client address; given back when dropped.
+struct AddressPlace {
+    held: Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>,
+    peer: IpAddr,
+}
+
+impl Drop for AddressPlace {
+    fn drop(&mut self) {
+        let mut held = self.held.lock();
+        if let Some(n) = held.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.peer);
+            }
+        }
+    }
 }
 
 impl BodyLimits {
@@ -56,7 +88,26 @@ impl BodyLimits {
             timeout,
             pending: Arc::new(Semaphore::new(cap)),
             cap,
+            held: Arc::default(),
         }
+    }
+
+    /// A place for a body from `peer`, if it holds fewer than half of the
+    /// places (at least one).
+    fn address_place(&self, peer: Option<PeerAddr>) -> Option<Option<AddressPlace>> {
+        let Some(PeerAddr(peer)) = peer else {
+            return Some(None);
+        };
+        let mut held = self.held.lock();
+        let n = held.entry(peer).or_default();
+        if *n >= (self.cap / 2).max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(Some(AddressPlace {
+            held: self.held.clone(),
+            peer,
+        }))
     }
 }
 
@@ -69,6 +120,7 @@ pub(crate) async fn read_within(
     next: Next,
 ) -> Response {
     let limit = limits.timeout;
+    let peer = request.extensions().get::<PeerAddr>().copied();
     let (parts, body) = request.into_parts();
     let read = Limited::new(body, BODY_LIMIT).collect();
     let mut read = pin!(tokio::time::timeout(limit, read));
@@ -76,14 +128,19 @@ pub(crate) async fn read_within(
     let at_once = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
     let read = match at_once {
         Poll::Ready(read) => read,
-        Poll::Pending => match limits.pending.clone().try_acquire_owned() {
-            Ok(place) => {
-                let read = read.await;
-                drop(place);
-                read
+        Poll::Pending => {
+            let Some(address) = limits.address_place(peer) else {
+                return closing(too_many(limits.cap));
+            };
+            match limits.pending.clone().try_acquire_owned() {
+                Ok(place) => {
+                    let read = read.await;
+                    drop((place, address));
+                    read
+                }
+                Err(_) => return closing(too_many(limits.cap)),
             }
-            Err(_) => return closing(too_many(limits.cap)),
-        },
+        }
     };
     let refused = match read {
         Ok(Ok(body)) => {
@@ -113,14 +170,16 @@ pub(crate) async fn read_within(
     closing(refused)
 }
 
-/// 503 `too_many_slow_bodies`: `cap` bodies are waited for already.
+/// 503 `too_many_slow_bodies`: `cap` bodies are waited for already, or
+/// half of them from this client's address.
 fn too_many(cap: usize) -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "too_many_slow_bodies",
         format!(
-            "the server already waits for {cap} request bodies that did not come with their \
-             heads (--max-pending-bodies): send the whole body with the head, or retry"
+            "the server already waits for as many request bodies that did not come with \
+             their heads as it allows (--max-pending-bodies {cap}, at most half of them from \
+             one address): send the whole body with the head, or retry"
         ),
     )
 }

@@ -132,3 +132,44 @@ async fn answers_that_are_not_read_time_out() {
         "every answer was written: nothing timed out ({read} bytes)"
     );
 }
+
+/// One address's slow bodies (a head, then part of the body, never the
+/// rest) hold at most half of the places of bodies waited for: another
+/// address whose body comes a moment after its head is served, not
+/// answered 503 `too_many_slow_bodies` (with the defaults, one address's
+/// share of connections was as large as every place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_s_slow_bodies_leave_another_s_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::start(&["--memory", "--max-connections", "64"]);
+    let pool = format!("/l/{}", pool_id());
+    let address: SocketAddr = server.base.trim_start_matches("http://").parse().unwrap();
+    let slow = format!(
+        "PUT {pool} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\n\r\n{{"
+    );
+    // Every connection this address may hold, each with a body begun.
+    let held = crowd(&server, slow.as_bytes());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 0))
+        .unwrap();
+    let mut stream = socket.connect(address).await.unwrap();
+    let body = r#"{"count": 2}"#;
+    let head = format!(
+        "PUT {pool} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(20), stream.read_to_string(&mut answer))
+        .await
+        .expect("an answer")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(held);
+}

@@ -79,10 +79,10 @@ pub(crate) struct ServeArgs {
 
     /// The most requests whose body did not come whole with their head
     /// that are waited for at once (default: a quarter of
-    /// --max-connections). More are answered 503 too_many_slow_bodies and
-    /// closed at once, so that clients sending bodies slowly cannot hold
-    /// every connection; a body that comes with its head never waits for
-    /// a place.
+    /// --max-connections), at most half of them from one client address.
+    /// More are answered 503 too_many_slow_bodies and closed at once, so
+    /// that clients sending bodies slowly cannot hold every connection; a
+    /// body that comes with its head never waits for a place.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_pending_bodies: Option<u32>,
 
