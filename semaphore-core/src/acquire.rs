@@ -128,6 +128,7 @@ pub(crate) fn acquire<A: Answer>(
             && store.in_place().is_none()
             && tokio::runtime::Handle::try_current().is_ok()
         {
+            changes.check_process("borrow")?;
             let ticket = changes
                 .enqueue(
                     store,
@@ -188,9 +189,12 @@ pub(crate) fn acquire<A: Answer>(
         // the drain (and tells everyone queued, under the queue's lock).
         let ticket = match early {
             Some(ticket) => ticket,
-            None => changes
-                .enqueue(store, clock.now(), pools, handoff, !draining_waits)
-                .map_err(|pool| Error::Draining { pool })?,
+            None => {
+                changes.check_process("borrow")?;
+                changes
+                    .enqueue(store, clock.now(), pools, handoff, !draining_waits)
+                    .map_err(|pool| Error::Draining { pool })?
+            }
         };
         let place = QueuePlace::new(store, pools, ticket.id());
         let mut timeout = clock.sleep_until(saturating_add(start, wait));

@@ -191,7 +191,9 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     /// it says `true` never acts beside the next holder. Check it right
     /// before each act: it may turn `false` at any instant (a network
     /// partition longer than the session timeout, a renewal that hangs past
-    /// the expiry). Cheap: a clock reading and two atomic reads.
+    /// the expiry). Always `false` in a child that `fork()` made of the
+    /// process that borrowed: the child has a copy of the guard, not the
+    /// lease. Cheap: a clock reading, two atomic reads and a `getpid`.
     ///
     /// ```
     /// use std::{sync::Arc, time::Duration};
@@ -220,6 +222,11 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
         }
         let store = self.pool().store();
         if store.clock().now() >= self.latest_expiry() {
+            return false;
+        }
+        // A child that `fork()` made holds a copy of the guard, not the
+        // lease (R16 whatever a process's children do).
+        if store.changes().check_process("is_held").is_err() {
             return false;
         }
         match self.lease.session {

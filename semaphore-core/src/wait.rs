@@ -78,6 +78,9 @@ pub struct Changes {
     /// notifications while armed.
     #[cfg(feature = "conformance")]
     hand_offs_paused: AtomicBool,
+    /// The process whose waiters these queues hold: a child that `fork()`
+    /// made has a copy of them, whose waiters are not its own.
+    process: crate::store::ForkCheck,
 }
 
 /// What a queued single-pool borrower asks for, for a store to grant it
@@ -221,6 +224,15 @@ impl Changes {
                 waiter.notify.notify_one();
             }
         }
+    }
+
+    /// `Ok` in the process these queues were made in; [`Error::Forked`](crate::Error::Forked)
+    /// in a child that `fork()` made of it, whose copy of the queues holds
+    /// the parent's waiters: a borrower must not join them (it would wait
+    /// behind a waiter that is not there), nor a guard say it holds the
+    /// parent's lease (rule "R16 whatever a process's children do").
+    pub(crate) fn check_process(&self, operation: &'static str) -> crate::Result<()> {
+        self.process.check(operation)
     }
 
     /// Whether any borrower of any pool waits in this process. A store may

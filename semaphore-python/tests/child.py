@@ -8,6 +8,8 @@
                                                            and never touches the store (HOLDING pos token pid)
     python child.py use-forked <spec-json> <pool>          borrow, fork, and in the child use the store
                                                            made before the fork, then one made after
+    python child.py fork-waiting <spec-json> <pool>        hold the one slot with a borrower waiting
+                                                           behind, fork; the child borrows and checks
 
 Holds are logged as `position token start_us end_us`, as the Rust peer does.
 """
@@ -106,6 +108,40 @@ def use_forked(spec: dict, pool: sp.Pool, name: str) -> None:
     print(f"PARENT in_use={state.in_use}", flush=True)
 
 
+def fork_waiting(pool: sp.Pool) -> None:
+    """Prints what a child forked while a borrower of its parent waited
+    made of the parent's store: a borrow must fail at once (it would wait
+    behind the parent's waiter, which is not in the child), and the
+    parent's lease is not the child's."""
+    import threading
+
+    pool.register(1)
+    held = pool.borrow(ttl=60)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(pool.borrow(ttl=60, wait=30)))
+    waiter.start()
+    while pool.waiting() == 0:
+        time.sleep(0.01)
+    pid = os.fork()
+    if pid == 0:
+        started = time.monotonic()
+        try:
+            pool.borrow(ttl=5, wait=10)
+            print("CHILD borrowed", flush=True)
+        except sp.SemaphoreError as e:
+            took = time.monotonic() - started
+            print(f"CHILD {type(e).__name__} after {took:.1f}s: {e}", flush=True)
+        print(f"CHILD is_held={held.is_held()}", flush=True)
+        sys.stdout.flush()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print(f"PARENT is_held={held.is_held()}", flush=True)
+    held.release()
+    waiter.join()
+    print(f"PARENT waiter got {got[0].position}", flush=True)
+    got[0].release()
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     mode = sys.argv[1]
@@ -128,6 +164,8 @@ def main() -> None:
         wait(pool)
     elif mode == "hold-fork":
         hold_fork(pool, float(sys.argv[4]))
+    elif mode == "fork-waiting":
+        fork_waiting(pool)
     elif mode == "use-forked":
         use_forked(json.loads(sys.argv[2]), pool, sys.argv[3])
     else:

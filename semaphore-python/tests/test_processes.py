@@ -154,6 +154,24 @@ def test_a_store_made_before_fork_fails_at_once_in_the_child(kind, tmp_path):
     assert "PARENT in_use=1" in lines, out
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite", *NETWORKED])
+def test_a_child_forked_while_a_borrower_waits_fails_at_once_and_holds_nothing(kind, tmp_path):
+    """The child's copy of the parent's queue holds a waiter that is not
+    in the child: a borrow there fails at once with the fork error (it
+    hung, or waited out its wait), and the parent's lease is not held in
+    the child (`is_held()` said True while another process held the
+    slot). The parent goes on: its waiter is served."""
+    process = child("fork-waiting", json.dumps(spec(kind, str(tmp_path))), fresh("forked-queue"))
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    lines = out.splitlines()
+    refused = next(line for line in lines if line.startswith("CHILD "))
+    assert "SemaphoreError after 0.0s" in refused and "fork" in refused, out
+    assert "CHILD is_held=False" in lines, out
+    assert "PARENT is_held=True" in lines, out
+    assert "PARENT waiter got 0" in lines, out
+
+
 def interrupted(process: subprocess.Popen) -> str:
     first_line(process, "WAITING")
     time.sleep(0.5)  # well inside the borrow's wait
