@@ -25,7 +25,12 @@ pub async fn a_contended_pool_is_asked_with_a_place_from_the_start(f: Fixture) {
         let pool = pool.clone();
         tokio::spawn(async move { pool.borrow(TTL, WAIT).await.map(|g| g.forget()) })
     };
+    // Refused and queued in the store: not only waiting here (a first ask
+    // in flight counts as waiting, and may yet be granted).
     until_waiting(&pool, 1).await;
+    while !pool.store().changes().head_has_asked(pool.id()) {
+        tokio::task::yield_now().await;
+    }
     drop(held);
     let first = first.await.unwrap().expect("the first waiter was served");
 
