@@ -80,7 +80,8 @@ pub(crate) async fn register(
     if let Some(draining) = request.draining {
         state = app.track(pool.set_draining(draining).await)?;
     }
-    Ok(Json(wire::State::of(state, &pool)))
+    let waiting = app.track(pool.waiting_everywhere(&state, app.now()).await)?;
+    Ok(Json(wire::State::of(state, waiting)))
 }
 
 #[utoipa::path(get, path = "/l/{id}", tag = "pools",
@@ -97,7 +98,8 @@ pub(crate) async fn inspect(
 ) -> Result<Json<wire::State>, ApiError> {
     let pool = app.pool(id);
     let state = app.track(pool.inspect().await)?;
-    Ok(Json(wire::State::of(state, &pool)))
+    let waiting = app.track(pool.waiting_everywhere(&state, app.now()).await)?;
+    Ok(Json(wire::State::of(state, waiting)))
 }
 
 #[utoipa::path(delete, path = "/l/{id}", tag = "pools",
@@ -247,7 +249,8 @@ pub(crate) async fn holders(
         .iter()
         .map(|h| wire::Holder::new(h, now))
         .collect();
-    let waiting = pool.waiting().count;
+    let state = app.track(pool.inspect().await)?;
+    let waiting = app.track(pool.waiting_everywhere(&state, now).await)?.count;
     Ok(Json(wire::Holders {
         leases: holders,
         waiting,

@@ -105,15 +105,19 @@ impl Metrics {
         for (id, alias) in self.aliases.iter() {
             let pool = Pool::new(store.clone(), *id);
             let gauge = |name: &'static str| metrics::gauge!(name, "pool" => alias.to_string());
-            if let Ok(state) = pool.inspect().await {
-                gauge("semaphore_pool_in_use").set(state.in_use);
-                gauge("semaphore_pool_available").set(state.available);
-                gauge("semaphore_pool_count").set(state.count);
+            let Ok(state) = pool.inspect().await else {
+                continue;
+            };
+            gauge("semaphore_pool_in_use").set(state.in_use);
+            gauge("semaphore_pool_available").set(state.available);
+            gauge("semaphore_pool_count").set(state.count);
+            // Every borrower known to wait, tickets included.
+            let now = store.clock().now();
+            if let Ok(waiting) = pool.waiting_everywhere(&state, now).await {
+                gauge("semaphore_pool_waiting").set(waiting.count as f64);
+                let longest = waiting.longest.unwrap_or_default();
+                gauge("semaphore_pool_longest_wait_seconds").set(longest.as_secs_f64());
             }
-            let waiting = pool.waiting();
-            gauge("semaphore_pool_waiting").set(waiting.count as f64);
-            let longest = waiting.longest.unwrap_or_default();
-            gauge("semaphore_pool_longest_wait_seconds").set(longest.as_secs_f64());
         }
         self.handle.render()
     }
@@ -134,7 +138,7 @@ const GAUGES: [(&str, &str); 5] = [
     ("semaphore_pool_count", "Slots of an aliased pool"),
     (
         "semaphore_pool_waiting",
-        "Borrowers waiting on an aliased pool at this server",
+        "Borrowers known to wait for an aliased pool: this server's, every ticket, and one per other process queued on the store",
     ),
     (
         "semaphore_pool_longest_wait_seconds",

@@ -162,9 +162,10 @@ pub(crate) struct State {
     available: u32,
     /// Whether the pool drains: it grants nothing new.
     draining: bool,
-    /// Borrowers waiting on the pool at this server: its waiting borrows.
-    /// Tickets wait in the store, not at a server: their answers give
-    /// their `place`.
+    /// Borrowers known to wait for the pool: this server's waiting
+    /// borrows, every ticket, and one for each other server or process
+    /// whose borrowers queue on a shared store (more of its borrowers may
+    /// wait behind that one).
     waiting: usize,
     /// How long the longest-waiting of them has waited so far, in seconds
     /// (0 when none waits).
@@ -172,9 +173,9 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// `s`, with the waiters of `pool` at this server.
-    pub(crate) fn of(s: PoolState, pool: &semaphore_core::Pool) -> Self {
-        let waiting = pool.waiting();
+    /// `s`, with the borrowers known to wait for it
+    /// ([`Pool::waiting_everywhere`](semaphore_core::Pool::waiting_everywhere)).
+    pub(crate) fn of(s: PoolState, waiting: semaphore_core::Waiting) -> Self {
         Self {
             id: s.id.to_string(),
             count: s.count,

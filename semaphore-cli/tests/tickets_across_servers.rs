@@ -89,7 +89,8 @@ async fn across(store: &[&str]) {
             )
         })
     };
-    b.until_waiting(&id, 1).await;
+    // The ticket, and the later client.
+    b.until_waiting(&id, 2).await;
     let mut probe = post(&a, &format!("{pool}/enqueue"), json!({"ttl": 60}))
         .await
         .1;

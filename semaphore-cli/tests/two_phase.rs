@@ -56,7 +56,6 @@ async fn a_ticket_polled_every_two_seconds_for_twenty_keeps_its_place_ahead_of_l
     let dir = tempfile::tempdir().unwrap();
     let servers = servers(&dir, &["--ticket-hold", "3s"]);
     let runs = servers.iter().map(|server| async move {
-        // Tickets wait in the store's queue, where the server counts none.
         let id = pool_id();
         let pool = format!("/l/{id}");
         server.call("PUT", &pool, Some(json!({"count": 1}))).await;
@@ -72,7 +71,8 @@ async fn a_ticket_polled_every_two_seconds_for_twenty_keeps_its_place_ahead_of_l
         let ticket = queued["ticket"].clone();
         // Later clients: a plain borrower, and a second ticket.
         let later = borrow_later(server, &pool, 30);
-        server.until_waiting(&id, 1).await;
+        // The ticket, and the later borrower.
+        server.until_waiting(&id, 2).await;
         let mut second = fresh(server, &format!("{pool}/enqueue"), json!({"ttl": 60}))
             .await
             .1;
@@ -163,7 +163,8 @@ async fn an_abandoned_ticket_is_dropped_within_its_hold_and_its_slot_goes_to_the
             .call("POST", &format!("{pool}/enqueue"), Some(json!({"ttl": 60})))
             .await;
         let next = borrow_later(server, &pool, 30);
-        server.until_waiting(&id, 1).await;
+        // The ticket, and the next borrower.
+        server.until_waiting(&id, 2).await;
         // Returned while the abandoned ticket heads the queue: the store
         // keeps the slot free for the ticket's next poll, which never
         // comes, until its place goes.

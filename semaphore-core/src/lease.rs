@@ -120,6 +120,13 @@ pub struct PoolState {
     /// sets it back, and returns and renewals go on
     /// ([`Pool::set_draining`](crate::Pool::set_draining)).
     pub draining: bool,
+    /// The places in the store's own queue of the pool at that instant
+    /// ([`Store::queue`](crate::store::Store::queue)): each held place (an
+    /// HTTP ticket) and, on a store shared by processes, each process's
+    /// queued head. A process's other waiters wait in its memory:
+    /// [`Pool::waiting`](crate::Pool::waiting) counts this process's, and
+    /// [`Pool::queue`](crate::Pool::queue) lists everyone known to wait.
+    pub queued: u32,
 }
 
 impl PoolState {
@@ -132,12 +139,19 @@ impl PoolState {
             in_use,
             available: count.saturating_sub(in_use),
             draining: false,
+            queued: 0,
         }
     }
 
     /// This state with the pool draining (`true`) or not; for stores.
     pub fn with_draining(mut self, draining: bool) -> Self {
         self.draining = draining;
+        self
+    }
+
+    /// This state with `queued` places in the store's queue; for stores.
+    pub fn with_queued(mut self, queued: u32) -> Self {
+        self.queued = queued;
         self
     }
 }

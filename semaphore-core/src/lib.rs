@@ -140,6 +140,7 @@ mod options;
 mod parse;
 mod positions;
 mod primitives;
+mod queued;
 mod request;
 #[doc = include_str!("../RULES.md")]
 pub mod rules {}
@@ -167,6 +168,7 @@ pub use lease::{Holder, Lease, PoolState, Positions};
 pub use limits::Limits;
 pub use options::BorrowOptions;
 pub use pool::{Pool, Renewing, Waiting};
+pub use queued::{PlaceKind, QueuedPlace};
 pub use session::{Session, SessionState};
 pub use set::{LeaseSet, PoolSet};
 #[cfg(feature = "metrics")]

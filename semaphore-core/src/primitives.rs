@@ -12,7 +12,7 @@ use crate::request::{BorrowRequest, TryBorrow, TryBorrowAll};
 use crate::wait::Changes;
 use crate::{
     clock::Clock, error::Result, id::LeaseId, id::PoolId, id::WaiterId, lease::Holder,
-    lease::Lease, lease::PoolState, session::Session,
+    lease::Lease, lease::PoolState, queued::QueuedPlace, session::Session,
 };
 
 /// A storage backend: the atomic primitives behind a [`Pool`](crate::Pool).
@@ -154,7 +154,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// lease.
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState>;
 
-    /// The state of `pool`, as of one instant (R3), `draining` included.
+    /// The state of `pool`, as of one instant (R3), `draining` and
+    /// `queued` included.
     async fn inspect(&self, pool: PoolId) -> Result<PoolState>;
 
     /// Starts (`true`) or ends (`false`) the pool's drain and returns its
@@ -236,6 +237,17 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// out, was dropped or failed): forget any place the store keeps for it
     /// (R12), a held place included.
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()>;
+
+    /// The live places of the store's own queue of `pool` (see *Queued
+    /// heads* and *Held places* above), in the order they are served: each
+    /// with its waiter, weight, the instant it took its place (by the
+    /// deciding clock, whole ms) and whether it is a held place
+    /// ([`QueuedPlace::kept`](crate::QueuedPlace::kept)). Their number is
+    /// [`PoolState::queued`](crate::PoolState::queued). A place a return
+    /// handed a slot to (served, not yet taken) is not in line. Read-only;
+    /// empty for a pool that does not exist. An in-process store lists its
+    /// held places (its borrowers are in the core's queue).
+    async fn queue(&self, pool: PoolId) -> Result<Vec<QueuedPlace>>;
 }
 
 /// A store's answers made at once, without a future: what an in-process

@@ -333,6 +333,30 @@ impl Changes {
         Some(now.duration_since(since).unwrap_or(Duration::ZERO))
     }
 
+    /// The borrowers of `pool` waiting in this process, in the order they
+    /// are served, as places ([`PlaceKind::Here`](crate::PlaceKind::Here)):
+    /// their ids in the store's queue once made, weights (one for a
+    /// multi-pool borrower) and when they started to wait.
+    pub(crate) fn here(&self, pool: PoolId) -> Vec<crate::QueuedPlace> {
+        if !self.has_waiters() {
+            return Vec::new();
+        }
+        let queues = self.queues.lock();
+        let Some(queue) = queues.get(&pool) else {
+            return Vec::new();
+        };
+        queue
+            .waiters
+            .iter()
+            .map(|w| crate::QueuedPlace {
+                waiter: w.id.get().copied(),
+                slots: w.request.as_ref().map_or(1, |r| r.slots),
+                since: w.since,
+                kind: crate::PlaceKind::Here,
+            })
+            .collect()
+    }
+
     /// Joins the tail of the queue of every pool in `pools`, all under one
     /// lock, so that any two tickets stand in the same order in every queue
     /// they share: no two multi-pool borrowers can each hold the head of a

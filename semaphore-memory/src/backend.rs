@@ -14,7 +14,7 @@ use semaphore_core::store::{
 use crate::bound::Bound;
 use crate::steps::{Pools, Shard, Shared};
 use semaphore_core::{
-    Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, SystemClock,
+    Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, QueuedPlace, Result, SystemClock,
 };
 
 /// A [`Store`] in this process's memory, for an in-process concurrency
@@ -132,7 +132,9 @@ fn table<'a>(
 
 /// The state of `pool`, whose slots are `table`, at `now`.
 fn state(pool: PoolId, table: &mut SlotTable, now: SystemTime) -> PoolState {
-    PoolState::new(pool, table.count(), table.in_use(now)).with_draining(table.draining())
+    PoolState::new(pool, table.count(), table.in_use(now))
+        .with_draining(table.draining())
+        .with_queued(table.queued(now))
 }
 
 fn not_found(pool: PoolId) -> Error {
@@ -353,6 +355,13 @@ impl Store for MemoryStore {
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         let _ = self.with_table(pool, |table| table.leave_place(waiter));
         Ok(())
+    }
+
+    async fn queue(&self, pool: PoolId) -> Result<Vec<QueuedPlace>> {
+        let now = self.now();
+        Ok(self
+            .with_table(pool, |table| table.queue(now))
+            .unwrap_or_default())
     }
 }
 

@@ -423,4 +423,9 @@ impl Store for MysqlStore {
         .await?;
         Ok(())
     }
+
+    async fn queue(&self, pool: PoolId) -> Result<Vec<semaphore_core::QueuedPlace>> {
+        self.in_tx("queue", |step, tx| Box::pin(step.queue(tx, pool)))
+            .await
+    }
 }

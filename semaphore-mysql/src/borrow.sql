@@ -55,8 +55,8 @@ step: BEGIN
         IF p_waiter IS NOT NULL AND p_hold IS NOT NULL THEN
             DELETE FROM {p}_waiters
                 WHERE pool = p_pool AND waiter = p_waiter AND alive_until <= v_now;
-            INSERT INTO {p}_waiters (pool, waiter, alive_until, slots, holder)
-                VALUES (p_pool, p_waiter, v_now + p_hold, p_slots, NULL)
+            INSERT INTO {p}_waiters (pool, waiter, alive_until, slots, holder, since)
+                VALUES (p_pool, p_waiter, v_now + p_hold, p_slots, NULL, v_now)
                 ON DUPLICATE KEY UPDATE alive_until = VALUES(alive_until);
         END IF;
         SET o_status = 3;
@@ -151,9 +151,9 @@ step: BEGIN
         -- less than half its life is left (a held place at every look).
         IF p_waiter IS NOT NULL THEN
             IF v_ticket IS NULL THEN
-                INSERT INTO {p}_waiters (pool, waiter, alive_until, slots, holder)
+                INSERT INTO {p}_waiters (pool, waiter, alive_until, slots, holder, since)
                     VALUES (p_pool, p_waiter, v_now + COALESCE(p_hold, p_waiter_ttl), p_slots,
-                            IF(p_hold IS NULL, p_conn, NULL))
+                            IF(p_hold IS NULL, p_conn, NULL), v_now)
                     ON DUPLICATE KEY UPDATE alive_until = VALUES(alive_until);
             ELSEIF p_hold IS NOT NULL OR v_alive - v_now < p_waiter_ttl DIV 2 THEN
                 UPDATE {p}_waiters SET alive_until = v_now + COALESCE(p_hold, p_waiter_ttl)

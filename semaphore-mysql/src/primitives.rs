@@ -143,9 +143,53 @@ impl Step<'_> {
             return Ok(None);
         };
         let in_use = self.in_use(tx, &pool, now).await?;
+        let queued: Option<i64> = tx
+            .exec_first(
+                format!(
+                    "SELECT COUNT(*) FROM {} WHERE pool = ? AND alive_until > ?",
+                    self.t.waiters
+                ),
+                (key(&pool), now),
+            )
+            .await?;
         Ok(Some(
-            PoolState::new(pool, count, in_use).with_draining(draining),
+            PoolState::new(pool, count, in_use)
+                .with_draining(draining)
+                .with_queued(u32::try_from(queued.unwrap_or_default()).unwrap_or(u32::MAX)),
         ))
+    }
+
+    /// The live places of the queue of `pool`, first served first; a
+    /// place names a store's connection unless it is a held place. A place
+    /// taken before version 4 has no `since`: now stands in.
+    pub(crate) async fn queue(
+        &self,
+        tx: &mut Transaction<'_>,
+        pool: PoolId,
+    ) -> Sql<Vec<semaphore_core::QueuedPlace>> {
+        let rows: Vec<(Vec<u8>, u32, i64, bool)> = tx
+            .exec(
+                format!(
+                    "SELECT w.waiter, w.slots, COALESCE(w.since, t.now), w.holder IS NULL
+                     FROM {} w JOIN (SELECT {NOW} AS now) t
+                     WHERE w.pool = ? AND w.alive_until > t.now ORDER BY w.ticket",
+                    self.t.waiters
+                ),
+                (self.now_param(), key(&pool)),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(waiter, slots, since, held)| {
+                let waiter = uuid::Uuid::from_slice(&waiter).ok()?;
+                Some(semaphore_core::QueuedPlace::kept(
+                    semaphore_core::WaiterId::from_uuid(waiter),
+                    slots,
+                    semaphore_core::store::from_unix_ms(u64::try_from(since).unwrap_or(0)),
+                    held,
+                ))
+            })
+            .collect())
     }
 
     /// Starts or ends the drain; the state, or `None` if the pool does not

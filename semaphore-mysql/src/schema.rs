@@ -22,7 +22,8 @@
 //! - `P_waiters`: the queued heads of each pool,
 //!   first come first served by an `AUTO_INCREMENT` ticket; `holder`, the
 //!   id of the named lock the head's store keeps on a connection of its
-//!   own (version 3): a head whose lock is free is gone.
+//!   own (version 3): a head whose lock is free is gone; `since`, when the
+//!   place was taken (version 4; `NULL` for the places taken before).
 //!
 //! - `P_borrow_step_6`, `P_borrow_6`, `P_borrow_in_6`: the borrow as stored
 //!   procedures, the one place it is written (`borrow.sql`): the step, and
@@ -42,10 +43,11 @@ use crate::error::storage;
 /// grant's token in the store's row; version 2 counts them per pool
 /// (`P_pools.last_token`); version 3 binds leases to sessions
 /// (`P_sessions`) and places to their store's connection
-/// (`P_waiters.holder`). A store of version 1 or 2 is migrated at connect,
-/// once the processes of the earlier release are stopped; its bound
-/// leases become unbound (left to their ttl).
-pub(crate) const VERSION: i64 = 3;
+/// (`P_waiters.holder`); version 4 records when each place was taken
+/// (`P_waiters.since`). A store of version 1 to 3 is migrated at connect,
+/// once the processes of the earlier release are stopped; the bound
+/// leases of version 1 or 2 become unbound (left to their ttl).
+pub(crate) const VERSION: i64 = 4;
 
 /// The table names under one prefix, and the statements that name them.
 #[derive(Debug, Clone)]
@@ -136,6 +138,7 @@ impl Tables {
                     alive_until BIGINT NOT NULL,
                     slots INT UNSIGNED NOT NULL,
                     holder BINARY(16) NULL,
+                    since BIGINT NULL,
                     PRIMARY KEY (pool, waiter),
                     UNIQUE KEY (ticket)
                 ) ENGINE = InnoDB"
@@ -177,10 +180,16 @@ pub(crate) async fn prepare(conn: &mut Conn, tables: &Tables) -> Result<()> {
         Some(1) => {
             migrate_from_1(conn, tables).await?;
             migrate_from_2(conn, tables).await?;
+            migrate_from_3(conn, tables).await?;
             create_procedure(conn, tables).await
         }
         Some(2) => {
             migrate_from_2(conn, tables).await?;
+            migrate_from_3(conn, tables).await?;
+            create_procedure(conn, tables).await
+        }
+        Some(3) => {
+            migrate_from_3(conn, tables).await?;
             create_procedure(conn, tables).await
         }
         Some(VERSION) => create_procedure(conn, tables).await,
@@ -258,14 +267,38 @@ async fn migrate_from_2(conn: &mut Conn, tables: &Tables) -> Result<()> {
         tx.query_drop(format!("UPDATE {} SET holder = NULL", tables.leases))
             .await
             .map_err(storage("open"))?;
-        tx.exec_drop(
-            format!("UPDATE {} SET version = ? WHERE id = 1", tables.store),
-            (VERSION,),
-        )
+        tx.query_drop(format!(
+            "UPDATE {} SET version = 3 WHERE id = 1",
+            tables.store
+        ))
         .await
         .map_err(storage("open"))?;
     }
     tx.commit().await.map_err(storage("open"))
+}
+
+/// Makes a store of version 3 one of version 4: `P_waiters.since` (the
+/// places taken before have none), then the version. Two processes may
+/// both add the column: the loser is told it exists (1060).
+async fn migrate_from_3(conn: &mut Conn, tables: &Tables) -> Result<()> {
+    let alter = format!(
+        "ALTER TABLE {} ADD COLUMN since BIGINT NULL",
+        tables.waiters
+    );
+    match conn.query_drop(alter).await {
+        Ok(()) => {}
+        Err(mysql_async::Error::Server(e)) if e.code == 1060 => {}
+        Err(e) => return Err(storage("open")(e)),
+    }
+    conn.exec_drop(
+        format!(
+            "UPDATE {} SET version = ? WHERE id = 1 AND version = 3",
+            tables.store
+        ),
+        (VERSION,),
+    )
+    .await
+    .map_err(storage("open"))
 }
 
 /// Creates the borrow procedures (`borrow.sql`) that are missing. Two

@@ -95,8 +95,8 @@ async fn tokens_rise_per_pool_above_the_floor_and_survive_delete() {
 }
 
 /// A store of version 1 (no `last_token` per pool): a store connecting to
-/// it adds the column and sets version 2, and grants go on above the count
-/// version 1 kept.
+/// it adds the column and sets version 2 (then 3 and 4), and grants go on
+/// above the count version 1 kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_of_version_1_is_migrated() {
     let prefix = TestServer::fresh_prefix();
@@ -106,6 +106,11 @@ async fn a_store_of_version_1_is_migrated() {
     sql(
         &old,
         format!("ALTER TABLE {prefix}_pools DROP COLUMN last_token"),
+    )
+    .await;
+    sql(
+        &old,
+        format!("ALTER TABLE {prefix}_waiters DROP COLUMN since"),
     )
     .await;
     sql(
@@ -121,7 +126,7 @@ async fn a_store_of_version_1_is_migrated() {
         .query_first(format!("SELECT version FROM {prefix}_store WHERE id = 1"))
         .await
         .unwrap();
-    assert_eq!(version, Some(3));
+    assert_eq!(version, Some(4));
     drop(conn);
     let pool = Pool::new(store, PoolId::from_name("p"));
     let lease = pool.try_borrow(TTL).await.unwrap();
@@ -133,7 +138,7 @@ async fn a_store_of_version_1_is_migrated() {
 /// named lock; places without a connection): a store connecting to it adds
 /// the sessions table and the places' column, unbinds every lease (its
 /// holder's process is gone before a migration), keeps it, and sets
-/// version 3.
+/// version 3, then 4.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_of_version_2_is_migrated() {
     let prefix = TestServer::fresh_prefix();
@@ -143,7 +148,7 @@ async fn a_store_of_version_2_is_migrated() {
     let kept = pool.try_borrow(TTL).await.unwrap().forget();
     sql(
         &old,
-        format!("ALTER TABLE {prefix}_waiters DROP COLUMN holder"),
+        format!("ALTER TABLE {prefix}_waiters DROP COLUMN holder, DROP COLUMN since"),
     )
     .await;
     sql(&old, format!("DROP TABLE {prefix}_sessions")).await;
@@ -165,7 +170,7 @@ async fn a_store_of_version_2_is_migrated() {
         .query_first(format!("SELECT version FROM {prefix}_store WHERE id = 1"))
         .await
         .unwrap();
-    assert_eq!(version, Some(3));
+    assert_eq!(version, Some(4));
     let bound: Option<i64> = conn
         .query_first(format!(
             "SELECT COUNT(*) FROM {prefix}_leases WHERE holder IS NOT NULL"
@@ -184,4 +189,53 @@ async fn a_store_of_version_2_is_migrated() {
     assert_eq!(next.position, 1);
     assert!(next.token > kept.token);
     assert!(pool.return_lease(kept.id).await.unwrap());
+}
+
+/// A store of version 3 (places without the instant they were taken): a
+/// store connecting to it adds the column and sets version 4; a place
+/// taken before has none (now stands in), one taken after has its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_version_3_is_migrated() {
+    let prefix = TestServer::fresh_prefix();
+    let old = store(&prefix).await;
+    sql(
+        &old,
+        format!("ALTER TABLE {prefix}_waiters DROP COLUMN since"),
+    )
+    .await;
+    sql(
+        &old,
+        format!("UPDATE {prefix}_store SET version = 3 WHERE id = 1"),
+    )
+    .await;
+    drop(old);
+
+    let store = store(&prefix).await;
+    let mut conn = store.connection_pool().get_conn().await.unwrap();
+    let version: Option<i64> = conn
+        .query_first(format!("SELECT version FROM {prefix}_store WHERE id = 1"))
+        .await
+        .unwrap();
+    assert_eq!(version, Some(4));
+    drop(conn);
+    let pool = Pool::new(store.clone(), PoolId::from_name("p"));
+    pool.register(1).await.unwrap();
+    let _held = pool.try_borrow(TTL).await.unwrap();
+    let ticket = semaphore_mysql::WaiterId::new();
+    let queued = pool
+        .held(ticket)
+        .wait(
+            Duration::from_secs(30),
+            TTL,
+            Duration::ZERO,
+            BorrowOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(queued.is_none());
+    let places = semaphore_mysql::store::Store::queue(&*store, pool.id())
+        .await
+        .unwrap();
+    assert_eq!(places.len(), 1);
+    assert_eq!(places[0].waiter, Some(ticket));
 }

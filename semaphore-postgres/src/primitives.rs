@@ -22,17 +22,19 @@ pub(crate) fn first<'a>(rows: &'a [Row], operation: &'static str) -> Result<&'a 
     })
 }
 
-/// A pool's state from columns `count, in_use, draining`.
+/// A pool's state from columns `count, in_use, draining, queued`.
 fn state(pool: PoolId, row: &Row, operation: &'static str) -> Result<PoolState> {
     let count: i64 = row.try_get(0).map_err(storage(operation))?;
     let in_use: i64 = row.try_get(1).map_err(storage(operation))?;
     let draining: bool = row.try_get(2).map_err(storage(operation))?;
+    let queued: i64 = row.try_get(3).map_err(storage(operation))?;
     Ok(PoolState::new(
         pool,
         u32::try_from(count).unwrap_or(u32::MAX),
         u32::try_from(in_use).unwrap_or(u32::MAX),
     )
-    .with_draining(draining))
+    .with_draining(draining)
+    .with_queued(u32::try_from(queued).unwrap_or(u32::MAX)))
 }
 
 #[async_trait]
@@ -336,5 +338,33 @@ impl Store for PostgresStore {
             self.changes.notify(pool);
         }
         Ok(())
+    }
+
+    async fn queue(&self, pool: PoolId) -> Result<Vec<semaphore_core::QueuedPlace>> {
+        let rows = self
+            .query(
+                "queue",
+                &self.sql.queue,
+                &[
+                    (&pool.as_uuid(), Type::UUID),
+                    (&self.now_param(), Type::INT8),
+                ],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let waiter: uuid::Uuid = row.try_get(0)?;
+                let slots: i64 = row.try_get(1)?;
+                let since: i64 = row.try_get(2)?;
+                let held: bool = row.try_get(3)?;
+                Ok(semaphore_core::QueuedPlace::kept(
+                    WaiterId::from_uuid(waiter),
+                    u32::try_from(slots).unwrap_or(u32::MAX),
+                    semaphore_core::store::from_unix_ms(u64::try_from(since).unwrap_or(0)),
+                    held,
+                ))
+            })
+            .collect::<std::result::Result<_, tokio_postgres::Error>>()
+            .map_err(storage("queue"))
     }
 }

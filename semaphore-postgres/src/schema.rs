@@ -176,8 +176,10 @@ const STORE: (&str, &[Column<&str>]) = (
 );
 
 /// A queued head's place; from version 4 with what a return needs to hand
-/// it a slot (its ttl, owner and, from version 5, session).
-/// (Up to version 3 without the last three: [`shape_3`].)
+/// it a slot (its ttl, owner and, from version 5, session), and from
+/// version 9 when it was taken and whether it is a held place.
+/// (Up to version 3 without ttl, owner and session: [`shape_3`]; up to
+/// version 8 without the last two: [`shape_8`].)
 const WAITERS: (&str, &[Column<&str>]) = (
     "semaphore_waiters",
     &[
@@ -190,8 +192,24 @@ const WAITERS: (&str, &[Column<&str>]) = (
         ("ttl", "bigint", false),
         ("owner", "text", false),
         ("session", "uuid", false),
+        ("since", "bigint", false),
+        ("held", "boolean", true),
     ],
 );
+
+/// The columns version 9 added to the places (see [`WAITERS`]).
+pub(crate) const ADDED_IN_9: [&str; 2] = ["since", "held"];
+
+/// The shape of versions 5 to 8: version 9's without [`ADDED_IN_9`].
+fn shape_8() -> Shape {
+    let mut shape = expected();
+    for (table, columns) in &mut shape {
+        if table == "semaphore_waiters" {
+            columns.retain(|c| !ADDED_IN_9.contains(&c.0.as_str()));
+        }
+    }
+    shape
+}
 
 /// A schema name the store accepts: 1 to 40 of `a-z`, `0-9`, `_`, not
 /// starting with a digit, so that it is quoted the same everywhere and its
@@ -345,6 +363,7 @@ async fn prepare_once(client: &Client, schema: &str, migrate: bool) -> Result<()
             Ok(Some(1 | 2)) => before_3(),
             Ok(Some(3)) => shape_3(),
             Ok(Some(4)) => shape_of(SHAPE_4),
+            Ok(Some(5..=8)) => shape_8(),
             _ => expected.clone(),
         };
         if shape != wanted {

@@ -96,6 +96,8 @@ CREATE TABLE IF NOT EXISTS {s}.semaphore_waiters (
     ttl bigint,
     owner text,
     session uuid,
+    since bigint,
+    held boolean NOT NULL DEFAULT false,
     PRIMARY KEY (pool, waiter)
 );
 
@@ -209,6 +211,26 @@ LANGUAGE sql STABLE AS $$
     SELECT EXISTS (SELECT 1 FROM {s}.semaphore_slots l
         WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.expires_at > p_now)
 $$;
+
+-- The live places of the pool's queue at p_now, first served first
+-- (version 9): a head served (a slot handed to it, not yet taken) is not
+-- in line, nor a head whose process's listener is gone (its process died:
+-- the next borrow drops it). A place taken before version 9 has no
+-- `since`: p_now stands in.
+-- (PL/pgSQL, so that a migration may make it before it adds the columns
+-- it reads.)
+CREATE OR REPLACE FUNCTION {s}.semaphore_in_line(p_pool uuid, p_now bigint)
+RETURNS TABLE (o_waiter uuid, o_slots bigint, o_since bigint, o_held boolean)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT w.waiter, w.slots, coalesce(w.since, p_now), w.held
+    FROM {s}.semaphore_waiters w
+    WHERE w.pool = p_pool AND w.alive_until > p_now
+        AND NOT {s}.semaphore_is_handed(p_pool, w.waiter, p_now)
+        AND (w.backend IS NULL OR EXISTS (
+            SELECT 1 FROM pg_stat_get_activity(w.backend) a WHERE a.pid = w.backend))
+    ORDER BY w.ticket;
+END $$;
 
 -- The lease a return handed to queued head p_waiter (by `granted_to`),
 -- if it is still active at p_now, taken by the head: its place goes, and
@@ -484,8 +506,10 @@ BEGIN
             v_now := {s}.semaphore_now(p_now);
             DELETE FROM {s}.semaphore_waiters w
                 WHERE w.pool = p_pool AND w.waiter = p_waiter AND w.alive_until <= v_now;
-            INSERT INTO {s}.semaphore_waiters AS w (pool, waiter, ticket, alive_until, slots)
-                VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + p_hold, p_slots)
+            INSERT INTO {s}.semaphore_waiters AS w
+                    (pool, waiter, ticket, alive_until, slots, since, held)
+                VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'), v_now + p_hold, p_slots,
+                    v_now, true)
                 ON CONFLICT (pool, waiter) DO UPDATE SET alive_until = excluded.alive_until;
         END IF;
         RETURN QUERY SELECT 3::smallint, p_pool, NULL::bigint[], NULL::bigint, NULL::bigint,
@@ -601,12 +625,14 @@ BEGIN
             v_handable := p_lease IS NOT NULL AND p_key IS NULL AND p_slots = 1
                 AND p_hold IS NULL;
             INSERT INTO {s}.semaphore_waiters
-                    (pool, waiter, ticket, alive_until, backend, slots, ttl, owner, session)
+                    (pool, waiter, ticket, alive_until, backend, slots, ttl, owner, session,
+                     since, held)
                 VALUES (p_pool, p_waiter, nextval('{s}.semaphore_tickets'),
                     v_now + coalesce(p_hold, {waiter_ttl}),
                     CASE WHEN p_hold IS NULL THEN p_backend END, p_slots,
                     CASE WHEN v_handable THEN p_ttl END,
-                    CASE WHEN v_handable THEN p_owner END, CASE WHEN v_handable THEN p_session END)
+                    CASE WHEN v_handable THEN p_owner END, CASE WHEN v_handable THEN p_session END,
+                    v_now, p_hold IS NOT NULL)
                 ON CONFLICT (pool, waiter) DO UPDATE SET alive_until = excluded.alive_until;
         ELSIF p_hold IS NOT NULL OR v_alive - v_now < {waiter_ttl} - {waiter_refresh} THEN
             UPDATE {s}.semaphore_waiters w SET alive_until = v_now + coalesce(p_hold, {waiter_ttl})

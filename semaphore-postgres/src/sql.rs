@@ -49,6 +49,8 @@ pub(crate) struct Sql {
     pub(crate) holders: String,
     pub(crate) force_return: String,
     pub(crate) set_draining: String,
+    /// The live places of a pool's queue, in line.
+    pub(crate) queue: String,
     pub(crate) leave_queue: String,
     /// A waiter's place: how many live places are at or ahead of its own.
     pub(crate) place: String,
@@ -193,12 +195,16 @@ impl Sql {
         let f = |text: &str| fill(text, schema);
         Self {
             prepared,
-            register: f("SELECT * FROM {s}.semaphore_register($1, $2, $3)"),
+            register: f("SELECT r.*,
+                    (SELECT count(*) FROM {s}.semaphore_in_line($1, {s}.semaphore_now($3)))
+                FROM {s}.semaphore_register($1, $2, $3) r"),
             inspect: f(
-                "SELECT p.count, {s}.semaphore_in_use(p.pool, (SELECT {s}.semaphore_now($2))),
-                    p.draining
-                FROM {s}.semaphore_pools p WHERE p.pool = $1",
+                "SELECT p.count, {s}.semaphore_in_use(p.pool, t.now), p.draining,
+                    (SELECT count(*) FROM {s}.semaphore_in_line(p.pool, t.now))
+                FROM {s}.semaphore_pools p, (SELECT {s}.semaphore_now($2) AS now) t
+                WHERE p.pool = $1",
             ),
+            queue: f("SELECT * FROM {s}.semaphore_in_line($1, {s}.semaphore_now($2))"),
             delete: f("SELECT {s}.semaphore_delete($1)"),
             try_borrow: f(
                 "SELECT * FROM {s}.semaphore_try_borrow($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
@@ -227,7 +233,9 @@ impl Sql {
                 ) l ON true
                 ORDER BY l.positions[1]"),
             force_return: f("SELECT * FROM {s}.semaphore_force_return($1, $2, $3)"),
-            set_draining: f("SELECT * FROM {s}.semaphore_set_draining($1, $2, $3)"),
+            set_draining: f("SELECT r.*,
+                    (SELECT count(*) FROM {s}.semaphore_in_line($1, {s}.semaphore_now($3)))
+                FROM {s}.semaphore_set_draining($1, $2, $3) r"),
             leave_queue: f("SELECT {s}.semaphore_leave_queue($1, $2)"),
             place: f(
                 "SELECT count(*) FROM {s}.semaphore_waiters w, {s}.semaphore_waiters me,

@@ -77,6 +77,7 @@ async fn downgrade(
         client
             .batch_execute(&format!(
                 "UPDATE \"{schema}\".semaphore_store SET schema_version = 5;
+                 ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN since, DROP COLUMN held;
                  DROP TRIGGER semaphore_session_deleted ON \"{schema}\".semaphore_sessions;
                  DROP TRIGGER semaphore_session_cut ON \"{schema}\".semaphore_sessions;
                  DROP FUNCTION \"{schema}\".semaphore_session_ended();
@@ -93,6 +94,7 @@ async fn downgrade(
     client
         .batch_execute(&format!(
             "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
+             ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN since, DROP COLUMN held;
              DROP TABLE \"{schema}\".semaphore_sessions;
              ALTER TABLE \"{schema}\".semaphore_slots DROP COLUMN session,
                  DROP COLUMN granted_to, ADD COLUMN holder integer,
@@ -162,9 +164,12 @@ async fn downgrade(
 /// deletes nothing standing in for that version's functions, which a
 /// migration replaces.
 async fn as_version(client: &tokio_postgres::Client, schema: &str, old: i32) {
+    // Up to version 8, places recorded neither when they were taken nor
+    // whether they were held.
     client
         .batch_execute(&format!(
             "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
+             ALTER TABLE \"{schema}\".semaphore_waiters DROP COLUMN since, DROP COLUMN held;
              CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
              RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;"
         ))

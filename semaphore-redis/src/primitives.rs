@@ -101,27 +101,31 @@ impl Store for RedisStore {
         {
             self.replicated(pool).await;
         }
+        let queued = rest.get(1).map(|q| int("register", q)).transpose()?;
         Ok(PoolState::new(
             pool,
             u32_of(int("register", count)?),
             u32_of(int("register", in_use)?),
         )
-        .with_draining(int("register", draining)? == 1))
+        .with_draining(int("register", draining)? == 1)
+        .with_queued(queued.map_or(0, u32_of)))
     }
 
     async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
         let mut call = self.invocation(Kind::Shrink, "set_draining", [pool]);
         call.arg(if draining { "1" } else { "0" });
         let fields = items("set_draining", self.run("set_draining", &call).await?)?;
-        let [count, in_use, _, draining, ..] = &fields[..] else {
+        let [count, in_use, _, draining, rest @ ..] = &fields[..] else {
             return Err(not_found(pool));
         };
+        let queued = rest.first().map(|q| int("set_draining", q)).transpose()?;
         Ok(PoolState::new(
             pool,
             u32_of(int("set_draining", count)?),
             u32_of(int("set_draining", in_use)?),
         )
-        .with_draining(int("set_draining", draining)? == 1))
+        .with_draining(int("set_draining", draining)? == 1)
+        .with_queued(queued.map_or(0, u32_of)))
     }
 
     /// Once more after freeing the leases of holders that are gone.
@@ -132,12 +136,14 @@ impl Store for RedisStore {
             return Err(not_found(pool));
         };
         let draining = fields.get(3).map(|d| int("inspect", d)).transpose()? == Some(1);
+        let queued = fields.get(4).map(|q| int("inspect", q)).transpose()?;
         Ok(PoolState::new(
             pool,
             u32_of(int("inspect", count)?),
             u32_of(int("inspect", in_use)?),
         )
-        .with_draining(draining))
+        .with_draining(draining)
+        .with_queued(queued.map_or(0, u32_of)))
     }
 
     async fn delete(&self, pool: PoolId) -> Result<bool> {
@@ -300,6 +306,31 @@ impl Store for RedisStore {
             self.changes.notify(pool);
         }
         Ok(())
+    }
+
+    async fn queue(&self, pool: PoolId) -> Result<Vec<semaphore_core::QueuedPlace>> {
+        let call = self.invocation(Kind::Shrink, "queue", [pool]);
+        let fields = items("queue", self.run("queue", &call).await?)?;
+        fields
+            .chunks(4)
+            .map(|place| {
+                let [waiter, slots, since, held] = place else {
+                    return Err(malformed("queue", "a short place"));
+                };
+                let waiter = reply::text("queue", waiter)?
+                    .ok_or_else(|| malformed("queue", "a place without a waiter"))?;
+                let waiter = uuid::Uuid::parse_str(&waiter)
+                    .map_err(|_| malformed("queue", "a waiter that is not a UUID"))?;
+                Ok(semaphore_core::QueuedPlace::kept(
+                    WaiterId::from_uuid(waiter),
+                    u32_of(int("queue", slots)?),
+                    semaphore_core::store::from_unix_ms(
+                        u64::try_from(int("queue", since)?).unwrap_or(0),
+                    ),
+                    int("queue", held)? == 1,
+                ))
+            })
+            .collect()
     }
 }
 

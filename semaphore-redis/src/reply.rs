@@ -48,7 +48,7 @@ fn u64_of(operation: &'static str, value: &Value) -> Result<u64> {
     u64::try_from(int(operation, value)?).map_err(|_| malformed(operation, "a negative number"))
 }
 
-fn text(operation: &'static str, value: &Value) -> Result<Option<String>> {
+pub(crate) fn text(operation: &'static str, value: &Value) -> Result<Option<String>> {
     match value {
         Value::Nil => Ok(None),
         Value::BulkString(bytes) => String::from_utf8(bytes.clone())

@@ -11,7 +11,7 @@ use semaphore_core::{Error, Result};
 use crate::error::storage;
 
 /// The schema version this build writes and reads.
-pub(crate) const VERSION: i64 = 4;
+pub(crate) const VERSION: i64 = 5;
 
 /// Version 2. Pools and leases are keyed by 16-byte UUIDs; times are integer
 /// unix milliseconds. `semaphore_store` holds the version and the store-wide
@@ -39,6 +39,10 @@ pub(crate) const VERSION: i64 = 4;
 /// their weights, not one slot each. A lease bound to its holder
 /// names it (`holder`, see [`holder`](crate::holder)); `NULL` for a lease
 /// left to its ttl. A pool that drains grants nothing new (`draining`).
+///
+/// Version 5 records when a queued place was taken (`since`, unix ms;
+/// `NULL` for the places a version 4 process took), for the listings of
+/// who waits ([`Store::queue`](semaphore_core::store::Store::queue)).
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS semaphore_store (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -71,6 +75,7 @@ CREATE TABLE IF NOT EXISTS semaphore_waiters (
     pid INTEGER,
     pid_ns TEXT,
     slots INTEGER NOT NULL DEFAULT 1,
+    since INTEGER,
     PRIMARY KEY (pool, waiter)
 ) WITHOUT ROWID;
 ";
@@ -109,6 +114,9 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE semaphore_waiters ADD COLUMN slots INTEGER NOT NULL DEFAULT 1;
      ALTER TABLE semaphore_leases ADD COLUMN holder BLOB;
      ALTER TABLE semaphore_pools ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;",
+    // 4 -> 5: when each queued place was taken (unknown for those taken
+    // before).
+    "ALTER TABLE semaphore_waiters ADD COLUMN since INTEGER;",
 ];
 
 /// The column shape of every table of ours: (table, [(name, type, notnull, pk)]).

@@ -88,8 +88,11 @@ pub(crate) fn inspect(
         return Ok(None);
     };
     let in_use = in_use(conn, &pool, now, holders)?;
+    let queued = crate::wake::queue::queued(conn, pool, now)?;
     Ok(Some(
-        PoolState::new(pool, count, in_use).with_draining(draining),
+        PoolState::new(pool, count, in_use)
+            .with_draining(draining)
+            .with_queued(queued),
     ))
 }
 

@@ -122,7 +122,7 @@ async fn version_2_file_is_migrated_keeping_leases_keys_heads_and_tokens() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
     let indexes: Vec<String> = conn
         .prepare(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'semaphore_leases'",

@@ -47,7 +47,7 @@ fn newer_schema_version_is_refused_unchanged() {
     drop(SqliteStore::open(&path).unwrap());
     let conn = Connection::open(&path).unwrap();
     conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
-    conn.execute("UPDATE semaphore_store SET schema_version = 5", [])
+    conn.execute("UPDATE semaphore_store SET schema_version = 6", [])
         .unwrap();
     drop(conn);
     assert_refused_unchanged(
@@ -106,7 +106,7 @@ fn application_tables_and_user_version_are_left_alone() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(stored, 4);
+    assert_eq!(stored, 5);
 }
 
 /// The tables as version 1 of this library wrote them, frozen here so that
@@ -179,7 +179,7 @@ async fn version_1_file_is_migrated_keeping_pools_leases_and_tokens() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
 }
 
 fn uuid_bytes() -> [u8; 16] {

@@ -86,7 +86,8 @@ impl Server {
         response.text().await.unwrap()
     }
 
-    /// The number of borrowers waiting on pool `id` at this server.
+    /// The number of borrowers known to wait for pool `id`: this
+    /// server's, and every ticket.
     pub async fn waiting(&self, id: &str) -> u64 {
         let (_, body) = self.call("GET", &format!("/l/{id}/leases"), None).await;
         body["waiting"].as_u64().unwrap_or(0)

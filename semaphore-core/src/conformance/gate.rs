@@ -272,4 +272,7 @@ impl Store for GatedStore {
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         self.through(self.inner.leave_queue(pool, waiter)).await
     }
+    async fn queue(&self, pool: PoolId) -> Result<Vec<crate::QueuedPlace>> {
+        self.inner.queue(pool).await
+    }
 }

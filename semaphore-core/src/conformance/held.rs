@@ -280,3 +280,86 @@ pub async fn r11_a_held_place_keeps_its_turn_through_a_drain(f: Fixture) {
         .expect("then the later one");
     assert_eq!(second.position, 0);
 }
+
+/// Who waits, as the store and the pool show it: the store counts its
+/// places ([`PoolState::queued`](crate::PoolState::queued): here, two
+/// held places) and lists them in line with their weight and the instant
+/// each was taken ([`Store::queue`](crate::store::Store::queue)); the
+/// pool's view adds this process's borrowers once each (its queued head's
+/// place in the store is not counted twice), sorted first come first; and
+/// a served or dropped place leaves both.
+pub async fn held_places_are_counted_and_listed_with_their_wait(f: Fixture) {
+    use crate::queued::PlaceKind;
+    let pool = f.pool("held-listed");
+    pool.register(1).await.unwrap();
+    let held = take(&pool).await;
+    let taken = f.store.clock().now();
+    let (first, second) = (WaiterId::new(), WaiterId::new());
+    let poll = |ticket: WaiterId, slots: u32| {
+        let pool = pool.clone();
+        async move {
+            pool.held(ticket)
+                .wait(HOLD, TTL, Duration::ZERO, BorrowOptions::new().slots(slots))
+                .await
+        }
+    };
+    assert!(poll(first, 1).await.unwrap().is_none());
+    f.clock.advance(SEC);
+    assert!(poll(second, 1).await.unwrap().is_none());
+    let state = pool.inspect().await.unwrap();
+    assert_eq!(state.queued, 2, "two held places");
+    let kept = pool.store().queue(pool.id()).await.unwrap();
+    assert_eq!(
+        kept.iter()
+            .map(|p| (p.waiter, p.slots, p.kind))
+            .collect::<Vec<_>>(),
+        vec![
+            (Some(first), 1, PlaceKind::Held),
+            (Some(second), 1, PlaceKind::Held)
+        ],
+        "in line"
+    );
+    let since = |p: &crate::QueuedPlace| {
+        crate::store::unix_ms(p.since) / 1000 - crate::store::unix_ms(taken) / 1000
+    };
+    assert_eq!(
+        (since(&kept[0]), since(&kept[1])),
+        (0, 1),
+        "when each was taken"
+    );
+    // A borrower of this process, behind them.
+    f.clock.advance(SEC);
+    let later = spawn_borrow(&pool, TTL, LONG);
+    until_waiting(&pool, 1).await;
+    f.clock.advance(SEC);
+    let everyone = pool.queue().await.unwrap();
+    assert_eq!(
+        everyone.iter().map(|p| p.kind).collect::<Vec<_>>(),
+        vec![PlaceKind::Held, PlaceKind::Held, PlaceKind::Here],
+        "{everyone:?}"
+    );
+    let state = pool.inspect().await.unwrap();
+    let waiting = pool
+        .waiting_everywhere(&state, f.store.clock().now())
+        .await
+        .unwrap();
+    assert_eq!(waiting.count, 3);
+    assert_eq!(
+        waiting.longest.map(|d| d.as_secs()),
+        Some(3),
+        "the first ticket's wait"
+    );
+    // Served, left: out of line.
+    pool.held(second).leave().await.unwrap();
+    assert!(pool.return_lease(held.id).await.unwrap());
+    let lease = poll(first, 1)
+        .await
+        .unwrap()
+        .expect("the first place is served")
+        .forget();
+    assert!(pool.return_lease(lease.id).await.unwrap());
+    let next = later.await.unwrap().unwrap();
+    assert_eq!(pool.inspect().await.unwrap().queued, 0);
+    assert!(pool.queue().await.unwrap().is_empty());
+    assert!(pool.return_lease(next.id).await.unwrap());
+}

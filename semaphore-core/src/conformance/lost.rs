@@ -193,6 +193,9 @@ impl Store for LosingStore {
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         self.inner.leave_queue(pool, waiter).await
     }
+    async fn queue(&self, pool: PoolId) -> Result<Vec<crate::QueuedPlace>> {
+        self.inner.queue(pool).await
+    }
 }
 
 /// rule "Lost replies": a queued borrower whose granted attempt's answer

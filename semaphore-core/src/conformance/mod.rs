@@ -235,6 +235,7 @@ macro_rules! store_conformance {
             r11_held_places_know_their_place_and_are_woken_by_a_return,
             r11_a_held_place_waits_behind_borrowers_queued_before_it,
             r11_a_held_place_keeps_its_turn_through_a_drain,
+            held_places_are_counted_and_listed_with_their_wait,
             r15_a_held_place_for_more_slots_than_the_count_holds_back_no_one,
             a_dropped_guards_failed_return_is_tried_again,
         );

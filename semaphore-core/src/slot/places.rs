@@ -26,6 +26,8 @@ struct Place {
     /// Its weight: what its latest poll asked for.
     slots: u32,
     arrival: u64,
+    /// When it took its place.
+    since: SystemTime,
     /// When it lapses, unless polled again before.
     until: SystemTime,
 }
@@ -125,6 +127,7 @@ impl SlotTable {
                 waiter,
                 slots: request.slots,
                 arrival: arrival(),
+                since: now,
                 until: now,
             });
             self.places.0.len() - 1
@@ -163,6 +166,24 @@ impl SlotTable {
         };
         self.places.0.remove(index);
         true
+    }
+
+    /// The held places kept at `now`, in order of arrival
+    /// ([`Store::queue`](crate::store::Store::queue)).
+    pub fn queue(&mut self, now: SystemTime) -> Vec<crate::QueuedPlace> {
+        self.places.lapse(now);
+        self.places
+            .0
+            .iter()
+            .map(|place| crate::QueuedPlace::kept(place.waiter, place.slots, place.since, true))
+            .collect()
+    }
+
+    /// How many held places are kept at `now`
+    /// ([`PoolState::queued`](crate::PoolState::queued)).
+    pub fn queued(&mut self, now: SystemTime) -> u32 {
+        self.places.lapse(now);
+        u32::try_from(self.places.0.len()).unwrap_or(u32::MAX)
     }
 
     /// Whether any held place is kept at `now`: a store then wakes the

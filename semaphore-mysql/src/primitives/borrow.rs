@@ -132,11 +132,18 @@ impl Step<'_> {
                     .map(|h| h.as_bytes().to_vec());
                 tx.exec_drop(
                     format!(
-                        "INSERT INTO {} (pool, waiter, alive_until, slots, holder) \
-                         VALUES (?, ?, ?, ?, ?)",
+                        "INSERT INTO {} (pool, waiter, alive_until, slots, holder, since) \
+                         VALUES (?, ?, ?, ?, ?, ?)",
                         self.t.waiters
                     ),
-                    (pool, waiter.to_vec(), alive_until, request.slots, holder),
+                    (
+                        pool,
+                        waiter.to_vec(),
+                        alive_until,
+                        request.slots,
+                        holder,
+                        now,
+                    ),
                 )
                 .await
             }

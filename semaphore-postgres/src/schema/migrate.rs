@@ -61,6 +61,15 @@ const MIGRATE_4_TO_5: &str = "
         ADD COLUMN session uuid;
 ";
 
+/// The statements that take a version 5 to 8 schema (or an older one,
+/// once brought to 5) to version 9, after the script: a place records when
+/// it was taken and whether it is a held place (unknown, and `false`, for
+/// the places taken before).
+const MIGRATE_TO_9: &str = "
+    ALTER TABLE {s}.semaphore_waiters ADD COLUMN IF NOT EXISTS since bigint,
+        ADD COLUMN IF NOT EXISTS held boolean NOT NULL DEFAULT false;
+";
+
 /// The functions of versions 3 and 4 whose arguments or rows changed in
 /// version 5, and the composite type they returned: dropped before the
 /// script makes their successors (`CREATE OR REPLACE` refuses another
@@ -88,7 +97,10 @@ pub(super) fn shape_3() -> Shape {
     let mut shape = shape_of(SHAPE_3);
     for (table, columns) in &mut shape {
         if table == "semaphore_waiters" {
-            columns.retain(|c| !["ttl", "owner", "session"].contains(&c.0.as_str()));
+            columns.retain(|c| {
+                !["ttl", "owner", "session"].contains(&c.0.as_str())
+                    && !super::ADDED_IN_9.contains(&c.0.as_str())
+            });
         }
     }
     shape
@@ -132,6 +144,7 @@ pub(super) async fn migrate_from(
     let after = fill(
         &format!(
             "{moved}
+             {MIGRATE_TO_9}
              UPDATE {{s}}.semaphore_store SET schema_version = {VERSION} WHERE id = 1 AND schema_version < {VERSION};"
         ),
         schema,

@@ -204,7 +204,7 @@ end
 local function forget(k, w)
     if redis.call('ZREM', k.alive, w) == 0 then return end
     redis.call('ZREM', k.queue, w)
-    redis.call('HDEL', k.pool, 'w:' .. w, 'c:' .. w, 'h:' .. w)
+    redis.call('HDEL', k.pool, 'w:' .. w, 'c:' .. w, 'h:' .. w, 'q:' .. w)
 end
 
 -- Ends the lease a return handed to head w (it left the queue, or its

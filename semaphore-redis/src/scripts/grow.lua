@@ -65,6 +65,8 @@ local function queue(k, waiter, n, hold, conn, grant)
         if n > 1 then set[#set + 1] = 'w:' .. waiter; set[#set + 1] = n end
         if conn and not hold then set[#set + 1] = 'c:' .. waiter; set[#set + 1] = conn end
         if grant then set[#set + 1] = 'h:' .. waiter; set[#set + 1] = cjson.encode(grant) end
+        -- When it took its place, 'h' after it for a held place.
+        set[#set + 1] = 'q:' .. waiter; set[#set + 1] = fmt(now_ms) .. (hold and 'h' or '')
         if #set > 0 then redis.call('HSET', k.pool, unpack(set)) end
     end
     redis.call('ZADD', k.alive, now_ms + (hold or WAITER_TTL), waiter)
@@ -109,7 +111,7 @@ end
 
 local function grow_ops()
     if op == 'register' then
-        -- {count, in_use, 0, draining, 1 if it wrote the run key}. The run
+        -- {count, in_use, 0, draining, 1 if it wrote the run key, queued}. The run
         -- key is written here too, so that it is on a replica before any
         -- grant of the pool's slot (a cluster store waits for that).
         local k = K(1)
@@ -123,7 +125,8 @@ local function grow_ops()
             reap(k)
         end
         wake(k)
-        return {count, redis.call('ZCARD', k.pos), 0, draining(k) and 1 or 0, run_written and 1 or 0}
+        return {count, redis.call('ZCARD', k.pos), 0, draining(k) and 1 or 0, run_written and 1 or 0,
+            redis.call('ZCARD', k.queue)}
     end
 
     if op == 'borrow' then

@@ -12,12 +12,13 @@ local function exists(k) return redis.call('EXISTS', k.pool) == 1 end
 
 local function shrink_ops()
     if op == 'inspect' then
-        -- {count, in_use, {}, draining}, or {} if there is no pool.
+        -- {count, in_use, {}, draining, queued}, or {} if there is no pool.
         local k = K(1)
         local count = redis.call('HGET', k.pool, 'count')
         if not count then return {} end
         reap(k)
-        return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0}
+        return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0,
+            redis.call('ZCARD', k.queue)}
     end
 
     if op == 'set_draining' then
@@ -29,7 +30,8 @@ local function shrink_ops()
         redis.call('HSET', k.pool, 'draining', ARGV[A])
         reap(k)
         wake(k)
-        return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0}
+        return {tonumber(count), redis.call('ZCARD', k.pos), {}, draining(k) and 1 or 0,
+            redis.call('ZCARD', k.queue)}
     end
 
     if op == 'reap_waiters' then
@@ -195,6 +197,31 @@ local function shrink_ops()
         local rank = redis.call('ZRANK', k.queue, ARGV[A])
         if not rank then return 0 end
         return rank + 1
+    end
+
+    if op == 'queue' then
+        -- The pool's live places, in line: {waiter, weight, since ms, held
+        -- (1 or 0)} each, flat. A place taken before places recorded
+        -- their time has none: now stands in.
+        local k = K(1)
+        reap(k)
+        local heads = redis.call('ZRANGE', k.queue, 0, -1)
+        if #heads == 0 then return {} end
+        local names = {}
+        for i, w in ipairs(heads) do
+            names[2 * i - 1] = 'w:' .. w
+            names[2 * i] = 'q:' .. w
+        end
+        local fields = read_all('HMGET', k.pool, names)
+        local out = {}
+        for i, w in ipairs(heads) do
+            local q = fields[2 * i] or ''
+            out[#out + 1] = w
+            out[#out + 1] = tonumber(fields[2 * i - 1] or '1')
+            out[#out + 1] = tonumber(string.match(q, '^%d+')) or now_ms
+            out[#out + 1] = string.sub(q, -1) == 'h' and 1 or 0
+        end
+        return out
     end
 
     if op == 'queue_heads' then

@@ -184,4 +184,11 @@ impl Store for SqliteStore {
         .await
         .map(drop)
     }
+
+    async fn queue(&self, pool: PoolId) -> Result<Vec<semaphore_core::QueuedPlace>> {
+        self.run("queue", TransactionBehavior::Deferred, move |c, now| {
+            queue::queue(c, pool, now)
+        })
+        .await
+    }
 }

@@ -100,10 +100,10 @@ pub(crate) fn keep_place(
     match place_step(now, alive_until, hold) {
         PlaceStep::Join { alive_until } => {
             conn.prepare_cached(
-                "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until, pid, pid_ns, slots)
-                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3, ?4, ?5, ?6)",
+                "INSERT INTO semaphore_waiters (pool, waiter, ticket, alive_until, pid, pid_ns, slots, since)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(ticket), 0) + 1 FROM semaphore_waiters WHERE pool = ?1), ?3, ?4, ?5, ?6, ?7)",
             )?
-            .execute(params![key, w, alive_until, pid, namespace, slots])?;
+            .execute(params![key, w, alive_until, pid, namespace, slots, now])?;
         }
         PlaceStep::Refresh { alive_until } => {
             conn.prepare_cached(
@@ -135,6 +135,44 @@ pub(crate) fn place(
             |r| r.get(0),
         )?;
     Ok((found > 0).then_some(found.unsigned_abs()))
+}
+
+/// The live places of the queue of `pool` at `now`, first served first
+/// ([`Store::queue`](semaphore_core::store::Store::queue)): a held place
+/// names no process; a head whose process is gone is left out (the next
+/// borrow drops it). A place taken by a version 4 process has no `since`:
+/// `now` stands in.
+pub(crate) fn queue(
+    conn: &Connection,
+    pool: PoolId,
+    now: i64,
+) -> rusqlite::Result<Vec<semaphore_core::QueuedPlace>> {
+    let mut rows = conn.prepare_cached(
+        "SELECT waiter, slots, COALESCE(since, ?2), pid, pid_ns FROM semaphore_waiters
+         WHERE pool = ?1 AND alive_until > ?2 ORDER BY ticket",
+    )?;
+    let mut rows = rows.query(params![pool.as_uuid().as_bytes(), now])?;
+    let mut places = Vec::new();
+    while let Some(row) = rows.next()? {
+        let (pid, namespace): (Option<i64>, Option<String>) = (row.get(3)?, row.get(4)?);
+        if pid.is_some() && liveness::is_gone(pid, namespace.as_deref()) {
+            continue;
+        }
+        let waiter: [u8; 16] = row.get(0)?;
+        places.push(semaphore_core::QueuedPlace::kept(
+            WaiterId::from_uuid(uuid::Uuid::from_bytes(waiter)),
+            row.get(1)?,
+            crate::time::instant(row.get(2)?),
+            pid.is_none(),
+        ));
+    }
+    Ok(places)
+}
+
+/// The number of live places in the queue of `pool` at `now`
+/// ([`PoolState::queued`](semaphore_core::PoolState::queued)).
+pub(crate) fn queued(conn: &Connection, pool: PoolId, now: i64) -> rusqlite::Result<u32> {
+    queue_heads(conn, pool, now)
 }
 
 /// The number of queued heads of `pool` alive at `now`: one per store
