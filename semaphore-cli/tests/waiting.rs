@@ -1,104 +1,161 @@
-//! A pool's `waiting` over HTTP (its state and its `/leases` listing)
-//! counts everyone known to wait for it, on every store: this server's
-//! waiting borrows, every queued ticket, and, on a store shared by
-//! servers, each other server whose borrowers queue there. (A pool with
-//! tickets queued showed `waiting: 0`.)
+//! Waiting borrows over real HTTP: 100 clients shown as
+//! waiting (with the longest wait) and served in arrival order, a client that disconnects while waiting takes nothing, and
+//! SIGTERM answers every waiter 503 and ends the process.
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::{Server, pool_id};
-use serde_json::json;
+use serde_json::{Value, json};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tickets_and_borrows_count_as_waiting_memory() {
-    counts(&["--memory"], false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tickets_and_borrows_count_as_waiting_sqlite() {
+async fn sqlite_server() -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("waiting.db");
-    counts(&["--sqlite", db.to_str().unwrap()], true).await;
+    let db = dir.path().join("w.db");
+    (Server::start(&["--sqlite", db.to_str().unwrap()]), dir)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tickets_and_borrows_count_as_waiting_postgres() {
-    use semaphore_postgres::testing::TestServer;
-    let (pg, schema) = (TestServer::shared(), TestServer::fresh_schema());
-    counts(
-        &["--postgres", pg.url(), "--postgres-schema", &schema],
-        true,
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tickets_and_borrows_count_as_waiting_mysql() {
-    use semaphore_mysql::testing::TestServer;
-    let (mysql, prefix) = (TestServer::shared(), TestServer::fresh_prefix());
-    counts(&["--mysql", mysql.url(), "--mysql-prefix", &prefix], true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tickets_and_borrows_count_as_waiting_redis() {
-    use semaphore_redis::testing::TestServer;
-    let (redis, prefix) = (TestServer::shared(), TestServer::fresh_prefix());
-    // A fresh prefix is a server that may have restarted: no grace to
-    // wait out before the first grant.
-    let args = ["--redis", redis.url(), "--redis-prefix", &prefix];
-    counts(
-        &[&args[..], &["--redis-restart-grace", "0s"]].concat(),
-        true,
-    )
-    .await;
-}
-
-/// One slot held, three tickets and a waiting borrow on server `a`; on a
-/// `shared` store, a second server `b` with a waiting borrow of its own.
-async fn counts(store: &[&str], shared: bool) {
-    let a = Server::start(store);
-    let id = pool_id();
-    let pool = format!("/l/{id}");
-    a.call("PUT", &pool, Some(json!({"count": 1}))).await;
-    let (status, held) = a
-        .call("POST", &format!("{pool}/borrow"), Some(json!({"ttl": 60})))
+/// A full pool of one slot; the lease holding it.
+async fn full(server: &Server, id: &str) -> String {
+    server
+        .call("PUT", &format!("/l/{id}"), Some(json!({"count": 1})))
         .await;
-    assert_eq!(status, 200, "{held}");
-    for place in 1..=3 {
-        let (status, queued) = a
-            .call("POST", &format!("{pool}/enqueue"), Some(json!({"ttl": 60})))
-            .await;
-        assert_eq!((status, &queued["place"]), (202, &json!(place)), "{queued}");
-    }
-    let (_, state) = a.call("GET", &pool, None).await;
-    assert_eq!(state["waiting"], 3, "the tickets: {state}");
-    assert_eq!(a.waiting(&id).await, 3, "in /leases too");
-
-    let here = borrow_later(&a, &pool);
-    a.until_waiting(&id, 4).await;
-    let (_, state) = a.call("GET", &pool, None).await;
-    assert_eq!(state["waiting"], 4, "and the waiting borrow: {state}");
-
-    if shared {
-        // b sees a's tickets and a's queued borrower, and its own; a sees
-        // b's once it queues in the store.
-        let b = Server::start(store);
-        let there = borrow_later(&b, &pool);
-        b.until_waiting(&id, 5).await;
-        a.until_waiting(&id, 5).await;
-        there.abort();
-    }
-    here.abort();
+    let (_, body) = server
+        .call("POST", &format!("/l/{id}/borrow"), Some(json!({"ttl": 60})))
+        .await;
+    body["lease"].as_str().unwrap().to_string()
 }
 
-/// A borrow of `pool` on `server` that waits up to 30 s, on its own task.
-fn borrow_later(server: &Server, pool: &str) -> tokio::task::JoinHandle<()> {
-    let (http, url) = (server.http.clone(), server.url(&format!("{pool}/borrow")));
+fn spawn_borrow(server: &Server, id: &str, wait: u64) -> tokio::task::JoinHandle<(u16, Value)> {
+    let (http, url) = (server.http.clone(), server.url(&format!("/l/{id}/borrow")));
     tokio::spawn(async move {
-        let _ = http
+        let response = http
             .post(url)
-            .json(&json!({"ttl": 60, "wait": 30}))
+            .json(&json!({"ttl": 60, "wait": wait}))
             .send()
-            .await;
+            .await
+            .expect("a response");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
     })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_waiting_clients_are_served_in_arrival_order() {
+    let (server, _dir) = sqlite_server().await;
+    let id = pool_id();
+    let held = full(&server, &id).await;
+    let mut clients = Vec::new();
+    for i in 0..100 {
+        clients.push(spawn_borrow(&server, &id, 30));
+        server.until_waiting(&id, i + 1).await;
+    }
+    // The pool shows who waits: all 100, the first the longest, and its
+    // wait only grows.
+    let (_, first) = server.call("GET", &format!("/l/{id}"), None).await;
+    assert_eq!(first["waiting"], 100, "{first}");
+    let longest = first["longest_wait"].as_f64().unwrap();
+    assert!(longest > 0.0, "{first}");
+    let (_, later) = server.call("GET", &format!("/l/{id}"), None).await;
+    assert!(
+        later["longest_wait"].as_f64().unwrap() >= longest,
+        "{later}"
+    );
+    // Each return hands the slot to the next client in line.
+    let mut lease = held;
+    let mut tokens = Vec::new();
+    for client in clients {
+        let (status, _) = server
+            .call(
+                "POST",
+                &format!("/l/{id}/return"),
+                Some(json!({"lease": lease})),
+            )
+            .await;
+        assert_eq!(status, 200);
+        let (status, body) = client.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["position"], 0);
+        tokens.push(body["token"].as_u64().unwrap());
+        lease = body["lease"].as_str().unwrap().to_string();
+    }
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "not served in arrival order: {tokens:?}"
+    );
+    let (_, after) = server.call("GET", &format!("/l/{id}"), None).await;
+    assert_eq!(
+        (after["waiting"].as_u64(), after["longest_wait"].as_f64()),
+        (Some(0), Some(0.0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_while_waiting_takes_nothing() {
+    let (server, _dir) = sqlite_server().await;
+    let id = pool_id();
+    let held = full(&server, &id).await;
+    let gone = spawn_borrow(&server, &id, 30);
+    server.until_waiting(&id, 1).await;
+    gone.abort(); // closes the connection mid-request
+    server.until_waiting(&id, 0).await;
+
+    let (_, body) = server
+        .call(
+            "POST",
+            &format!("/l/{id}/return"),
+            Some(json!({"lease": held})),
+        )
+        .await;
+    assert_eq!(body, json!({"returned": true}));
+    let (status, body) = server
+        .call(
+            "POST",
+            &format!("/l/{id}/borrow"),
+            Some(json!({"ttl": 60, "wait": 0})),
+        )
+        .await;
+    assert_eq!(status, 200, "the disconnected client kept the slot: {body}");
+    let (_, state) = server.call("GET", &format!("/l/{id}"), None).await;
+    assert_eq!(state["in_use"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_every_waiter_503_and_exits() {
+    let (mut server, _dir) = sqlite_server().await;
+    let id = pool_id();
+    full(&server, &id).await;
+    let clients: Vec<_> = (0..100).map(|_| spawn_borrow(&server, &id, 30)).collect();
+    server.until_waiting(&id, 100).await;
+
+    let pid = server.child.id().to_string();
+    let signalled = Instant::now();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    for client in clients {
+        let (status, body) = client.await.unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("shutting down"),
+            "{body}"
+        );
+    }
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.child.wait().unwrap();
+        (status, server)
+    });
+    let (status, _server) = tokio::time::timeout(Duration::from_secs(10), status)
+        .await
+        .expect("the server did not exit")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    println!(
+        "SIGTERM with 100 waiters: exited after {:?}",
+        signalled.elapsed()
+    );
 }
