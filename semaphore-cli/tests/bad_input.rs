@@ -260,3 +260,28 @@ async fn a_body_without_a_content_type_is_refused_and_borrows_nothing() {
     .await;
     assert_eq!(status, 200);
 }
+
+/// A --max-ttl under 1 ms (the resolution of every expiry) would grant
+/// every lease expired: serve refuses to start, naming the flag (R5).
+#[test]
+fn serve_refuses_a_max_ttl_under_a_millisecond() {
+    for max_ttl in ["0s", "500us"] {
+        let out = std::process::Command::new(common::BIN)
+            .args([
+                "serve",
+                "--memory",
+                "--listen",
+                "127.0.0.1:0",
+                "--max-ttl",
+                max_ttl,
+            ])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{max_ttl}: {said}");
+        assert!(
+            said.contains("--max-ttl") && said.contains("1 ms"),
+            "{said}"
+        );
+    }
+}
