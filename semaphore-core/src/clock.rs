@@ -27,6 +27,13 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current wall-clock time.
     fn now(&self) -> SystemTime;
 
+    /// [`now`](Clock::now) in whole unix milliseconds: what an in-process
+    /// store's step reads. The provided method converts `now()`; a clock
+    /// that can read milliseconds more cheaply says so.
+    fn now_ms(&self) -> UnixMs {
+        self.now().into()
+    }
+
     /// A future that completes no earlier than this clock's `now()` reaching
     /// `deadline`, or soon after if the clock can only approximate it. The
     /// core re-checks the store after every wake-up, so an early or spurious
@@ -44,6 +51,10 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
         SystemTime::now()
+    }
+
+    fn now_ms(&self) -> UnixMs {
+        system_now_ms()
     }
 
     /// Sleeps on tokio's timer, reading the clock again at least every
@@ -301,6 +312,100 @@ pub fn unix_ms(t: SystemTime) -> u64 {
 /// [`max_time`].
 pub fn from_unix_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms.min(MAX_UNIX_MS))
+}
+
+/// An instant as stores keep it (rule "Stores": integer unix ms): whole
+/// milliseconds since the Unix epoch, from 0 to [`MAX_UNIX_MS`]. What
+/// [`Clock::now_ms`] reads and the in-process [`SlotTable`](crate::store::SlotTable)
+/// compares: an integer, so that a step's reading, its expiries and their
+/// comparisons cost a few instructions each.
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use semaphore_core::store::UnixMs;
+///
+/// let t = UnixMs::from(UNIX_EPOCH + Duration::from_micros(1_500_700));
+/// assert_eq!(t.get(), 1_500);
+/// assert_eq!(t.saturating_add(Duration::from_secs(1)).get(), 2_500);
+/// assert_eq!(UnixMs::MAX.saturating_add(Duration::MAX), UnixMs::MAX);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UnixMs(u64);
+
+impl UnixMs {
+    /// The last instant stores keep, [`MAX_UNIX_MS`].
+    pub const MAX: Self = Self(MAX_UNIX_MS);
+
+    /// `ms` milliseconds after the epoch, at most [`MAX_UNIX_MS`].
+    pub const fn from_ms(ms: u64) -> Self {
+        Self(if ms < MAX_UNIX_MS { ms } else { MAX_UNIX_MS })
+    }
+
+    /// The milliseconds since the epoch.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// This instant `d` later, to whole milliseconds (`d`'s part below a
+    /// millisecond dropped), saturating at [`UnixMs::MAX`].
+    pub fn saturating_add(self, d: Duration) -> Self {
+        let ms = d
+            .as_secs()
+            .saturating_mul(1000)
+            .saturating_add(u64::from(d.subsec_millis()));
+        Self::from_ms(self.0.saturating_add(ms))
+    }
+
+    /// This instant as a [`SystemTime`].
+    pub fn to_system_time(self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.0)
+    }
+}
+
+impl From<SystemTime> for UnixMs {
+    /// `t` truncated to whole milliseconds ([`unix_ms`]).
+    fn from(t: SystemTime) -> Self {
+        Self(unix_ms(t))
+    }
+}
+
+impl From<UnixMs> for SystemTime {
+    fn from(t: UnixMs) -> Self {
+        t.to_system_time()
+    }
+}
+
+/// The system's wall clock in whole unix milliseconds, read with
+/// `clock_gettime(CLOCK_REALTIME)` (the clock [`SystemTime::now`] reads)
+/// without [`SystemTime`]'s general subtraction from the epoch.
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "freebsd"
+))]
+fn system_now_ms() -> UnixMs {
+    use nix::time::{ClockId, clock_gettime};
+    match clock_gettime(ClockId::CLOCK_REALTIME) {
+        // The common case: a time between the epoch and MAX_UNIX_MS, where
+        // the sum cannot overflow (tv_nsec is below 10^9).
+        Ok(t) if (0..(MAX_UNIX_MS / 1000) as i64).contains(&i64::from(t.tv_sec())) => {
+            UnixMs(t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
+        }
+        // Before the epoch or past MAX_UNIX_MS (a clock set wrong), or
+        // no reading: as SystemTime's.
+        _ => SystemTime::now().into(),
+    }
+}
+
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "freebsd"
+)))]
+fn system_now_ms() -> UnixMs {
+    SystemTime::now().into()
 }
 
 #[cfg(test)]

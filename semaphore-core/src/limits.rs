@@ -162,6 +162,7 @@ impl Limits {
     /// # Errors
     /// [`Error::InvalidArgument`] naming `ttl` when it is under 1 ms (zero
     /// included).
+    #[inline]
     pub fn clamp_ttl(&self, ttl: Duration) -> Result<Duration> {
         if ttl < Duration::from_millis(1) {
             return Err(self.zero_ttl(ttl));
@@ -190,6 +191,7 @@ impl Limits {
     }
 
     /// Clamps a borrow's `wait` to `max_wait`. Zero means "do not wait".
+    #[inline]
     pub fn clamp_wait(&self, wait: Duration) -> Duration {
         wait.min(self.max_wait)
     }

@@ -112,10 +112,18 @@ impl Pool {
     /// Where this pool's answers are made at once, if its store makes
     /// them so: the pool's own ([`InPlace::bind`]) once the store gave
     /// them, the store's until then.
+    #[inline]
     pub(crate) fn in_place(&self) -> Option<&dyn InPlace> {
-        if let Some(bound) = self.bound.0.get() {
-            return Some(&**bound);
+        match self.bound.0.get() {
+            Some(bound) => Some(&**bound),
+            None => self.bind_in_place(),
         }
+    }
+
+    /// [`in_place`](Pool::in_place) before the store gave this pool's own
+    /// answers (or for a store that gives none).
+    #[cold]
+    fn bind_in_place(&self) -> Option<&dyn InPlace> {
         let store = self.store.in_place()?;
         match store.bind(self.id) {
             Some(bound) => Some(&**self.bound.0.get_or_init(|| bound)),
@@ -187,10 +195,13 @@ impl Pool {
         let mut request = BorrowRequest::new(self.id, lease, ttl);
         request.slots = labels.slots;
         request.bound = labels.bound;
-        request.session = bind(&self.store, labels.bound);
         request.owner.clone_from(&labels.owner);
-        if crate::cancel::unsessioned(&self.store, &request).is_some() {
-            return Common::Not(First::Ask);
+        if let Some(session) = self.store.session() {
+            request.session = session.current().filter(|_| labels.bound);
+            // A bound lease with no session open: the full path says so.
+            if labels.bound && request.session.is_none() {
+                return Common::Not(First::Ask);
+            }
         }
         // An error (a drain the borrower may wait out, a missing pool) is
         // the full path's to answer: it asks again.

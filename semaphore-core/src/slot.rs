@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use free::FreeSet;
 
-use crate::clock::saturating_add;
+use crate::clock::UnixMs;
 use crate::keys::key_name;
 use crate::{
     id::LeaseId, id::PoolId, lease::Holder, lease::Lease, lease::Positions, request::BorrowRequest,
@@ -22,7 +22,7 @@ struct Held {
     id: LeaseId,
     positions: Positions,
     token: u64,
-    expires_at: SystemTime,
+    expires_at: UnixMs,
     key: Option<Arc<str>>,
     owner: Option<Arc<str>>,
 }
@@ -34,7 +34,7 @@ impl Held {
             pool,
             self.positions.clone(),
             self.token,
-            self.expires_at,
+            self.expires_at.to_system_time(),
         )
     }
 
@@ -85,7 +85,7 @@ enum Slot {
 /// grant while leases are returned before their ttl). The table knows
 /// nothing of tokens' origin: the store hands it the next token, which
 /// must be store-wide increasing.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SlotTable {
     count: u32,
     /// The pool grants nothing new while set.
@@ -100,13 +100,30 @@ pub struct SlotTable {
     /// lowest position.
     by_key: HashMap<Arc<str>, u32>,
     /// No active lease expires before it: the earliest expiry at the last
-    /// reap, lowered by every grant and renewal since. `None` while no
-    /// lease has been granted since a reap that left none.
-    earliest: Option<SystemTime>,
+    /// reap, lowered by every grant and renewal since, in unix ms.
+    /// `u64::MAX` (above every expiry) while no lease has been granted
+    /// since a reap that left none.
+    earliest: u64,
     /// Free positions below the high mark (`slots.len()`).
     free: FreeSet,
     /// Held places, for an in-process store ([`places`]).
     places: places::Places,
+}
+
+impl Default for SlotTable {
+    /// A table of no slots.
+    fn default() -> Self {
+        Self {
+            count: 0,
+            draining: false,
+            slots: Vec::new(),
+            held: 0,
+            by_key: HashMap::new(),
+            earliest: u64::MAX,
+            free: FreeSet::default(),
+            places: places::Places::default(),
+        }
+    }
 }
 
 impl SlotTable {
@@ -143,14 +160,18 @@ impl SlotTable {
 
     /// Slots held by active leases at `now`, which may exceed
     /// `count` after a lowering.
-    pub fn in_use(&mut self, now: SystemTime) -> u32 {
-        self.reap(now);
+    pub fn in_use(&mut self, now: impl Into<UnixMs>) -> u32 {
+        self.reap(now.into());
         self.held
     }
 
     /// The earliest expiry among active leases, if any. O(high mark):
     /// asked when a borrow is refused, not on the common path.
     pub fn next_expiry(&self) -> Option<SystemTime> {
+        self.earliest_expiry().map(UnixMs::to_system_time)
+    }
+
+    fn earliest_expiry(&self) -> Option<UnixMs> {
         self.leases().map(|(_, held)| held.expires_at).min()
     }
 
@@ -174,8 +195,8 @@ impl SlotTable {
     }
 
     /// Lowers [`earliest`](SlotTable::earliest) to `at`.
-    fn expires(&mut self, at: SystemTime) {
-        self.earliest = Some(self.earliest.map_or(at, |e| e.min(at)));
+    fn expires(&mut self, at: UnixMs) {
+        self.earliest = self.earliest.min(at.get());
     }
 
     /// Grants the request's number of slots, the lowest free, if
@@ -187,9 +208,10 @@ impl SlotTable {
     pub fn grant(
         &mut self,
         request: &BorrowRequest,
-        now: SystemTime,
+        now: impl Into<UnixMs>,
         next_token: impl FnOnce() -> u64,
     ) -> TryBorrow {
+        let now = now.into();
         self.reap(now);
         if self.draining {
             return TryBorrow::Exhausted { next_expiry: None };
@@ -214,7 +236,7 @@ impl SlotTable {
             id: request.lease,
             positions,
             token: next_token(),
-            expires_at: saturating_add(now, request.ttl),
+            expires_at: now.saturating_add(request.ttl),
             key: request.key.clone(),
             owner: request.owner.clone(),
         };
@@ -229,8 +251,8 @@ impl SlotTable {
 
     /// Whether [`grant`](SlotTable::grant) would grant `request` at `now`:
     /// its key names an active lease, or its slots are free. Reaps first.
-    pub fn can_grant(&mut self, request: &BorrowRequest, now: SystemTime) -> bool {
-        self.reap(now);
+    pub fn can_grant(&mut self, request: &BorrowRequest, now: impl Into<UnixMs>) -> bool {
+        self.reap(now.into());
         !self.draining
             && match self.keyed(request) {
                 Keyed::Same(_) => true,
@@ -243,16 +265,16 @@ impl SlotTable {
     /// another stored key (another request's digest): the store answers
     /// [`Error::KeyReused`](crate::Error::KeyReused), and
     /// [`grant`](SlotTable::grant) grants nothing. Reaps first.
-    pub fn key_reused(&mut self, request: &BorrowRequest, now: SystemTime) -> bool {
-        self.reap(now);
+    pub fn key_reused(&mut self, request: &BorrowRequest, now: impl Into<UnixMs>) -> bool {
+        self.reap(now.into());
         matches!(self.keyed(request), Keyed::Reused)
     }
 
     /// Frees the slots of lease `id` if it is active at `now`; `false`
     /// for an unknown, returned or expired lease. O(high mark): a caller
     /// that has the lease calls [`release_at`](SlotTable::release_at).
-    pub fn release(&mut self, id: LeaseId, now: SystemTime) -> bool {
-        self.reap(now);
+    pub fn release(&mut self, id: LeaseId, now: impl Into<UnixMs>) -> bool {
+        self.reap(now.into());
         match self.lowest_of(id) {
             Some(lowest) => {
                 self.vacate(lowest);
@@ -265,8 +287,8 @@ impl SlotTable {
     /// [`release`](SlotTable::release) of lease `id` whose lowest
     /// position is `lowest` ([`Lease::position`]): O(1). `false` if
     /// `lowest` is not where lease `id` is held.
-    pub fn release_at(&mut self, id: LeaseId, lowest: u32, now: SystemTime) -> bool {
-        self.reap(now);
+    pub fn release_at(&mut self, id: LeaseId, lowest: u32, now: impl Into<UnixMs>) -> bool {
+        self.reap(now.into());
         match self.held_at(lowest) {
             Some(held) if held.id == id => {
                 self.vacate(lowest);
@@ -282,11 +304,12 @@ impl SlotTable {
         &mut self,
         pool: PoolId,
         id: LeaseId,
-        now: SystemTime,
+        now: impl Into<UnixMs>,
         ttl: Duration,
     ) -> Option<Lease> {
+        let now = now.into();
         self.reap(now);
-        let expires_at = saturating_add(now, ttl);
+        let expires_at = now.saturating_add(ttl);
         let lowest = self.lowest_of(id)?;
         let held = self.held_at(lowest)?;
         held.expires_at = expires_at;
@@ -296,8 +319,8 @@ impl SlotTable {
     }
 
     /// The active leases at `now`, by lowest position, as pool `pool`'s.
-    pub fn holders(&mut self, pool: PoolId, now: SystemTime) -> Vec<Holder> {
-        self.reap(now);
+    pub fn holders(&mut self, pool: PoolId, now: impl Into<UnixMs>) -> Vec<Holder> {
+        self.reap(now.into());
         self.slots
             .iter()
             .filter_map(|slot| match slot {
@@ -309,8 +332,13 @@ impl SlotTable {
 
     /// Ends the lease holding `position` (one of its positions) if one
     /// is active at `now`, freeing all its slots; the lease it ended.
-    pub fn force_return(&mut self, pool: PoolId, position: u32, now: SystemTime) -> Option<Holder> {
-        self.reap(now);
+    pub fn force_return(
+        &mut self,
+        pool: PoolId,
+        position: u32,
+        now: impl Into<UnixMs>,
+    ) -> Option<Holder> {
+        self.reap(now.into());
         let lowest = match self.slots.get(position as usize)?.as_ref()? {
             Slot::Lease(_) => position,
             Slot::Part(lowest) => *lowest,
@@ -390,15 +418,15 @@ impl SlotTable {
     /// Ends the leases expired at `now`, once `now` reaches
     /// [`earliest`](SlotTable::earliest), which it then sets exactly.
     #[inline]
-    fn reap(&mut self, now: SystemTime) {
-        if matches!(self.earliest, Some(at) if at <= now) {
+    fn reap(&mut self, now: UnixMs) {
+        if self.earliest <= now.get() {
             self.reap_expired(now);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn reap_expired(&mut self, now: SystemTime) {
+    fn reap_expired(&mut self, now: UnixMs) {
         let expired: Vec<u32> = self
             .leases()
             .filter(|(_, held)| held.expires_at <= now)
@@ -407,7 +435,7 @@ impl SlotTable {
         for lowest in expired {
             self.vacate(lowest);
         }
-        self.earliest = self.next_expiry();
+        self.earliest = self.earliest_expiry().map_or(u64::MAX, UnixMs::get);
     }
 
     /// Ends the lease whose lowest position is `lowest`: forgets it and

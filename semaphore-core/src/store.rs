@@ -3,11 +3,14 @@
 //! slot allocation ([`lowest_free`], [`SlotTable`]), the wait engine's
 //! change notification ([`Changes`]), waiter ids, and the time helpers every
 //! store needs to keep times as unix milliseconds ([`unix_ms`],
-//! [`from_unix_ms`], [`MAX_UNIX_MS`], [`max_time`], [`saturating_add`]),
+//! [`from_unix_ms`], [`MAX_UNIX_MS`], [`max_time`], [`saturating_add`],
+//! [`UnixMs`]),
 //! and group commit's queue ([`Batches`]).
 //! Users of a store need none of it: they call [`Pool`](crate::Pool).
 
-pub use crate::clock::{MAX_UNIX_MS, from_unix_ms, max_time, saturating_add, truncate_ms, unix_ms};
+pub use crate::clock::{
+    MAX_UNIX_MS, UnixMs, from_unix_ms, max_time, saturating_add, truncate_ms, unix_ms,
+};
 pub use crate::follow::follow;
 pub use crate::id::WaiterId;
 pub use crate::server_clock::{DecidingClock, RATE_MARGIN_PPM, ServerClock};

@@ -254,10 +254,13 @@ impl Changes {
     /// Whether a borrower of `pool` that is not set aside waits in this
     /// process: one that a new borrower must queue behind (one set
     /// aside holds back no one).
+    #[inline]
     pub(crate) fn holds_back(&self, pool: PoolId) -> bool {
-        if !self.has_waiters() {
-            return false;
-        }
+        self.has_waiters() && self.holds_back_queued(pool)
+    }
+
+    #[cold]
+    fn holds_back_queued(&self, pool: PoolId) -> bool {
         self.queues
             .lock()
             .get(&pool)

@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use parking_lot::MutexGuard;
 use semaphore_core::store::{
-    BorrowRequest, Changes, InPlace, SlotTable, Store, TryBorrow, TryBorrowAll, WaiterId,
+    BorrowRequest, Changes, InPlace, SlotTable, Store, TryBorrow, TryBorrowAll, UnixMs, WaiterId,
     async_trait,
 };
 
@@ -74,7 +74,7 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    fn now(&self) -> SystemTime {
+    fn now(&self) -> UnixMs {
         self.shared.now()
     }
 
@@ -112,7 +112,7 @@ impl MemoryStore {
     /// Returns lease `lease` of `pool`, found at its lowest position
     /// `lowest` when the caller has the lease, by its id otherwise.
     fn return_in_place(&self, pool: PoolId, lease: LeaseId, lowest: Option<u32>) -> bool {
-        let now = self.shared.clock.now();
+        let now = self.shared.now();
         self.with_table(pool, |table| {
             self.shared.give_back(table, pool, lease, lowest, now)
         })
@@ -131,7 +131,7 @@ fn table<'a>(
 }
 
 /// The state of `pool`, whose slots are `table`, at `now`.
-fn state(pool: PoolId, table: &mut SlotTable, now: SystemTime) -> PoolState {
+fn state(pool: PoolId, table: &mut SlotTable, now: UnixMs) -> PoolState {
     PoolState::new(pool, table.count(), table.in_use(now))
         .with_draining(table.draining())
         .with_queued(table.queued(now))

@@ -46,7 +46,7 @@ impl InPlace for Bound {
         if lease.pool != self.pool {
             return Err(not_this_pool("return", lease.pool));
         }
-        let now = self.shared.clock.now();
+        let now = self.shared.now();
         Ok(match self.shard().lock().as_mut() {
             Some(table) => {
                 self.shared

@@ -3,14 +3,12 @@
 //! waiters and the clock. The store ([`MemoryStore`](crate::MemoryStore))
 //! and a pool's own answers ([`Bound`](crate::bound::Bound)) both run them.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
-
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock};
-use semaphore_core::store::{BorrowRequest, Changes, SlotTable, TryBorrow, truncate_ms};
+use semaphore_core::store::{BorrowRequest, Changes, SlotTable, TryBorrow, UnixMs};
 use semaphore_core::{Clock, Error, LeaseId, PoolId, Result};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One pool's slots, under the pool's own lock; `None` while the pool is
 /// deleted, so that a call that found the entry just before a delete, or
@@ -38,8 +36,8 @@ pub(crate) struct Shared {
 impl Shared {
     /// The deciding clock's reading for one step, to whole milliseconds
     /// (rule "Time": this process's clock decides for the memory store).
-    pub(crate) fn now(&self) -> SystemTime {
-        truncate_ms(self.clock.now())
+    pub(crate) fn now(&self) -> UnixMs {
+        self.clock.now_ms()
     }
 
     /// A token above every token granted before, by any pool. Taken
@@ -64,7 +62,7 @@ impl Shared {
         &self,
         table: &mut SlotTable,
         request: &BorrowRequest,
-        now: SystemTime,
+        now: UnixMs,
     ) -> Result<TryBorrow> {
         if table.draining() {
             if request.hold.is_some() {
@@ -95,12 +93,7 @@ impl Shared {
 
     /// A held place's poll on the pool's slots `table`, locked, at `now`,
     /// served in its turn among this process's borrowers.
-    fn poll_place(
-        &self,
-        table: &mut SlotTable,
-        request: &BorrowRequest,
-        now: SystemTime,
-    ) -> TryBorrow {
+    fn poll_place(&self, table: &mut SlotTable, request: &BorrowRequest, now: UnixMs) -> TryBorrow {
         table.poll_place(
             request,
             now,
@@ -111,8 +104,7 @@ impl Shared {
     }
 
     /// Returns lease `lease` of `pool` to its slots `table`, locked, at
-    /// `now` (not truncated: expiries are whole milliseconds, so one has
-    /// passed at `now` exactly when it has at `now`'s whole millisecond);
+    /// `now`;
     /// found at its lowest position `lowest` when the caller has the
     /// lease, by its id otherwise. The freed slot goes straight to this
     /// process's head waiter, in the same step ([`Changes::hand_off`]).
@@ -122,15 +114,13 @@ impl Shared {
         pool: PoolId,
         lease: LeaseId,
         lowest: Option<u32>,
-        now: SystemTime,
+        now: UnixMs,
     ) -> bool {
         let returned = match lowest {
             Some(lowest) => table.release_at(lease, lowest, now),
             None => table.release(lease, now),
         };
         if returned && self.changes.has_waiters() {
-            // A hand-off grants from the whole millisecond.
-            let now = truncate_ms(now);
             if table.has_places(now) {
                 // A held place may be owed the slot: everyone asks.
                 self.changes.notify(pool);

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::time::SystemTime;
 
 use super::{Keyed, SlotTable};
-use crate::clock::saturating_add;
+use crate::clock::UnixMs;
 use crate::{id::WaiterId, request::BorrowRequest, request::TryBorrow};
 
 /// One held place.
@@ -27,9 +27,9 @@ struct Place {
     slots: u32,
     arrival: u64,
     /// When it took its place.
-    since: SystemTime,
+    since: UnixMs,
     /// When it lapses, unless polled again before.
-    until: SystemTime,
+    until: UnixMs,
 }
 
 /// A table's held places, in order of arrival.
@@ -38,7 +38,7 @@ pub(super) struct Places(VecDeque<Place>);
 
 impl Places {
     /// Drops the places whose hold has passed at `now`.
-    fn lapse(&mut self, now: SystemTime) {
+    fn lapse(&mut self, now: UnixMs) {
         if !self.0.is_empty() {
             self.0.retain(|place| place.until > now);
         }
@@ -59,7 +59,7 @@ impl Places {
         self.0.iter().position(|place| place.waiter == waiter)
     }
 
-    fn earliest_lapse(&self) -> Option<SystemTime> {
+    fn earliest_lapse(&self) -> Option<UnixMs> {
         self.0.iter().map(|place| place.until).min()
     }
 }
@@ -76,14 +76,18 @@ impl SlotTable {
     pub fn grant_in_turn(
         &mut self,
         request: &BorrowRequest,
-        now: SystemTime,
+        now: impl Into<UnixMs>,
         arrival: u64,
         next_token: impl FnOnce() -> u64,
     ) -> TryBorrow {
-        self.places.lapse(now);
-        let owed = self.places.owed_before(arrival, self.count());
-        if owed > 0 && !self.fits_after(request, now, owed) {
-            return self.refusal();
+        let now = now.into();
+        // The common path: no held place, nothing owed.
+        if !self.places.0.is_empty() {
+            self.places.lapse(now);
+            let owed = self.places.owed_before(arrival, self.count());
+            if owed > 0 && !self.fits_after(request, now, owed) {
+                return self.refusal();
+            }
         }
         self.grant(request, now, next_token)
     }
@@ -93,9 +97,10 @@ impl SlotTable {
     pub fn can_grant_in_turn(
         &mut self,
         request: &BorrowRequest,
-        now: SystemTime,
+        now: impl Into<UnixMs>,
         arrival: u64,
     ) -> bool {
+        let now = now.into();
         self.places.lapse(now);
         let owed = self.places.owed_before(arrival, self.count());
         self.can_grant(request, now) && (owed == 0 || self.fits_after(request, now, owed))
@@ -113,11 +118,12 @@ impl SlotTable {
     pub fn poll_place(
         &mut self,
         request: &BorrowRequest,
-        now: SystemTime,
+        now: impl Into<UnixMs>,
         in_process: impl FnOnce(u64) -> u32,
         arrival: impl FnOnce() -> u64,
         next_token: impl FnOnce() -> u64,
     ) -> TryBorrow {
+        let now = now.into();
         let (Some(waiter), Some(hold)) = (request.waiter, request.hold) else {
             return self.grant_in_turn(request, now, u64::MAX, next_token);
         };
@@ -146,15 +152,15 @@ impl SlotTable {
                 return answer;
             }
         }
-        self.places.0[index].until = saturating_add(now, hold);
+        self.places.0[index].until = now.saturating_add(hold);
         self.refusal()
     }
 
     /// The held place of `waiter` at `now`: its index among the table's
     /// places (0 for the first) and its arrival; `None` if it has none
     /// (granted, left, lapsed, or never taken).
-    pub fn held_place(&mut self, waiter: WaiterId, now: SystemTime) -> Option<(usize, u64)> {
-        self.places.lapse(now);
+    pub fn held_place(&mut self, waiter: WaiterId, now: impl Into<UnixMs>) -> Option<(usize, u64)> {
+        self.places.lapse(now.into());
         let index = self.places.index(waiter)?;
         Some((index, self.places.0[index].arrival))
     }
@@ -170,42 +176,45 @@ impl SlotTable {
 
     /// The held places kept at `now`, in order of arrival
     /// ([`Store::queue`](crate::store::Store::queue)).
-    pub fn queue(&mut self, now: SystemTime) -> Vec<crate::QueuedPlace> {
-        self.places.lapse(now);
+    pub fn queue(&mut self, now: impl Into<UnixMs>) -> Vec<crate::QueuedPlace> {
+        self.places.lapse(now.into());
         self.places
             .0
             .iter()
-            .map(|place| crate::QueuedPlace::kept(place.waiter, place.slots, place.since, true))
+            .map(|place| {
+                crate::QueuedPlace::kept(place.waiter, place.slots, place.since.into(), true)
+            })
             .collect()
     }
 
     /// How many held places are kept at `now`
     /// ([`PoolState::queued`](crate::PoolState::queued)).
-    pub fn queued(&mut self, now: SystemTime) -> u32 {
-        self.places.lapse(now);
+    pub fn queued(&mut self, now: impl Into<UnixMs>) -> u32 {
+        self.places.lapse(now.into());
         u32::try_from(self.places.0.len()).unwrap_or(u32::MAX)
     }
 
     /// Whether any held place is kept at `now`: a store then wakes the
     /// queue's head to ask ([`Changes::notify`](crate::store::Changes::notify))
     /// rather than handing it a returned slot, which a place may be owed.
-    pub fn has_places(&mut self, now: SystemTime) -> bool {
-        self.places.lapse(now);
+    pub fn has_places(&mut self, now: impl Into<UnixMs>) -> bool {
+        self.places.lapse(now.into());
         !self.places.0.is_empty()
     }
 
     /// The earliest moment the table's answers can change by themselves: a
     /// lease's expiry or a held place's lapse, if any.
     pub fn next_change(&self) -> Option<SystemTime> {
-        match (self.next_expiry(), self.places.earliest_lapse()) {
+        let change = match (self.earliest_expiry(), self.places.earliest_lapse()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
+        };
+        change.map(UnixMs::to_system_time)
     }
 
     /// Whether `request` fits in the slots left after `owed`, or its key
     /// names an active lease (which takes no slot).
-    fn fits_after(&mut self, request: &BorrowRequest, now: SystemTime, owed: u32) -> bool {
+    fn fits_after(&mut self, request: &BorrowRequest, now: UnixMs, owed: u32) -> bool {
         self.reap(now);
         matches!(self.keyed(request), Keyed::Same(_))
             || self.has_room(request.slots.max(1).saturating_add(owed))
