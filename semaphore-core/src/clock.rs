@@ -389,7 +389,7 @@ fn system_now_ms() -> UnixMs {
     match clock_gettime(ClockId::CLOCK_REALTIME) {
         // The common case: a time between the epoch and MAX_UNIX_MS, where
         // the sum cannot overflow (tv_nsec is below 10^9).
-        Ok(t) if (0..(MAX_UNIX_MS / 1000) as i64).contains(&i64::from(t.tv_sec())) => {
+        Ok(t) if t.tv_sec() >= 0 && (t.tv_sec() as u64) < MAX_UNIX_MS / 1000 => {
             UnixMs(t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
         }
         // Before the epoch or past MAX_UNIX_MS (a clock set wrong), or
