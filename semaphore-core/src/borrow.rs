@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::options::Labels;
+use crate::pool::Acquired;
 use crate::{
     error::Result, guard::LeaseGuard, guard::OwnedLeaseGuard, options::BorrowOptions, pool::Pool,
 };
@@ -56,7 +57,10 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub async fn borrow(&self, ttl: Duration, wait: Duration) -> Result<LeaseGuard<&Pool>> {
-        let (lease, ttl) = self.acquire(ttl, wait, Labels::default()).await?;
+        let (lease, ttl) = match self.acquire(ttl, wait, Labels::default()) {
+            Acquired::Now(now) => now?,
+            Acquired::Later(later) => later.await?,
+        };
         Ok(LeaseGuard::new(self, lease, ttl))
     }
 
@@ -89,7 +93,10 @@ impl Pool {
     /// # Ok(()) }
     /// ```
     pub async fn borrow_owned(&self, ttl: Duration, wait: Duration) -> Result<OwnedLeaseGuard> {
-        let (lease, ttl) = self.acquire(ttl, wait, Labels::default()).await?;
+        let (lease, ttl) = match self.acquire(ttl, wait, Labels::default()) {
+            Acquired::Now(now) => now?,
+            Acquired::Later(later) => later.await?,
+        };
         Ok(LeaseGuard::new(self.clone(), lease, ttl))
     }
 
@@ -141,7 +148,10 @@ impl Pool {
         options: BorrowOptions,
     ) -> Result<LeaseGuard<&Pool>> {
         let labels = options.check(&self.limits)?;
-        let (lease, ttl) = self.acquire(ttl, wait, labels).await?;
+        let (lease, ttl) = match self.acquire(ttl, wait, labels) {
+            Acquired::Now(now) => now?,
+            Acquired::Later(later) => later.await?,
+        };
         Ok(LeaseGuard::new(self, lease, ttl))
     }
 
@@ -160,7 +170,10 @@ impl Pool {
         options: BorrowOptions,
     ) -> Result<OwnedLeaseGuard> {
         let labels = options.check(&self.limits)?;
-        let (lease, ttl) = self.acquire(ttl, wait, labels).await?;
+        let (lease, ttl) = match self.acquire(ttl, wait, labels) {
+            Acquired::Now(now) => now?,
+            Acquired::Later(later) => later.await?,
+        };
         Ok(LeaseGuard::new(self.clone(), lease, ttl))
     }
 

@@ -264,7 +264,17 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// Stops the keep-alive, if any (a check first: most guards have none,
+    /// and the check is cheaper than a call of the drop glue).
+    #[inline]
+    fn stop_keeping(&mut self) {
+        if self.keep.is_some() {
+            self.keep = None;
+        }
+    }
+
     /// The lease's expiry as last renewed by keep-alive, or as granted.
+    #[inline]
     fn latest_expiry(&self) -> std::time::SystemTime {
         if let Some(keep) = &self.keep
             && let Kept::Alive(latest) = &*keep.state.borrow()
@@ -288,8 +298,17 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
     pub async fn release(mut self) -> Result<bool> {
         let expires_at = self.latest_expiry();
         self.armed = false;
-        self.keep = None;
-        let active = self.pool.as_ref().return_held(&self.lease).await?;
+        self.stop_keeping();
+        let pool = self.pool.as_ref();
+        let active = match pool.in_place() {
+            // In place: no future.
+            Some(now) if self.lease.pool == pool.id() => {
+                let result = now.return_held(&self.lease);
+                telemetry::returned(pool.name(), Some(&self.lease), Some(&result));
+                result
+            }
+            _ => pool.return_held(&self.lease).await,
+        }?;
         if !active && expires_at <= self.pool().store().clock().now() {
             telemetry::expired(self.pool().name(), &self.lease);
         }
@@ -358,7 +377,7 @@ impl<P: AsRef<Pool>> fmt::Debug for LeaseGuard<P> {
 
 impl<P: AsRef<Pool>> Drop for LeaseGuard<P> {
     fn drop(&mut self) {
-        self.keep = None;
+        self.stop_keeping();
         let pool = self.pool.as_ref();
         if self.armed {
             telemetry::returned(pool.name(), Some(&self.lease), None);

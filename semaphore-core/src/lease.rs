@@ -62,6 +62,7 @@ impl Lease {
 
     /// Builds a lease of the slots at `positions`; for stores reading
     /// one back from storage.
+    #[inline]
     pub fn holding(
         id: LeaseId,
         pool: PoolId,

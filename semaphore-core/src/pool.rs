@@ -1,5 +1,7 @@
 //! [`Pool`]: the handle users call.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -36,6 +38,19 @@ pub(crate) fn bind(store: &Arc<dyn Store>, bound: bool) -> Option<crate::id::Ses
     }
     store.session().and_then(crate::session::Session::current)
 }
+
+/// How a borrow goes on after its common path ([`Pool::acquire`]): the
+/// lease and its ttl as clamped, or the error, now or from the full path.
+pub(crate) enum Acquired<'a> {
+    /// Answered in place.
+    Now(Result<(Lease, Duration)>),
+    /// The full path.
+    Later(FullPath<'a>),
+}
+
+/// The full path of a borrow, boxed: it runs only when the common path
+/// could not answer.
+pub(crate) type FullPath<'a> = Pin<Box<dyn Future<Output = Result<(Lease, Duration)>> + Send + 'a>>;
 
 /// What the common path of a borrow found ([`Pool::grant_in_place`]).
 enum Common {
@@ -145,35 +160,33 @@ impl Pool {
         self.store.changes().notify(self.id);
     }
 
-    /// The lease, and its ttl as clamped; traced and counted.
-    ///
-    /// This and [`acquire_clamped`](Pool::acquire_clamped) return async
-    /// blocks, not async fns: an async fn's future keeps each argument
-    /// twice, and these are inside every borrow's future.
-    #[allow(clippy::manual_async_fn)] // on purpose: see `acquire`
-    pub(crate) fn acquire(
-        &self,
-        ttl: Duration,
-        wait: Duration,
-        labels: Labels,
-    ) -> impl Future<Output = Result<(Lease, Duration)>> {
-        async move {
-            let ttl = self.limits.clamp_ttl(ttl)?;
-            let wait = self.limits.clamp_wait(wait);
-            let borrow = telemetry::Borrow::start(&self.name, ttl, wait);
-            // The first attempt's lease id, in place or on the full path.
-            let first = LeaseId::new();
-            let result = match self.grant_in_place(first, ttl, &labels) {
-                Common::Granted(lease) => Ok(lease),
-                // Boxed: the slow path's state is large, and the common
-                // path should not carry (and copy) it in its future.
-                Common::Not(found) => {
-                    let slow = self.acquire_clamped(first, ttl, wait, labels, found);
-                    borrow.run(Box::pin(slow)).await
-                }
-            };
-            borrow.finish(&result);
-            result.map(|lease| (lease, ttl))
+    /// The lease, and its ttl as clamped; traced and counted. The common
+    /// path ([`grant_in_place`](Pool::grant_in_place)) runs in this call
+    /// and answers [`Acquired::Now`], with no future of its own; the full
+    /// path is a boxed future ([`Acquired::Later`]): its state is large, and
+    /// the common path should neither carry nor copy it. Callers are async
+    /// fns, so nothing runs before they are polled.
+    pub(crate) fn acquire(&self, ttl: Duration, wait: Duration, labels: Labels) -> Acquired<'_> {
+        let ttl = match self.limits.clamp_ttl(ttl) {
+            Ok(ttl) => ttl,
+            Err(e) => return Acquired::Now(Err(e)),
+        };
+        let wait = self.limits.clamp_wait(wait);
+        let borrow = telemetry::Borrow::start(&self.name, ttl, wait);
+        // The first attempt's lease id, in place or on the full path.
+        let first = LeaseId::new();
+        match self.grant_in_place(first, ttl, &labels) {
+            Common::Granted(lease) => {
+                let result = Ok(lease);
+                borrow.finish(&result);
+                Acquired::Now(result.map(|lease| (lease, ttl)))
+            }
+            Common::Not(found) => Acquired::Later(Box::pin(async move {
+                let slow = self.acquire_clamped(first, ttl, wait, labels, found);
+                let result = borrow.run(slow).await;
+                borrow.finish(&result);
+                result.map(|lease| (lease, ttl))
+            })),
         }
     }
 

@@ -34,6 +34,7 @@ enum Repr {
 
 impl Positions {
     /// The single position `position`.
+    #[inline]
     pub fn one(position: u32) -> Self {
         Self(Repr::One(position))
     }
@@ -52,14 +53,19 @@ impl Positions {
     }
 
     /// The lowest position: [`Lease::position`](crate::Lease::position).
+    #[inline]
     pub fn lowest(&self) -> u32 {
-        self[0]
+        match &self.0 {
+            Repr::One(p) => *p,
+            Repr::Many(ps) => ps[0],
+        }
     }
 }
 
 impl Deref for Positions {
     type Target = [u32];
 
+    #[inline]
     fn deref(&self) -> &[u32] {
         match &self.0 {
             Repr::One(p) => std::slice::from_ref(p),

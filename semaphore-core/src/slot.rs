@@ -28,6 +28,7 @@ struct Held {
 }
 
 impl Held {
+    #[inline]
     fn lease(&self, pool: PoolId) -> Lease {
         Lease::holding(
             self.id,
@@ -195,6 +196,7 @@ impl SlotTable {
     }
 
     /// Lowers [`earliest`](SlotTable::earliest) to `at`.
+    #[inline]
     fn expires(&mut self, at: UnixMs) {
         self.earliest = self.earliest.min(at.get());
     }
@@ -205,6 +207,7 @@ impl SlotTable {
     /// from `next_token` only when it grants. A request whose key names an
     /// active lease gets that lease back, unchanged. A draining table
     /// grants nothing (its store answers [`Error::Draining`](crate::Error::Draining)).
+    #[inline]
     pub fn grant(
         &mut self,
         request: &BorrowRequest,
@@ -245,7 +248,11 @@ impl SlotTable {
             self.by_key.insert(Arc::from(key_name(key)), lowest);
         }
         self.expires(held.expires_at);
-        self.slots[lowest as usize] = Some(Slot::Lease(held));
+        // The position was free (`None`): nothing to drop, and no call
+        // of the drop glue of a whole slot to find that out.
+        let vacant = self.slots[lowest as usize].replace(Slot::Lease(held));
+        debug_assert!(vacant.is_none(), "granted a held position");
+        std::mem::forget(vacant);
         TryBorrow::Granted { lease }
     }
 
@@ -287,6 +294,7 @@ impl SlotTable {
     /// [`release`](SlotTable::release) of lease `id` whose lowest
     /// position is `lowest` ([`Lease::position`]): O(1). `false` if
     /// `lowest` is not where lease `id` is held.
+    #[inline]
     pub fn release_at(&mut self, id: LeaseId, lowest: u32, now: impl Into<UnixMs>) -> bool {
         self.reap(now.into());
         match self.held_at(lowest) {
@@ -348,6 +356,7 @@ impl SlotTable {
         Some(holder)
     }
 
+    #[inline]
     fn held_at(&mut self, lowest: u32) -> Option<&mut Held> {
         match self.slots.get_mut(lowest as usize)? {
             Some(Slot::Lease(held)) => Some(held),
@@ -374,6 +383,7 @@ impl SlotTable {
 
     /// Whether `n` more slots fit: `in_use + n <= count`. Then
     /// at least `n` positions below `count` are free.
+    #[inline]
     fn has_room(&self, n: u32) -> bool {
         u64::from(self.held) + u64::from(n.max(1)) <= u64::from(self.count)
     }
@@ -382,6 +392,7 @@ impl SlotTable {
     /// slots fit: the first gaps below the high mark, then the high mark
     /// and up (raised to them); a position past the first is marked as
     /// part of the lease at the first.
+    #[inline]
     fn take_lowest_free(&mut self, n: u32) -> Option<Positions> {
         if !self.has_room(n) {
             return None;
@@ -443,6 +454,7 @@ impl SlotTable {
     /// the high mark past every free position at the top, so that memory
     /// shrinks back with the slots held (below it, the positions stay
     /// allocated: a pool's churn moves no memory).
+    #[inline]
     fn vacate(&mut self, lowest: u32) {
         let Some(Some(Slot::Lease(held))) = self.slots.get(lowest as usize) else {
             return;

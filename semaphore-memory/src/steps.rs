@@ -58,6 +58,7 @@ impl Shared {
     }
 
     /// `try_borrow` on the pool's slots `table`, locked, at `now`.
+    #[inline]
     pub(crate) fn borrow(
         &self,
         table: &mut SlotTable,
@@ -108,6 +109,7 @@ impl Shared {
     /// found at its lowest position `lowest` when the caller has the
     /// lease, by its id otherwise. The freed slot goes straight to this
     /// process's head waiter, in the same step ([`Changes::hand_off`]).
+    #[inline]
     pub(crate) fn give_back(
         &self,
         table: &mut SlotTable,

@@ -5,6 +5,7 @@
 pub(super) struct FreeSet(Vec<u64>);
 
 impl FreeSet {
+    #[inline]
     pub(super) fn insert(&mut self, p: u32) {
         let (word, bit) = (p as usize / 64, p % 64);
         if self.0.len() <= word {
@@ -20,6 +21,7 @@ impl FreeSet {
     }
 
     /// Removes the lowest position in the set, if any, and returns it.
+    #[inline]
     pub(super) fn take_first(&mut self) -> Option<u32> {
         let (i, w) = self.0.iter_mut().enumerate().find(|(_, w)| **w != 0)?;
         let bit = w.trailing_zeros();

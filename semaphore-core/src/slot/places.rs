@@ -73,6 +73,7 @@ impl SlotTable {
     /// weight, but none for more slots than the count.
     /// A refusal tells the earliest moment the answer
     /// can change by itself ([`next_change`](SlotTable::next_change)).
+    #[inline]
     pub fn grant_in_turn(
         &mut self,
         request: &BorrowRequest,
