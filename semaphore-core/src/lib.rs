@@ -149,6 +149,11 @@ mod session;
 mod set;
 mod slot;
 pub mod store;
+mod sync;
+/// The loom models (`scripts/loom`): a build with `--cfg semaphore_loom` only.
+#[cfg(semaphore_loom)]
+#[doc(hidden)]
+pub use wait::models as loom_models;
 mod telemetry;
 mod wait;
 

@@ -27,12 +27,12 @@
 //! ([`Changes::weigh`]); once the count reaches its weight it is no longer
 //! aside and, being ahead of everyone queued after it, is served first.
 
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use tokio::sync::Notify;
 
 use crate::{id::LeaseId, id::PoolId, id::WaiterId};
@@ -41,6 +41,8 @@ mod arrivals;
 mod claim;
 mod contended;
 mod hand_off;
+#[cfg(semaphore_loom)]
+pub mod models;
 mod queue;
 mod signal;
 mod ticket;

@@ -2,8 +2,8 @@
 //! for an in-process store that keeps held places and serves each in its
 //! turn among this process's queued borrowers.
 
+use crate::sync::Ordering;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use super::Changes;
 use super::queue::Waiter;

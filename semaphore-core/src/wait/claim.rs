@@ -10,8 +10,8 @@
 //! left their slots free, and the head took them one store call at a time,
 //! so that slots sat idle while borrowers waited.
 
+use crate::sync::Ordering;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use super::{Changes, HandOff, Waiter};
 use crate::{id::LeaseId, id::PoolId, id::WaiterId, lease::Lease, request::BorrowRequest};
@@ -150,6 +150,14 @@ impl Claim {
             return Err(lease);
         };
         self.changes.total.fetch_sub(1, Ordering::AcqRel);
+        let wakes_first = crate::sync::planted("claim_wakes_before_lease");
+        if wakes_first {
+            taker.queued.store(false, Ordering::Release);
+            taker.notify.notify_one();
+            drop(queues);
+            crate::sync::yield_now();
+            queues = self.changes.queues.lock();
+        }
         {
             // The lease first: a ticket that sees itself out of the queue
             // must find it, and the named borrower must not ask before (it
@@ -161,8 +169,10 @@ impl Claim {
             state.lease = Some(lease);
         }
         self.named.state.lock().claimed = false;
-        taker.queued.store(false, Ordering::Release);
-        taker.notify.notify_one();
+        if !wakes_first {
+            taker.queued.store(false, Ordering::Release);
+            taker.notify.notify_one();
+        }
         if let Some(queue) = queues.get(&self.pool) {
             if queue.waiters.is_empty() {
                 queues.remove(&self.pool);

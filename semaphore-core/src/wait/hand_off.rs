@@ -2,7 +2,7 @@
 //! process's queued borrowers in its own step, for a store whose return
 //! runs in place.
 
-use std::sync::atomic::Ordering;
+use crate::sync::Ordering;
 
 use super::Changes;
 use crate::{id::PoolId, request::BorrowRequest, request::TryBorrow};
@@ -85,7 +85,9 @@ impl Changes {
                     state.lease = Some(lease);
                     drop(state);
                     head.queued.store(false, Ordering::Release);
-                    head.notify.notify_one();
+                    if !crate::sync::planted("hand_off_no_wake") {
+                        head.notify.notify_one();
+                    }
                     handed += 1;
                 }
                 TryBorrow::Exhausted { next_expiry } => {

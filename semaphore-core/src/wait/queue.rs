@@ -2,12 +2,12 @@
 //! which waiter is the head (a waiter for more
 //! slots than the count is set aside and is never the head).
 
+use crate::sync::{AtomicBool, Ordering};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::{HandOff, signal};
 use crate::{id::PoolId, id::WaiterId, lease::Lease};

@@ -3,11 +3,11 @@
 //! waiters and its lock (about 400 instructions per wake-up on
 //! BENCHMARKS.md line 2).
 
+use crate::sync::{AtomicBool, Ordering};
 use std::future::poll_fn;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
-use atomic_waker::AtomicWaker;
+use crate::sync::AtomicWaker;
 
 /// A wake-up for the one task that waits on a queued borrower. A wake-up
 /// given while it does not wait is kept for its next wait, as
@@ -22,7 +22,10 @@ pub(crate) struct Signal {
 impl Signal {
     /// Wakes the waiting task, or the next wait.
     pub(crate) fn notify_one(&self) {
-        self.set.store(true, Ordering::Release);
+        // A swap, not a store: loom (tokio-rs/loom#254) lets a plain store
+        // land inside a concurrent swap, and would report wake-ups lost
+        // that cannot be; a swap costs a wake-up nothing that counts.
+        self.set.swap(true, Ordering::Release);
         self.waker.wake();
     }
 
@@ -35,6 +38,9 @@ impl Signal {
                 return Poll::Ready(());
             }
             self.waker.register(cx.waker());
+            if crate::sync::planted("signal_no_recheck") {
+                return Poll::Pending;
+            }
             // A wake-up between the check and the registration woke the
             // old waker, or none: look again.
             if self.set.swap(false, Ordering::AcqRel) {
