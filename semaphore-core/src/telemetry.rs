@@ -24,7 +24,66 @@ use std::time::Instant;
 pub(crate) struct Name {
     #[cfg(any(feature = "tracing", feature = "metrics"))]
     label: Arc<str>,
+    /// The keys of the pool's metrics, made at its first metric: a
+    /// metric recorded through a key made once allocates nothing (the
+    /// `metrics` macros allocate each key's labels at each call).
+    #[cfg(feature = "metrics")]
+    keys: Arc<std::sync::OnceLock<Keys>>,
 }
+
+/// The metrics of a pool (labelled `pool`), by name in the crate docs
+/// ("Instrumentation").
+#[cfg(feature = "metrics")]
+#[derive(Debug, Clone, Copy)]
+enum Metric {
+    Grants,
+    Exhausted,
+    Returns,
+    Expiries,
+    StorageErrors,
+    LeasesLost,
+    InUse,
+    Waiting,
+    WaitSeconds,
+}
+
+#[cfg(feature = "metrics")]
+impl Metric {
+    const ALL: [Metric; 9] = [
+        Metric::Grants,
+        Metric::Exhausted,
+        Metric::Returns,
+        Metric::Expiries,
+        Metric::StorageErrors,
+        Metric::LeasesLost,
+        Metric::InUse,
+        Metric::Waiting,
+        Metric::WaitSeconds,
+    ];
+
+    const fn name(self) -> &'static str {
+        match self {
+            Metric::Grants => "semaphore_grants_total",
+            Metric::Exhausted => "semaphore_exhausted_total",
+            Metric::Returns => "semaphore_returns_total",
+            Metric::Expiries => "semaphore_expiries_total",
+            Metric::StorageErrors => "semaphore_storage_errors_total",
+            Metric::LeasesLost => "semaphore_leases_lost_total",
+            Metric::InUse => "semaphore_in_use",
+            Metric::Waiting => "semaphore_waiting",
+            Metric::WaitSeconds => WAIT_SECONDS,
+        }
+    }
+}
+
+/// One key per [`Metric`], in [`Metric::ALL`]'s order.
+#[cfg(feature = "metrics")]
+type Keys = [metrics::Key; 9];
+
+/// What the `metrics` macros would record with each metric of this crate.
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
 /// The namespace of the one-way hash that names a pool without an alias.
 #[cfg(any(feature = "tracing", feature = "metrics"))]
@@ -34,6 +93,8 @@ impl Name {
     /// The name of a pool without an alias.
     pub(crate) fn hashed(id: PoolId) -> Self {
         Self {
+            #[cfg(feature = "metrics")]
+            keys: Arc::default(),
             #[cfg(any(feature = "tracing", feature = "metrics"))]
             label: {
                 let hash = uuid::Uuid::new_v5(&HASH_NAMESPACE, id.as_uuid().as_bytes());
@@ -45,26 +106,50 @@ impl Name {
     /// The name `alias`.
     pub(crate) fn alias(alias: &Arc<str>) -> Self {
         Self {
+            #[cfg(feature = "metrics")]
+            keys: Arc::default(),
             #[cfg(any(feature = "tracing", feature = "metrics"))]
             label: alias.clone(),
         }
     }
 
+    /// The key of this pool's `metric`.
     #[cfg(feature = "metrics")]
-    fn counter(&self, name: &'static str) {
-        metrics::counter!(name, "pool" => self.label.clone()).increment(1);
+    fn key(&self, metric: Metric) -> &metrics::Key {
+        let keys = self.keys.get_or_init(|| {
+            Metric::ALL.map(|m| {
+                metrics::Key::from_parts(
+                    m.name(),
+                    vec![metrics::Label::new("pool", self.label.clone())],
+                )
+            })
+        });
+        &keys[metric as usize]
     }
 
     #[cfg(feature = "metrics")]
-    fn gauge(&self, name: &'static str, delta: f64) {
-        metrics::gauge!(name, "pool" => self.label.clone()).increment(delta);
+    fn counter(&self, metric: Metric) {
+        let key = self.key(metric);
+        metrics::with_recorder(|r| r.register_counter(key, &METADATA)).increment(1);
+    }
+
+    #[cfg(feature = "metrics")]
+    fn gauge(&self, metric: Metric, delta: f64) {
+        let key = self.key(metric);
+        metrics::with_recorder(|r| r.register_gauge(key, &METADATA)).increment(delta);
+    }
+
+    #[cfg(feature = "metrics")]
+    fn histogram(&self, metric: Metric, value: f64) {
+        let key = self.key(metric);
+        metrics::with_recorder(|r| r.register_histogram(key, &METADATA)).record(value);
     }
 
     /// Counts a storage error, if `result` is one.
     fn storage_error<T>(&self, result: &Result<T>) {
         #[cfg(feature = "metrics")]
         if matches!(result, Err(Error::Storage { .. })) {
-            self.counter("semaphore_storage_errors_total");
+            self.counter(Metric::StorageErrors);
         }
     }
 }
@@ -176,7 +261,7 @@ impl Borrow {
     /// A borrow of `ttl` waiting up to `wait` starts.
     pub(crate) fn start(name: &Name, ttl: std::time::Duration, wait: std::time::Duration) -> Self {
         #[cfg(feature = "metrics")]
-        name.gauge("semaphore_waiting", 1.0);
+        name.gauge(Metric::Waiting, 1.0);
         Self {
             #[cfg(feature = "metrics")]
             name: name.clone(),
@@ -235,12 +320,12 @@ impl Borrow {
         match result {
             Ok(_) | Err(Error::Exhausted { .. }) => {
                 self.name.counter(if result.is_ok() {
-                    "semaphore_grants_total"
+                    Metric::Grants
                 } else {
-                    "semaphore_exhausted_total"
+                    Metric::Exhausted
                 });
-                metrics::histogram!(WAIT_SECONDS, "pool" => self.name.label.clone())
-                    .record(self.started.elapsed().as_secs_f64());
+                self.name
+                    .histogram(Metric::WaitSeconds, self.started.elapsed().as_secs_f64());
             }
             Err(_) => self.name.storage_error(result),
         }
@@ -250,7 +335,7 @@ impl Borrow {
 impl Drop for Borrow {
     fn drop(&mut self) {
         #[cfg(feature = "metrics")]
-        self.name.gauge("semaphore_waiting", -1.0);
+        self.name.gauge(Metric::Waiting, -1.0);
     }
 }
 
@@ -264,13 +349,13 @@ pub(crate) fn counted<T>(name: &Name, result: Result<T>) -> Result<T> {
 /// A guard now holds a lease of the pool `name`.
 pub(crate) fn held(name: &Name) {
     #[cfg(feature = "metrics")]
-    name.gauge("semaphore_in_use", 1.0);
+    name.gauge(Metric::InUse, 1.0);
 }
 
 /// A guard no longer holds its lease (returned, forgotten or lost).
 pub(crate) fn let_go(name: &Name) {
     #[cfg(feature = "metrics")]
-    name.gauge("semaphore_in_use", -1.0);
+    name.gauge(Metric::InUse, -1.0);
 }
 
 /// A return of `lease` was asked of the store; `result` if known.
@@ -286,7 +371,7 @@ pub(crate) fn returned(name: &Name, lease: Option<&Lease>, result: Option<&Resul
     );
     #[cfg(feature = "metrics")]
     match result {
-        None | Some(Ok(true)) => name.counter("semaphore_returns_total"),
+        None | Some(Ok(true)) => name.counter(Metric::Returns),
         Some(Ok(false)) => {}
         Some(r @ Err(_)) => name.storage_error(r),
     }
@@ -304,7 +389,7 @@ pub(crate) fn expired(name: &Name, lease: &Lease) {
         "expired lease seen"
     );
     #[cfg(feature = "metrics")]
-    name.counter("semaphore_expiries_total");
+    name.counter(Metric::Expiries);
 }
 
 /// A renewal of `lease` ended with `result`.
@@ -349,5 +434,5 @@ pub(crate) fn lost(name: &Name, lease: &Lease, reason: &Error) {
         "lease lost"
     );
     #[cfg(feature = "metrics")]
-    name.counter("semaphore_leases_lost_total");
+    name.counter(Metric::LeasesLost);
 }
