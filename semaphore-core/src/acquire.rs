@@ -1,15 +1,19 @@
 //! The wait loop shared by single and multi-pool borrows.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::cancel::{Answer, InFlight, Made, QueuePlace, Step};
-use crate::clock::{saturating_add, truncate_ms};
+use crate::clock::saturating_add;
 use crate::wait::HandOff;
+
+mod waiting;
 use crate::{
     error::Error, error::Result, id::LeaseId, id::PoolId, id::WaiterId, lease::Lease,
     primitives::Store,
 };
+use waiting::Waiting;
 
 /// What a borrower found before [`acquire`], on its common path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +27,8 @@ pub(crate) enum First {
     HeldBack,
 }
 
-/// Borrows through `attempt` on `pools`, waiting up to `wait` from `start`.
+/// Borrows through `borrowing.attempt` on `borrowing.pools`, waiting up to
+/// `wait` from `start` ([`Borrowing`]).
 ///
 /// Asks the store at once if no borrower of these pools waits in this
 /// process, but those set aside (so that asking jumps no one); a borrower
@@ -66,40 +71,126 @@ pub(crate) enum First {
 /// sleeps until a change is told of, and then checks the count (the
 /// first set aside checks for all); once the count reaches its weight it
 /// is again the head, ahead of those queued after it.
-#[allow(clippy::too_many_arguments)]
 #[allow(clippy::manual_async_fn)] // on purpose: see the body
-pub(crate) fn acquire<A: Answer>(
-    store: &Arc<dyn Store>,
-    pools: &[PoolId],
-    start: SystemTime,
-    wait: Duration,
-    mut handoff: Option<HandOff>,
-    draining_waits: bool,
-    first: First,
-    exhausted: impl Fn() -> Error,
-    mut attempt: impl FnMut(SystemTime, Option<WaiterId>, bool) -> InFlight<A>,
-) -> impl Future<Output = Result<A::Granted>> {
-    // An async block, not an async fn: an async fn's future keeps each
+pub(crate) fn acquire<'a, A, E, F>(
+    mut borrowing: Borrowing<'a, E, F>,
+) -> impl Future<Output = Result<A::Granted>> + use<'a, A, E, F>
+where
+    A: Answer,
+    E: Fn() -> Error + Send,
+    F: FnMut(SystemTime, Option<WaiterId>, bool) -> InFlight<A> + Send,
+{
+    // An async block, not an async fn: an async fn's future keeps its
     // argument twice (as given, and moved into the body), and this one is
-    // inside every borrow's future.
+    // inside every waiting borrow's future.
     async move {
-        let changes = store.changes();
-        // The drain a waiting borrower last found, reported if its wait runs
-        // out while the pool still drains.
-        let mut drained = None;
         // Lease ids of an attempt that failed after it may have been
         // granted (a lost answer): the next attempt asks under them, so
         // that the store answers the grant it made; whatever this borrow
         // does not end up holding of them is returned (rule "Lost replies").
-        let mut unsure = Unsure::new(store, pools);
-        // A single-pool borrow of more than one slot checks the count when
-        // refused: above it, it is set aside.
-        let weight = handoff
+        let mut unsure = Unsure::new(borrowing.store, borrowing.pools);
+        let mut plan = borrowing.plan()?;
+        let drained = match borrowing.ask_first(&mut plan, &mut unsure).await {
+            ControlFlow::Break(end) => return end,
+            ControlFlow::Continue(drained) => drained,
+        };
+        if borrowing.wait.is_zero() {
+            // Not granted, and not waiting: the drain it found, or behind a
+            // queue (it did not ask the store, whose answer would jump the
+            // queue) the drain the pools' states show, or exhausted.
+            if plan.held_back
+                && !borrowing.draining_waits
+                && let Some(e) = drained_behind_a_queue(borrowing.store, borrowing.pools).await
+            {
+                return Err(e);
+            }
+            return Err(drained.unwrap_or_else(&borrowing.exhausted));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime {
+                operation: "borrow",
+            });
+        }
+        let clock = borrowing.store.clock();
+        let ticket = match plan.early.take() {
+            Some(ticket) => ticket,
+            None => borrowing.enqueue()?,
+        };
+        let mut waiting = Waiting {
+            place: QueuePlace::new(borrowing.store, borrowing.pools, ticket.id()),
+            ticket,
+            timeout: clock.sleep_until(saturating_add(borrowing.start, borrowing.wait)),
+            next_expiry: None,
+            failed: None,
+            retry: None,
+            drained,
+            first_ask: plan.first_ask,
+            weight: plan.weight,
+        };
+        waiting.run(&mut borrowing, &mut unsure).await
+    }
+}
+
+/// One borrow through the wait engine, as its caller made it: built once,
+/// and read by each phase of [`acquire`].
+pub(crate) struct Borrowing<'a, E, F> {
+    pub(crate) store: &'a Arc<dyn Store>,
+    /// The pools, in the order the store locks them.
+    pub(crate) pools: &'a [PoolId],
+    /// When the borrow began, by the store's clock: the wait counts from it.
+    pub(crate) start: SystemTime,
+    pub(crate) wait: Duration,
+    /// What a hand-off grants a single-pool borrower; taken by its queue.
+    pub(crate) handoff: Option<HandOff>,
+    /// A drain is waited out as a full pool, not failed at once.
+    pub(crate) draining_waits: bool,
+    /// What the caller already found ([`First`]).
+    pub(crate) first: First,
+    /// The error a wait that runs out ends with.
+    pub(crate) exhausted: E,
+    /// Makes one attempt: at a reading of the clock, from the borrower's
+    /// place in the store's queue if it has one, and under the last
+    /// attempt's ids if its answer was lost (`true`).
+    pub(crate) attempt: F,
+}
+
+/// What a borrow decided before its first ask ([`Borrowing::plan`]).
+struct Plan<'a> {
+    /// A queue here holds it back: it asks the store only as the head.
+    held_back: bool,
+    /// The pool whose first ask's answer tells the next borrows whether it
+    /// is contended ([`Changes::first_answered`](crate::wait::Changes)).
+    first_ask: Option<PoolId>,
+    /// It asks the store at once, before it waits in a queue.
+    asks_at_once: bool,
+    /// Its place in this process's queue, taken before that first ask.
+    early: Option<crate::wait::Ticket<'a>>,
+    /// How many slots a single-pool borrower asks for (1 for several pools).
+    weight: u32,
+}
+
+impl<'a, A, E, F> Borrowing<'a, E, F>
+where
+    A: Answer,
+    E: Fn() -> Error + Send,
+    F: FnMut(SystemTime, Option<WaiterId>, bool) -> InFlight<A> + Send,
+{
+    /// Whether the borrow asks at once, and whether it first takes its
+    /// place in this process's queue (R11 counts from the call: a
+    /// borrower that may wait, whose first ask can be in flight on a store
+    /// without in-place answers, queues first, so that one who comes
+    /// meanwhile queues behind it instead of asking beside it).
+    #[inline]
+    fn plan(&mut self) -> Result<Plan<'a>> {
+        let changes = self.store.changes();
+        let single = self.pools.len() == 1;
+        let weight = self
+            .handoff
             .as_ref()
-            .filter(|_| pools.len() == 1)
+            .filter(|_| single)
             .map_or(1, |asked| asked.slots);
-        let held_back = match first {
-            First::Ask => pools.iter().any(|pool| changes.holds_back(*pool)),
+        let held_back = match self.first {
+            First::Ask => self.pools.iter().any(|pool| changes.holds_back(*pool)),
             First::Refused => false,
             First::HeldBack => true,
         };
@@ -107,232 +198,93 @@ pub(crate) fn acquire<A: Answer>(
         // contended here (the last borrow's first ask was refused) queues
         // first: its first ask carries its place, so that a refusal queues
         // it in the store in that same round trip.
-        let asks_first = first == First::Ask && !held_back;
+        let asks_first = self.first == First::Ask && !held_back;
         let contended = asks_first
-            && !wait.is_zero()
-            && pools.len() == 1
-            && handoff.as_ref().is_some_and(|asked| asked.key.is_none())
-            && changes.contended(pools[0]);
-        // The pool whose borrow's first ask of the store is still to come:
-        // its answer tells the next borrows whether the pool is contended.
-        let mut first_ask = (asks_first && pools.len() == 1).then(|| pools[0]);
-        // A caller that was just refused in place asks no second time.
+            && !self.wait.is_zero()
+            && single
+            && self
+                .handoff
+                .as_ref()
+                .is_some_and(|asked| asked.key.is_none())
+            && changes.contended(self.pools[0]);
         let asks_at_once = asks_first && !contended;
-        // R11 counts from the call: a borrower that may wait, whose first
-        // ask can be in flight (a store without in-place answers), takes
-        // its place in this process's queue before it asks, so that one who
-        // comes meanwhile queues behind it instead of asking beside it.
         let mut early = None;
         if asks_at_once
-            && !wait.is_zero()
-            && store.in_place().is_none()
+            && !self.wait.is_zero()
+            && self.store.in_place().is_none()
             && tokio::runtime::Handle::try_current().is_ok()
         {
-            changes.check_process("borrow")?;
-            let ticket = changes
-                .enqueue(
-                    store,
-                    store.clock().now(),
-                    pools,
-                    handoff.take(),
-                    !draining_waits,
-                )
-                .map_err(|pool| Error::Draining { pool })?;
+            let ticket = self.enqueue()?;
             // Its first ask is its own call in flight: no return here hands
             // it a lease (under the very id it asks with) or claims it meanwhile.
             ticket.start_first_ask();
             early = Some(ticket);
         }
-        if asks_at_once {
-            // Awaited through a reference: awaiting it by value would keep
-            // it twice in this future (the binding and the awaited value).
-            let mut first = attempt(start, None, false);
-            let ids = first.made();
-            let answer = (&mut first).await;
-            if let Some(ticket) = &early {
-                ticket.done_asking();
-            }
-            match answer {
-                Ok(answer) => {
-                    let step = answer.step();
-                    if let Some(pool) = first_ask.take() {
-                        changes.first_answered(pool, matches!(step, Step::Granted(_)));
-                    }
-                    if let Step::Granted(granted) = step {
-                        return Ok(granted);
-                    }
-                }
-                Err(e @ Error::Draining { .. }) if draining_waits => drained = Some(e),
-                Err(e) => {
-                    unsure.failed(&e, ids);
-                    return Err(e);
-                }
-            }
-        }
-        if wait.is_zero() {
-            if held_back
-                && !draining_waits
-                && let Some(e) = drained_behind_a_queue(store, pools).await
-            {
-                return Err(e);
-            }
-            return Err(drained.unwrap_or_else(exhausted));
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::NoRuntime {
-                operation: "borrow",
-            });
-        }
+        Ok(Plan {
+            held_back,
+            first_ask: (asks_first && single).then(|| self.pools[0]),
+            asks_at_once,
+            early,
+            weight,
+        })
+    }
 
-        let clock = store.clock();
-        // Refused while the pool's queue is marked draining: its head found
-        // the drain (and tells everyone queued, under the queue's lock).
-        let ticket = match early {
-            Some(ticket) => ticket,
-            None => {
-                changes.check_process("borrow")?;
-                changes
-                    .enqueue(store, clock.now(), pools, handoff, !draining_waits)
-                    .map_err(|pool| Error::Draining { pool })?
-            }
-        };
-        let place = QueuePlace::new(store, pools, ticket.id());
-        let mut timeout = clock.sleep_until(saturating_add(start, wait));
-        let mut next_expiry = None;
-        // A retryable storage failure while waiting (a connection lost, a lock
-        // held too long) is retried with backoff until the wait runs out, and
-        // then reported as itself, never as exhausted.
-        let mut failed: Option<(Error, Duration)> = None;
-        let mut retry = None;
-        let mut timed_out = false;
-        loop {
-            tokio::select! {
-                biased;
-                () = ticket.turn() => {}
-                () = async {
-                    match next_expiry.as_mut() {
-                        Some(expiry) => expiry.await,
-                        None => std::future::pending().await,
-                    }
-                } => next_expiry = None,
-                () = async {
-                    match retry.as_mut() {
-                        Some(retry) => retry.await,
-                        None => std::future::pending().await,
-                    }
-                } => retry = None,
-                () = &mut timeout => timed_out = true,
-            }
-            if let Some(lease) = ticket.take_lease() {
-                // A return in this process granted to us in its own step; one
-                // that came before the deadline still counts. A place of ours
-                // that step did not end is left as the borrow ends.
-                if !ticket.place_left() {
-                    place.granted();
+    /// Joins this process's queue of every pool. Refused while a pool's
+    /// queue is marked draining: its head found the drain (and tells
+    /// everyone queued, under the queue's lock).
+    #[inline]
+    fn enqueue(&mut self) -> Result<crate::wait::Ticket<'a>> {
+        let changes = self.store.changes();
+        changes.check_process("borrow")?;
+        let (store, pools) = (self.store, self.pools);
+        changes
+            .enqueue(
+                store,
+                store.clock().now(),
+                pools,
+                self.handoff.take(),
+                !self.draining_waits,
+            )
+            .map_err(|pool| Error::Draining { pool })
+    }
+
+    /// The first ask, if the plan makes one before waiting: `Break` with
+    /// the borrow's end (granted, or failed), or `Continue` with the drain
+    /// it found if the borrower waits drains out.
+    async fn ask_first(
+        &mut self,
+        plan: &mut Plan<'a>,
+        unsure: &mut Unsure<'a>,
+    ) -> ControlFlow<Result<A::Granted>, Option<Error>> {
+        if !plan.asks_at_once {
+            return ControlFlow::Continue(None);
+        }
+        // Awaited through a reference: awaiting it by value would keep it
+        // twice in this future (the binding and the awaited value).
+        let mut first = (self.attempt)(self.start, None, false);
+        let ids = first.made();
+        let answer = (&mut first).await;
+        if let Some(ticket) = &plan.early {
+            ticket.done_asking();
+        }
+        match answer {
+            Ok(answer) => {
+                let step = answer.step();
+                if let Some(pool) = plan.first_ask.take() {
+                    let granted = matches!(step, Step::Granted(_));
+                    self.store.changes().first_answered(pool, granted);
                 }
-                return Ok(A::handed(lease));
-            }
-            if timed_out {
-                return Err(failed.map(|(e, _)| e).or(drained).unwrap_or_else(exhausted));
-            }
-            if let Some(at) = ticket.take_next_expiry() {
-                // A hand-off left the pool full and made us head: it told us
-                // the earliest expiry, so there is nothing to ask.
-                next_expiry = at.map(|at| clock.sleep_until(at));
-                continue;
-            }
-            if let Some(pool) = ticket.take_drained() {
-                return Err(Error::Draining { pool });
-            }
-            if ticket.is_aside() {
-                // Woken as the first set aside: check the count for all.
-                weigh(store, pools[0]).await?;
-                next_expiry = None;
-            }
-            if !ticket.is_head() {
-                continue;
-            }
-            if !ticket.start_asking() {
-                // A return in this process claimed it to hand it a slot
-                // (the claim wakes it either way), or has just handed it
-                // one: asking now could find that very lease again (one
-                // handed through the store's queue) and hold it twice.
-                if let Some(lease) = ticket.take_lease() {
-                    if !ticket.place_left() {
-                        place.granted();
-                    }
-                    return Ok(A::handed(lease));
+                match step {
+                    Step::Granted(granted) => ControlFlow::Break(Ok(granted)),
+                    Step::Exhausted(_) => ControlFlow::Continue(None),
                 }
-                continue;
             }
-            // In a block, awaited through a reference: kept once, and not
-            // across the awaits below.
-            let (ids, answer) = {
-                let mut asking =
-                    attempt(truncate_ms(clock.now()), Some(place.waiter()), unsure.any())
-                        .made_from(&place);
-                (asking.made(), (&mut asking).await)
-            };
-            let granted = matches!(&answer, Ok(a) if !a.leases().is_empty());
-            if !granted {
-                // Claimable again. A granted head stays unclaimable until
-                // its ticket is gone: a claim could otherwise deliver it
-                // the very lease its look just found (one a return handed
-                // it through the store's queue), and the ticket would then
-                // return that lease as unwanted while the borrower holds it.
-                ticket.done_asking();
+            Err(e @ Error::Draining { .. }) if self.draining_waits => {
+                ControlFlow::Continue(Some(e))
             }
-            match answer {
-                Ok(answer) => {
-                    failed = None;
-                    drained = None;
-                    // Answered under the unsure ids: the store found (and
-                    // answers) whatever it granted under them before.
-                    unsure.settled();
-                    let step = answer.step();
-                    if let Some(pool) = first_ask.take() {
-                        changes.first_answered(pool, matches!(step, Step::Granted(_)));
-                    }
-                    match step {
-                        Step::Granted(granted) => {
-                            place.granted();
-                            // Dropping the ticket wakes the next head of each queue.
-                            return Ok(granted);
-                        }
-                        Step::Exhausted(at) => {
-                            if weight > 1 {
-                                // Boxed: kept beside the answer, it would
-                                // be the largest state of this future, which
-                                // every waiting borrow allocates.
-                                Box::pin(weigh(store, pools[0])).await?;
-                            }
-                            // Set aside, it sleeps until a change is told of.
-                            next_expiry = at
-                                .filter(|_| !ticket.is_aside())
-                                .map(|at| clock.sleep_until(at));
-                        }
-                    }
-                }
-                Err(
-                    e @ Error::Storage {
-                        retryable: true, ..
-                    },
-                ) => {
-                    unsure.failed(&e, ids);
-                    let backoff = next_backoff(failed.as_ref().map(|(_, last)| *last));
-                    retry = Some(Box::pin(tokio::time::sleep(backoff)));
-                    failed = Some((e, backoff));
-                }
-                Err(e @ Error::Draining { pool }) if draining_waits => {
-                    // Asleep until the store tells of a change: the drain's
-                    // end notifies the pool's waiters. Those behind that do
-                    // not wait for a drain leave now.
-                    changes.found_draining(pool);
-                    failed = None;
-                    next_expiry = None;
-                    drained = Some(e);
-                }
-                Err(e) => return Err(e),
+            Err(e) => {
+                unsure.failed(&e, ids);
+                ControlFlow::Break(Err(e))
             }
         }
     }
@@ -353,26 +305,6 @@ async fn drained_behind_a_queue(store: &Arc<dyn Store>, pools: &[PoolId]) -> Opt
         }
     }
     None
-}
-
-/// Reads the count of `pool` and [weighs](crate::wait::Changes::weigh) its
-/// queue with it, unless the queue learned of a change while
-/// the read was in flight ([`weigh_read`](crate::wait::Changes::weigh_read)):
-/// a stale count must not set aside again a waiter a raise let back. A
-/// storage error leaves the queue as it is, for the next change to weigh
-/// again.
-///
-/// # Errors
-/// [`Error::PoolNotFound`] if the pool was deleted.
-async fn weigh(store: &Arc<dyn Store>, pool: PoolId) -> Result<()> {
-    let changes = store.changes();
-    let seen = changes.news(pool);
-    match store.inspect(pool).await {
-        Ok(state) => changes.weigh_read(pool, state.count, seen),
-        Err(e @ Error::PoolNotFound { .. }) => return Err(e),
-        Err(_) => {}
-    }
-    Ok(())
 }
 
 /// The lease ids of an attempt whose answer was lost (it failed with a

@@ -295,8 +295,9 @@ impl<'a> QueuePlace<'a> {
         self.waiter.get_or_make()
     }
 
-    /// The store granted to this waiter and forgot its places itself.
-    pub(crate) fn granted(mut self) {
+    /// The store granted to this waiter and forgot its places itself: the
+    /// place has nothing to leave when dropped.
+    pub(crate) fn granted(&mut self) {
         self.armed = false;
     }
 }

@@ -254,12 +254,12 @@ impl Pool {
                 waited: wait,
             };
             let mut last = first;
-            acquire(
-                &self.store,
-                std::slice::from_ref(&self.id),
+            acquire(crate::acquire::Borrowing {
+                store: &self.store,
+                pools: std::slice::from_ref(&self.id),
                 start,
                 wait,
-                Some(HandOff {
+                handoff: Some(HandOff {
                     lease: first,
                     slots: labels.slots,
                     bound: labels.bound,
@@ -267,10 +267,10 @@ impl Pool {
                     key: labels.key.clone(),
                     owner: labels.owner.clone(),
                 }),
-                labels.wait_while_draining,
-                found,
+                draining_waits: labels.wait_while_draining,
+                first: found,
                 exhausted,
-                |_now, waiter, again| {
+                attempt: |_now: SystemTime, waiter: Option<crate::id::WaiterId>, again: bool| {
                     // Only the first attempt, made before queueing, is made
                     // without a waiter (a borrow of a contended pool makes
                     // none): a hand-off reuses its id, so it must be the
@@ -295,7 +295,7 @@ impl Pool {
                     request.owner.clone_from(&labels.owner);
                     InFlight::one(&self.store, request)
                 },
-            )
+            })
             .await
         }
     }

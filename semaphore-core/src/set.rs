@@ -227,16 +227,18 @@ impl PoolSet {
             waited: wait,
         };
         let mut last: Vec<LeaseId> = Vec::new();
-        let leases = acquire(
+        let leases = acquire(crate::acquire::Borrowing {
             store,
-            &self.ids,
+            pools: &self.ids,
             start,
             wait,
-            None,
-            labels.wait_while_draining,
-            crate::acquire::First::Ask,
+            handoff: None,
+            draining_waits: labels.wait_while_draining,
+            first: crate::acquire::First::Ask,
             exhausted,
-            |_now, waiter, again| {
+            attempt: |_now: std::time::SystemTime,
+                      waiter: Option<crate::id::WaiterId>,
+                      again: bool| {
                 // After an attempt whose answer was lost, its ids again.
                 if !again {
                     last = self.ids.iter().map(|_| LeaseId::new()).collect();
@@ -261,7 +263,7 @@ impl PoolSet {
                     .collect();
                 InFlight::all(store, requests)
             },
-        )
+        })
         .await?;
         Ok(LeaseSet::new(self.clone(), leases))
     }
