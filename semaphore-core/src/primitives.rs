@@ -125,29 +125,50 @@ use crate::{
 ///   [`Limits`](crate::Limits); a store need not check them again.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// The parts every store keeps and the core reads: its clock, change
+    /// notification, session, ttl bound and in-place answers, lent as one
+    /// value. The one accessor a store writes; [`clock`](Store::clock),
+    /// [`changes`](Store::changes), [`session`](Store::session),
+    /// [`max_ttl`](Store::max_ttl) and [`in_place`](Store::in_place) read it.
+    fn parts(&self) -> Parts<'_>;
+
     /// The clock all times handed to this store come from, and by which the
     /// core times its waits: the deciding clock itself, or this process's
     /// best view of it (rule "Time"). Every wake re-checks the store, so a
     /// view that is slightly off costs latency, never correctness.
-    fn clock(&self) -> &dyn Clock;
+    /// Provided: [`Parts::clock`].
+    #[inline]
+    fn clock(&self) -> &dyn Clock {
+        self.parts().clock
+    }
 
     /// The store's change notification, which holds the in-process wait
-    /// queues of its pools.
-    fn changes(&self) -> &Changes;
+    /// queues of its pools. Provided: [`Parts::changes`].
+    #[inline]
+    fn changes(&self) -> &Changes {
+        self.parts().changes
+    }
 
     /// The handle's session (R16), for a store whose bound leases
     /// belong to one: a networked store's, kept by a heartbeat
     /// ([`Session::start`]). `None` for a store whose holder is the process
-    /// itself (memory, SQLite).
-    fn session(&self) -> Option<&Session>;
+    /// itself (memory, SQLite). Provided: [`Parts::session`].
+    #[inline]
+    fn session(&self) -> Option<&Session> {
+        self.parts().session
+    }
 
     /// The longest ttl this store can honour ([`Duration::MAX`] when it has
     /// no bound of its own): a store's own limits are limits (R5). A
     /// [`Pool`](crate::Pool) on it reports at most this as
     /// [`Limits::max_ttl`](crate::Limits::max_ttl) and clamps every ttl to
     /// it, so that the lease's expiry says what was granted. The Redis
-    /// store's is its restart grace (rule "Restart grace").
-    fn max_ttl(&self) -> Duration;
+    /// store's is its restart grace (rule "Restart grace"). Provided:
+    /// [`Parts::max_ttl`].
+    #[inline]
+    fn max_ttl(&self) -> Duration {
+        self.parts().max_ttl
+    }
 
     /// Creates pool `pool` with `count` slots, or sets the count of an
     /// existing one (R2); returns its state as of the step. Revokes no
@@ -192,8 +213,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// whole lease (a guard does): the same result, for `lease.pool` and
     /// `lease.id`, with the lease's positions at hand, so that a store may
     /// find its rows by position (the SQLite store does) instead of by id.
-    /// A store with nothing to gain from them calls `return_lease`.
-    async fn return_held(&self, lease: Lease) -> Result<bool>;
+    /// Provided: `return_lease`, for a store with nothing to gain from them.
+    async fn return_held(&self, lease: Lease) -> Result<bool> {
+        self.return_lease(lease.pool, lease.id).await
+    }
 
     /// Sets lease `lease` of `pool`, if it is active, to expire `ttl`
     /// (checked and clamped, whole ms) after the step's reading of the
@@ -220,8 +243,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The store's answers made at once, without a future, if it offers
     /// them ([`InPlace`]); `None` for a store that needs I/O for every
     /// step, and the core then awaits [`try_borrow`](Store::try_borrow)
-    /// and [`return_held`](Store::return_held).
-    fn in_place(&self) -> Option<&dyn InPlace>;
+    /// and [`return_held`](Store::return_held). Provided:
+    /// [`Parts::in_place`].
+    #[inline]
+    fn in_place(&self) -> Option<&dyn InPlace> {
+        self.parts().in_place
+    }
 
     /// The place of `waiter` in the store's own queue of `pool` (see
     /// *Queued heads* above): 1 for the first, counting every live place
@@ -248,6 +275,54 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// empty for a pool that does not exist. An in-process store lists its
     /// held places (its borrowers are in the core's queue).
     async fn queue(&self, pool: PoolId) -> Result<Vec<QueuedPlace>>;
+}
+
+/// What every [`Store`] keeps and the core reads, lent as one value by
+/// [`Store::parts`]: the accessors each store wrote the same way, as one
+/// (object_store's rule: a small required core).
+///
+/// ```
+/// # use semaphore_core::store::{Changes, Parts};
+/// # use semaphore_core::SystemClock;
+/// # use std::time::Duration;
+/// // What an in-process store without sessions or in-place answers lends.
+/// # let (clock, changes) = (SystemClock, Changes::new());
+/// let parts = Parts {
+///     clock: &clock,
+///     changes: &changes,
+///     session: None,
+///     max_ttl: Duration::MAX,
+///     in_place: None,
+/// };
+/// # let _ = parts;
+/// ```
+#[derive(Clone, Copy)]
+pub struct Parts<'a> {
+    /// The clock all times handed to the store come from
+    /// ([`Store::clock`]).
+    pub clock: &'a dyn Clock,
+    /// The change notification that holds the store's in-process wait
+    /// queues ([`Store::changes`]).
+    pub changes: &'a Changes,
+    /// The handle's session, for a store whose bound leases belong to one
+    /// ([`Store::session`]).
+    pub session: Option<&'a Session>,
+    /// The longest ttl the store can honour ([`Store::max_ttl`]).
+    pub max_ttl: Duration,
+    /// The store's answers made at once, if it offers them
+    /// ([`Store::in_place`]).
+    pub in_place: Option<&'a dyn InPlace>,
+}
+
+impl fmt::Debug for Parts<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Parts")
+            .field("changes", self.changes)
+            .field("session", &self.session.is_some())
+            .field("max_ttl", &self.max_ttl)
+            .field("in_place", &self.in_place.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A store's answers made at once, without a future: what an in-process

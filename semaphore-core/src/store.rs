@@ -28,7 +28,7 @@ mod shared;
 pub mod testing;
 mod timeouts;
 pub use crate::keys::{KEY_DIGEST_SEPARATOR, key_name, stored_key};
-pub use crate::primitives::{InPlace, Store};
+pub use crate::primitives::{InPlace, Parts, Store};
 pub use crate::request::{BorrowRequest, TryBorrow, TryBorrowAll};
 pub use batch::Batches;
 pub use fork::ForkCheck;

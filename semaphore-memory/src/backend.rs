@@ -7,8 +7,8 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 use parking_lot::MutexGuard;
 use semaphore_core::store::{
-    BorrowRequest, Changes, InPlace, SlotTable, Store, TryBorrow, TryBorrowAll, UnixMs, WaiterId,
-    async_trait,
+    BorrowRequest, Changes, InPlace, Parts, SlotTable, Store, TryBorrow, TryBorrowAll, UnixMs,
+    WaiterId, async_trait,
 };
 
 use crate::bound::Bound;
@@ -143,20 +143,15 @@ fn not_found(pool: PoolId) -> Error {
 
 #[async_trait]
 impl Store for MemoryStore {
-    fn clock(&self) -> &dyn Clock {
-        &*self.shared.clock
-    }
-
-    fn changes(&self) -> &Changes {
-        &self.shared.changes
-    }
-
-    /// None: the holder of every lease is this process.
-    fn session(&self) -> Option<&semaphore_core::Session> {
-        None
-    }
-    fn max_ttl(&self) -> Duration {
-        Duration::MAX
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            clock: &*self.shared.clock,
+            changes: &self.shared.changes,
+            // None: the holder of every lease is this process.
+            session: None,
+            max_ttl: Duration::MAX,
+            in_place: Some(self),
+        }
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
@@ -297,10 +292,6 @@ impl Store for MemoryStore {
 
     async fn return_held(&self, lease: Lease) -> Result<bool> {
         Ok(self.return_in_place(lease.pool, lease.id, Some(lease.position)))
-    }
-
-    fn in_place(&self) -> Option<&dyn InPlace> {
-        Some(self)
     }
 
     async fn renew(&self, pool: PoolId, lease: LeaseId, ttl: Duration) -> Result<Option<Lease>> {

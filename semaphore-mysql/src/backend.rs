@@ -7,10 +7,10 @@ use std::time::Duration;
 use mysql_async::{Opts, OptsBuilder, Pool as ConnectionPool, PoolConstraints, PoolOpts};
 use semaphore_core::store::DecidingClock as Time;
 use semaphore_core::store::{
-    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
+    BorrowRequest, Changes, Parts, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
 use semaphore_core::{
-    Clock, Error, Holder as LeaseHolder, Lease, LeaseId, PoolId, PoolState, Result, Session,
+    Error, Holder as LeaseHolder, Lease, LeaseId, PoolId, PoolState, Result, Session,
 };
 
 use crate::MysqlOptions;
@@ -293,19 +293,14 @@ impl MysqlStore {
 
 #[async_trait]
 impl Store for MysqlStore {
-    fn clock(&self) -> &dyn Clock {
-        self.time.clock()
-    }
-
-    fn changes(&self) -> &Changes {
-        &self.changes
-    }
-
-    fn session(&self) -> Option<&Session> {
-        Some(&self.session)
-    }
-    fn max_ttl(&self) -> Duration {
-        Duration::MAX
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            clock: self.time.clock(),
+            changes: &self.changes,
+            session: Some(&self.session),
+            max_ttl: Duration::MAX,
+            in_place: None,
+        }
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
@@ -352,14 +347,6 @@ impl Store for MysqlStore {
             .await
             .and_then(|answer| answer);
         self.told(requests.first().and_then(|r| r.session), result)
-    }
-
-    fn in_place(&self) -> Option<&dyn semaphore_core::store::InPlace> {
-        None
-    }
-
-    async fn return_held(&self, lease: Lease) -> Result<bool> {
-        self.return_lease(lease.pool, lease.id).await
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use semaphore_core::store::{
-    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait, millis,
+    BorrowRequest, Parts, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait, millis,
 };
-use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result, Session};
+use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -39,19 +39,14 @@ fn state(pool: PoolId, row: &Row, operation: &'static str) -> Result<PoolState> 
 
 #[async_trait]
 impl Store for PostgresStore {
-    fn clock(&self) -> &dyn Clock {
-        self.time.clock()
-    }
-
-    fn changes(&self) -> &Changes {
-        &self.changes
-    }
-
-    fn session(&self) -> Option<&Session> {
-        Some(&self.session)
-    }
-    fn max_ttl(&self) -> Duration {
-        Duration::MAX
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            clock: self.time.clock(),
+            changes: &self.changes,
+            session: Some(&self.session),
+            max_ttl: Duration::MAX,
+            in_place: None,
+        }
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
@@ -192,14 +187,6 @@ impl Store for PostgresStore {
             return Ok(TryBorrowAll::Granted { leases: granted });
         }
         Ok(TryBorrowAll::refused(blocked))
-    }
-
-    fn in_place(&self) -> Option<&dyn semaphore_core::store::InPlace> {
-        None
-    }
-
-    async fn return_held(&self, lease: Lease) -> Result<bool> {
-        self.return_lease(lease.pool, lease.id).await
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {

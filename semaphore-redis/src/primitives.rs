@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use semaphore_core::store::{
-    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait, from_unix_ms,
+    BorrowRequest, Parts, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait, from_unix_ms,
     millis,
 };
-use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
+use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
 use crate::RedisStore;
 use crate::error::malformed;
@@ -67,25 +67,19 @@ impl RedisStore {
 
 #[async_trait]
 impl Store for RedisStore {
-    fn clock(&self) -> &dyn Clock {
-        self.time.clock()
-    }
-
-    fn changes(&self) -> &Changes {
-        &self.changes
-    }
-
-    fn session(&self) -> Option<&semaphore_core::Session> {
-        Some(&self.session)
-    }
-
-    /// The restart grace: a lease granted for longer could still be live
-    /// when a restart that lost the data ends the grace, and its slot would
-    /// go to a second holder (rule "Restart grace").
-    fn max_ttl(&self) -> Duration {
-        match self.restart_grace_ms {
-            0 => Duration::MAX,
-            ms => Duration::from_millis(ms),
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            clock: self.time.clock(),
+            changes: &self.changes,
+            session: Some(&self.session),
+            // The restart grace: a lease granted for longer could still be
+            // live when a restart that lost the data ends the grace, and its
+            // slot would go to a second holder (rule "Restart grace").
+            max_ttl: match self.restart_grace_ms {
+                0 => Duration::MAX,
+                ms => Duration::from_millis(ms),
+            },
+            in_place: None,
         }
     }
 
@@ -211,14 +205,6 @@ impl Store for RedisStore {
     /// The slot goes to the first head of the pool's shared queue in the
     /// same script, if it is one a return may hand a slot to (see
     /// the crate's README): that head alone is told.
-    fn in_place(&self) -> Option<&dyn semaphore_core::store::InPlace> {
-        None
-    }
-
-    async fn return_held(&self, lease: Lease) -> Result<bool> {
-        self.return_lease(lease.pool, lease.id).await
-    }
-
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         let mut call = self.invocation(Kind::Shrink, "return", [pool]);
         call.arg(lease.as_uuid().to_string())

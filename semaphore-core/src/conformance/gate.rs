@@ -10,10 +10,9 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, Semaphore};
 
-use crate::store::{BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId};
+use crate::store::{BorrowRequest, Store, TryBorrow, TryBorrowAll, WaiterId};
 use crate::{
-    clock::Clock, error::Result, id::LeaseId, id::PoolId, lease::Holder, lease::Lease,
-    lease::PoolState,
+    error::Result, id::LeaseId, id::PoolId, lease::Holder, lease::Lease, lease::PoolState,
 };
 
 /// Where a [`GatedStore`] holds the borrow call it catches.
@@ -203,17 +202,12 @@ impl fmt::Debug for GatedStore {
 
 #[async_trait]
 impl Store for GatedStore {
-    fn clock(&self) -> &dyn Clock {
-        self.inner.clock()
-    }
-    fn changes(&self) -> &Changes {
-        self.inner.changes()
-    }
-    fn session(&self) -> Option<&crate::session::Session> {
-        self.inner.session()
-    }
-    fn max_ttl(&self) -> std::time::Duration {
-        self.inner.max_ttl()
+    fn parts(&self) -> crate::store::Parts<'_> {
+        // No in-place answers: every call goes through this wrapper.
+        crate::store::Parts {
+            in_place: None,
+            ..self.inner.parts()
+        }
     }
     async fn unbind(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         self.through(self.inner.unbind(pool, lease)).await
@@ -247,10 +241,6 @@ impl Store for GatedStore {
         })
         .await
     }
-    fn in_place(&self) -> Option<&dyn crate::store::InPlace> {
-        None
-    }
-
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         self.through(self.inner.return_lease(pool, lease)).await
     }

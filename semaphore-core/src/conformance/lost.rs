@@ -9,10 +9,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::{Fixture, until_in_use, until_waiting};
-use crate::store::{BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait};
+use crate::store::{BorrowRequest, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait};
 use crate::{
-    clock::Clock, error::Error, error::Result, id::LeaseId, id::PoolId, lease::Holder,
-    lease::Lease, lease::PoolState, pool::Pool,
+    error::Error, error::Result, id::LeaseId, id::PoolId, lease::Holder, lease::Lease,
+    lease::PoolState, pool::Pool,
 };
 
 const TTL: Duration = Duration::from_secs(3600);
@@ -112,17 +112,12 @@ fn lost_reply() -> Error {
 
 #[async_trait]
 impl Store for LosingStore {
-    fn clock(&self) -> &dyn Clock {
-        self.inner.clock()
-    }
-    fn changes(&self) -> &Changes {
-        self.inner.changes()
-    }
-    fn session(&self) -> Option<&crate::session::Session> {
-        self.inner.session()
-    }
-    fn max_ttl(&self) -> std::time::Duration {
-        self.inner.max_ttl()
+    fn parts(&self) -> crate::store::Parts<'_> {
+        // No in-place answers: every call goes through this wrapper.
+        crate::store::Parts {
+            in_place: None,
+            ..self.inner.parts()
+        }
     }
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         self.inner.register(pool, count).await
@@ -163,10 +158,6 @@ impl Store for LosingStore {
         }
         Ok(answer)
     }
-    fn in_place(&self) -> Option<&dyn crate::store::InPlace> {
-        None
-    }
-
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
         self.fails()?;
         self.inner.return_lease(pool, lease).await

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use rusqlite::TransactionBehavior;
 use semaphore_core::store::{
-    BorrowRequest, Changes, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
+    BorrowRequest, Parts, Store, TryBorrow, TryBorrowAll, WaiterId, async_trait,
 };
-use semaphore_core::{Clock, Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
+use semaphore_core::{Error, Holder, Lease, LeaseId, PoolId, PoolState, Result};
 
 use super::SqliteStore;
 use crate::sql;
@@ -15,21 +15,14 @@ use crate::wake::queue;
 
 #[async_trait]
 impl Store for SqliteStore {
-    fn clock(&self) -> &dyn Clock {
-        self.time.clock()
-    }
-
-    fn changes(&self) -> &Changes {
-        &self.changes
-    }
-
-    /// None: a bound lease's holder is this process, held by a kernel lock;
-    /// it has no end but the process's.
-    fn session(&self) -> Option<&semaphore_core::Session> {
-        None
-    }
-    fn max_ttl(&self) -> Duration {
-        Duration::MAX
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            clock: self.time.clock(),
+            changes: &self.changes,
+            session: None,
+            max_ttl: Duration::MAX,
+            in_place: None,
+        }
     }
 
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
@@ -134,10 +127,6 @@ impl Store for SqliteStore {
         .await
         .map(|(out, _)| out)?
         .ok_or(Error::PoolNotFound { pool })
-    }
-
-    fn in_place(&self) -> Option<&dyn semaphore_core::store::InPlace> {
-        None
     }
 
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
