@@ -64,7 +64,7 @@ impl GatedStore {
     /// Holds the next borrow call at `stop`. Only that one call is held.
     ///
     /// Until [`release`](GatedStore::release), returns in this process do
-    /// not hand slots over ([`Changes::hand_off`]): they wake the head,
+    /// not hand slots over ([`Changes::hand_off`](crate::store::Changes::hand_off)): they wake the head,
     /// whose own call the gate then catches.
     pub fn arm(&self, stop: Stop) {
         self.inner.changes().pause_hand_offs(true);
@@ -72,7 +72,7 @@ impl GatedStore {
     }
 
     /// [`arm`](GatedStore::arm), but returns in this process go on handing
-    /// slots over ([`Changes::hand_off`]) while the call is held: for a
+    /// slots over ([`Changes::hand_off`](crate::store::Changes::hand_off)) while the call is held: for a
     /// case about a hand-off that meets a head's own call in flight.
     pub fn arm_keeping_hand_offs(&self, stop: Stop) {
         *self.armed.lock() = Some(stop);
