@@ -37,11 +37,13 @@ use migrate::{before_3, migrate_from, shape_3};
 /// Version 9 has the same tables; a slot that a return hands to another
 /// process's queued head lasts at most [`HANDED_BOUND_MS`] until the head
 /// takes it, so that a head whose process died frees it within that bound.
-/// Versions 1 to 8 are migrated in place
+/// Version 10 has the same tables; a head's leaving takes the head's lock
+/// before its place and its handed slot, as the returns do (a return and a
+/// leave met in a deadlock). Versions 1 to 9 are migrated in place
 /// ([`migrate`]); the bound leases of 1 to 4 become unbound (left to
 /// their ttl), since the processes that held them are gone before a
 /// migration.
-pub(crate) const VERSION: i32 = 9;
+pub(crate) const VERSION: i32 = 10;
 
 /// How long a slot a return handed to another process's queued head lasts
 /// until the head takes it (ms): the head's process, woken by the return's
@@ -374,11 +376,11 @@ async fn prepare_once(client: &Client, schema: &str, migrate: bool) -> Result<()
         }
         return match version? {
             Some(VERSION) => Ok(()),
-            Some(old @ 1..=8) if !migrate => Err(not_migrated(
+            Some(old @ 1..=9) if !migrate => Err(not_migrated(
                 schema,
                 &format!("the store's tables at schema version {old}"),
             )),
-            Some(old @ 1..=8) => migrate_from(client, schema, old, &expected).await,
+            Some(old @ 1..=9) => migrate_from(client, schema, old, &expected).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),

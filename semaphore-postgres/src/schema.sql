@@ -960,11 +960,17 @@ END $$;
 
 -- Forgets a queued head's place, and frees a slot a return handed it
 -- that it never took (its borrow was dropped); wakes the next head if
--- either was there.
+-- either was there. The head's lock first (version 10), as every other
+-- writer of its place and its handed slot takes it: a return that hands
+-- the head a slot or takes one for it (semaphore_take_handed) locks the
+-- slot, then the place; this, taking the place and then the slot without
+-- the head's lock, met such a return in a deadlock. It waits out a
+-- return or a look in flight for the head, and then finds what it left.
 CREATE OR REPLACE FUNCTION {s}.semaphore_leave_queue(p_pool uuid, p_waiter uuid) RETURNS boolean
 LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE v_left boolean;
 BEGIN
+    PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(p_waiter));
     DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
     v_left := FOUND;
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,

@@ -253,3 +253,90 @@ async fn a_hot_pool_under_many_tasks_never_deadlocks_or_over_issues() {
         .await
         .expect("a slot was never given back");
 }
+
+/// A queued head's leave (`semaphore_leave_queue`) that meets a return
+/// taking the slot handed to that head for it (`semaphore_take_handed`,
+/// under the head's lock, writes the slot and then the place) waits for
+/// the return instead of taking the place first and the slot second: no
+/// deadlock (40P01), which failed one of the two before schema 10. The
+/// return's step is played by hand, statement by statement, so that the
+/// leave comes between its two writes every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_leaving_while_a_return_takes_its_handed_slot_waits_for_it() {
+    use tokio_postgres::NoTls;
+    let server = TestServer::shared();
+    let schema = TestServer::fresh_schema();
+    let options = PostgresOptions::default().schema(schema.clone());
+    let store = PostgresStore::connect_with(server.url(), options)
+        .await
+        .unwrap();
+    let pool = Pool::new(Arc::new(store), PoolId::from_name("leave"));
+    pool.register(1).await.unwrap();
+    let connect = || async {
+        let (client, connection) = tokio_postgres::connect(server.url(), NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    let (returning, leaving) = (connect().await, connect().await);
+    let (p, w) = (*pool.id().as_uuid(), uuid::Uuid::new_v4());
+    // The head's place, and the pool's one slot handed to it.
+    returning
+        .batch_execute(&format!(
+            "INSERT INTO \"{schema}\".semaphore_waiters (pool, waiter, ticket, alive_until)
+                 VALUES ('{p}', '{w}', 1, 9000000000000);
+             INSERT INTO \"{schema}\".semaphore_slots
+                     (pool, position, lease, token, expires_at, granted_to)
+                 VALUES ('{p}', 0, gen_random_uuid(), 1, 9000000000000, '{w}')
+                 ON CONFLICT (pool, position) DO UPDATE SET lease = excluded.lease,
+                     token = 1, expires_at = excluded.expires_at, granted_to = '{w}';"
+        ))
+        .await
+        .unwrap();
+    // The return: the head's lock, then the handed slot written.
+    returning
+        .batch_execute(&format!(
+            "BEGIN;
+             SELECT pg_advisory_xact_lock(\"{schema}\".semaphore_waiter_key('{w}'));
+             UPDATE \"{schema}\".semaphore_slots SET expires_at = expires_at
+                 WHERE pool = '{p}' AND granted_to = '{w}';"
+        ))
+        .await
+        .unwrap();
+    let pid: i32 = leaving
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let sql = format!("SELECT \"{schema}\".semaphore_leave_queue('{p}', '{w}')");
+    let leave = tokio::spawn(async move {
+        leaving
+            .query_one(&sql, &[])
+            .await
+            .map(|row| row.get::<_, bool>(0))
+    });
+    // The leave waits on a lock (the head's, or before schema 10 the slot's).
+    let waiting = format!(
+        "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = {pid}"
+    );
+    while !returning
+        .query_one(&waiting, &[])
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The return's second write, the place, and its commit.
+    returning
+        .batch_execute(&format!(
+            "DELETE FROM \"{schema}\".semaphore_waiters WHERE pool = '{p}' AND waiter = '{w}';
+             COMMIT;"
+        ))
+        .await
+        .expect("the return's step committed: no deadlock with the leave");
+    let left = leave
+        .await
+        .unwrap()
+        .expect("the leave ended: no deadlock with the return");
+    assert!(left, "the leave freed the slot still handed to the head");
+}

@@ -1,4 +1,4 @@
-//! Versions 1 to 8 of the schema, taken to [`VERSION`] in place.
+//! Versions 1 to 9 of the schema, taken to [`VERSION`] in place.
 
 use semaphore_core::{Error, Result};
 use tokio_postgres::Client;
@@ -117,14 +117,15 @@ pub(super) fn before_3() -> Shape {
     shape
 }
 
-/// Versions 1 to 8 to [`VERSION`], in one transaction serialized with other
+/// Versions 1 to 9 to [`VERSION`], in one transaction serialized with other
 /// processes doing the same: from 1 or 2, [`MIGRATE_TO_3`] first (every
 /// lease of those is one row, so the leases need no change); from 4,
 /// [`MIGRATE_4_TO_5`]; then the script, then from 1 to 3
 /// [`MIGRATE_3_TO_5`]; then the version: all of it or none (from 5, the
 /// script adds what 6 adds: triggers; from 6 and 7, it replaces functions
 /// that keep their arguments and rows; to 9, `semaphore_handed` goes,
-/// dropped with [`DROP_BEFORE_5`], for `semaphore_take_handed`). The shape is checked again after.
+/// dropped with [`DROP_BEFORE_5`], for `semaphore_take_handed`; from 9,
+/// the script replaces `semaphore_leave_queue`). The shape is checked again after.
 pub(super) async fn migrate_from(
     client: &Client,
     schema: &str,
