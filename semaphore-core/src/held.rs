@@ -4,7 +4,7 @@
 
 use std::pin::pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::clock::saturating_add;
 use crate::{
@@ -139,14 +139,7 @@ impl HeldPlace<'_> {
         loop {
             let mut changed = pin!(watch.changed());
             changed.as_mut().enable();
-            let mut request = BorrowRequest::new(self.pool.id, LeaseId::new(), ttl);
-            request.slots = labels.slots;
-            request.bound = labels.bound;
-            request.session = crate::pool::bind(&self.pool.store, labels.bound);
-            request.waiter = Some(waiter);
-            request.hold = Some(hold);
-            request.key = Some(key.clone());
-            request.owner.clone_from(&labels.owner);
+            let request = self.request(ttl, hold, &labels, &key);
             let mut next = None;
             let answer = match crate::cancel::unsessioned(&self.pool.store, &request) {
                 Some(e) => Err(e),
@@ -182,20 +175,32 @@ impl HeldPlace<'_> {
                     None => Ok(None),
                 };
             }
-            // Asked again before half the hold has passed, so that a long
-            // poll keeps its place.
-            let pause = backoff
-                .as_ref()
-                .map_or(HELD_POLL_INTERVAL.min(hold / 2), |(_, pause)| *pause);
-            let mut wake = deadline.min(saturating_add(now, pause));
-            if let Some(at) = next.filter(|_| backoff.is_none()) {
-                wake = wake.min(at);
-            }
+            let wake = next_poll(now, deadline, hold, next, backoff.as_ref().map(|(_, p)| *p));
             tokio::select! {
                 () = changed => {}
                 () = clock.sleep_until(wake) => {}
             }
         }
+    }
+
+    /// One poll of the place: a borrow under `key`, from this place's
+    /// waiter, kept for `hold` if refused.
+    fn request(
+        &self,
+        ttl: Duration,
+        hold: Duration,
+        labels: &crate::options::Labels,
+        key: &Arc<str>,
+    ) -> BorrowRequest {
+        let mut request = BorrowRequest::new(self.pool.id, LeaseId::new(), ttl);
+        request.slots = labels.slots;
+        request.bound = labels.bound;
+        request.session = crate::pool::bind(&self.pool.store, labels.bound);
+        request.waiter = Some(self.waiter);
+        request.hold = Some(hold);
+        request.key = Some(key.clone());
+        request.owner.clone_from(&labels.owner);
+        request
     }
 
     /// The place of this held place ([`wait`](HeldPlace::wait))
@@ -253,5 +258,24 @@ impl HeldPlace<'_> {
             .await?;
         self.pool.changed();
         Ok(())
+    }
+}
+
+/// When a held place polls again after a refusal at `now`: before half its
+/// `hold` has passed, so that a long poll keeps its place (or after the
+/// `backoff` of a retryable failure), at the earliest expiry it was told
+/// of (`next`, unless backing off), and at its `deadline` at the latest.
+fn next_poll(
+    now: SystemTime,
+    deadline: SystemTime,
+    hold: Duration,
+    next: Option<SystemTime>,
+    backoff: Option<Duration>,
+) -> SystemTime {
+    let pause = backoff.unwrap_or(HELD_POLL_INTERVAL.min(hold / 2));
+    let wake = deadline.min(saturating_add(now, pause));
+    match next.filter(|_| backoff.is_none()) {
+        Some(at) => wake.min(at),
+        None => wake,
     }
 }
