@@ -117,26 +117,42 @@ pub fn hand_off() {
         });
         let id = LeaseId::new();
         let pools = [pool()];
-        let ticket = changes
-            .enqueue(
-                &*table,
-                SystemTime::UNIX_EPOCH,
-                &pools,
-                Some(hand_off_request(id)),
-                true,
-            )
-            .unwrap_or_else(|_| unreachable!("no pool drains"));
+        let ticket = queue(&changes, &table, &pools, id);
         let lease = wait_for_a_slot(&ticket, &table, id);
         drop(ticket);
         returner.join().unwrap();
         assert_eq!(lease.id, id, "the borrower holds its own lease");
-        let mut table = table.0.lock();
-        assert_eq!(table.in_use(NOW), 1, "one slot, held once");
-        assert!(
-            table.release_at(lease.id, lease.position, NOW),
-            "held by the borrower"
-        );
+        held_once(&table, &lease);
     });
+}
+
+/// A borrower of the model's pool, queued in `changes` under lease id
+/// `id`, with what a hand-off grants it.
+fn queue<'a>(
+    changes: &'a Changes,
+    table: &'a Table,
+    pools: &'a [PoolId],
+    id: LeaseId,
+) -> super::Ticket<'a> {
+    changes
+        .enqueue(
+            table,
+            SystemTime::UNIX_EPOCH,
+            pools,
+            Some(hand_off_request(id)),
+            true,
+        )
+        .unwrap_or_else(|_| unreachable!("no pool drains"))
+}
+
+/// The pool's one slot is held once, by `lease`.
+fn held_once(table: &Table, lease: &Lease) {
+    let mut table = table.0.lock();
+    assert_eq!(table.in_use(NOW), 1, "one slot, held once");
+    assert!(
+        table.release_at(lease.id, lease.position, NOW),
+        "held by the borrower"
+    );
 }
 
 /// The acquire loop's shape: a turn, then a lease handed over, or an ask
@@ -196,24 +212,11 @@ pub fn claim() {
         });
         let id = LeaseId::new();
         let pools = [pool()];
-        let ticket = changes
-            .enqueue(
-                &*table,
-                SystemTime::UNIX_EPOCH,
-                &pools,
-                Some(hand_off_request(id)),
-                true,
-            )
-            .unwrap_or_else(|_| unreachable!("no pool drains"));
+        let ticket = queue(&changes, &table, &pools, id);
         let lease = wait_for_a_slot(&ticket, &table, id);
         drop(ticket);
         returner.join().unwrap();
-        let mut table = table.0.lock();
-        assert_eq!(table.in_use(NOW), 1, "one slot, held once");
-        assert!(
-            table.release_at(lease.id, lease.position, NOW),
-            "held by the borrower"
-        );
+        held_once(&table, &lease);
     });
 }
 
@@ -233,15 +236,7 @@ pub fn cancel() {
         });
         let id = LeaseId::new();
         let pools = [pool()];
-        let ticket = changes
-            .enqueue(
-                &*table,
-                SystemTime::UNIX_EPOCH,
-                &pools,
-                Some(hand_off_request(id)),
-                true,
-            )
-            .unwrap_or_else(|_| unreachable!("no pool drains"));
+        let ticket = queue(&changes, &table, &pools, id);
         let request = BorrowRequest::new(pool(), id, TTL);
         let mut mine = None;
         if ticket.start_asking() {
