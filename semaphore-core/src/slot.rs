@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use free::FreeSet;
+use record::{Held, Slot};
 
 use crate::clock::UnixMs;
 use crate::keys::key_name;
@@ -16,42 +17,6 @@ use crate::{
     id::LeaseId, id::PoolId, lease::Holder, lease::Lease, lease::Positions, request::BorrowRequest,
     request::TryBorrow,
 };
-
-#[derive(Debug, Clone)]
-struct Held {
-    id: LeaseId,
-    positions: Positions,
-    token: u64,
-    expires_at: UnixMs,
-    key: Option<Arc<str>>,
-    owner: Option<Arc<str>>,
-}
-
-impl Held {
-    #[inline]
-    fn lease(&self, pool: PoolId) -> Lease {
-        Lease::holding(
-            self.id,
-            pool,
-            self.positions.clone(),
-            self.token,
-            self.expires_at.to_system_time(),
-        )
-    }
-
-    fn holder(&self, pool: PoolId) -> Holder {
-        let label = |l: &Option<Arc<str>>| l.as_deref().map(str::to_owned);
-        Holder::new(self.lease(pool), label(&self.owner), label(&self.key))
-    }
-}
-
-/// What a held position records: the lease, at its lowest position; at
-/// its other positions, where that lowest one is.
-#[derive(Debug, Clone)]
-enum Slot {
-    Lease(Held),
-    Part(u32),
-}
 
 /// The slots of one pool, kept in memory: who holds which positions until
 /// when, with the free positions indexed, so that the common path (a
@@ -490,6 +455,7 @@ const KEPT: usize = 64;
 
 mod free;
 mod places;
+mod record;
 mod reference;
 
 #[cfg(test)]
