@@ -111,7 +111,6 @@ where
                 operation: "borrow",
             });
         }
-        let clock = borrowing.store.clock();
         let ticket = match plan.early.take() {
             Some(ticket) => ticket,
             None => borrowing.enqueue()?,
@@ -119,8 +118,7 @@ where
         let mut waiting = Waiting {
             place: QueuePlace::new(borrowing.store, borrowing.pools, ticket.id()),
             ticket,
-            timeout: clock.sleep_until(saturating_add(borrowing.start, borrowing.wait)),
-            next_expiry: None,
+            alarm: None,
             failed: None,
             retry: None,
             drained,
@@ -240,7 +238,7 @@ where
         changes
             .enqueue(
                 store,
-                store.clock().now(),
+                (store.clock().now(), saturating_add(self.start, self.wait)),
                 pools,
                 self.handoff.take(),
                 !self.draining_waits,

@@ -64,7 +64,7 @@ fn main() {
         let anchor = per_pair(&pairs, dir, "tokio", line.line);
         let ratio = ours / anchor;
         println!(
-            "| {} | {ours:.0} | {anchor:.0} | {ratio:.2}x | <= {:.0}x instructions | {} |",
+            "| {} | {ours:.0} | {anchor:.0} | {ratio:.2}x | <= {}x instructions | {} |",
             line.name,
             line.goal,
             if ratio <= line.goal { "met" } else { "not met" }

@@ -14,13 +14,15 @@ use crate::{
 /// A borrower waiting in its queues ([`acquire`](super::acquire)'s last phase): woken by
 /// its turn, the earliest expiry it was told of, a retry's pause or its
 /// deadline, it takes a lease handed to it or asks the store as the head.
-/// Its place leaves the store's queue before its ticket leaves this
-/// process's (fields drop in order).
+/// The last two come from the wait engine's alarm
+/// ([`crate::wait::Ticket::timed_out`]), whose sleep this borrower runs
+/// while it keeps it. Its place leaves the store's queue before its ticket
+/// leaves this process's (fields drop in order).
 pub(super) struct Waiting<'a> {
     pub(super) place: QueuePlace<'a>,
     pub(super) ticket: crate::wait::Ticket<'a>,
-    pub(super) timeout: crate::clock::Sleep,
-    pub(super) next_expiry: Option<crate::clock::Sleep>,
+    /// The alarm's sleep, while this borrower keeps it.
+    pub(super) alarm: Option<crate::clock::Sleep>,
     /// A retryable storage failure while waiting (a connection lost, a
     /// lock held too long), retried with backoff until the wait runs out,
     /// and then reported as itself, never as exhausted; with the last pause.
@@ -57,13 +59,17 @@ impl<'a> Waiting<'a> {
     {
         let (store, pools) = (borrowing.store, borrowing.pools);
         loop {
-            let timed_out = self.next_wake().await;
+            self.keep(store);
+            if self.next_wake().await {
+                let next = self.ticket.ring(store.clock().now());
+                self.alarm = next.map(|at| store.clock().sleep_until(at));
+            }
             if let Some(lease) = self.ticket.take_lease() {
                 // A return in this process granted to us in its own step; one
                 // that came before the deadline still counts.
                 return Ok(self.handed::<A>(lease));
             }
-            if timed_out {
+            if self.ticket.timed_out() {
                 let failed = self.failed.take().map(|(e, _)| e);
                 let drained = self.drained.take();
                 return Err(failed.or(drained).unwrap_or_else(&borrowing.exhausted));
@@ -71,7 +77,7 @@ impl<'a> Waiting<'a> {
             if let Some(at) = self.ticket.take_next_expiry() {
                 // A hand-off left the pool full and made us head: it told us
                 // the earliest expiry, so there is nothing to ask.
-                self.next_expiry = at.map(|at| store.clock().sleep_until(at));
+                self.wake_at(store, at);
                 continue;
             }
             if let Some(pool) = self.ticket.take_drained() {
@@ -80,7 +86,7 @@ impl<'a> Waiting<'a> {
             if self.ticket.is_aside() {
                 // Woken as the first set aside: check the count for all.
                 weigh(store, pools[0]).await?;
-                self.next_expiry = None;
+                self.wake_at(store, None);
             }
             if !self.ticket.is_head() {
                 continue;
@@ -107,20 +113,38 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// Waits for the next thing to look at: a turn, the earliest expiry
-    /// told of, a retry's pause, or the deadline (`true`).
+    /// Starts the alarm's sleep if this borrower was made its keeper since
+    /// it last looked.
+    fn keep(&mut self, store: &Arc<dyn Store>) {
+        if let Some(at) = self.ticket.take_keep() {
+            self.alarm = Some(store.clock().sleep_until(at));
+        }
+    }
+
+    /// Has the alarm wake this borrower at `at` to ask again, or at no
+    /// instant but its deadline (`None`).
+    fn wake_at(&mut self, store: &Arc<dyn Store>, at: Option<SystemTime>) {
+        if let Some(at) = self.ticket.wake_at(at) {
+            self.alarm = Some(store.clock().sleep_until(at));
+        }
+    }
+
+    /// Waits for the next thing to look at: a turn (which the alarm gives
+    /// at the deadline and at the earliest expiry told of), a retry's
+    /// pause, or the alarm's sleep while it keeps it (`true`: it is to
+    /// ring).
     async fn next_wake(&mut self) -> bool {
         tokio::select! {
             biased;
             () = self.ticket.turn() => false,
             () = async {
-                match self.next_expiry.as_mut() {
-                    Some(expiry) => expiry.await,
+                match self.alarm.as_mut() {
+                    Some(alarm) => alarm.await,
                     None => std::future::pending().await,
                 }
             } => {
-                self.next_expiry = None;
-                false
+                self.alarm = None;
+                true
             }
             () = async {
                 match self.retry.as_mut() {
@@ -131,7 +155,6 @@ impl<'a> Waiting<'a> {
                 self.retry = None;
                 false
             }
-            () = &mut self.timeout => true,
         }
     }
 
@@ -203,7 +226,7 @@ impl<'a> Waiting<'a> {
                 // not wait for a drain leave now.
                 store.changes().found_draining(pool);
                 self.failed = None;
-                self.next_expiry = None;
+                self.wake_at(store, None);
                 self.drained = Some(e);
                 Asked::Wait
             }
@@ -247,9 +270,8 @@ impl<'a> Waiting<'a> {
             // read's state, which only a heavy borrower needs.
             Box::pin(weigh(store, pool)).await?;
         }
-        self.next_expiry = at
-            .filter(|_| !self.ticket.is_aside())
-            .map(|at| store.clock().sleep_until(at));
+        let at = at.filter(|_| !self.ticket.is_aside());
+        self.wake_at(store, at);
         Ok(())
     }
 }

@@ -31,11 +31,20 @@ pub const MODELS: &[(&str, fn(), &str)] = &[
     ("cancel", cancel, "cancel_keeps_handed"),
     ("claim", claim, "claim_wakes_before_lease"),
     ("table", table, "table_frees_any"),
+    ("alarm_ring", alarm_ring, "alarm_rings_no_one"),
+    ("alarm_handover", alarm_handover, "alarm_no_handover"),
 ];
 
 /// The models' one instant, in whole ms of the store's clock.
 const NOW: UnixMs = UnixMs::from_ms(1_000);
 const TTL: Duration = Duration::from_secs(10);
+/// A queued borrower's wait, from the epoch.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// When every queued borrower's wait ends.
+fn deadline() -> SystemTime {
+    SystemTime::UNIX_EPOCH + WAIT
+}
 
 /// A store of one pool: its table under a lock. A ticket's lease that
 /// nobody took is given back to it.
@@ -137,7 +146,7 @@ fn queue<'a>(
     changes
         .enqueue(
             table,
-            SystemTime::UNIX_EPOCH,
+            (SystemTime::UNIX_EPOCH, deadline()),
             pools,
             Some(hand_off_request(id)),
             true,
@@ -307,5 +316,69 @@ pub fn table() {
         grant(&shared, later, TTL);
         early.join().unwrap();
         second.join().unwrap();
+    });
+}
+
+/// The alarm rings, in the task of the borrower that keeps it (the first
+/// queued), at the deadline both borrowers share, against a second
+/// borrower's joining and wait: whatever the order, the second ends timed
+/// out, woken by that ring or by its own (it joined once the ring had
+/// turned the alarm off, and so keeps it). Planted bug `alarm_rings_no_one`: the ring marks it timed out and
+/// does not wake it (it waits forever).
+pub fn alarm_ring() {
+    loom::model(|| {
+        let changes = Arc::new(Changes::new());
+        let (table, _held) = full_pool();
+        let pools = [pool()];
+        let keeper = queue(&changes, &table, &pools, LeaseId::new());
+        assert_eq!(
+            keeper.take_keep(),
+            Some(deadline()),
+            "the first queued keeps the alarm"
+        );
+        let ringer = thread::spawn({
+            let changes = changes.clone();
+            move || assert_eq!(changes.ring(deadline(), 1), None, "nobody needs it again")
+        });
+        let second = queue(&changes, &table, &pools, LeaseId::new());
+        loop {
+            // The ring came first and turned the alarm off: the second
+            // queued to keep it, and rings it itself.
+            if let Some(at) = second.take_keep() {
+                assert_eq!(second.ring(at), None);
+            }
+            if second.timed_out() {
+                break;
+            }
+            block_on(second.turn());
+        }
+        ringer.join().unwrap();
+        drop((second, keeper));
+    });
+}
+
+/// A borrower queues and leaves, against a second borrower that queues
+/// and waits to be told to keep the alarm: whatever the order, the second
+/// ends keeping it (it queued first, or was handed it by the first, which
+/// kept it, or queued to an alarm that was off). Planted bug `alarm_no_handover`: the keeper
+/// leaves without handing it on, and nobody's deadline would ever be rung
+/// (the second waits forever).
+pub fn alarm_handover() {
+    loom::model(|| {
+        let changes = Arc::new(Changes::new());
+        let table = Arc::new(Table(Mutex::new(SlotTable::new(0))));
+        let keeper = thread::spawn({
+            let (changes, table) = (changes.clone(), table.clone());
+            move || {
+                let pools = [pool()];
+                drop(queue(&changes, &table, &pools, LeaseId::new()));
+            }
+        });
+        let pools = [pool()];
+        let second = queue(&changes, &table, &pools, LeaseId::new());
+        while second.take_keep().is_none() {
+            block_on(second.turn());
+        }
+        keeper.join().unwrap();
     });
 }
