@@ -118,7 +118,6 @@ where
         let mut waiting = Waiting {
             place: QueuePlace::new(borrowing.store, borrowing.pools, ticket.id()),
             ticket,
-            alarm: None,
             failed: None,
             retry: None,
             drained,

@@ -64,9 +64,8 @@ pub(crate) use ticket::{GiveBack, Ticket, WaiterIdCell};
 #[derive(Default)]
 pub struct Changes {
     queues: Mutex<Queues>,
-    /// The sequence number of the waiter that keeps the [alarm](alarm), 0
-    /// if none does; changed under the queues' lock.
-    keeper: AtomicU64,
+    /// Tells the [alarm](alarm)'s task of an instant sooner than it sleeps to.
+    sooner: Arc<Notify>,
     /// Waiters of all pools, kept beside the map (changed only under its
     /// lock) so that the common case, nobody waiting, costs one atomic load.
     total: AtomicUsize,
@@ -98,11 +97,14 @@ pub struct Changes {
 const SPARE: usize = 128;
 
 /// The pools' queues, and when the [alarm](alarm) rings next (`None`:
-/// no waiter keeps it); a map of the queues to the code that reads them.
+/// its task does not run); a map of the queues to the code that reads them.
 #[derive(Default)]
 struct Queues {
     map: foldhash::HashMap<PoolId, Queue>,
     armed: Option<SystemTime>,
+    /// The store the alarm's task serves, while it runs: a task whose
+    /// store is gone has ended.
+    task: Option<std::sync::Weak<dyn crate::primitives::Store>>,
     /// Waiters whose tickets are gone, kept for the next to queue (up to
     /// [`SPARE`]): a waiting borrow then allocates no waiter of its own.
     spare: Vec<Arc<Waiter>>,
@@ -405,9 +407,9 @@ impl Changes {
     /// queues is told at once that it is its turn.
     ///
     /// `since` is when the borrower started to wait, and `deadline` when
-    /// its wait ends, by the store's clock: the [alarm](alarm) marks it
-    /// timed out then ([`Ticket::timed_out`]), and the ticket may be made
-    /// its keeper ([`Ticket::take_keep`]); `giver` takes back a lease handed to the ticket that nobody took.
+    /// its wait ends, by the store's clock: the [alarm](alarm), once armed
+    /// ([`Ticket::arm`]), marks it timed out then ([`Ticket::timed_out`]);
+    /// `giver` takes back a lease handed to the ticket that nobody took.
     /// `request` (for a single-pool borrower only) lets a store hand it a
     /// slot ([`Changes::hand_off`]); `leaves_on_drain` (a borrower that is
     /// not `wait_while_draining`) has it woken by
@@ -450,9 +452,6 @@ impl Changes {
             head_of_all &= queue.head().is_some_and(|head| Arc::ptr_eq(head, &waiter));
         }
         self.total.fetch_add(pools.len(), Ordering::AcqRel);
-        if let Some(at) = self.arm(&mut queues, &waiter, deadline) {
-            waiter.state.lock().keep = Some(at);
-        }
         if head_of_all {
             waiter.notify.notify_one();
         }

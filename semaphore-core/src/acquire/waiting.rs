@@ -14,15 +14,12 @@ use crate::{
 /// A borrower waiting in its queues ([`acquire`](super::acquire)'s last phase): woken by
 /// its turn, the earliest expiry it was told of, a retry's pause or its
 /// deadline, it takes a lease handed to it or asks the store as the head.
-/// The last two come from the wait engine's alarm
-/// ([`crate::wait::Ticket::timed_out`]), whose sleep this borrower runs
-/// while it keeps it. Its place leaves the store's queue before its ticket
+/// The last two come from the wait engine's one timer, the alarm
+/// ([`crate::wait::Ticket::timed_out`]). Its place leaves the store's queue before its ticket
 /// leaves this process's (fields drop in order).
 pub(super) struct Waiting<'a> {
     pub(super) place: QueuePlace<'a>,
     pub(super) ticket: crate::wait::Ticket<'a>,
-    /// The alarm's sleep, while this borrower keeps it.
-    pub(super) alarm: Option<crate::clock::Sleep>,
     /// A retryable storage failure while waiting (a connection lost, a
     /// lock held too long), retried with backoff until the wait runs out,
     /// and then reported as itself, never as exhausted; with the last pause.
@@ -59,11 +56,10 @@ impl<'a> Waiting<'a> {
     {
         let (store, pools) = (borrowing.store, borrowing.pools);
         loop {
-            self.keep(store);
-            if self.next_wake().await {
-                let next = self.ticket.ring(store.clock().now());
-                self.alarm = next.map(|at| store.clock().sleep_until(at));
-            }
+            // At each look: the alarm's task may have been lost with its
+            // runtime (every waiter is then woken to start another).
+            self.ticket.arm(store);
+            self.next_wake().await;
             if let Some(lease) = self.ticket.take_lease() {
                 // A return in this process granted to us in its own step; one
                 // that came before the deadline still counts.
@@ -113,39 +109,19 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// Starts the alarm's sleep if this borrower was made its keeper since
-    /// it last looked.
-    fn keep(&mut self, store: &Arc<dyn Store>) {
-        if let Some(at) = self.ticket.take_keep() {
-            self.alarm = Some(store.clock().sleep_until(at));
-        }
-    }
-
     /// Has the alarm wake this borrower at `at` to ask again, or at no
     /// instant but its deadline (`None`).
     fn wake_at(&mut self, store: &Arc<dyn Store>, at: Option<SystemTime>) {
-        if let Some(at) = self.ticket.wake_at(at) {
-            self.alarm = Some(store.clock().sleep_until(at));
-        }
+        self.ticket.wake_at(store, at);
     }
 
     /// Waits for the next thing to look at: a turn (which the alarm gives
-    /// at the deadline and at the earliest expiry told of), a retry's
-    /// pause, or the alarm's sleep while it keeps it (`true`: it is to
-    /// ring).
-    async fn next_wake(&mut self) -> bool {
+    /// at the deadline and at the earliest expiry told of) or a retry's
+    /// pause.
+    async fn next_wake(&mut self) {
         tokio::select! {
             biased;
-            () = self.ticket.turn() => false,
-            () = async {
-                match self.alarm.as_mut() {
-                    Some(alarm) => alarm.await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                self.alarm = None;
-                true
-            }
+            () = self.ticket.turn() => {}
             () = async {
                 match self.retry.as_mut() {
                     Some(retry) => retry.await,
@@ -153,7 +129,6 @@ impl<'a> Waiting<'a> {
                 }
             } => {
                 self.retry = None;
-                false
             }
         }
     }

@@ -31,8 +31,8 @@ pub const MODELS: &[(&str, fn(), &str)] = &[
     ("cancel", cancel, "cancel_keeps_handed"),
     ("claim", claim, "claim_wakes_before_lease"),
     ("table", table, "table_frees_any"),
-    ("alarm_ring", alarm_ring, "alarm_rings_no_one"),
-    ("alarm_handover", alarm_handover, "alarm_no_handover"),
+    ("alarm", alarm, "alarm_rings_no_one"),
+    ("alarm_start", alarm, "alarm_never_starts"),
 ];
 
 /// The models' one instant, in whole ms of the store's clock.
@@ -319,66 +319,36 @@ pub fn table() {
     });
 }
 
-/// The alarm rings, in the task of the borrower that keeps it (the first
-/// queued), at the deadline both borrowers share, against a second
-/// borrower's joining and wait: whatever the order, the second ends timed
-/// out, woken by that ring or by its own (it joined once the ring had
-/// turned the alarm off, and so keeps it). Planted bug `alarm_rings_no_one`: the ring marks it timed out and
-/// does not wake it (it waits forever).
-pub fn alarm_ring() {
+/// The alarm's task rings at the deadline two borrowers share (the first
+/// queued armed it), against the second borrower's joining, arming and
+/// wait: whatever the order, the second ends timed out, rung by that task
+/// or, if it armed the alarm after the ring turned it off, by the task its
+/// arming starts (played here by the borrower itself). Planted bugs:
+/// `alarm_rings_no_one`, the ring marks a borrower timed out without
+/// waking it; `alarm_never_starts`, a borrower that arms an alarm that is
+/// off starts no task. Either way the second waits forever.
+pub fn alarm() {
+    use super::alarm::Arm;
     loom::model(|| {
         let changes = Arc::new(Changes::new());
         let (table, _held) = full_pool();
         let pools = [pool()];
-        let keeper = queue(&changes, &table, &pools, LeaseId::new());
-        assert_eq!(
-            keeper.take_keep(),
-            Some(deadline()),
-            "the first queued keeps the alarm"
-        );
-        let ringer = thread::spawn({
+        let first = queue(&changes, &table, &pools, LeaseId::new());
+        // It starts the task (unless a planted bug says otherwise: the task
+        // then stands for an earlier one's last ring).
+        let _ = changes.arm(deadline(), None);
+        let task = thread::spawn({
             let changes = changes.clone();
-            move || assert_eq!(changes.ring(deadline(), 1), None, "nobody needs it again")
+            move || changes.ring(deadline())
         });
         let second = queue(&changes, &table, &pools, LeaseId::new());
-        loop {
-            // The ring came first and turned the alarm off: the second
-            // queued to keep it, and rings it itself.
-            if let Some(at) = second.take_keep() {
-                assert_eq!(second.ring(at), None);
-            }
-            if second.timed_out() {
-                break;
-            }
+        if changes.arm(deadline(), None) == Arm::Start {
+            assert_eq!(changes.ring(deadline()), None, "nobody needs it again");
+        }
+        while !second.timed_out() {
             block_on(second.turn());
         }
-        ringer.join().unwrap();
-        drop((second, keeper));
-    });
-}
-
-/// A borrower queues and leaves, against a second borrower that queues
-/// and waits to be told to keep the alarm: whatever the order, the second
-/// ends keeping it (it queued first, or was handed it by the first, which
-/// kept it, or queued to an alarm that was off). Planted bug `alarm_no_handover`: the keeper
-/// leaves without handing it on, and nobody's deadline would ever be rung
-/// (the second waits forever).
-pub fn alarm_handover() {
-    loom::model(|| {
-        let changes = Arc::new(Changes::new());
-        let table = Arc::new(Table(Mutex::new(SlotTable::new(0))));
-        let keeper = thread::spawn({
-            let (changes, table) = (changes.clone(), table.clone());
-            move || {
-                let pools = [pool()];
-                drop(queue(&changes, &table, &pools, LeaseId::new()));
-            }
-        });
-        let pools = [pool()];
-        let second = queue(&changes, &table, &pools, LeaseId::new());
-        while second.take_keep().is_none() {
-            block_on(second.turn());
-        }
-        keeper.join().unwrap();
+        assert_eq!(task.join().unwrap(), None, "nobody needs it again");
+        drop((second, first));
     });
 }

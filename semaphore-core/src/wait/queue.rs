@@ -109,43 +109,9 @@ pub(super) struct Handed {
     pub(super) drained: Option<PoolId>,
     /// The alarm found its deadline passed.
     pub(super) timed_out: bool,
-    /// It keeps the alarm: its sleep is to end at this instant (set when
-    /// it took the alarm over, for it to pick up at its next wake-up).
-    pub(super) keep: Option<SystemTime>,
 }
 
 impl Waiter {
-    /// The alarm rang at `now` (`now_ms` in unix ms): marks it timed out
-    /// if its deadline passed, wakes it if that or its
-    /// [`wake_at`](Waiter::wake_at) came, and returns the next instant it
-    /// must be woken at, if any. Takes no lock unless something is due.
-    pub(super) fn ring(&self, now: SystemTime, now_ms: u64) -> Option<SystemTime> {
-        let at = self.wake_at.load(Ordering::Acquire);
-        let came = at != 0 && at <= now_ms;
-        let due = self.deadline <= now;
-        let mut next = (!due).then_some(self.deadline);
-        if at != 0 && !came {
-            let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(at);
-            next = Some(next.map_or(at, |next| next.min(at)));
-        }
-        if !came && !due {
-            return next;
-        }
-        let mut wake = came;
-        if came {
-            self.wake_at.store(0, Ordering::Release);
-        }
-        if due {
-            let mut state = self.state.lock();
-            wake |= !state.timed_out;
-            state.timed_out = true;
-        }
-        if wake && !crate::sync::planted("alarm_rings_no_one") {
-            self.notify.notify_one();
-        }
-        next
-    }
-
     /// Whether it is set aside: see [`Changes::weigh`](super::Changes::weigh).
     pub(super) fn is_aside(&self) -> bool {
         self.aside.load(Ordering::Acquire)

@@ -110,49 +110,34 @@ impl Ticket<'_> {
         self.waiter.state.lock().timed_out
     }
 
-    /// When this ticket's sleep for the alarm is to end, if it was made
-    /// the alarm's keeper (or told to sleep anew) since last asked.
-    pub(crate) fn take_keep(&self) -> Option<SystemTime> {
-        self.waiter.state.lock().keep.take()
+    /// Has the [alarm](super::alarm) ring by this ticket's deadline.
+    pub(crate) fn arm(&self, store: &Arc<dyn crate::primitives::Store>) {
+        self.changes.arm_for(store, self.waiter.deadline);
     }
 
     /// Has the [alarm](super::alarm) wake this ticket at `at` to ask the
     /// store again (the earliest expiry it was told of as the head), or
-    /// at no instant but its deadline (`None`). Returns when its sleep is
-    /// to end if that made it the alarm's keeper.
-    pub(crate) fn wake_at(&self, at: Option<SystemTime>) -> Option<SystemTime> {
+    /// at no instant but its deadline (`None`).
+    pub(crate) fn wake_at(
+        &self,
+        store: &Arc<dyn crate::primitives::Store>,
+        at: Option<SystemTime>,
+    ) {
         let Some(at) = at else {
             self.waiter.wake_at.store(0, Ordering::Release);
-            return None;
+            return;
         };
-        let mut queues = self.changes.queues.lock();
-        let keep = self.changes.arm(&mut queues, &self.waiter, at);
         self.waiter.wake_at.store(ms_up(at), Ordering::Release);
-        if keep.is_some() {
-            // Earlier than any sleep it was told to start.
-            self.waiter.state.lock().keep = None;
-        }
-        keep
-    }
-
-    /// The alarm this ticket keeps rang at `now`
-    /// ([`Changes::ring`](super::Changes::ring)): when it is to ring next.
-    pub(crate) fn ring(&self, now: SystemTime) -> Option<SystemTime> {
-        self.changes.ring(now, self.waiter.seq)
+        self.changes.arm_for(store, at);
     }
 
     /// Leaves every queue the ticket is still in, waking the next head of
-    /// each it headed, and hands the alarm on if it kept it.
+    /// each it headed.
     fn leave_queues(&mut self) {
         if !self.waiter.queued.load(Ordering::Acquire) {
-            if self.changes.keeper.load(Ordering::Acquire) == self.waiter.seq {
-                let mut queues = self.changes.queues.lock();
-                self.changes.left(&mut queues, self.waiter.seq);
-            }
             return;
         }
         let mut queues = self.changes.queues.lock();
-        self.changes.left(&mut queues, self.waiter.seq);
         for pool in self.pools {
             let Some(queue) = queues.get_mut(pool) else {
                 continue;
