@@ -111,6 +111,7 @@ where
                 operation: "borrow",
             });
         }
+        let clock = borrowing.store.clock();
         let ticket = match plan.early.take() {
             Some(ticket) => ticket,
             None => borrowing.enqueue()?,
@@ -118,6 +119,8 @@ where
         let mut waiting = Waiting {
             place: QueuePlace::new(borrowing.store, borrowing.pools, ticket.id()),
             ticket,
+            timeout: clock.sleep_until(saturating_add(borrowing.start, borrowing.wait)),
+            next_expiry: None,
             failed: None,
             retry: None,
             drained,
@@ -237,7 +240,7 @@ where
         changes
             .enqueue(
                 store,
-                (store.clock().now(), saturating_add(self.start, self.wait)),
+                store.clock().now(),
                 pools,
                 self.handoff.take(),
                 !self.draining_waits,

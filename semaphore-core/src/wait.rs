@@ -26,9 +26,6 @@
 //! aside is woken by each change to check the count
 //! ([`Changes::weigh`]); once the count reaches its weight it is no longer
 //! aside and, being ahead of everyone queued after it, is served first.
-//!
-//! Deadlines take no timer per waiter: one waiter runs the engine's one
-//! sleep for all of them ([`alarm`]).
 
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
@@ -40,7 +37,6 @@ use tokio::sync::Notify;
 
 use crate::{id::LeaseId, id::PoolId, id::WaiterId};
 
-mod alarm;
 mod arrivals;
 mod claim;
 mod contended;
@@ -63,9 +59,7 @@ pub(crate) use ticket::{GiveBack, Ticket, WaiterIdCell};
 /// a store never writes it again.
 #[derive(Default)]
 pub struct Changes {
-    queues: Mutex<Queues>,
-    /// Tells the [alarm](alarm)'s task of an instant sooner than it sleeps to.
-    sooner: Arc<Notify>,
+    queues: Mutex<foldhash::HashMap<PoolId, Queue>>,
     /// Waiters of all pools, kept beside the map (changed only under its
     /// lock) so that the common case, nobody waiting, costs one atomic load.
     total: AtomicUsize,
@@ -89,38 +83,6 @@ pub struct Changes {
     /// The process whose waiters these queues hold: a child that `fork()`
     /// made has a copy of them, whose waiters are not its own.
     process: crate::store::ForkCheck,
-}
-
-/// The most waiters [`Changes`] keeps for reuse (about 400 bytes each): as
-/// many as waited at once, up to this, allocate nothing when they queue
-/// again.
-const SPARE: usize = 128;
-
-/// The pools' queues, and when the [alarm](alarm) rings next (`None`:
-/// its task does not run); a map of the queues to the code that reads them.
-#[derive(Default)]
-struct Queues {
-    map: foldhash::HashMap<PoolId, Queue>,
-    armed: Option<SystemTime>,
-    /// The store the alarm's task serves, while it runs: a task whose
-    /// store is gone has ended.
-    task: Option<std::sync::Weak<dyn crate::primitives::Store>>,
-    /// Waiters whose tickets are gone, kept for the next to queue (up to
-    /// [`SPARE`]): a waiting borrow then allocates no waiter of its own.
-    spare: Vec<Arc<Waiter>>,
-}
-
-impl std::ops::Deref for Queues {
-    type Target = foldhash::HashMap<PoolId, Queue>;
-    fn deref(&self) -> &Self::Target {
-        &self.map
-    }
-}
-
-impl std::ops::DerefMut for Queues {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.map
-    }
 }
 
 /// What a queued single-pool borrower asks for, for a store to grant it
@@ -406,9 +368,7 @@ impl Changes {
     /// queue the other needs. A ticket that lands at the head of all its
     /// queues is told at once that it is its turn.
     ///
-    /// `since` is when the borrower started to wait, and `deadline` when
-    /// its wait ends, by the store's clock: the [alarm](alarm), once armed
-    /// ([`Ticket::arm`]), marks it timed out then ([`Ticket::timed_out`]);
+    /// `since` is when the borrower started to wait, by the store's clock;
     /// `giver` takes back a lease handed to the ticket that nobody took.
     /// `request` (for a single-pool borrower only) lets a store hand it a
     /// slot ([`Changes::hand_off`]); `leaves_on_drain` (a borrower that is
@@ -418,27 +378,24 @@ impl Changes {
     pub(crate) fn enqueue<'a>(
         &'a self,
         giver: &'a dyn GiveBack,
-        (since, deadline): (SystemTime, SystemTime),
+        since: SystemTime,
         pools: &'a [PoolId],
         request: Option<HandOff>,
         leaves_on_drain: bool,
     ) -> Result<Ticket<'a>, PoolId> {
         let seq = self.joined.fetch_add(1, Ordering::Relaxed) + 1;
-        let new = Waiter {
+        let waiter = Arc::new(Waiter {
             notify: signal::Signal::default(),
             request: request.filter(|_| pools.len() == 1),
             state: Mutex::default(),
             queued: AtomicBool::new(true),
             since,
-            deadline,
-            wake_at: AtomicU64::new(0),
             seq,
             leaves_on_drain,
             id: std::sync::OnceLock::new(),
             aside: AtomicBool::new(false),
-        };
+        });
         let mut queues = self.queues.lock();
-        let waiter = reuse(&mut queues.spare, new);
         if leaves_on_drain {
             let drains = |pool: &&PoolId| queues.get(*pool).is_some_and(|q| q.draining);
             if let Some(pool) = pools.iter().find(drains) {
@@ -462,35 +419,6 @@ impl Changes {
             pools,
             waiter,
         })
-    }
-}
-
-/// `new` in a spare waiter's allocation if one is free (nothing else holds
-/// it), or in one of its own.
-fn reuse(spare: &mut Vec<Arc<Waiter>>, new: Waiter) -> Arc<Waiter> {
-    match spare.pop() {
-        Some(mut spare) => match Arc::get_mut(&mut spare) {
-            Some(free) => {
-                *free = new;
-                spare
-            }
-            None => Arc::new(new),
-        },
-        None => Arc::new(new),
-    }
-}
-
-impl Changes {
-    /// Keeps the waiter of a ticket being dropped for the next to queue,
-    /// if nothing but that ticket holds it (and the spares are not full).
-    fn keep_spare(&self, waiter: &mut Arc<Waiter>) {
-        if Arc::get_mut(waiter).is_none() {
-            return;
-        }
-        let spare = &mut self.queues.lock().spare;
-        if spare.len() < SPARE {
-            spare.push(waiter.clone());
-        }
     }
 }
 

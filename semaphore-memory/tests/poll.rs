@@ -145,35 +145,3 @@ async fn delete_fails_the_whole_queue_without_a_clock_move() {
         Err(Error::PoolNotFound { .. })
     ));
 }
-
-/// The deadlines of every waiter share one timer (the wait engine's alarm):
-/// it runs in a task of its own, so a waiter that queued first and is
-/// never polled again (a future kept but not driven) holds back no one
-/// else's deadline (from a hostile review: an earlier design slept in the
-/// first waiter's own future).
-#[tokio::test]
-async fn a_waiter_not_polled_delays_no_other_waiters_deadline() {
-    let clock = Arc::new(ManualClock::new());
-    let store = Arc::new(MemoryStore::with_clock(clock.clone()));
-    let pool = Pool::new(store, PoolId::from_name("poll"));
-    pool.register(1).await.unwrap();
-    let _held = pool.try_borrow(TTL).await.unwrap();
-    let mut first = spawn(pool.borrow(TTL, Duration::from_secs(10)));
-    let mut second = spawn(pool.borrow(TTL, Duration::from_secs(20)));
-    assert_pending!(first.poll());
-    assert_pending!(second.poll());
-    clock.advance(Duration::from_secs(30));
-    // The alarm's task runs on this runtime: let it ring.
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    assert!(
-        second.is_woken(),
-        "the alarm woke the second at its deadline"
-    );
-    assert!(matches!(
-        assert_ready!(second.poll()),
-        Err(Error::Exhausted { .. })
-    ));
-    drop(first);
-}

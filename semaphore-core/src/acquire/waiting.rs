@@ -14,12 +14,13 @@ use crate::{
 /// A borrower waiting in its queues ([`acquire`](super::acquire)'s last phase): woken by
 /// its turn, the earliest expiry it was told of, a retry's pause or its
 /// deadline, it takes a lease handed to it or asks the store as the head.
-/// The last two come from the wait engine's one timer, the alarm
-/// ([`crate::wait::Ticket::timed_out`]). Its place leaves the store's queue before its ticket
-/// leaves this process's (fields drop in order).
+/// Its place leaves the store's queue before its ticket leaves this
+/// process's (fields drop in order).
 pub(super) struct Waiting<'a> {
     pub(super) place: QueuePlace<'a>,
     pub(super) ticket: crate::wait::Ticket<'a>,
+    pub(super) timeout: crate::clock::Sleep,
+    pub(super) next_expiry: Option<crate::clock::Sleep>,
     /// A retryable storage failure while waiting (a connection lost, a
     /// lock held too long), retried with backoff until the wait runs out,
     /// and then reported as itself, never as exhausted; with the last pause.
@@ -56,16 +57,13 @@ impl<'a> Waiting<'a> {
     {
         let (store, pools) = (borrowing.store, borrowing.pools);
         loop {
-            // At each look: the alarm's task may have been lost with its
-            // runtime (every waiter is then woken to start another).
-            self.ticket.arm(store);
-            self.next_wake().await;
+            let timed_out = self.next_wake().await;
             if let Some(lease) = self.ticket.take_lease() {
                 // A return in this process granted to us in its own step; one
                 // that came before the deadline still counts.
                 return Ok(self.handed::<A>(lease));
             }
-            if self.ticket.timed_out() {
+            if timed_out {
                 let failed = self.failed.take().map(|(e, _)| e);
                 let drained = self.drained.take();
                 return Err(failed.or(drained).unwrap_or_else(&borrowing.exhausted));
@@ -73,7 +71,7 @@ impl<'a> Waiting<'a> {
             if let Some(at) = self.ticket.take_next_expiry() {
                 // A hand-off left the pool full and made us head: it told us
                 // the earliest expiry, so there is nothing to ask.
-                self.wake_at(store, at);
+                self.next_expiry = at.map(|at| store.clock().sleep_until(at));
                 continue;
             }
             if let Some(pool) = self.ticket.take_drained() {
@@ -82,7 +80,7 @@ impl<'a> Waiting<'a> {
             if self.ticket.is_aside() {
                 // Woken as the first set aside: check the count for all.
                 weigh(store, pools[0]).await?;
-                self.wake_at(store, None);
+                self.next_expiry = None;
             }
             if !self.ticket.is_head() {
                 continue;
@@ -109,19 +107,21 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// Has the alarm wake this borrower at `at` to ask again, or at no
-    /// instant but its deadline (`None`).
-    fn wake_at(&mut self, store: &Arc<dyn Store>, at: Option<SystemTime>) {
-        self.ticket.wake_at(store, at);
-    }
-
-    /// Waits for the next thing to look at: a turn (which the alarm gives
-    /// at the deadline and at the earliest expiry told of) or a retry's
-    /// pause.
-    async fn next_wake(&mut self) {
+    /// Waits for the next thing to look at: a turn, the earliest expiry
+    /// told of, a retry's pause, or the deadline (`true`).
+    async fn next_wake(&mut self) -> bool {
         tokio::select! {
             biased;
-            () = self.ticket.turn() => {}
+            () = self.ticket.turn() => false,
+            () = async {
+                match self.next_expiry.as_mut() {
+                    Some(expiry) => expiry.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                self.next_expiry = None;
+                false
+            }
             () = async {
                 match self.retry.as_mut() {
                     Some(retry) => retry.await,
@@ -129,7 +129,9 @@ impl<'a> Waiting<'a> {
                 }
             } => {
                 self.retry = None;
+                false
             }
+            () = &mut self.timeout => true,
         }
     }
 
@@ -201,7 +203,7 @@ impl<'a> Waiting<'a> {
                 // not wait for a drain leave now.
                 store.changes().found_draining(pool);
                 self.failed = None;
-                self.wake_at(store, None);
+                self.next_expiry = None;
                 self.drained = Some(e);
                 Asked::Wait
             }
@@ -245,8 +247,9 @@ impl<'a> Waiting<'a> {
             // read's state, which only a heavy borrower needs.
             Box::pin(weigh(store, pool)).await?;
         }
-        let at = at.filter(|_| !self.ticket.is_aside());
-        self.wake_at(store, at);
+        self.next_expiry = at
+            .filter(|_| !self.ticket.is_aside())
+            .map(|at| store.clock().sleep_until(at));
         Ok(())
     }
 }

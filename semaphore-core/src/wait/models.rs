@@ -31,20 +31,11 @@ pub const MODELS: &[(&str, fn(), &str)] = &[
     ("cancel", cancel, "cancel_keeps_handed"),
     ("claim", claim, "claim_wakes_before_lease"),
     ("table", table, "table_frees_any"),
-    ("alarm", alarm, "alarm_rings_no_one"),
-    ("alarm_start", alarm, "alarm_never_starts"),
 ];
 
 /// The models' one instant, in whole ms of the store's clock.
 const NOW: UnixMs = UnixMs::from_ms(1_000);
 const TTL: Duration = Duration::from_secs(10);
-/// A queued borrower's wait, from the epoch.
-const WAIT: Duration = Duration::from_secs(60);
-
-/// When every queued borrower's wait ends.
-fn deadline() -> SystemTime {
-    SystemTime::UNIX_EPOCH + WAIT
-}
 
 /// A store of one pool: its table under a lock. A ticket's lease that
 /// nobody took is given back to it.
@@ -146,7 +137,7 @@ fn queue<'a>(
     changes
         .enqueue(
             table,
-            (SystemTime::UNIX_EPOCH, deadline()),
+            SystemTime::UNIX_EPOCH,
             pools,
             Some(hand_off_request(id)),
             true,
@@ -316,39 +307,5 @@ pub fn table() {
         grant(&shared, later, TTL);
         early.join().unwrap();
         second.join().unwrap();
-    });
-}
-
-/// The alarm's task rings at the deadline two borrowers share (the first
-/// queued armed it), against the second borrower's joining, arming and
-/// wait: whatever the order, the second ends timed out, rung by that task
-/// or, if it armed the alarm after the ring turned it off, by the task its
-/// arming starts (played here by the borrower itself). Planted bugs:
-/// `alarm_rings_no_one`, the ring marks a borrower timed out without
-/// waking it; `alarm_never_starts`, a borrower that arms an alarm that is
-/// off starts no task. Either way the second waits forever.
-pub fn alarm() {
-    use super::alarm::Arm;
-    loom::model(|| {
-        let changes = Arc::new(Changes::new());
-        let (table, _held) = full_pool();
-        let pools = [pool()];
-        let first = queue(&changes, &table, &pools, LeaseId::new());
-        // It starts the task (unless a planted bug says otherwise: the task
-        // then stands for an earlier one's last ring).
-        let _ = changes.arm(deadline(), None);
-        let task = thread::spawn({
-            let changes = changes.clone();
-            move || changes.ring(deadline())
-        });
-        let second = queue(&changes, &table, &pools, LeaseId::new());
-        if changes.arm(deadline(), None) == Arm::Start {
-            assert_eq!(changes.ring(deadline()), None, "nobody needs it again");
-        }
-        while !second.timed_out() {
-            block_on(second.turn());
-        }
-        assert_eq!(task.join().unwrap(), None, "nobody needs it again");
-        drop((second, first));
     });
 }

@@ -2,7 +2,7 @@
 //! which waiter is the head (a waiter for more
 //! slots than the count is set aside and is never the head).
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, Ordering};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -59,14 +59,6 @@ pub(super) struct Waiter {
     pub(super) queued: AtomicBool,
     /// When it joined its queues, by the store's clock.
     pub(super) since: SystemTime,
-    /// When its wait ends, by the store's clock: the
-    /// [alarm](super::alarm) marks it timed out then.
-    pub(super) deadline: SystemTime,
-    /// As the head, it asks the store again at this instant, in unix ms
-    /// rounded up (the earliest expiry it was told of; 0: none): the
-    /// [alarm](super::alarm) wakes it then. An atomic, so that a ring
-    /// passes over a waiter with nothing due without taking its lock.
-    pub(super) wake_at: AtomicU64,
     /// Its sequence number among every waiter that joined, from 1.
     pub(super) seq: u64,
     /// It fails when its pool drains (not `wait_while_draining`): woken by
@@ -107,8 +99,6 @@ pub(super) struct Handed {
     /// The pool its queue's head found draining, for it to fail with
     /// ([`Changes::found_draining`](super::Changes::found_draining)).
     pub(super) drained: Option<PoolId>,
-    /// The alarm found its deadline passed.
-    pub(super) timed_out: bool,
 }
 
 impl Waiter {

@@ -104,33 +104,6 @@ impl Ticket<'_> {
         self.waiter.state.lock().next_expiry.take()
     }
 
-    /// Whether the [alarm](super::alarm) found this ticket's deadline
-    /// passed.
-    pub(crate) fn timed_out(&self) -> bool {
-        self.waiter.state.lock().timed_out
-    }
-
-    /// Has the [alarm](super::alarm) ring by this ticket's deadline.
-    pub(crate) fn arm(&self, store: &Arc<dyn crate::primitives::Store>) {
-        self.changes.arm_for(store, self.waiter.deadline);
-    }
-
-    /// Has the [alarm](super::alarm) wake this ticket at `at` to ask the
-    /// store again (the earliest expiry it was told of as the head), or
-    /// at no instant but its deadline (`None`).
-    pub(crate) fn wake_at(
-        &self,
-        store: &Arc<dyn crate::primitives::Store>,
-        at: Option<SystemTime>,
-    ) {
-        let Some(at) = at else {
-            self.waiter.wake_at.store(0, Ordering::Release);
-            return;
-        };
-        self.waiter.wake_at.store(ms_up(at), Ordering::Release);
-        self.changes.arm_for(store, at);
-    }
-
     /// Leaves every queue the ticket is still in, waking the next head of
     /// each it headed.
     fn leave_queues(&mut self) {
@@ -201,17 +174,5 @@ impl Drop for Ticket<'_> {
                 self.giver.give_back(&lease);
             }
         }
-        self.changes.keep_spare(&mut self.waiter);
     }
-}
-
-/// `at` in unix ms, rounded up (so that a wake-up at it is never early);
-/// at least 1 (0 means none).
-fn ms_up(at: SystemTime) -> u64 {
-    let since = at
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let ms = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
-    ms.saturating_add(u64::from(!since.subsec_nanos().is_multiple_of(1_000_000)))
-        .max(1)
 }
