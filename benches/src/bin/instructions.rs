@@ -6,7 +6,8 @@
 //! Each figure is `(I(2n) - I(n)) / n`: the instructions of `n` more pairs
 //! of the `pairs` binary, set-up and tear-down cancelled out. Lines 1p and
 //! 2p are floors, not stores: what lines 1 and 2 would count if the pool
-//! added nothing to the memory store's own step.
+//! added nothing to the memory store's own step; 1r is what any pair
+//! needs by the rules alone.
 //!
 //! ```sh
 //! cargo build --release -p semaphore-benches --bins && target/release/instructions
@@ -72,17 +73,24 @@ fn main() {
     }
     // The floors of lines 1 and 2: the memory store's step alone, with
     // no pool layered on it (`pairs step`).
-    for (line, name) in [
+    for (side, line, name) in [
         (
+            "step",
             "1",
-            "1p. line 1's floor: the memory store's step alone (lease id, clock, slot table, lock; no pool, guard or future)",
+            "1p. line 1's floor: the memory store's step alone, through the pool's one-pool table (lease id, clock, grant and return under its lock; no pool handle, guard or future)",
         ),
         (
+            "rules",
+            "1",
+            "1r. what any pair needs by the rules: a v4 lease id, two clock readings, a lock taken twice",
+        ),
+        (
+            "step",
             "2",
             "2p. line 2's floor: that step inside tokio's semaphore, each acquire under a deadline (`tokio::time::timeout`)",
         ),
     ] {
-        let floor = per_pair(&pairs, dir, "step", line);
+        let floor = per_pair(&pairs, dir, side, line);
         let anchor = per_pair(&pairs, dir, "tokio", line);
         println!(
             "| {name} | {floor:.0} | {anchor:.0} | {:.2}x | none | - |",

@@ -7,15 +7,19 @@
 //! ```text
 //! pairs <memory|tokio> <1|2|2c> <n>
 //! pairs step <1|2> <n>
+//! pairs rules 1 <n>
 //! ```
 //! - `1`: one borrow (30 s, wait 1 s) and return at a time, count 4.
 //! - `2`: 64 tasks on 4 slots, each holding across a yield, `n` pairs in all.
 //! - `2c`: `n` waiters queued on one slot, served by `n` returns.
-//! - `step 1`, `step 2`: the floors of lines 1 and 2, not a store: the
-//!   memory store's own step alone (a lease id, the clock read, the slot
+//! - `step 1`, `step 2`: the floors of lines 1 and 2: the memory store's
+//!   own step alone through a pool's in-place answers (a lease id, the
+//!   clock read, the one-pool slot
 //!   table's grant and return under a lock), with no pool, guard or
 //!   future; on line 2, inside a permit of tokio's semaphore acquired
 //!   under a deadline.
+//! - `rules 1`: what any pair needs by the rules, whatever its store: a
+//!   v4 lease id, two readings of the clock, a lock taken twice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +33,9 @@ const WAIT: Duration = Duration::from_secs(1);
 const LONG: Duration = Duration::from_secs(3600);
 
 fn usage() -> ! {
-    eprintln!("usage: pairs <memory|tokio> <1|2|2c> <n> | pairs step <1|2> <n>");
+    eprintln!(
+        "usage: pairs <memory|tokio> <1|2|2c> <n> | pairs step <1|2> <n> | pairs rules 1 <n>"
+    );
     std::process::exit(2)
 }
 
@@ -39,8 +45,10 @@ fn main() {
         usage()
     };
     let n: u64 = n.parse().unwrap_or_else(|_| usage());
-    if (side.as_str(), line.as_str()) == ("step", "1") {
-        return step_uncontended(n);
+    match (side.as_str(), line.as_str()) {
+        ("step", "1") => return step_uncontended(n),
+        ("rules", "1") => return rules_only(n),
+        _ => {}
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -75,38 +83,42 @@ async fn memory_uncontended(n: u64) {
 }
 
 /// What a pair cannot do without, the floor of lines 1 and 2: a lease
-/// id, two readings of the clock (the grant's, truncated, and the
-/// return's), and the slot table's grant and return, each under the
-/// pool's lock.
+/// id and the memory store's own step through the pool's in-place
+/// answers ([`InPlace`](semaphore_memory::store::InPlace), the one-pool
+/// table a `Pool` handle binds: the clock read, the grant or return
+/// under the pool's lock), with no pool handle, guard or future.
 struct Step {
-    clock: Arc<dyn semaphore_memory::Clock>,
-    table: std::sync::Mutex<semaphore_memory::store::SlotTable>,
-    token: AtomicU64,
+    _store: Arc<MemoryStore>,
+    bound: Arc<dyn semaphore_memory::store::InPlace>,
     pool: PoolId,
 }
 
 impl Step {
-    fn new() -> Self {
+    async fn new() -> Self {
+        use semaphore_memory::store::Store;
+
+        let store = Arc::new(MemoryStore::new());
+        let pool = PoolId::from_name("bench");
+        Pool::new(store.clone(), pool)
+            .register(4)
+            .await
+            .expect("register");
+        let bound = store
+            .in_place()
+            .and_then(|answers| answers.bind(pool))
+            .expect("the memory store binds a pool's answers");
         Self {
-            clock: Arc::new(semaphore_memory::SystemClock),
-            table: std::sync::Mutex::new(semaphore_memory::store::SlotTable::new(4)),
-            token: AtomicU64::new(0),
-            pool: PoolId::from_name("bench"),
+            _store: store,
+            bound,
+            pool,
         }
     }
 
     fn grant(&self) -> semaphore_memory::Lease {
-        use semaphore_memory::store::{BorrowRequest, TryBorrow, truncate_ms};
+        use semaphore_memory::store::{BorrowRequest, TryBorrow};
 
         let request = BorrowRequest::new(self.pool, semaphore_memory::LeaseId::new(), TTL);
-        let now = truncate_ms(self.clock.now());
-        let granted = self
-            .table
-            .lock()
-            .expect("the table")
-            .grant(&request, now, || {
-                self.token.fetch_add(1, Ordering::Relaxed) + 1
-            });
+        let granted = self.bound.try_borrow(&request).expect("a step");
         let TryBorrow::Granted { lease } = std::hint::black_box(granted) else {
             panic!("a slot")
         };
@@ -114,15 +126,34 @@ impl Step {
     }
 
     fn give_back(&self, lease: &semaphore_memory::Lease) {
-        let now = self.clock.now();
-        let table = &mut self.table.lock().expect("the table");
-        assert!(table.release_at(lease.id, lease.position, now), "returned");
+        assert!(self.bound.return_held(lease).expect("a step"), "returned");
+    }
+}
+
+/// What any pair needs by the rules, whatever its store: an unguessable
+/// (v4) lease id, the clock read at the grant and at the return (rule
+/// "Time": expiries in wall-clock milliseconds), and a lock taken at each.
+fn rules_only(n: u64) {
+    use semaphore_memory::Clock;
+
+    let clock = semaphore_memory::SystemClock;
+    let lock = std::sync::Mutex::new(0u64);
+    for _ in 0..n {
+        let id = std::hint::black_box(semaphore_memory::LeaseId::new());
+        let granted = clock.now_ms();
+        *lock.lock().expect("the lock") = granted.get();
+        let returned = clock.now_ms();
+        *lock.lock().expect("the lock") = returned.get();
+        std::hint::black_box((id, granted, returned));
     }
 }
 
 /// Line 1's floor: the step alone, no pool, guard or future.
 fn step_uncontended(n: u64) {
-    let step = Step::new();
+    let step = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime")
+        .block_on(Step::new());
     for _ in 0..n {
         let lease = step.grant();
         step.give_back(&lease);
@@ -133,7 +164,7 @@ fn step_uncontended(n: u64) {
 /// borrow's wait), with the step inside each permit.
 async fn step_contended(n: u64) {
     let sem = Arc::new(Semaphore::new(4));
-    let step = Arc::new(Step::new());
+    let step = Arc::new(Step::new().await);
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let (sem, step) = (sem.clone(), step.clone());
