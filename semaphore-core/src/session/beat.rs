@@ -19,7 +19,6 @@ const RETRY_MAX: Duration = Duration::from_millis(250);
 /// it is lost.
 pub(super) async fn run(shared: Arc<Shared>) {
     let clock = shared.time.clock();
-    let beat_within = shared.timeout / 3;
     // A fresh id not yet confirmed open, kept across the retries of its
     // first heartbeat (a retry after a lost answer finds it open).
     let mut opening: Option<SessionId> = None;
@@ -31,60 +30,16 @@ pub(super) async fn run(shared: Arc<Shared>) {
             None => (*opening.get_or_insert_with(SessionId::new), None),
         };
         let before = local_now(&shared.time);
-        let beat = tokio::time::timeout(beat_within, beat(&shared, id, end.is_none()));
-        let answer = match end {
-            Some(end) => {
-                tokio::select! {
-                    answer = beat => Some(answer),
-                    () = clock.sleep_until(end) => None,
-                }
-            }
-            None => Some(beat.await),
-        };
-        // A beat that lands after the session's end (by this process's
-        // bound of the server's clock) cannot be trusted: others may have
-        // ended its leases before the server moved the end.
-        let late = end.is_some_and(|end| clock.now() >= end);
-        match answer {
-            Some(Ok(Ok(Some(_)))) if late => {}
-            Some(Ok(Ok(Some(now)))) => {
-                *shared.failed.lock() = None;
-                if let Some(view) = shared.time.server() {
-                    view.observe(
-                        before,
-                        crate::clock::unix_ms(now) as i64,
-                        view.local().now(),
-                    );
-                }
+        match beat_once(&shared, id, end).await {
+            Beat::Kept(now) => {
                 opening = None;
                 retry = Duration::ZERO;
-                let new_end = saturating_add(now, shared.timeout);
-                let beating = end.is_some();
-                let kept = shared.now.send_if_modified(|now| {
-                    // A session found ended meanwhile stays ended.
-                    if beating && now.open.is_none_or(|(open, _)| open != id) {
-                        return false;
-                    }
-                    *now = Now {
-                        open: Some((id, new_end)),
-                        state: SessionState::Connected,
-                    };
-                    true
-                });
-                if kept {
-                    // The next beat `every` after this one was sent.
-                    let every = Duration::from_micros(
-                        shared.every_us.load(std::sync::atomic::Ordering::Relaxed),
-                    );
-                    let pause = every.saturating_sub(local_since(&shared.time, before));
-                    tokio::select! {
-                        () = clock.sleep_until(saturating_add(clock.now(), pause)) => {}
-                        () = shared.wake.notified() => {}
-                    }
+                if kept(&shared, id, end, now, before) {
+                    pause(&shared, before).await;
                 }
                 continue;
             }
-            Some(Ok(Ok(None))) => {
+            Beat::Ended => {
                 // The store ended it (or never had it): lost, and a new one
                 // is opened at once.
                 opening = None;
@@ -94,10 +49,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
                 }
                 continue;
             }
-            Some(Ok(Err(e))) => {
-                *shared.failed.lock() = (!e.is_retryable()).then(|| e.to_string());
-            }
-            Some(Err(_)) | None => {}
+            Beat::Failed => {}
         }
         // Failed, timed out, or its end passed meanwhile.
         if let Some(end) = end {
@@ -125,6 +77,92 @@ pub(super) async fn run(shared: Arc<Shared>) {
             }
         }
         retry = (retry * 2).clamp(Duration::from_millis(50), RETRY_MAX);
+    }
+}
+
+/// What one heartbeat found ([`beat_once`]).
+enum Beat {
+    /// The store kept the session, at this reading of the server's clock.
+    Kept(SystemTime),
+    /// The store ended it, or never had it.
+    Ended,
+    /// It failed, timed out, or was answered after the session's end.
+    Failed,
+}
+
+/// One heartbeat of session `id`, open until `end` (`None` while it is
+/// being opened), within a third of the session's timeout, and given up
+/// at `end`: a beat that lands after the session's end (by this process's
+/// bound of the server's clock) cannot be trusted, since others may have
+/// ended its leases before the server moved the end. A failure that no
+/// retry can mend is kept for [`Session`](super::Session)'s reports.
+async fn beat_once(shared: &Shared, id: SessionId, end: Option<SystemTime>) -> Beat {
+    let clock = shared.time.clock();
+    let beat = tokio::time::timeout(shared.timeout / 3, beat(shared, id, end.is_none()));
+    let answer = match end {
+        Some(end) => {
+            tokio::select! {
+                answer = beat => Some(answer),
+                () = clock.sleep_until(end) => None,
+            }
+        }
+        None => Some(beat.await),
+    };
+    let late = end.is_some_and(|end| clock.now() >= end);
+    match answer {
+        Some(Ok(Ok(Some(now)))) if !late => Beat::Kept(now),
+        Some(Ok(Ok(None))) => Beat::Ended,
+        Some(Ok(Err(e))) => {
+            *shared.failed.lock() = (!e.is_retryable()).then(|| e.to_string());
+            Beat::Failed
+        }
+        Some(Ok(Ok(Some(_))) | Err(_)) | None => Beat::Failed,
+    }
+}
+
+/// The store kept session `id` (open until `end`, `None` if it was being
+/// opened) at the server's `now`, by a beat sent at `before`: the view of
+/// the server's clock learns from it, and the session is open until `now`
+/// plus its timeout. `false` if the session was found ended meanwhile: it
+/// stays ended, and the loop opens another at once.
+fn kept(
+    shared: &Shared,
+    id: SessionId,
+    end: Option<SystemTime>,
+    now: SystemTime,
+    before: SystemTime,
+) -> bool {
+    *shared.failed.lock() = None;
+    if let Some(view) = shared.time.server() {
+        view.observe(
+            before,
+            crate::clock::unix_ms(now) as i64,
+            view.local().now(),
+        );
+    }
+    let new_end = saturating_add(now, shared.timeout);
+    let beating = end.is_some();
+    shared.now.send_if_modified(|now| {
+        if beating && now.open.is_none_or(|(open, _)| open != id) {
+            return false;
+        }
+        *now = Now {
+            open: Some((id, new_end)),
+            state: SessionState::Connected,
+        };
+        true
+    })
+}
+
+/// Sleeps until the next beat is due, `every` after the one sent at
+/// `before`, or until woken (a session ended on the store).
+async fn pause(shared: &Shared, before: SystemTime) {
+    let clock = shared.time.clock();
+    let every = Duration::from_micros(shared.every_us.load(std::sync::atomic::Ordering::Relaxed));
+    let pause = every.saturating_sub(local_since(&shared.time, before));
+    tokio::select! {
+        () = clock.sleep_until(saturating_add(clock.now(), pause)) => {}
+        () = shared.wake.notified() => {}
     }
 }
 
