@@ -17,6 +17,14 @@
 //!   partition that drops packets, as the peers see it: bytes written sit
 //!   in the kernel's buffers, no reset, no end of file.
 //!   [`partition`](Proxy::partition) is a stall resumed after a while.
+//! - [`delay`](Proxy::delay): a network between client and server, for
+//!   benchmarks and tests that must not run on loopback's few
+//!   microseconds: every chunk of bytes, either way, is held a steady
+//!   one-way delay plus a jitter drawn at random, and delivered in order
+//!   (as TCP delivers; this machine has no `netem`). Reading goes on while
+//!   chunks wait, so the delay adds latency, not a limit on throughput.
+//!   [`round_trips`](Proxy::round_trips) counts the client's flights: what
+//!   a delay costs a call is its round trips times twice the delay.
 //!
 //! Not the same as a real partition in one way: the loopback connection's
 //! TCP acknowledges and keep-alive probes are still answered by the
@@ -42,7 +50,29 @@ use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::watch;
 
 mod group;
+mod precise;
 pub use group::Proxies;
+
+/// A one-way delay: each chunk of bytes is held `each_way` plus a jitter
+/// drawn uniformly from `0..=jitter`, and never overtakes the chunk before
+/// it ([`Proxy::delay`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Delay {
+    /// The steady part, the same for every chunk.
+    each_way: Duration,
+    /// The most a chunk is held beyond `each_way`.
+    jitter: Duration,
+}
+
+impl Delay {
+    /// When a chunk read `now` is due, its delay drawn. Chunks are written
+    /// one after another, so one due before the chunk ahead of it waits
+    /// for that one: nothing is reordered.
+    fn due(self, now: std::time::Instant) -> std::time::Instant {
+        let jitter = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
+        now + self.each_way + Duration::from_nanos(fastrand::u64(0..=jitter))
+    }
+}
 
 /// Where a proxy forwards its connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +90,8 @@ struct State {
     stalled: bool,
     /// Bumped by each cut: connections accepted before it close.
     epoch: u64,
+    /// Applied to each chunk read from now on.
+    delay: Delay,
 }
 
 impl State {
@@ -84,6 +116,8 @@ struct Inner {
     cuts: AtomicU64,
     stalls: AtomicU64,
     accepted: Arc<AtomicU64>,
+    /// The clients' flights of bytes, over every connection.
+    round_trips: Arc<AtomicU64>,
     handle: tokio::runtime::Handle,
     accept: tokio::task::AbortHandle,
 }
@@ -106,11 +140,15 @@ impl Proxy {
         let addr = listener.local_addr()?;
         let (state, _) = watch::channel(State::default());
         let accepted = Arc::new(AtomicU64::new(0));
+        let round_trips = Arc::new(AtomicU64::new(0));
         let accept = tokio::spawn(accept_loop(
             listener,
             Arc::new(upstream),
             state.clone(),
-            accepted.clone(),
+            Counts {
+                accepted: accepted.clone(),
+                round_trips: round_trips.clone(),
+            },
         ))
         .abort_handle();
         Ok(Self {
@@ -120,6 +158,7 @@ impl Proxy {
                 cuts: AtomicU64::new(0),
                 stalls: AtomicU64::new(0),
                 accepted,
+                round_trips,
                 handle: tokio::runtime::Handle::current(),
                 accept,
             }),
@@ -139,6 +178,25 @@ impl Proxy {
     /// How many connections were accepted so far (refused ones included).
     pub fn accepted(&self) -> u64 {
         self.inner.accepted.load(Ordering::Relaxed)
+    }
+
+    /// The round trips clients made so far, over every connection: each
+    /// flight of bytes from a client that follows bytes from the server
+    /// (or opens the connection) counts one, however many writes it took.
+    /// A call's round trips are the count's difference across it.
+    pub fn round_trips(&self) -> u64 {
+        self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Holds every chunk of bytes read from now on, either way, `each_way`
+    /// plus a jitter drawn uniformly from `0..=jitter` (to within the
+    /// kernel's timer slack, about 50 µs), delivering chunks in order: a
+    /// round trip then takes at least twice `each_way`. Zero for both
+    /// ends the delay (the default). Chunks already held keep theirs.
+    pub fn delay(&self, each_way: Duration, jitter: Duration) {
+        self.inner
+            .state
+            .send_modify(|s| s.delay = Delay { each_way, jitter });
     }
 
     /// Closes every current connection abruptly and resets new ones until
@@ -211,11 +269,18 @@ impl Proxy {
     }
 }
 
+/// What a proxy counts, shared by its connections.
+#[derive(Debug, Clone)]
+struct Counts {
+    accepted: Arc<AtomicU64>,
+    round_trips: Arc<AtomicU64>,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     upstream: Arc<Upstream>,
     state: watch::Sender<State>,
-    accepted: Arc<AtomicU64>,
+    counts: Counts,
 ) {
     loop {
         let client = match listener.accept().await {
@@ -226,7 +291,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        accepted.fetch_add(1, Ordering::Relaxed);
+        counts.accepted.fetch_add(1, Ordering::Relaxed);
         let now = *state.borrow();
         if now.cut {
             let _ = client.set_zero_linger();
@@ -238,6 +303,7 @@ async fn accept_loop(
             upstream.clone(),
             state.subscribe(),
             now.epoch,
+            counts.round_trips.clone(),
         ));
     }
 }
@@ -249,11 +315,12 @@ async fn serve(
     upstream: Arc<Upstream>,
     state: watch::Receiver<State>,
     epoch: u64,
+    round_trips: Arc<AtomicU64>,
 ) {
     let _ = client.set_nodelay(true);
     let abrupt = {
         let mut cuts = state.clone();
-        let work = forward(&mut client, &upstream, state);
+        let work = forward(&mut client, &upstream, state, &round_trips);
         tokio::select! {
             _ = cuts.wait_for(|s| s.epoch != epoch) => true,
             done = work => done.is_err(),
@@ -268,15 +335,19 @@ async fn forward(
     client: &mut TcpStream,
     upstream: &Upstream,
     mut state: watch::Receiver<State>,
+    round_trips: &AtomicU64,
 ) -> io::Result<()> {
     flowing(&mut state).await?;
     match upstream {
         Upstream::Tcp(addr) => {
             let server = TcpStream::connect(addr).await?;
             let _ = server.set_nodelay(true);
-            pipe(client, server, state).await
+            pipe(client, server, state, round_trips).await
         }
-        Upstream::Unix(path) => pipe(client, UnixStream::connect(path).await?, state).await,
+        Upstream::Unix(path) => {
+            let server = UnixStream::connect(path).await?;
+            pipe(client, server, state, round_trips).await
+        }
     }
 }
 
@@ -284,31 +355,70 @@ async fn pipe<U: AsyncRead + AsyncWrite>(
     client: &mut TcpStream,
     server: U,
     state: watch::Receiver<State>,
+    round_trips: &AtomicU64,
 ) -> io::Result<()> {
     let (mut client_r, mut client_w) = client.split();
     let (mut server_r, mut server_w) = tokio::io::split(server);
-    let up = copy(&mut client_r, &mut server_w, state.clone());
-    let down = copy(&mut server_r, &mut client_w, state);
+    // Whether the client spoke last: its next flight after the server's
+    // answer is a round trip.
+    let client_last = std::sync::atomic::AtomicBool::new(false);
+    let up = copy(&mut client_r, &mut server_w, state.clone(), |_| {
+        if !client_last.swap(true, Ordering::Relaxed) {
+            round_trips.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let down = copy(&mut server_r, &mut client_w, state, |_| {
+        client_last.store(false, Ordering::Relaxed);
+    });
     tokio::try_join!(up, down).map(drop)
 }
 
-/// Copies one direction, moving no byte while the proxy is stalled; at
-/// the end of the input it closes the output's write side.
-async fn copy<R, W>(r: &mut R, w: &mut W, mut state: watch::Receiver<State>) -> io::Result<()>
+/// Chunks read and not yet written, at most: a reader that gets this far
+/// ahead of a delayed writer waits.
+const IN_FLIGHT: usize = 64;
+
+/// Copies one direction, moving no byte while the proxy is stalled, each
+/// chunk held by the proxy's [`Delay`] as it was when the chunk was read
+/// (reading goes on meanwhile); `read` is told of each chunk read. At the
+/// end of the input it closes the output's write side, once every chunk
+/// read was written.
+async fn copy<R, W>(
+    r: &mut R,
+    w: &mut W,
+    state: watch::Receiver<State>,
+    read: impl Fn(usize),
+) -> io::Result<()>
 where
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
 {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        flowing(&mut state).await?;
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            return w.shutdown().await;
+    let (chunks, mut held) = tokio::sync::mpsc::channel::<(std::time::Instant, Vec<u8>)>(IN_FLIGHT);
+    let mut reading = state.clone();
+    let reader = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            flowing(&mut reading).await?;
+            let n = r.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<_, io::Error>(());
+            }
+            read(n);
+            let due = reading.borrow().delay.due(std::time::Instant::now());
+            if chunks.send((due, buf[..n].to_vec())).await.is_err() {
+                return Ok(());
+            }
         }
-        flowing(&mut state).await?;
-        w.write_all(&buf[..n]).await?;
-    }
+    };
+    let mut writing = state;
+    let writer = async move {
+        while let Some((at, chunk)) = held.recv().await {
+            precise::sleep_until(at).await;
+            flowing(&mut writing).await?;
+            w.write_all(&chunk).await?;
+        }
+        w.shutdown().await
+    };
+    tokio::try_join!(reader, writer).map(drop)
 }
 
 /// Waits until the proxy is neither cut nor stalled; an error once the
@@ -322,158 +432,4 @@ async fn flowing(state: &mut watch::Receiver<State>) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::net::UnixListener;
-    use tokio::time::timeout;
-
-    const SHORT: Duration = Duration::from_millis(200);
-
-    /// An echo server on TCP.
-    async fn tcp_echo() -> SocketAddr {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let (mut r, mut w) = s.split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                });
-            }
-        });
-        addr
-    }
-
-    async fn round_trip(s: &mut TcpStream, msg: &[u8]) -> io::Result<Vec<u8>> {
-        s.write_all(msg).await?;
-        let mut buf = vec![0u8; msg.len()];
-        timeout(Duration::from_secs(5), s.read_exact(&mut buf))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no echo"))??;
-        Ok(buf)
-    }
-
-    #[tokio::test]
-    async fn forwards_to_tcp_and_to_a_unix_socket() {
-        let proxy = Proxy::start(Upstream::Tcp(tcp_echo().await)).await.unwrap();
-        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut s, b"hello").await.unwrap(), b"hello");
-
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("echo.sock");
-        let listener = UnixListener::bind(&path).unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let (mut r, mut w) = s.split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                });
-            }
-        });
-        let proxy = Proxy::start(Upstream::Unix(path)).await.unwrap();
-        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(
-            round_trip(&mut s, b"over unix").await.unwrap(),
-            b"over unix"
-        );
-        assert_eq!(proxy.accepted(), 1);
-    }
-
-    #[tokio::test]
-    async fn a_cut_resets_connections_and_refuses_new_ones_until_restored() {
-        let proxy = Proxy::start(Upstream::Tcp(tcp_echo().await)).await.unwrap();
-        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-        round_trip(&mut s, b"a").await.unwrap();
-        proxy.cut();
-        assert!(
-            round_trip(&mut s, b"b").await.is_err(),
-            "cut connection still echoes"
-        );
-        // A new connection is accepted by the kernel, then reset.
-        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert!(
-            round_trip(&mut s, b"c").await.is_err(),
-            "refused connection echoes"
-        );
-        proxy.restore();
-        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut s, b"d").await.unwrap(), b"d");
-    }
-
-    #[tokio::test]
-    async fn a_blip_heals_by_itself() {
-        let proxy = Proxy::start(Upstream::Tcp(tcp_echo().await)).await.unwrap();
-        proxy.blip(SHORT);
-        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert!(round_trip(&mut s, b"a").await.is_err());
-        tokio::time::sleep(SHORT * 2).await;
-        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-        assert_eq!(round_trip(&mut s, b"b").await.unwrap(), b"b");
-    }
-
-    #[tokio::test]
-    async fn a_stall_holds_bytes_and_closes_nothing_until_resumed() {
-        let proxy = Proxy::start(Upstream::Tcp(tcp_echo().await)).await.unwrap();
-        let mut old = TcpStream::connect(proxy.addr()).await.unwrap();
-        round_trip(&mut old, b"a").await.unwrap();
-        proxy.stall();
-        old.write_all(b"held").await.unwrap();
-        let mut fresh = TcpStream::connect(proxy.addr()).await.unwrap();
-        fresh.write_all(b"new").await.unwrap();
-        let mut buf = [0u8; 4];
-        assert!(
-            timeout(SHORT, old.read_exact(&mut buf)).await.is_err(),
-            "bytes moved while stalled"
-        );
-        assert!(
-            timeout(SHORT, fresh.read_exact(&mut buf[..3]))
-                .await
-                .is_err()
-        );
-        proxy.resume();
-        timeout(Duration::from_secs(5), old.read_exact(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(&buf, b"held");
-        timeout(Duration::from_secs(5), fresh.read_exact(&mut buf[..3]))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(&buf[..3], b"new");
-    }
-
-    #[tokio::test]
-    async fn a_partition_resumes_by_itself_and_a_later_stall_is_not_undone() {
-        let proxy = Proxy::start(Upstream::Tcp(tcp_echo().await)).await.unwrap();
-        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-        proxy.partition(SHORT);
-        let start = std::time::Instant::now();
-        assert_eq!(round_trip(&mut s, b"late").await.unwrap(), b"late");
-        assert!(start.elapsed() >= SHORT - Duration::from_millis(20));
-
-        proxy.partition(SHORT);
-        proxy.stall();
-        tokio::time::sleep(SHORT * 2).await;
-        s.write_all(b"x").await.unwrap();
-        let mut buf = [0u8; 1];
-        assert!(
-            timeout(SHORT, s.read_exact(&mut buf)).await.is_err(),
-            "an old timer resumed a newer stall"
-        );
-        proxy.heal();
-        timeout(Duration::from_secs(5), s.read_exact(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-    }
-
-    #[tokio::test]
-    async fn dropping_the_proxy_closes_its_connections() {
-        let proxy = Proxy::start(Upstream::Tcp(tcp_echo().await)).await.unwrap();
-        let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-        round_trip(&mut s, b"a").await.unwrap();
-        drop(proxy);
-        assert!(round_trip(&mut s, b"b").await.is_err());
-    }
-}
+mod tests;
