@@ -159,3 +159,28 @@ pub async fn role_or_bench<S>(
     }
     selected(name, &args)
 }
+
+/// The folder `out/<name>`, with `package` as its `package.json` and
+/// `files` (name, text) beside it, its npm packages installed unless
+/// they are already: where a bench's peer written for node runs.
+///
+/// # Panics
+/// If the folder cannot be written, `npm` is missing, or the install
+/// fails, saying so.
+pub fn npm_folder(out: &Path, name: &str, package: &str, files: &[(&str, &str)]) -> PathBuf {
+    let dir = out.join(name);
+    std::fs::create_dir_all(&dir).expect("the peer's folder");
+    std::fs::write(dir.join("package.json"), package).expect("the peer's package.json");
+    for (file, text) in files {
+        std::fs::write(dir.join(file), text).expect("the peer's worker");
+    }
+    if !dir.join("node_modules").exists() {
+        let status = std::process::Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent"])
+            .current_dir(&dir)
+            .status()
+            .expect("this bench's peer needs node and npm (apt-get install nodejs npm)");
+        assert!(status.success(), "npm install in {} failed", dir.display());
+    }
+    dir
+}

@@ -42,19 +42,12 @@ setTimeout(async () => {
 /// # Panics
 /// If `npm` is missing or the install fails, saying so.
 pub(crate) fn install(out: &Path) -> PathBuf {
-    let dir = out.join("npm-redis-semaphore");
-    std::fs::create_dir_all(&dir).expect("the peer's folder");
-    std::fs::write(dir.join("package.json"), PACKAGE).expect("the peer's package.json");
-    std::fs::write(dir.join("worker.js"), WORKER).expect("the peer's worker");
-    if !dir.join("node_modules/redis-semaphore").exists() {
-        let status = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--silent"])
-            .current_dir(&dir)
-            .status()
-            .expect("line 15's peer needs node and npm (apt-get install nodejs npm)");
-        assert!(status.success(), "npm install of redis-semaphore failed");
-    }
-    dir
+    semaphore_benches::npm_folder(
+        out,
+        "npm-redis-semaphore",
+        PACKAGE,
+        &[("worker.js", WORKER)],
+    )
 }
 
 /// The peer's pairs/s: `processes` node processes of `tasks` tasks each on
