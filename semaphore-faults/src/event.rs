@@ -79,6 +79,10 @@ pub enum Event {
         /// `lost()`'s reason.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// The clocks as the holder read them when told, for reading a
+        /// `told late` by hand.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clocks: Option<Clocks>,
     },
     /// The holder is about to return the lease (its own release): it acts
     /// no more on it from `t` on.
@@ -185,6 +189,25 @@ impl Event {
             | Event::Exit { pid, .. } => *pid,
         }
     }
+}
+
+/// The clocks a holder read when told it lost a lease (unix ms): its
+/// store's deciding clock (for a networked store, its bound of the
+/// server's clock), this machine's wall clock (a throwaway server's own
+/// clock, on this machine), and the end of the lease's session as its last
+/// heartbeat set it (on the deciding clock; none if the session was
+/// replaced or the lease is unbound). A holder told after the next grant
+/// whose deciding clock reads behind the wall clock had a view of the
+/// server's clock that lagged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Clocks {
+    /// The store's deciding clock.
+    pub deciding_ms: u64,
+    /// This machine's wall clock.
+    pub wall_ms: u64,
+    /// The end of the lease's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_end_ms: Option<u64>,
 }
 
 /// A fault the nemesis injected, as the orchestrator logs it: one record
@@ -369,6 +392,11 @@ mod tests {
                 token: 9,
                 via: Via::Lost,
                 reason: Some("gone".into()),
+                clocks: Some(Clocks {
+                    deciding_ms: 5,
+                    wall_ms: 6,
+                    session_end_ms: None,
+                }),
             },
         ];
         for e in &events {

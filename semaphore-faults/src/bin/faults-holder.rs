@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use semaphore_faults::clock::now_ns;
-use semaphore_faults::event::{Event, Log, Via, Watch};
+use semaphore_faults::event::{Clocks, Event, Log, Via, Watch};
 use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_redis::{RedisOptions, RedisStore};
 use semaphore_sqlite::store::Store;
@@ -375,6 +375,7 @@ impl Holder {
                         token,
                         via: Via::Lost,
                         reason: Some(reason.to_string()),
+                        clocks: Some(clocks(&guard)),
                     });
                 }
                 () = tokio::time::sleep(pause) => {}
@@ -398,6 +399,7 @@ impl Holder {
                         token,
                         via: Via::IsHeld,
                         reason: None,
+                        clocks: Some(clocks(&guard)),
                     });
                 }
             }
@@ -455,4 +457,22 @@ fn main() {
     // The store's background tasks may be mid-call on a faulted
     // connection: exit without waiting for them.
     std::process::exit(0);
+}
+
+/// The clocks as `guard`'s holder reads them now ([`Clocks`]).
+fn clocks(guard: &LeaseGuard<&Pool>) -> Clocks {
+    let ms = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    let store = guard.pool().store();
+    let session_end = guard
+        .session
+        .zip(store.session())
+        .and_then(|(id, session)| session.end_of(id));
+    Clocks {
+        deciding_ms: ms(store.clock().now()),
+        wall_ms: ms(std::time::SystemTime::now()),
+        session_end_ms: session_end.map(ms),
+    }
 }

@@ -44,6 +44,7 @@ fn told(t: u64, pid: u32, token: u64) -> Event {
         token,
         via: Via::IsHeld,
         reason: None,
+        clocks: None,
     }
 }
 
