@@ -40,6 +40,7 @@
 //!   bound in [`Timing`]'s docs (21.5 s with the defaults) ends nothing.
 
 mod command;
+mod devices;
 pub(crate) mod guard;
 pub(crate) mod guardian;
 pub(crate) mod returner;
@@ -60,6 +61,7 @@ use crate::cli::RunArgs;
 use crate::exit::{Exit, code};
 use crate::store::Choice;
 use command::Cmd;
+use devices::{check_devices, check_positions, distinct_devices};
 use guard::Guard;
 use terminal::Terminal;
 use timing::Timing;
@@ -175,63 +177,6 @@ pub(crate) async fn run(
         );
     }
     status
-}
-
-/// `--devices` must name each device once: a device named twice would be
-/// given to two slots, which the pool would let two commands use at once.
-/// Checked before anything else, so that a mistake registers and takes
-/// nothing.
-fn distinct_devices(devices: &[String]) -> Result<(), Exit> {
-    let mut seen = std::collections::HashSet::new();
-    match devices.iter().find(|device| !seen.insert(device.as_str())) {
-        None => Ok(()),
-        Some(device) => Err(Exit::new(
-            code::USAGE,
-            format!(
-                "--devices names device {device:?} more than once: two slots would share it; \
-                 name each device once, one per slot"
-            ),
-        )),
-    }
-}
-
-/// `--devices` must name a device for every position the pool can hand
-/// out: checked before borrowing, so that a mistake costs no slot.
-async fn check_devices(devices: &[String], pool: &Pool, count: Option<u32>) -> Result<(), Exit> {
-    let count = match count {
-        Some(count) => count,
-        None => pool.inspect().await.map_err(Exit::from_store)?.count,
-    };
-    if (devices.len() as u64) < u64::from(count) {
-        return Err(Exit::new(
-            code::USAGE,
-            format!(
-                "--devices names {} device(s) but the pool has {count} slots: name one per slot",
-                devices.len()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Every granted position must have a device: checked after the grant,
-/// since the pool's count can grow while a borrow waits.
-fn check_positions(devices: &[String], positions: &[u32]) -> Result<(), Exit> {
-    match positions
-        .iter()
-        .find(|p| devices.get(**p as usize).is_none())
-    {
-        None => Ok(()),
-        Some(position) => Err(Exit::new(
-            code::USAGE,
-            format!(
-                "the lease holds position {position} but --devices names {} device(s) \
-                 (the pool grew while this borrow waited): name one device per slot; \
-                 the lease was returned",
-                devices.len()
-            ),
-        )),
-    }
 }
 
 /// The signals `semaphore run` acts on while the command runs.
