@@ -33,7 +33,7 @@
 //! ```
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -186,28 +186,16 @@ fn figures(mut holds: Vec<Hold>, start_us: u64) -> Figures {
 /// Runs `processes` worker commands, each made by `worker(start_us)`;
 /// every hold they printed.
 fn run(processes: usize, worker: impl Fn(u64) -> Command) -> (Vec<Hold>, u64) {
-    let start_us = unix_us() + 1_500_000;
-    let children: Vec<_> = (0..processes)
-        .map(|_| {
-            worker(start_us)
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("a worker process")
-        })
-        .collect();
+    let (outputs, start_us) = semaphore_benches::run_workers(processes, worker);
     let mut holds = Vec::new();
-    for child in children {
-        let out = child.wait_with_output().expect("a worker's output");
-        assert!(out.status.success(), "a worker failed");
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let n: Vec<u64> = line.split(' ').filter_map(|n| n.parse().ok()).collect();
-            if let [asked, granted, returned] = n[..] {
-                holds.push(Hold {
-                    asked,
-                    granted,
-                    returned,
-                });
-            }
+    for line in outputs.iter().flat_map(|out| out.lines()) {
+        let n: Vec<u64> = line.split(' ').filter_map(|n| n.parse().ok()).collect();
+        if let [asked, granted, returned] = n[..] {
+            holds.push(Hold {
+                asked,
+                granted,
+                returned,
+            });
         }
     }
     (holds, start_us)

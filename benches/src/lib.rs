@@ -184,3 +184,34 @@ pub fn npm_folder(out: &Path, name: &str, package: &str, files: &[(&str, &str)])
     }
     dir
 }
+
+/// Starts `processes` worker processes, each the command `worker(start_us)`
+/// makes, which starts its work at `start_us` (unix µs, 1.5 s from now, so
+/// that every process is ready by then); each one's standard output, once
+/// all have exited, and `start_us`.
+///
+/// # Panics
+/// If a worker cannot be started or fails.
+pub fn run_workers(
+    processes: usize,
+    worker: impl Fn(u64) -> std::process::Command,
+) -> (Vec<String>, u64) {
+    let start_us = unix_us() + 1_500_000;
+    let children: Vec<_> = (0..processes)
+        .map(|_| {
+            worker(start_us)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("a worker process")
+        })
+        .collect();
+    let outputs = children
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().expect("a worker's output");
+            assert!(out.status.success(), "a worker failed");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        })
+        .collect();
+    (outputs, start_us)
+}

@@ -362,12 +362,12 @@ async fn pipe<U: AsyncRead + AsyncWrite>(
     // Whether the client spoke last: its next flight after the server's
     // answer is a round trip.
     let client_last = std::sync::atomic::AtomicBool::new(false);
-    let up = copy(&mut client_r, &mut server_w, state.clone(), |_| {
+    let up = copy(&mut client_r, &mut server_w, state.clone(), || {
         if !client_last.swap(true, Ordering::Relaxed) {
             round_trips.fetch_add(1, Ordering::Relaxed);
         }
     });
-    let down = copy(&mut server_r, &mut client_w, state, |_| {
+    let down = copy(&mut server_r, &mut client_w, state, || {
         client_last.store(false, Ordering::Relaxed);
     });
     tokio::try_join!(up, down).map(drop)
@@ -386,7 +386,7 @@ async fn copy<R, W>(
     r: &mut R,
     w: &mut W,
     state: watch::Receiver<State>,
-    read: impl Fn(usize),
+    read: impl Fn(),
 ) -> io::Result<()>
 where
     R: AsyncRead + Unpin + ?Sized,
@@ -402,7 +402,7 @@ where
             if n == 0 {
                 return Ok::<_, io::Error>(());
             }
-            read(n);
+            read();
             let due = reading.borrow().delay.due(std::time::Instant::now());
             if chunks.send((due, buf[..n].to_vec())).await.is_err() {
                 return Ok(());

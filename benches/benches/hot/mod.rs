@@ -3,7 +3,7 @@
 //! tasks each, run one step in a loop for `SECONDS` from a common start;
 //! steps per second, together.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -72,25 +72,10 @@ pub(crate) fn rate_of(role: &str, args: &[&str], processes: usize, tasks: usize)
 /// `SECONDS` and prints how many steps it finished; their steps per
 /// second, together.
 pub(crate) fn rate_with(processes: usize, worker: impl Fn(u64) -> Command) -> f64 {
-    let start_us = unix_us() + 1_500_000;
-    let children: Vec<_> = (0..processes)
-        .map(|_| {
-            worker(start_us)
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("a worker process")
-        })
-        .collect();
-    let total: u64 = children
-        .into_iter()
-        .map(|child| {
-            let out = child.wait_with_output().expect("a worker's output");
-            assert!(out.status.success(), "a worker failed");
-            String::from_utf8_lossy(&out.stdout)
-                .trim()
-                .parse::<u64>()
-                .expect("a count")
-        })
+    let (outputs, _) = semaphore_benches::run_workers(processes, worker);
+    let total: u64 = outputs
+        .iter()
+        .map(|out| out.trim().parse::<u64>().expect("a count"))
         .sum();
     total as f64 / SECONDS as f64
 }
