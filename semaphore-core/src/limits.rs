@@ -45,6 +45,14 @@ pub struct Limits {
     /// The longest idempotency key, in bytes of UTF-8 (see
     /// [`BorrowOptions::key`](crate::BorrowOptions::key)). Default 255.
     pub max_key_len: usize,
+    /// The store's liveness bound for a handed lease held on arrival
+    /// before its process confirms it (rule "A handed slot is held on
+    /// arrival", at most 1 s): a holder's local deadline until then, and
+    /// the longest a dead head keeps a slot handed to it. `None` on a store
+    /// that does not hand leases on arrival. Set from the store
+    /// ([`Store::handed_bound`](crate::store::Store::handed_bound)), not by
+    /// the user.
+    pub handed_bound: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -55,6 +63,7 @@ impl Default for Limits {
             max_wait: Duration::from_secs(60 * 60),
             max_owner_len: 64,
             max_key_len: 255,
+            handed_bound: None,
         }
     }
 }
@@ -70,6 +79,7 @@ impl Limits {
     /// ([`Store::max_ttl`](crate::store::Store::max_ttl)).
     pub(crate) fn within(mut self, store: &dyn crate::primitives::Store) -> Self {
         self.max_ttl = self.max_ttl.min(store.max_ttl());
+        self.handed_bound = store.handed_bound();
         self
     }
 

@@ -170,6 +170,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         self.parts().max_ttl
     }
 
+    /// The store's liveness bound for a lease that a return handed to a
+    /// queued borrower of another process and that its holder holds from
+    /// the message's arrival, until its process confirms it (rule "A
+    /// handed slot is held on arrival"; at most 1 s): shown as
+    /// [`Limits::handed_bound`](crate::Limits::handed_bound). `None`, the
+    /// default, for a store that does not hand leases on arrival.
+    fn handed_bound(&self) -> Option<Duration> {
+        None
+    }
+
     /// Creates pool `pool` with `count` slots, or sets the count of an
     /// existing one (R2); returns its state as of the step. Revokes no
     /// lease.

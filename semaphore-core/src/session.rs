@@ -32,8 +32,10 @@ use crate::server_clock::DecidingClock;
 use crate::{error::Result, id::SessionId};
 
 mod beat;
+mod unconfirmed;
 pub use beat::SessionEnds;
 use beat::{micros, run};
+pub use unconfirmed::Unconfirmed;
 
 /// A session's state as its holder sees it, after Curator's connection
 /// states.
@@ -133,6 +135,9 @@ pub(super) struct Shared {
     /// before the store handle was dropped must leave the session before
     /// the session's end ends it.
     pub(super) unbinding: Arc<tokio::sync::RwLock<()>>,
+    /// The bounds of the handed leases not yet confirmed
+    /// ([`Unconfirmed`]): the session vouches until the earliest at most.
+    pub(super) caps: unconfirmed::Caps,
 }
 
 impl fmt::Debug for Session {
@@ -178,6 +183,7 @@ impl Session {
             ended_by_store: parking_lot::Mutex::new(None),
             every_us: std::sync::atomic::AtomicU64::new(micros(timeout / 3)),
             unbinding: Arc::default(),
+            caps: unconfirmed::Caps::default(),
         });
         let task = spawn(run(shared.clone()));
         Self {
@@ -284,12 +290,11 @@ impl Session {
     }
 
     /// The end of session `id` on the deciding clock as of its last
-    /// heartbeat that landed; `None` if it is not the open session.
+    /// heartbeat that landed, or the bound of a handed lease of it not yet
+    /// confirmed ([`SessionEnds::unconfirmed`]) if that is earlier;
+    /// `None` if it is not the open session.
     pub fn end_of(&self, id: SessionId) -> Option<SystemTime> {
-        match self.shared.now.borrow().open {
-            Some((open, end)) if open == id => Some(end),
-            _ => None,
-        }
+        self.shared.end_of(id)
     }
 
     /// Resolves once session `id` no longer vouches for its leases: its
@@ -302,9 +307,9 @@ impl Session {
         let mut rx = self.shared.now.subscribe();
         let clock = self.shared.time.clock();
         loop {
-            let end = match rx.borrow_and_update().open {
-                Some((open, end)) if open == id => end,
-                _ => return,
+            rx.borrow_and_update();
+            let Some(end) = self.shared.end_of(id) else {
+                return;
             };
             if clock.now() >= end {
                 return;

@@ -14,7 +14,7 @@ pub use crate::clock::{
 pub use crate::follow::follow;
 pub use crate::id::WaiterId;
 pub use crate::server_clock::{DecidingClock, RATE_MARGIN_PPM, ServerClock};
-pub use crate::session::{Heartbeat, SessionEnds};
+pub use crate::session::{Heartbeat, SessionEnds, Unconfirmed};
 pub use crate::slot::{SlotTable, lowest_free, lowest_free_n};
 pub use crate::telemetry::busy_retried;
 pub use crate::wait::{Changes, Claim};

@@ -40,6 +40,15 @@ use crate::{Connection, keys, slots};
 /// - **Fair across machines:** the heads of each process's queue are
 ///   queued per pool with a heartbeat; a head whose process stopped asking
 ///   for 4.5 s stops blocking others.
+/// - **A handed slot is held on arrival** (one server): a return hands
+///   its slot to the first queued head in its own script and publishes
+///   the lease on the head's store's channel; a bound borrower holds it
+///   from the message's arrival, with no call of its own, and its store
+///   confirms it in the background. Until the confirmation lands, the
+///   lease's session vouches for at most 200 ms after the hand-off
+///   ([`Limits::handed_bound`](semaphore_core::Limits::handed_bound)),
+///   the longest the server keeps a handed lease whose head's connection
+///   is gone.
 /// - **Tokens** are the server's clock in µs, or one more than the pool's
 ///   last token if larger: they grow across a delete and across a restart
 ///   that lost every key, as long as the server's clock does not step

@@ -259,7 +259,7 @@ fn dispatch(changes: &Changes, ends: &crate::subscribe::Ends, push: PushInfo) {
     match push.kind {
         PushKind::SMessage | PushKind::Message => match push.data.get(1) {
             Some(redis::Value::BulkString(payload)) => {
-                crate::subscribe::dispatch(changes, ends, payload);
+                crate::subscribe::dispatch(changes, ends, None, payload);
             }
             _ => changes.notify_all(),
         },

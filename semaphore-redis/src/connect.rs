@@ -78,6 +78,11 @@ impl RedisStore {
             ends: ends.clone(),
             poll: options.poll_interval,
             time: options.time.clone(),
+            arrivals: crate::arrival::Arrivals {
+                connection: connection.clone(),
+                prefix: options.prefix.clone(),
+                time: options.time.clone(),
+            },
         });
         let link = Link::spawn(client.clone());
         let wake = Wake::Server {

@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod across;
+mod arrival;
 mod backend;
 mod cluster;
 mod connect;

@@ -83,6 +83,13 @@ impl Store for RedisStore {
         }
     }
 
+    /// 200 ms on one server (`UNTAKEN_MS` of the scripts), or sooner if
+    /// the head's place lapses first; none on a cluster, whose heads take
+    /// a handed lease at their next look.
+    fn handed_bound(&self) -> Option<Duration> {
+        (!self.is_cluster()).then_some(crate::arrival::HANDED_BOUND)
+    }
+
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         let mut call = self.invocation(Kind::Grow, "register", [pool]);
         call.arg(count).arg(self.restart_grace_ms);

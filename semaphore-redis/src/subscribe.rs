@@ -22,6 +22,8 @@ use semaphore_core::SessionId;
 use semaphore_core::store::{Changes, DecidingClock, ServerClock, SessionEnds};
 use tokio::sync::oneshot;
 
+use crate::arrival::Arrivals;
+
 /// Where session ends the server reports go: the store's session, once it
 /// is started (after the listener).
 pub(crate) type Ends = Arc<std::sync::OnceLock<SessionEnds>>;
@@ -50,6 +52,8 @@ pub(crate) struct Setup {
     pub(crate) ends: Ends,
     pub(crate) poll: Duration,
     pub(crate) time: DecidingClock,
+    /// Where handed leases are held on arrival and confirmed.
+    pub(crate) arrivals: Arrivals,
 }
 
 /// Starts the subscriber on the current tokio runtime.
@@ -91,7 +95,12 @@ async fn session(setup: &Setup) {
     loop {
         tokio::select! {
             message = messages.next() => match message {
-                Some(message) => dispatch(&setup.changes, &setup.ends, message.get_payload_bytes()),
+                Some(message) => dispatch(
+                    &setup.changes,
+                    &setup.ends,
+                    Some(&setup.arrivals),
+                    message.get_payload_bytes(),
+                ),
                 None => return,
             },
             _ = refresh.tick() => {
@@ -106,24 +115,38 @@ async fn session(setup: &Setup) {
 
 /// Hands a message on: a pool's id to the waiters of its pool; `g:`, a
 /// queued head's id, `:` and a pool's id to that head, if it waits here
-/// (a return handed it a slot); `s:` and a session's id to the store's
+/// (a return handed it a slot), with the lease itself after them for a
+/// bound lease, which the head holds from now if `arrivals` is given (one
+/// server; [`crate::arrival`]); `s:` and a session's id to the store's
 /// session, which the server found ended.
-pub(crate) fn dispatch(changes: &Changes, ends: &Ends, payload: &[u8]) {
+pub(crate) fn dispatch(
+    changes: &Changes,
+    ends: &Ends,
+    arrivals: Option<&Arrivals>,
+    payload: &[u8],
+) {
     let text = std::str::from_utf8(payload).unwrap_or("");
     if let Some(handed) = text.strip_prefix("g:") {
-        let parsed = handed.split_once(':').and_then(|(waiter, pool)| {
-            Some((
-                waiter.parse::<uuid::Uuid>().ok()?,
-                pool.parse::<uuid::Uuid>().ok()?,
-            ))
-        });
-        match parsed {
-            Some((waiter, pool)) => changes.notify_waiter(
-                PoolId::from_uuid(pool),
-                semaphore_core::store::WaiterId::from_uuid(waiter),
-            ),
-            None => changes.notify_all(),
+        let mut fields = handed.splitn(3, ':');
+        let waiter = fields.next().and_then(|w| w.parse::<uuid::Uuid>().ok());
+        let pool = fields.next().and_then(|p| p.parse::<uuid::Uuid>().ok());
+        let (Some(waiter), Some(pool)) = (waiter, pool) else {
+            changes.notify_all();
+            return;
+        };
+        let (waiter, pool) = (
+            semaphore_core::store::WaiterId::from_uuid(waiter),
+            PoolId::from_uuid(pool),
+        );
+        let lease = fields
+            .next()
+            .and_then(|rest| crate::arrival::parse(waiter, pool, rest));
+        if let (Some(arrivals), Some(handed)) = (arrivals, lease)
+            && arrivals.deliver(changes, ends.get(), handed)
+        {
+            return;
         }
+        changes.notify_waiter(pool, waiter);
         return;
     }
     if let Some(session) = text.strip_prefix("s:") {

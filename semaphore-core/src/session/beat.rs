@@ -227,7 +227,7 @@ async fn beat(shared: &Shared, id: SessionId, open: bool) -> Result<Option<Syste
 
 /// Marks the open session lost; `close` names one to end on the store too
 /// (its end passed here, but a heartbeat may have landed there).
-fn lose(shared: &Shared, close: Option<SessionId>) {
+pub(super) fn lose(shared: &Shared, close: Option<SessionId>) {
     shared.now.send_replace(Now {
         open: None,
         state: SessionState::Lost,

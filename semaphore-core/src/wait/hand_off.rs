@@ -5,7 +5,7 @@
 use crate::sync::Ordering;
 
 use super::Changes;
-use crate::{id::PoolId, request::BorrowRequest, request::TryBorrow};
+use crate::{id::PoolId, id::WaiterId, lease::Lease, request::BorrowRequest, request::TryBorrow};
 
 impl Changes {
     /// Hands slots of `pool` just freed to this process's queued borrowers
@@ -102,5 +102,67 @@ impl Changes {
             queues.remove(&pool);
         }
         handed
+    }
+}
+
+impl Changes {
+    /// Gives `lease`, which a return (in any process) handed to the
+    /// borrower `waiter` of `pool` through the store's own queue, to that
+    /// borrower if it waits here, from the moment the message that tells of
+    /// it arrives (rule "A handed slot is held on arrival"): it leaves the
+    /// queue with it, is woken, and the next head is woken. The store's
+    /// step ended the borrower's place in the store's queue, or the
+    /// store's confirmation of the lease does ([`SessionEnds::unconfirmed`]
+    /// bounds the lease until then).
+    ///
+    /// `Err` with the lease if the borrower does not wait here, has a store
+    /// call of its own in flight (which finds the lease itself), was
+    /// claimed or handed a lease already, or while hand-offs are not
+    /// allowed ([`hand_offs_allowed`](Changes::hand_offs_allowed)): the
+    /// store then only tells it, as [`notify_waiter`](Changes::notify_waiter)
+    /// does, and the borrower takes the lease at its next look.
+    ///
+    /// [`SessionEnds::unconfirmed`]: crate::store::SessionEnds::unconfirmed
+    pub fn arrived(&self, pool: PoolId, waiter: WaiterId, lease: Lease) -> Result<(), Lease> {
+        if !self.has_waiters() || !self.hand_offs_allowed() {
+            return Err(lease);
+        }
+        let mut queues = self.queues.lock();
+        let Some(queue) = queues.get_mut(&pool) else {
+            return Err(lease);
+        };
+        let head = queue.head_index();
+        let Some(index) = queue
+            .waiters
+            .iter()
+            .position(|w| w.id.get() == Some(&waiter))
+        else {
+            return Err(lease);
+        };
+        let taker = queue.waiters[index].clone();
+        {
+            // Under the borrower's state lock, so that it cannot start a
+            // call of its own between the look and the delivery.
+            let mut state = taker.state.lock();
+            // A single-pool borrower, as the store's queue hands slots to.
+            let asking = state.asking && !crate::sync::planted("arrived_while_asking");
+            if asking || state.claimed || state.lease.is_some() || taker.request.is_none() {
+                return Err(lease);
+            }
+            queue.waiters.remove(index);
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            // The lease first: a ticket that sees itself out of the queue
+            // must find it.
+            state.leave_place = false;
+            state.lease = Some(lease);
+        }
+        taker.queued.store(false, Ordering::Release);
+        taker.notify.notify_one();
+        if queue.waiters.is_empty() {
+            queues.remove(&pool);
+        } else if head == Some(index) {
+            queue.notify_head();
+        }
+        Ok(())
     }
 }

@@ -30,6 +30,7 @@ pub const MODELS: &[(&str, fn(), &str)] = &[
     ("hand_off", hand_off, "hand_off_no_wake"),
     ("cancel", cancel, "cancel_keeps_handed"),
     ("claim", claim, "claim_wakes_before_lease"),
+    ("arrived", arrived, "arrived_while_asking"),
     ("table", table, "table_frees_any"),
 ];
 
@@ -214,6 +215,67 @@ pub fn claim() {
         let pools = [pool()];
         let ticket = queue(&changes, &table, &pools, id);
         let lease = wait_for_a_slot(&ticket, &table, id);
+        drop(ticket);
+        returner.join().unwrap();
+        held_once(&table, &lease);
+    });
+}
+
+/// A store whose return hands the freed slot to the head of its own
+/// queue (the Redis store's `hand_on`) and sends the lease in the message
+/// that wakes the head's process ([`Changes::arrived`]), against that
+/// head, which may be asking the store itself as the message arrives (its
+/// look finds the lease handed to it, which the store keeps under its
+/// id). Whatever the order, the borrower ends holding the one slot, held
+/// once. Planted bug `arrived_while_asking`: the message gives the lease
+/// to a borrower whose own look is in flight; the look returns it too,
+/// and the ticket gives the message's copy back, freeing the slot its
+/// borrower holds.
+pub fn arrived() {
+    loom::model(|| {
+        let changes = Arc::new(Changes::new());
+        let (table, held) = full_pool();
+        // The store's record of the lease handed to the head.
+        let handed = Arc::new(Mutex::new(None::<Lease>));
+        let id = LeaseId::new();
+        let pools = [pool()];
+        let ticket = queue(&changes, &table, &pools, id);
+        let waiter = ticket.id().get_or_make();
+        let returner = thread::spawn({
+            let (changes, table, handed) = (changes.clone(), table.clone(), handed.clone());
+            move || {
+                let lease = {
+                    let mut table = table.0.lock();
+                    assert!(table.release_at(held.id, held.position, NOW));
+                    let request = BorrowRequest::new(pool(), id, TTL);
+                    let lease = granted(table.grant(&request, NOW, || 2)).expect("the freed slot");
+                    *handed.lock() = Some(lease.clone());
+                    lease
+                };
+                // The message arrives.
+                if changes.arrived(pool(), waiter, lease).is_err() {
+                    changes.notify_waiter(pool(), waiter);
+                }
+            }
+        });
+        let lease = loop {
+            block_on(ticket.turn());
+            if let Some(lease) = ticket.take_lease() {
+                break lease;
+            }
+            if !ticket.is_head() || !ticket.start_asking() {
+                continue;
+            }
+            // The head's look: the lease handed to it, or a refusal.
+            let found = {
+                let _step = table.0.lock();
+                handed.lock().clone()
+            };
+            if let Some(lease) = found {
+                break lease;
+            }
+            ticket.done_asking();
+        };
         drop(ticket);
         returner.join().unwrap();
         held_once(&table, &lease);

@@ -197,6 +197,11 @@ local function draining(k)
     return redis.call('HGET', k.pool, 'draining') == '1'
 end
 
+-- How long a head handed a slot may leave it untaken before others ask
+-- whether its process is still there, and may free it (ms): the handed
+-- lease's liveness bound until its head's process confirms it.
+local UNTAKEN_MS = 200
+
 -- Forgets a queued head: its place, its heartbeat, its weight, its
 -- connection and what a return needs to hand it a slot. Every head has a
 -- heartbeat (a head handed a slot keeps it until it takes the slot): one
@@ -205,6 +210,17 @@ local function forget(k, w)
     if redis.call('ZREM', k.alive, w) == 0 then return end
     redis.call('ZREM', k.queue, w)
     redis.call('HDEL', k.pool, 'w:' .. w, 'c:' .. w, 'h:' .. w, 'q:' .. w)
+end
+
+-- Marks lease id (record r), if a return handed it to a head that has not
+-- taken it, taken by its holder: the head's place is forgotten, so that
+-- neither its lapse nor its connection's end can free the lease any more.
+local function take(k, id, r)
+    if not r.g or r.tk then return end
+    r.tk = 1
+    redis.call('HSET', k.leases, id, cjson.encode(r))
+    redis.call('HSET', k.pool, 'g:' .. r.g, id .. '@t')
+    forget(k, r.g)
 end
 
 -- Ends the lease a return handed to head w (it left the queue, or its
@@ -428,11 +444,22 @@ local function hand_on(k)
     local want = cjson.decode(h)
     if want.s and not alive(want.s) then return nil end
     local ticket = redis.call('ZSCORE', k.queue, head)
-    grant(k, want.i, tonumber(want.t), want.o, nil, 1, want.s, head)
+    local lease = grant(k, want.i, tonumber(want.t), want.o, nil, 1, want.s, head)
     redis.call('ZREM', k.queue, head)
     redis.call('HSET', k.pool, 'g:' .. head, want.i .. '@' .. fmt(now_ms) .. '@' .. ticket)
     local told = want.n and (CHANNEL .. ':' .. want.n) or CHANNEL
-    redis.call(PUBLISH, told, 'g:' .. head .. ':' .. string.match(k.pool, '.*{(.-)}'))
+    local message = 'g:' .. head .. ':' .. string.match(k.pool, '.*{(.-)}')
+    if want.s then
+        -- The lease itself, for its head to hold on arrival, and the
+        -- latest instant it may be freed untaken: when the head's place
+        -- lapses, or UNTAKEN_MS from now (its connection may be gone).
+        local bound = now_ms + UNTAKEN_MS
+        local lapses = tonumber(redis.call('ZSCORE', k.alive, head) or '0')
+        if lapses < bound then bound = lapses end
+        message = message .. ':' .. want.i .. ':' .. fmt(lease[3]) .. ':' .. fmt(lease[4]) .. ':'
+            .. fmt(lease[5]) .. ':' .. fmt(bound) .. ':' .. want.s
+    end
+    redis.call(PUBLISH, told, message)
     -- Slots free beside this one (expired leases judged just now) are
     -- for the heads after it.
     if redis.call('ZCARD', k.pos) < count then wake(k) end

@@ -72,10 +72,6 @@ local function queue(k, waiter, n, hold, conn, grant)
     redis.call('ZADD', k.alive, now_ms + (hold or WAITER_TTL), waiter)
 end
 
--- How long a head handed a slot may leave it untaken before the caller
--- asks whether its process is still there (ms).
-local UNTAKEN_MS = 200
-
 -- A refusal: when to look again (the earliest expiry or end of a live
 -- session, or the grace's end), and, if slots are free but owed to the
 -- heads ahead, the client ids of their connections, for the caller to ask

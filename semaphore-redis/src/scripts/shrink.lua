@@ -96,6 +96,8 @@ local function shrink_ops()
         local id = ARGV[A]
         local r = record(k, id)
         if not r then return 0 end
+        -- Returned by its holder: a handed lease was taken.
+        take(k, id, r)
         drop_lease(k, id, r)
         if tonumber(r.e) > now_ms and not (r.s and not alive(r.s)) then
             local head = ARGV[A + 1] == '1' and hand_on(k)
@@ -118,12 +120,27 @@ local function shrink_ops()
             drop_lease(k, id, r)
             return {1}
         end
+        -- Renewed by its holder: a handed lease is taken.
+        take(k, id, r)
         local exp = math.min(now_ms + ttl, MAX_MS)
         r.e = fmt(exp)
         redis.call('HSET', k.leases, id, cjson.encode(r))
         redis.call('ZADD', k.exp, exp, id)
         wake(k)
         return lease_reply(id, r)
+    end
+
+    if op == 'confirm' then
+        -- The head's process holds lease ARGV[A], which a return handed it
+        -- (`hand_on`'s message), since it arrived: taken, so that the
+        -- head's place no longer bounds it. 1 if it is active, 0 if not
+        -- (it expired, its session ended, or it was freed at its bound).
+        local k = K(1)
+        local id = ARGV[A]
+        local r = record(k, id)
+        if not r or tonumber(r.e) <= now_ms or (r.s and not alive(r.s)) then return 0 end
+        take(k, id, r)
+        return 1
     end
 
     if op == 'unbind' then
@@ -135,6 +152,7 @@ local function shrink_ops()
         local id = ARGV[A]
         local r = record(k, id)
         if not r then return 0 end
+        take(k, id, r)
         if r.s then
             local field = 's:' .. r.s
             if redis.call('HINCRBY', k.pool, field, -1) <= 0 then redis.call('HDEL', k.pool, field) end
