@@ -21,6 +21,7 @@ pub use crate::wait::{Changes, Claim};
 /// Re-exported so that stores name the same `async_trait` as the trait.
 pub use ::async_trait::async_trait;
 
+mod arrival;
 mod batch;
 mod fork;
 mod shared;
@@ -30,6 +31,7 @@ mod timeouts;
 pub use crate::keys::{KEY_DIGEST_SEPARATOR, key_name, stored_key};
 pub use crate::primitives::{InPlace, Parts, Store};
 pub use crate::request::{BorrowRequest, TryBorrow, TryBorrowAll};
+pub use arrival::Handed;
 pub use batch::Batches;
 pub use fork::ForkCheck;
 pub use shared::{

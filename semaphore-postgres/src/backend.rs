@@ -56,10 +56,14 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   not) runs on a task of its own, so the lease is delivered, or the
 ///   slot freed and told of, even if the caller drops `release`. Another
 ///   process's head, first in `semaphore_waiters` and asking for one
-///   unkeyed slot, finds the slot marked `granted_to` it at its next look
-///   and takes it; if it leaves first, it frees that slot, and if its
-///   process died, the slot frees itself within 1 s (until taken, its
-///   lease lasts at most that). Any other
+///   unkeyed slot, gets the slot marked `granted_to` it, and the
+///   return's notification carries the lease: a bound borrower holds it
+///   from the notification's arrival, its store confirming it in the
+///   background, its session vouching for at most 1 s until then
+///   ([`Limits::handed_bound`](semaphore_core::Limits::handed_bound));
+///   an unbound one takes it at its next look. If it leaves first, it
+///   frees that slot, and if its process died, the slot frees itself
+///   within 1 s (until taken, its lease lasts at most that). Any other
 ///   head (weighted, keyed, gone, or looking at that instant) is woken
 ///   instead.
 /// - **Wake-up:** one `LISTEN` connection per store; the functions that can
@@ -273,6 +277,11 @@ impl PostgresStore {
             ends: session.ends(),
             poll: options.poll_interval,
             time: options.time.clone(),
+            arrivals: crate::arrival::Arrivals {
+                connections: pool.clone(),
+                sql: sql.clone(),
+                time: options.time.clone(),
+            },
         });
         let store = Self {
             pool,
@@ -450,6 +459,9 @@ impl PostgresStore {
                 operation: "return",
             });
         }
+        // A lease held on arrival and not yet confirmed: its confirmation
+        // may now find it returned.
+        self.session.returning(lease);
         let returning = Returning {
             connections: self.pool.clone(),
             sql: self.sql.clone(),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use semaphore_core::store::{Changes, SessionEnds};
+use semaphore_core::store::{Changes, Handed, SessionEnds};
 use semaphore_core::{PoolId, SessionId};
 use tokio::sync::oneshot;
 use tokio_postgres::tls::NoTlsStream;
@@ -50,6 +50,8 @@ pub(crate) struct Setup {
     pub(crate) ends: SessionEnds,
     pub(crate) poll: Duration,
     pub(crate) time: Time,
+    /// Where handed leases are held on arrival and confirmed.
+    pub(crate) arrivals: crate::arrival::Arrivals,
 }
 
 /// Starts the listener on the current tokio runtime.
@@ -94,7 +96,7 @@ async fn session(setup: &Setup, backend: &AtomicI32) {
     loop {
         tokio::select! {
             message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
-                if !dispatch(&setup.changes, &setup.ends, message) {
+                if !dispatch(setup, message) {
                     return;
                 }
             }
@@ -153,7 +155,7 @@ async fn drive<T>(
         tokio::select! {
             out = &mut work => return out,
             message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
-                if !dispatch(&setup.changes, &setup.ends, message) {
+                if !dispatch(setup, message) {
                     return None;
                 }
             }
@@ -161,19 +163,31 @@ async fn drive<T>(
     }
 }
 
-/// Hands a notification on: a pool's id to the waiters of its pool, `s:`
-/// and a session's id to the store's session; `false` once the connection
-/// has ended.
-fn dispatch(
-    changes: &Changes,
-    ends: &SessionEnds,
-    message: Option<Result<AsyncMessage, tokio_postgres::Error>>,
-) -> bool {
+/// Hands a notification on: a pool's id to the waiters of its pool; `g:`
+/// and a lease a return handed to a queued head to that head, which holds
+/// it from now if it waits here, and otherwise the pool's id; `s:` and a
+/// session's id to the store's session; `false` once the connection has
+/// ended.
+fn dispatch(setup: &Setup, message: Option<Result<AsyncMessage, tokio_postgres::Error>>) -> bool {
+    let (changes, ends) = (&setup.changes, &setup.ends);
     match message {
         Some(Ok(AsyncMessage::Notification(n))) => {
             if let Some(session) = n.payload().strip_prefix("s:") {
                 if let Ok(id) = session.parse::<uuid::Uuid>() {
                     ends.ended_on_store(SessionId::from_uuid(id));
+                }
+                return true;
+            }
+            if let Some(handed) = n.payload().strip_prefix("g:") {
+                match Handed::parse(handed) {
+                    Some(handed) => {
+                        let pool = handed.lease.pool;
+                        // Every other process looks, as for the pool's id.
+                        if !setup.arrivals.hold(changes, ends, handed) {
+                            changes.notify(pool);
+                        }
+                    }
+                    None => changes.notify_all(),
                 }
                 return true;
             }

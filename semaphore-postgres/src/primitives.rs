@@ -49,6 +49,14 @@ impl Store for PostgresStore {
         }
     }
 
+    /// 1 s: a slot handed to another process's head lasts at most that
+    /// until the head takes it.
+    fn handed_bound(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_millis(
+            crate::schema::HANDED_BOUND_MS,
+        ))
+    }
+
     async fn register(&self, pool: PoolId, count: u32) -> Result<PoolState> {
         let (now, count) = (self.now_param(), i64::from(count));
         let rows = self

@@ -58,6 +58,7 @@ impl Returning {
         let rows = self.call(&client, pool, lease, claim.as_ref()).await?;
         let answer = returned(&rows)?;
         let (mut handed, mut free) = (answer.handed, answer.free);
+        let mut handed_lease = answer.handed_lease;
         let row = first(&rows, OPERATION)?;
         let attempt = sql::attempt_at(row, pool, 8).map_err(storage(OPERATION))?;
         if let (Some(claim), Attempt::Granted(granted)) = (claim, attempt)
@@ -67,11 +68,15 @@ impl Returning {
             let again = returned(&self.call(&client, pool, unwanted.id, None).await?)?;
             handed |= again.handed;
             free |= again.free;
+            handed_lease = handed_lease.or(again.handed_lease);
         }
         // Nobody to wake when the slot went on to this process's head.
         if handed || free {
-            let wake: [(&(dyn ToSql + Sync), Type); 2] =
-                [(pool.as_uuid(), Type::UUID), (&handed, Type::BOOL)];
+            let wake: [(&(dyn ToSql + Sync), Type); 3] = [
+                (pool.as_uuid(), Type::UUID),
+                (&handed, Type::BOOL),
+                (&handed_lease, Type::UUID),
+            ];
             let _woken = sql::run(&client, self.sql.prepared, &self.sql.wake, &wake).await;
         }
         Ok(answer.returned)
@@ -109,15 +114,26 @@ pub(crate) struct Returned {
     pub(crate) handed: bool,
     /// Its slot was left free.
     pub(crate) free: bool,
+    /// The lease its slot went to, if another process's queued head got
+    /// it: the wake-up carries it, for the head to hold on arrival.
+    pub(crate) handed_lease: Option<uuid::Uuid>,
 }
 
 pub(crate) fn returned(rows: &[Row]) -> Result<Returned> {
     let row = first(rows, OPERATION)?;
     let get = |i| row.try_get(i).map_err(storage(OPERATION));
+    let status: i16 = row.try_get(0).map_err(storage(OPERATION))?;
+    let handed: bool = get(6)?;
+    let handed_lease = if status == 1 && handed {
+        row.try_get(1).map_err(storage(OPERATION))?
+    } else {
+        None
+    };
     Ok(Returned {
         returned: get(5)?,
-        handed: get(6)?,
+        handed,
         free: get(7)?,
+        handed_lease,
     })
 }
 

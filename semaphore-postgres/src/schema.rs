@@ -39,19 +39,25 @@ use migrate::{before_3, migrate_from, shape_3};
 /// takes it, so that a head whose process died frees it within that bound.
 /// Version 10 has the same tables; a head's leaving takes the head's lock
 /// before its place and its handed slot, as the returns do (a return and a
-/// leave met in a deadlock). Versions 1 to 9 are migrated in place
+/// leave met in a deadlock). Version 11 has the same tables; a return that
+/// hands its slot to another process's queued head names the lease, and its
+/// wake-up's notification carries it (`semaphore_returned` takes the lease's
+/// id), for the head's process to hold on arrival. Versions 1 to 10 are
+/// migrated in place
 /// ([`migrate`]); the bound leases of 1 to 4 become unbound (left to
 /// their ttl), since the processes that held them are gone before a
 /// migration.
-pub(crate) const VERSION: i32 = 10;
+pub(crate) const VERSION: i32 = 11;
 
 /// How long a slot a return handed to another process's queued head lasts
 /// until the head takes it (ms): the head's process, woken by the return's
 /// notification, takes it at its next look, within milliseconds; a head
 /// whose process died (SIGKILL, a crash) leaves it to expire within this
 /// bound, not at its session's end (R16, rule "A handed slot is held on
-/// arrival": at most 1 s). A live head that looks later than this finds the
-/// slot gone and asks again as a newcomer.
+/// arrival": at most 1 s). The head's process holds it from the
+/// notification's arrival, its session vouching until this bound, and
+/// confirms it at once (version 11). A live head that looks later than this
+/// finds the slot gone and asks again as a newcomer.
 pub(crate) const HANDED_BOUND_MS: u64 = 1000;
 
 /// How long a queued head's row stays without being refreshed before other
@@ -380,7 +386,7 @@ async fn prepare_once(client: &Client, schema: &str, migrate: bool) -> Result<()
                 schema,
                 &format!("the store's tables at schema version {old}"),
             )),
-            Some(old @ 1..=9) => migrate_from(client, schema, old, &expected).await,
+            Some(old @ 1..=10) => migrate_from(client, schema, old, &expected).await,
             Some(v) if v > VERSION => Err(Error::SchemaMismatch {
                 expected: format!("schema version {VERSION} or older"),
                 found: format!("schema version {v}: written by a newer version of this library"),

@@ -294,14 +294,33 @@ END $$;
 -- queue: in one statement the look's snapshot would come first, and a
 -- borrow that committed its place between that snapshot and the try
 -- would be neither seen holding the gate nor seen queued.
-CREATE OR REPLACE FUNCTION {s}.semaphore_returned(p_pool uuid, p_handed boolean) RETURNS void
+--
+-- If the return handed its slot to another process's head as lease
+-- p_lease (version 11), the notification carries that lease for the
+-- head's process to hold on arrival (rule "A handed slot is held on
+-- arrival"): 'g:', the head, the pool, the lease, its position and token,
+-- its expiry as its holder counts it (from the hand-off, its head's ttl),
+-- its bound (the row's expiry until the head takes it), its session.
+CREATE OR REPLACE FUNCTION {s}.semaphore_returned(p_pool uuid, p_handed boolean, p_lease uuid)
+RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE v_open boolean;
+DECLARE v_open boolean; v_payload text;
 BEGIN
+    IF p_lease IS NOT NULL THEN
+        SELECT 'g:' || l.granted_to || ':' || p_pool || ':' || l.lease || ':' || l.position
+                || ':' || l.token || ':'
+                || least(l.expires_at - least(w.ttl, {handed_bound}) + w.ttl, {max_ms})
+                || ':' || l.expires_at || ':' || l.session
+            INTO v_payload
+            FROM {s}.semaphore_slots l
+            JOIN {s}.semaphore_waiters w ON w.pool = l.pool AND w.waiter = l.granted_to
+            WHERE l.pool = p_pool AND l.lease = p_lease AND l.session IS NOT NULL
+                AND w.ttl IS NOT NULL;
+    END IF;
     v_open := p_handed OR pg_try_advisory_xact_lock_shared({s}.semaphore_gate(p_pool));
     IF p_handed OR NOT v_open
         OR EXISTS (SELECT 1 FROM {s}.semaphore_waiters WHERE pool = p_pool) THEN
-        PERFORM pg_notify('{channel}', p_pool::text);
+        PERFORM pg_notify('{channel}', coalesce(v_payload, p_pool::text));
     END IF;
 END $$;
 
@@ -738,7 +757,7 @@ RETURNS TABLE (o_status smallint, o_lease uuid, o_positions bigint[], o_token bi
 LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE v_now bigint; v_count bigint; v_pos bigint; v_tok bigint; v_exp bigint; v_id uuid;
     v_head {s}.semaphore_waiters%ROWTYPE; v_free boolean := true; v_session uuid;
-    v_open boolean; v_queued boolean; v_returned boolean;
+    v_open boolean; v_queued boolean; v_returned boolean; v_handed uuid; v_taker uuid;
 BEGIN
     v_now := {s}.semaphore_now(p_now);
     -- The common path (version 7): no head of the caller's process
@@ -770,11 +789,21 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    -- A lease handed to another process's head, returned by its holder
+    -- (it held it on arrival) before its process confirmed it (version
+    -- 11), active or not: the head's place, kept until then, goes too
+    -- (after the slot, in the order the head's own take locks them).
+    SELECT l.granted_to INTO v_taker FROM {s}.semaphore_slots l
+        WHERE l.pool = p_pool AND l.lease = p_lease AND l.granted_to IS NOT NULL LIMIT 1;
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
             owner = NULL, borrow_key = NULL, session = NULL, granted_to = NULL
         WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
         AND {s}.semaphore_alive(l.session, v_now);
-    IF NOT FOUND THEN
+    v_returned := FOUND;
+    IF v_taker IS NOT NULL THEN
+        DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = v_taker;
+    END IF;
+    IF NOT v_returned THEN
         RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
             NULL::bigint, false, false, false, NULL::uuid;
         RETURN;
@@ -859,6 +888,7 @@ BEGIN
         v_free := false;
         v_session := v_head.session;
         IF p_grant IS NULL THEN
+            v_handed := v_id;
             v_id := NULL;
         END IF;
     END;
@@ -866,7 +896,9 @@ BEGIN
         RETURN QUERY SELECT 0::smallint, v_id, ARRAY[v_pos], v_tok, v_exp, true, false, v_free,
             v_session;
     ELSE
-        RETURN QUERY SELECT 1::smallint, NULL::uuid, NULL::bigint[], NULL::bigint,
+        -- The lease handed to another process's head, if any (version
+        -- 11): its wake-up carries it.
+        RETURN QUERY SELECT 1::smallint, v_handed, NULL::bigint[], NULL::bigint,
             NULL::bigint, true, NOT v_free, v_free, NULL::uuid;
     END IF;
 END $$;

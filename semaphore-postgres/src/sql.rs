@@ -57,6 +57,9 @@ pub(crate) struct Sql {
     pub(crate) queue_heads: String,
     /// The wake-up after a return, in a transaction of its own.
     pub(crate) wake: String,
+    /// The confirmation of a handed lease held on arrival: the head takes
+    /// it, to the expiry its holder counts.
+    pub(crate) confirm: String,
     /// A session's heartbeat and its close.
     pub(crate) beat: String,
     pub(crate) close: String,
@@ -245,7 +248,11 @@ impl Sql {
                     AND w.pool = $1 AND w.alive_until > t.now AND w.ticket <= me.ticket
                     AND NOT {s}.semaphore_is_handed($1, w.waiter, t.now)",
             ),
-            wake: f("SELECT {s}.semaphore_returned($1, $2)"),
+            wake: f("SELECT {s}.semaphore_returned($1, $2, $3)"),
+            confirm: f(
+                "SELECT t.o_lease FROM (SELECT {s}.semaphore_now($4) AS now) n,
+                    {s}.semaphore_take_handed($1, $2, greatest($3 - n.now, 1), n.now) t",
+            ),
             beat: f("SELECT {s}.semaphore_beat($1, $2, $3, $4)"),
             close: f("SELECT {s}.semaphore_close($1)"),
             unbind: f("SELECT {s}.semaphore_unbind($1, $2, $3)"),

@@ -132,6 +132,7 @@ impl PostgresStore {
         lease: LeaseId,
     ) -> Result<bool> {
         self.check_pool(pool)?;
+        self.session.returning(lease);
         let (now, id) = (self.now_param(), pool.id());
         // Only another process's queued head may be handed the slot here:
         // this process's would learn of its lease before `tx` commits.
@@ -151,8 +152,11 @@ impl PostgresStore {
         let answer = crate::returning::returned(&rows)?;
         // The wake-up (a notification if a head is queued or was handed
         // the slot) is sent at `tx`'s commit.
-        let wake: [(&(dyn ToSql + Sync), Type); 2] =
-            [(id.as_uuid(), Type::UUID), (&answer.handed, Type::BOOL)];
+        let wake: [(&(dyn ToSql + Sync), Type); 3] = [
+            (id.as_uuid(), Type::UUID),
+            (&answer.handed, Type::BOOL),
+            (&answer.handed_lease, Type::UUID),
+        ];
         tx.query_typed(&self.statements().wake, &wake)
             .await
             .map_err(storage("return"))?;

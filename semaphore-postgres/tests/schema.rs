@@ -48,7 +48,7 @@ async fn a_missing_database_is_named_in_the_error() {
     assert!(shown.contains("3D000"), "{shown}");
 }
 
-/// Turns the version 10 schema `schema` into version `old`'s shape, with
+/// Turns the version 11 schema `schema` into version `old`'s shape, with
 /// pool `pool_id` (count 3) and one lease at position 0.
 async fn downgrade(
     client: &tokio_postgres::Client,
@@ -57,9 +57,10 @@ async fn downgrade(
     pool_id: semaphore_postgres::PoolId,
 ) {
     if old >= 6 {
-        // Versions 6 to 9 had the same tables, and functions of the same
-        // arguments but one (8's `semaphore_handed`, which 9 replaced);
-        // one of them stands in for the old ones here (9's `semaphore_leave_queue`
+        // Versions 6 to 10 had the same tables, and functions of the same
+        // arguments but two (8's `semaphore_handed`, which 9 replaced, and
+        // the wake-up, `semaphore_returned`, which 11 replaced); one of
+        // them stands in for the old ones here (9's `semaphore_leave_queue`
         // differs from 10's in its body only).
         client
             .batch_execute(&format!(
@@ -161,7 +162,7 @@ async fn downgrade(
     }
 }
 
-/// Marks schema `schema` as version `old` (6 to 9), with a `semaphore_delete` that
+/// Marks schema `schema` as version `old` (6 to 10), with a `semaphore_delete` that
 /// deletes nothing standing in for that version's functions, which a
 /// migration replaces.
 async fn as_version(client: &tokio_postgres::Client, schema: &str, old: i32) {
@@ -177,21 +178,24 @@ async fn as_version(client: &tokio_postgres::Client, schema: &str, old: i32) {
             "UPDATE \"{schema}\".semaphore_store SET schema_version = {old};
              {columns}
              CREATE OR REPLACE FUNCTION \"{schema}\".semaphore_delete(p_pool uuid)
-             RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;"
+             RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;
+             DROP FUNCTION \"{schema}\".semaphore_returned(uuid, boolean, uuid);
+             CREATE FUNCTION \"{schema}\".semaphore_returned(p_pool uuid, p_handed boolean)
+             RETURNS void LANGUAGE sql AS $$ SELECT $$;"
         ))
         .await
         .unwrap();
 }
 
-/// A schema written at version 1 to 9 (up to 3 a row per held
+/// A schema written at version 1 to 10 (up to 3 a row per held
 /// slot in `semaphore_leases`; at 1 and 2 a lease id unique, queued heads
 /// without a weight, older functions; up to 4 leases bound to backends, no
 /// sessions; up to 5 no triggers on the sessions; up to 8 older functions;
-/// one lease held) is migrated in place to version 10 when a store of this
+/// one lease held) is migrated in place to version 11 when a store of this
 /// version connects, keeping its lease, and then grants weighted leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_to_9_schema_is_migrated() {
-    for old in [1, 2, 3, 4, 5, 6, 7, 8, 9] {
+async fn a_version_1_to_10_schema_is_migrated() {
+    for old in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
         let schema = TestServer::fresh_schema();
         drop(open(&schema).await.unwrap());
         let (client, connection) = tokio_postgres::connect(TestServer::shared().url(), NoTls)
@@ -205,7 +209,20 @@ async fn a_version_1_to_9_schema_is_migrated() {
             .await
             .unwrap_or_else(|e| panic!("the version {old} schema was refused: {e}"));
         let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-        assert_eq!(found, 10, "from version {old}");
+        assert_eq!(found, 11, "from version {old}");
+        let old_wakes: i64 = client
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                     WHERE n.nspname = '{schema}' AND p.proname = 'semaphore_returned'
+                         AND p.pronargs = 2"
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(old_wakes, 0, "version {old}'s wake-up was left beside 11's");
         let pool = semaphore_postgres::Pool::new(std::sync::Arc::new(store), pool_id);
         assert_eq!(
             pool.inspect().await.unwrap().in_use,
@@ -272,7 +289,7 @@ async fn a_version_6_schema_in_use_is_migrated_under_its_leases_and_waiters() {
     let migrating = semaphore_postgres::Pool::new(Arc::new(open(&schema).await.unwrap()), pool_id);
     let version = format!("SELECT schema_version FROM \"{schema}\".semaphore_store");
     let found: i32 = client.query_one(&version, &[]).await.unwrap().get(0);
-    assert_eq!(found, 10);
+    assert_eq!(found, 11);
     assert_eq!(
         migrating.inspect().await.unwrap().in_use,
         1,

@@ -2,18 +2,15 @@
 //! a return that hands its slot to a queued head of this store (`hand_on`
 //! in the scripts) publishes the lease itself on the store's own channel;
 //! the head holds it from the message's arrival, without a look, and the
-//! store confirms it to the server in the background. Until the
+//! store confirms it in the background ([`Handed::hold`]). Until the
 //! confirmation lands, the server may free the lease at its liveness bound
-//! (the head's place lapsing, or 200 ms after the hand-off if the head's
-//! connection is gone), so the lease's session vouches only until then
-//! ([`SessionEnds::unconfirmed`]); a confirmation that finds the lease
-//! gone, or does not land in time, loses the session, and every holder of
-//! its leases is told.
+//! (the head's place lapsing, or [`HANDED_BOUND`] after the hand-off if
+//! the head's connection is gone), which the message carries.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use semaphore_core::store::{Changes, DecidingClock, SessionEnds, Unconfirmed, WAITER_TTL_MS};
-use semaphore_core::{Lease, LeaseId, PoolId, SessionId, store::WaiterId};
+use semaphore_core::store::{Changes, DecidingClock, Handed, SessionEnds, WAITER_TTL_MS};
+use semaphore_core::{LeaseId, PoolId};
 
 use crate::scripts::{self, Common, Kind};
 use crate::slots::Place;
@@ -24,9 +21,6 @@ use crate::{Connection, keys};
 /// `UNTAKEN_MS`. Sooner if the head's place lapses first.
 pub(crate) const HANDED_BOUND: Duration = Duration::from_millis(200);
 
-/// The first pause before a failed confirmation is sent again.
-const RETRY_FIRST: Duration = Duration::from_millis(5);
-
 /// What confirming a lease needs: the store's connection and the shape of
 /// its scripts' calls (one server: the store's own channel is there).
 #[derive(Debug, Clone)]
@@ -36,78 +30,21 @@ pub(crate) struct Arrivals {
     pub(crate) time: DecidingClock,
 }
 
-/// A handed lease as its message tells of it: `g:<head>:<pool>:<lease
-/// id>:<position>:<token>:<expiry>:<bound>:<session>` (times in unix ms
-/// on the server's clock).
-pub(crate) struct Handed {
-    pub(crate) waiter: WaiterId,
-    pub(crate) lease: Lease,
-    /// The latest instant the server may free the lease untaken.
-    pub(crate) bound: SystemTime,
-}
-
-/// Parses the fields after the pool's id of a `g:` message; `None` for a
-/// message without the lease (one for an unbound lease, or from an
-/// earlier version of the scripts) or one that does not parse.
-pub(crate) fn parse(waiter: WaiterId, pool: PoolId, rest: &str) -> Option<Handed> {
-    let mut fields = rest.split(':');
-    let id = fields.next()?.parse::<uuid::Uuid>().ok()?;
-    let position = fields.next()?.parse::<u32>().ok()?;
-    let token = fields.next()?.parse::<u64>().ok()?;
-    let expiry = fields.next()?.parse::<u64>().ok()?;
-    let bound = fields.next()?.parse::<u64>().ok()?;
-    let session = fields.next()?.parse::<uuid::Uuid>().ok()?;
-    let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
-    let lease = Lease::new(LeaseId::from_uuid(id), pool, position, token, at(expiry))
-        .with_session(Some(SessionId::from_uuid(session)));
-    Some(Handed {
-        waiter,
-        lease,
-        bound: at(bound),
-    })
-}
-
 impl Arrivals {
-    /// Gives `handed` to its borrower if it waits here and can take it
-    /// now, bounding its session until the confirmation lands; whether it
-    /// did. Otherwise the borrower is told, and takes the lease at its
-    /// next look.
-    pub(crate) fn deliver(
-        &self,
-        changes: &Changes,
-        ends: Option<&SessionEnds>,
-        handed: Handed,
-    ) -> bool {
-        let (pool, id, expiry) = (handed.lease.pool, handed.lease.id, handed.lease.expires_at);
-        let Some(session) = handed.lease.session else {
-            return false;
-        };
-        // Bound first: the holder must never see its session vouch past
-        // the bound while the lease is unconfirmed.
-        let Some(unconfirmed) = ends.and_then(|ends| ends.unconfirmed(session, handed.bound))
-        else {
-            return false;
-        };
-        if changes.arrived(pool, handed.waiter, handed.lease).is_err() {
-            unconfirmed.withdraw();
-            return false;
-        }
-        tokio::spawn(self.clone().confirm(pool, id, expiry, unconfirmed));
-        true
+    /// Holds `handed` for its head if it waits here (see [`Handed::hold`]),
+    /// confirming it with the scripts' `confirm`.
+    pub(crate) fn hold(&self, changes: &Changes, ends: Option<&SessionEnds>, handed: Handed) {
+        let (pool, id) = (handed.lease.pool, handed.lease.id);
+        let this = self.clone();
+        handed.hold(changes, ends, &self.time, move || {
+            let this = this.clone();
+            async move { this.confirm(pool, id).await }
+        });
     }
 
-    /// Confirms lease `id` of `pool` to the server, again after each
-    /// failure, until the lease's expiry: confirmed (even past the bound:
-    /// the server had not freed it), the bound is lifted; found gone, or
-    /// never confirmed, the session is lost (dropping `unconfirmed`).
-    async fn confirm(
-        self,
-        pool: PoolId,
-        id: LeaseId,
-        expiry: SystemTime,
-        unconfirmed: Unconfirmed,
-    ) {
-        let clock = self.time.clock();
+    /// One `confirm` call: whether lease `id` of `pool` was active, and is
+    /// now taken.
+    async fn confirm(&self, pool: PoolId, id: LeaseId) -> semaphore_core::Result<bool> {
         let place = Place::server(&self.prefix);
         let common = Common {
             time: &self.time,
@@ -123,26 +60,10 @@ impl Arrivals {
             &common,
         );
         call.arg(id.to_string());
-        let mut backoff = RETRY_FIRST;
-        let attempts = async {
-            loop {
-                let mut connection = self.connection.clone();
-                match call.invoke_async(&mut connection).await {
-                    Ok(redis::Value::Int(1)) => return true,
-                    Ok(_) => return false,
-                    Err(_) => {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_millis(50));
-                    }
-                }
-            }
-        };
-        let confirmed = tokio::select! {
-            confirmed = attempts => confirmed,
-            () = clock.sleep_until(expiry) => false,
-        };
-        if confirmed {
-            unconfirmed.confirmed();
-        }
+        let answer = call
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(crate::error::storage("confirm"))?;
+        Ok(crate::reply::int("confirm", &answer)? == 1)
     }
 }

@@ -213,6 +213,9 @@ impl Store for RedisStore {
     /// same script, if it is one a return may hand a slot to (see
     /// the crate's README): that head alone is told.
     async fn return_lease(&self, pool: PoolId, lease: LeaseId) -> Result<bool> {
+        // A lease held on arrival and not yet confirmed: its confirmation
+        // may now find it returned.
+        self.session.returning(lease);
         let mut call = self.invocation(Kind::Shrink, "return", [pool]);
         call.arg(lease.as_uuid().to_string())
             .arg(if self.changes.hand_offs_allowed() {

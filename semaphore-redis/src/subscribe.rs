@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use semaphore_core::PoolId;
 use semaphore_core::SessionId;
-use semaphore_core::store::{Changes, DecidingClock, ServerClock, SessionEnds};
+use semaphore_core::store::{Changes, DecidingClock, Handed, ServerClock, SessionEnds};
 use tokio::sync::oneshot;
 
 use crate::arrival::Arrivals;
@@ -127,26 +127,20 @@ pub(crate) fn dispatch(
 ) {
     let text = std::str::from_utf8(payload).unwrap_or("");
     if let Some(handed) = text.strip_prefix("g:") {
-        let mut fields = handed.splitn(3, ':');
-        let waiter = fields.next().and_then(|w| w.parse::<uuid::Uuid>().ok());
-        let pool = fields.next().and_then(|p| p.parse::<uuid::Uuid>().ok());
-        let (Some(waiter), Some(pool)) = (waiter, pool) else {
-            changes.notify_all();
-            return;
-        };
-        let (waiter, pool) = (
-            semaphore_core::store::WaiterId::from_uuid(waiter),
-            PoolId::from_uuid(pool),
-        );
-        let lease = fields
-            .next()
-            .and_then(|rest| crate::arrival::parse(waiter, pool, rest));
-        if let (Some(arrivals), Some(handed)) = (arrivals, lease)
-            && arrivals.deliver(changes, ends.get(), handed)
-        {
+        if let (Some(arrivals), Some(lease)) = (arrivals, Handed::parse(handed)) {
+            arrivals.hold(changes, ends.get(), lease);
             return;
         }
-        changes.notify_waiter(pool, waiter);
+        let mut fields = handed.split(':');
+        let waiter = fields.next().and_then(|w| w.parse::<uuid::Uuid>().ok());
+        let pool = fields.next().and_then(|p| p.parse::<uuid::Uuid>().ok());
+        match (waiter, pool) {
+            (Some(waiter), Some(pool)) => changes.notify_waiter(
+                PoolId::from_uuid(pool),
+                semaphore_core::store::WaiterId::from_uuid(waiter),
+            ),
+            _ => changes.notify_all(),
+        }
         return;
     }
     if let Some(session) = text.strip_prefix("s:") {

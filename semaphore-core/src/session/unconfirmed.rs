@@ -5,12 +5,12 @@
 //! that bound at most ([`Unconfirmed`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::SystemTime;
 
 use super::Shared;
 use super::beat::SessionEnds;
-use crate::id::SessionId;
+use crate::id::{LeaseId, SessionId};
 
 /// The bounds in force: each handed lease not yet confirmed, with its
 /// session and its bound on the deciding clock.
@@ -20,7 +20,18 @@ pub(crate) struct Caps {
     /// atomic load.
     count: AtomicUsize,
     next: AtomicU64,
-    bounds: parking_lot::Mutex<Vec<(u64, SessionId, SystemTime)>>,
+    bounds: parking_lot::Mutex<Vec<Cap>>,
+}
+
+/// One handed lease's bound.
+struct Cap {
+    key: u64,
+    session: SessionId,
+    until: SystemTime,
+    lease: LeaseId,
+    /// Set once its holder returned it: a confirmation that then finds it
+    /// gone loses nothing.
+    returned: Arc<AtomicBool>,
 }
 
 impl Caps {
@@ -32,17 +43,20 @@ impl Caps {
         let bounds = self.bounds.lock();
         bounds
             .iter()
-            .filter(|(_, session, _)| *session == id)
-            .map(|(_, _, until)| *until)
+            .filter(|cap| cap.session == id)
+            .map(|cap| cap.until)
             .min()
     }
 
-    fn remove(&self, key: u64) {
-        let mut bounds = self.bounds.lock();
-        if let Some(i) = bounds.iter().position(|(k, _, _)| *k == key) {
-            bounds.swap_remove(i);
-            self.count.fetch_sub(1, Ordering::AcqRel);
+    /// Lifts the bound `which` picks, if it is in force; the bound lifted.
+    fn remove(&self, which: impl Fn(&Cap) -> bool) -> Option<Cap> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
         }
+        let mut bounds = self.bounds.lock();
+        let i = bounds.iter().position(which)?;
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        Some(bounds.swap_remove(i))
     }
 }
 
@@ -69,14 +83,26 @@ impl SessionEnds {
     /// handed lease on the deciding clock, after which the store may free it.
     /// `None` if `id` is not the open session (its leases are lost
     /// already) or the session is gone.
-    pub fn unconfirmed(&self, id: SessionId, until: SystemTime) -> Option<Unconfirmed> {
+    pub fn unconfirmed(
+        &self,
+        id: SessionId,
+        lease: LeaseId,
+        until: SystemTime,
+    ) -> Option<Unconfirmed> {
         let shared = self.0.upgrade()?;
         // Not the open session: its leases are lost already.
         shared.end_of(id)?;
         let key = shared.caps.next.fetch_add(1, Ordering::Relaxed);
+        let returned = Arc::new(AtomicBool::new(false));
         {
             let mut bounds = shared.caps.bounds.lock();
-            bounds.push((key, id, until));
+            bounds.push(Cap {
+                key,
+                session: id,
+                until,
+                lease,
+                returned: returned.clone(),
+            });
             shared.caps.count.fetch_add(1, Ordering::AcqRel);
         }
         // Wakes those waiting for the session's end to look again.
@@ -85,8 +111,22 @@ impl SessionEnds {
             shared: Arc::downgrade(&shared),
             key,
             session: id,
+            returned,
             done: false,
         })
+    }
+}
+
+impl super::Session {
+    /// Its holder returns `lease`, held on arrival: if it is not yet
+    /// confirmed ([`SessionEnds::unconfirmed`]), its bound is lifted (the
+    /// holder no longer acts on it), and a confirmation that finds it gone
+    /// loses nothing. A store calls it as its return of a lease begins.
+    /// Costs one atomic load when no lease is unconfirmed.
+    pub fn returning(&self, lease: LeaseId) {
+        if let Some(cap) = self.shared.caps.remove(|cap| cap.lease == lease) {
+            cap.returned.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -107,6 +147,7 @@ pub struct Unconfirmed {
     shared: std::sync::Weak<Shared>,
     key: u64,
     session: SessionId,
+    returned: Arc<AtomicBool>,
     done: bool,
 }
 
@@ -115,7 +156,7 @@ impl Unconfirmed {
     pub fn confirmed(mut self) {
         self.done = true;
         if let Some(shared) = self.shared.upgrade() {
-            shared.caps.remove(self.key);
+            shared.caps.remove(|cap| cap.key == self.key);
         }
     }
 
@@ -129,7 +170,7 @@ impl Unconfirmed {
 
 impl Drop for Unconfirmed {
     fn drop(&mut self) {
-        if self.done {
+        if self.done || self.returned.load(Ordering::Acquire) {
             return;
         }
         let Some(shared) = self.shared.upgrade() else {
@@ -140,7 +181,7 @@ impl Drop for Unconfirmed {
             super::beat::lose(&shared, Some(self.session));
             shared.wake.notify_one();
         }
-        shared.caps.remove(self.key);
+        shared.caps.remove(|cap| cap.key == self.key);
     }
 }
 
@@ -190,7 +231,10 @@ mod tests {
     async fn an_unconfirmed_lease_bounds_its_session_until_confirmed() {
         let (session, clock, id) = open().await;
         let bound = clock.now() + Duration::from_millis(200);
-        let unconfirmed = session.ends().unconfirmed(id, bound).unwrap();
+        let unconfirmed = session
+            .ends()
+            .unconfirmed(id, LeaseId::new(), bound)
+            .unwrap();
         assert_eq!(session.end_of(id), Some(bound));
         assert!(session.vouches(id));
         clock.advance(Duration::from_millis(200));
@@ -204,10 +248,19 @@ mod tests {
     async fn a_lease_found_gone_loses_the_session_and_a_withdrawn_one_does_not() {
         let (session, clock, id) = open().await;
         let bound = clock.now() + Duration::from_millis(200);
-        session.ends().unconfirmed(id, bound).unwrap().withdraw();
+        session
+            .ends()
+            .unconfirmed(id, LeaseId::new(), bound)
+            .unwrap()
+            .withdraw();
         assert!(session.vouches(id));
         let ended = session.ended(id);
-        drop(session.ends().unconfirmed(id, bound).unwrap());
+        drop(
+            session
+                .ends()
+                .unconfirmed(id, LeaseId::new(), bound)
+                .unwrap(),
+        );
         assert!(
             !session.vouches(id),
             "the session of a lease found gone vouches"
@@ -216,6 +269,27 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), ended)
             .await
             .expect("told");
-        assert!(session.ends().unconfirmed(id, bound).is_none());
+        assert!(
+            session
+                .ends()
+                .unconfirmed(id, LeaseId::new(), bound)
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lease_its_holder_returned_loses_nothing_when_found_gone() {
+        let (session, clock, id) = open().await;
+        let lease = LeaseId::new();
+        let bound = clock.now() + Duration::from_millis(200);
+        let unconfirmed = session.ends().unconfirmed(id, lease, bound).unwrap();
+        session.returning(lease);
+        clock.advance(Duration::from_millis(200));
+        assert!(session.vouches(id), "the bound outlived the return");
+        drop(unconfirmed);
+        assert!(
+            session.vouches(id),
+            "a lease returned and then found gone lost the session"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Versions 1 to 9 of the schema, taken to [`VERSION`] in place.
+//! Versions 1 to 10 of the schema, taken to [`VERSION`] in place.
 
 use semaphore_core::{Error, Result};
 use tokio_postgres::Client;
@@ -91,6 +91,12 @@ const DROP_BEFORE_5: &str = "
     DROP TYPE IF EXISTS {s}.semaphore_attempt;
 ";
 
+/// The wake-up of versions 1 to 10, whose arguments changed in version 11
+/// (it takes the handed lease's id): dropped before the script.
+const DROP_BEFORE_11: &str = "
+    DROP FUNCTION IF EXISTS {s}.semaphore_returned(uuid, boolean);
+";
+
 /// The shape of version 3: [`SHAPE_3`], whose places lack what a hand-off
 /// needs.
 pub(super) fn shape_3() -> Shape {
@@ -117,7 +123,7 @@ pub(super) fn before_3() -> Shape {
     shape
 }
 
-/// Versions 1 to 9 to [`VERSION`], in one transaction serialized with other
+/// Versions 1 to 10 to [`VERSION`], in one transaction serialized with other
 /// processes doing the same: from 1 or 2, [`MIGRATE_TO_3`] first (every
 /// lease of those is one row, so the leases need no change); from 4,
 /// [`MIGRATE_4_TO_5`]; then the script, then from 1 to 3
@@ -125,7 +131,9 @@ pub(super) fn before_3() -> Shape {
 /// script adds what 6 adds: triggers; from 6 and 7, it replaces functions
 /// that keep their arguments and rows; to 9, `semaphore_handed` goes,
 /// dropped with [`DROP_BEFORE_5`], for `semaphore_take_handed`; from 9,
-/// the script replaces `semaphore_leave_queue`). The shape is checked again after.
+/// the script replaces `semaphore_leave_queue`; to 11, the wake-up goes,
+/// dropped with [`DROP_BEFORE_11`], for one that takes the handed lease).
+/// The shape is checked again after.
 pub(super) async fn migrate_from(
     client: &Client,
     schema: &str,
@@ -140,6 +148,7 @@ pub(super) async fn migrate_from(
         before.push_str(MIGRATE_4_TO_5);
     }
     before.push_str(DROP_BEFORE_5);
+    before.push_str(DROP_BEFORE_11);
     let before = fill(&before, schema);
     let moved = if old < 4 { MIGRATE_3_TO_5 } else { "" };
     let after = fill(
