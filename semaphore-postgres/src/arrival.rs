@@ -28,6 +28,14 @@ pub(crate) struct Arrivals {
 }
 
 impl Arrivals {
+    pub(crate) fn new(connections: &ConnectionPool, sql: &Arc<Sql>, time: &DecidingClock) -> Self {
+        Self {
+            connections: connections.clone(),
+            sql: sql.clone(),
+            time: time.clone(),
+        }
+    }
+
     /// Holds `handed` for its head if it waits here (see [`Handed::hold`]);
     /// whether it did.
     pub(crate) fn hold(&self, changes: &Changes, ends: &SessionEnds, handed: Handed) -> bool {

@@ -57,13 +57,11 @@ const SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 ///   slot freed and told of, even if the caller drops `release`. Another
 ///   process's head, first in `semaphore_waiters` and asking for one
 ///   unkeyed slot, gets the slot marked `granted_to` it, and the
-///   return's notification carries the lease: a bound borrower holds it
-///   from the notification's arrival, its store confirming it in the
-///   background, its session vouching for at most 1 s until then
-///   ([`Limits::handed_bound`](semaphore_core::Limits::handed_bound));
-///   an unbound one takes it at its next look. If it leaves first, it
-///   frees that slot, and if its process died, the slot frees itself
-///   within 1 s (until taken, its lease lasts at most that). Any other
+///   notification carries the lease: a bound borrower holds it on arrival
+///   (its session vouching for at most 1 s until its store confirms it,
+///   [`Limits::handed_bound`](semaphore_core::Limits::handed_bound)), an
+///   unbound one takes it at its next look. If it leaves first, it frees
+///   that slot; if its process died, the slot frees itself within 1 s. Any other
 ///   head (weighted, keyed, gone, or looking at that instant) is woken
 ///   instead.
 /// - **Wake-up:** one `LISTEN` connection per store; the functions that can
@@ -277,11 +275,7 @@ impl PostgresStore {
             ends: session.ends(),
             poll: options.poll_interval,
             time: options.time.clone(),
-            arrivals: crate::arrival::Arrivals {
-                connections: pool.clone(),
-                sql: sql.clone(),
-                time: options.time.clone(),
-            },
+            arrivals: crate::arrival::Arrivals::new(&pool, &sql, &options.time),
         });
         let store = Self {
             pool,
@@ -459,9 +453,7 @@ impl PostgresStore {
                 operation: "return",
             });
         }
-        // A lease held on arrival and not yet confirmed: its confirmation
-        // may now find it returned.
-        self.session.returning(lease);
+        self.session.returning(lease); // held on arrival, maybe unconfirmed
         let returning = Returning {
             connections: self.pool.clone(),
             sql: self.sql.clone(),
