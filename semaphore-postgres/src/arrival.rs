@@ -3,8 +3,8 @@
 //! (`semaphore_return_lease`) sends the lease in its wake-up's
 //! notification (`semaphore_returned`); the head's process holds it from
 //! the notification's arrival, without a look, and confirms it in the
-//! background ([`Handed::hold`]): the head takes it
-//! (`semaphore_take_handed`), to the expiry its holder counts. Until then
+//! background ([`Handed::hold`]): the head takes that very lease
+//! (`semaphore_confirm_handed`), to the expiry its holder counts. Until then
 //! the lease lasts [`HANDED_BOUND_MS`](crate::schema::HANDED_BOUND_MS) at
 //! most, the bound the notification carries.
 
@@ -68,19 +68,19 @@ impl Arrivals {
             .time
             .now_param()
             .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
-        let params: [(&(dyn ToSql + Sync), Type); 4] = [
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
             (pool.as_uuid(), Type::UUID),
             (waiter.as_uuid(), Type::UUID),
+            (id.as_uuid(), Type::UUID),
             (&expiry, Type::INT8),
             (&now, Type::INT8),
         ];
         let rows = sql::run(&client, self.sql.prepared, &self.sql.confirm, &params)
             .await
             .map_err(storage(OPERATION))?;
-        let taken: Option<uuid::Uuid> = match rows.first() {
-            Some(row) => row.try_get(0).map_err(storage(OPERATION))?,
-            None => None,
-        };
-        Ok(taken == Some(*id.as_uuid()))
+        match rows.first() {
+            Some(row) => row.try_get(0).map_err(storage(OPERATION)),
+            None => Ok(false),
+        }
     }
 }

@@ -382,7 +382,7 @@ async fn prepare_once(client: &Client, schema: &str, migrate: bool) -> Result<()
         }
         return match version? {
             Some(VERSION) => Ok(()),
-            Some(old @ 1..=9) if !migrate => Err(not_migrated(
+            Some(old @ 1..=10) if !migrate => Err(not_migrated(
                 schema,
                 &format!("the store's tables at schema version {old}"),
             )),

@@ -795,6 +795,10 @@ BEGIN
     -- (after the slot, in the order the head's own take locks them).
     SELECT l.granted_to INTO v_taker FROM {s}.semaphore_slots l
         WHERE l.pool = p_pool AND l.lease = p_lease AND l.granted_to IS NOT NULL LIMIT 1;
+    IF v_taker IS NOT NULL THEN
+        -- The head's lock first, as its leave and its confirmation take it.
+        PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(v_taker));
+    END IF;
     UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
             owner = NULL, borrow_key = NULL, session = NULL, granted_to = NULL
         WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
@@ -941,12 +945,63 @@ END $$;
 CREATE OR REPLACE FUNCTION {s}.semaphore_unbind(p_pool uuid, p_lease uuid, p_now bigint)
 RETURNS boolean
 LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
-DECLARE v_now bigint := {s}.semaphore_now(p_now);
+DECLARE v_now bigint := {s}.semaphore_now(p_now); v_taker uuid; v_until bigint;
 BEGIN
-    UPDATE {s}.semaphore_slots l SET session = NULL
+    -- A lease handed to another process's head that its holder unbinds
+    -- before its process confirmed it (version 11): taken now, to the
+    -- expiry its holder counts (as semaphore_returned tells it), so that
+    -- the hand-off's bound, which the session no longer stands in for,
+    -- does not end it first; the head's place goes.
+    SELECT l.granted_to, least(l.expires_at - least(w.ttl, {handed_bound}) + w.ttl, {max_ms})
+        INTO v_taker, v_until
+        FROM {s}.semaphore_slots l
+        JOIN {s}.semaphore_waiters w ON w.pool = l.pool AND w.waiter = l.granted_to
+        WHERE l.pool = p_pool AND l.lease = p_lease AND w.ttl IS NOT NULL;
+    IF v_taker IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(v_taker));
+    END IF;
+    UPDATE {s}.semaphore_slots l SET session = NULL,
+            expires_at = greatest(l.expires_at, coalesce(v_until, 0))
         WHERE l.pool = p_pool AND l.lease = p_lease AND l.expires_at > v_now
         AND {s}.semaphore_alive(l.session, v_now);
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_taker IS NOT NULL THEN
+        DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = v_taker;
+    END IF;
+    RETURN true;
+END $$;
+
+-- The confirmation of lease p_lease, handed to queued head p_waiter of
+-- another process and held by that process since the notification that
+-- carried it arrived (version 11): taken, to expire at p_expiry at the
+-- earliest (the expiry its holder counts). Served either way, the head's
+-- place goes, and a slot handed to it since (nobody there waits for it)
+-- is freed. Whether the lease was still active. The head's lock first, as
+-- its leave takes it.
+CREATE OR REPLACE FUNCTION {s}.semaphore_confirm_handed(
+    p_pool uuid, p_waiter uuid, p_lease uuid, p_expiry bigint, p_now bigint)
+RETURNS boolean
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
+DECLARE v_now bigint := {s}.semaphore_now(p_now); v_taken boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock({s}.semaphore_waiter_key(p_waiter));
+    UPDATE {s}.semaphore_slots l
+        SET expires_at = greatest(l.expires_at, least(p_expiry, {max_ms}))
+        WHERE l.pool = p_pool AND l.lease = p_lease AND l.granted_to = p_waiter
+            AND l.expires_at > v_now AND {s}.semaphore_alive(l.session, v_now);
+    v_taken := FOUND;
+    IF NOT v_taken THEN
+        UPDATE {s}.semaphore_slots l SET lease = NULL, token = NULL, expires_at = 0,
+                owner = NULL, borrow_key = NULL, session = NULL, granted_to = NULL
+            WHERE l.pool = p_pool AND l.granted_to = p_waiter AND l.lease <> p_lease;
+    END IF;
+    DELETE FROM {s}.semaphore_waiters w WHERE w.pool = p_pool AND w.waiter = p_waiter;
+    IF NOT v_taken THEN
+        PERFORM {s}.semaphore_wake(p_pool);
+    END IF;
+    RETURN v_taken;
 END $$;
 
 -- Ends the active lease holding a position (all its slots), as a

@@ -249,10 +249,7 @@ impl Sql {
                     AND NOT {s}.semaphore_is_handed($1, w.waiter, t.now)",
             ),
             wake: f("SELECT {s}.semaphore_returned($1, $2, $3)"),
-            confirm: f(
-                "SELECT t.o_lease FROM (SELECT {s}.semaphore_now($4) AS now) n,
-                    {s}.semaphore_take_handed($1, $2, greatest($3 - n.now, 1), n.now) t",
-            ),
+            confirm: f("SELECT {s}.semaphore_confirm_handed($1, $2, $3, $4, $5)"),
             beat: f("SELECT {s}.semaphore_beat($1, $2, $3, $4)"),
             close: f("SELECT {s}.semaphore_close($1)"),
             unbind: f("SELECT {s}.semaphore_unbind($1, $2, $3)"),

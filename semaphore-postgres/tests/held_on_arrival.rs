@@ -2,9 +2,10 @@
 //! arrival"): the return that hands a slot to the head of another process
 //! sends the lease in its wake-up's notification, and the head holds it
 //! before any transaction of its own takes it. The head's process connects
-//! as a role of its own whose right to take a handed slot
-//! (`semaphore_take_handed`, which its look and its confirmation call) is
-//! taken away once it is queued. Until its confirmation lands, the
+//! as a role of its own whose rights to take a handed slot
+//! (`semaphore_take_handed`, which its look calls, and
+//! `semaphore_confirm_handed`, its confirmation) are taken away once it is
+//! queued. Until its confirmation lands, the
 //! holder's local deadline is the lease's liveness bound.
 
 use std::sync::Arc;
@@ -65,6 +66,9 @@ async fn a_handed_slot_is_held_on_arrival_and_bounded_until_confirmed() {
     owner
         .batch_execute(&format!(
             "REVOKE EXECUTE ON FUNCTION \"{schema}\".semaphore_take_handed(uuid, uuid, bigint, bigint)
+                 FROM head, PUBLIC;
+             REVOKE EXECUTE ON FUNCTION
+                 \"{schema}\".semaphore_confirm_handed(uuid, uuid, uuid, bigint, bigint)
                  FROM head, PUBLIC"
         ))
         .await

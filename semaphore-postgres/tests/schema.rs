@@ -205,6 +205,12 @@ async fn a_version_1_to_10_schema_is_migrated() {
         let version = format!("SELECT schema_version FROM \"{schema}\".semaphore_store");
         let pool_id = semaphore_postgres::PoolId::from_name("p");
         downgrade(&client, &schema, old, pool_id).await;
+        let options = PostgresOptions::default().schema(&schema).migrate(false);
+        let refused = PostgresStore::connect_with(TestServer::shared().url(), options).await;
+        assert!(
+            matches!(refused, Err(Error::SchemaMismatch { .. })),
+            "version {old} opened with migrate(false): {refused:?}"
+        );
         let store = open(&schema)
             .await
             .unwrap_or_else(|e| panic!("the version {old} schema was refused: {e}"));

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use semaphore_core::store::{Changes, DecidingClock, Handed, SessionEnds, WAITER_TTL_MS};
+use semaphore_core::store::{Changes, DecidingClock, Handed, SessionEnds, WAITER_TTL_MS, WaiterId};
 use semaphore_core::{LeaseId, PoolId};
 
 use crate::scripts::{self, Common, Kind};
@@ -34,17 +34,22 @@ impl Arrivals {
     /// Holds `handed` for its head if it waits here (see [`Handed::hold`]),
     /// confirming it with the scripts' `confirm`.
     pub(crate) fn hold(&self, changes: &Changes, ends: Option<&SessionEnds>, handed: Handed) {
-        let (pool, id) = (handed.lease.pool, handed.lease.id);
+        let (pool, id, head) = (handed.lease.pool, handed.lease.id, handed.waiter);
         let this = self.clone();
         handed.hold(changes, ends, &self.time, move || {
             let this = this.clone();
-            async move { this.confirm(pool, id).await }
+            async move { this.confirm(pool, id, head).await }
         });
     }
 
-    /// One `confirm` call: whether lease `id` of `pool` was active, and is
-    /// now taken.
-    async fn confirm(&self, pool: PoolId, id: LeaseId) -> semaphore_core::Result<bool> {
+    /// One `confirm` call: whether lease `id` of `pool`, handed to `head`,
+    /// was active, and is now taken (if not, `head`'s place goes).
+    async fn confirm(
+        &self,
+        pool: PoolId,
+        id: LeaseId,
+        head: WaiterId,
+    ) -> semaphore_core::Result<bool> {
         let place = Place::server(&self.prefix);
         let common = Common {
             time: &self.time,
@@ -59,7 +64,7 @@ impl Arrivals {
             keys::of(&self.prefix, pool),
             &common,
         );
-        call.arg(id.to_string());
+        call.arg(id.to_string()).arg(head.as_uuid().to_string());
         let answer = call
             .invoke_async(&mut self.connection.clone())
             .await

@@ -87,6 +87,12 @@ impl Handed {
         F: Future<Output = crate::Result<bool>> + Send,
     {
         let (pool, waiter, expiry) = (self.lease.pool, self.waiter, self.lease.expires_at);
+        // Arrived after its bound (a return committed late, a process
+        // paused): the store may have freed it; the head looks instead.
+        if time.clock().now() >= self.bound {
+            changes.notify_waiter(pool, waiter);
+            return false;
+        }
         // The bound first: the holder must never see its session vouch
         // past it while the lease is unconfirmed.
         let unconfirmed = self

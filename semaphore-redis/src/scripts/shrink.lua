@@ -46,6 +46,12 @@ local function shrink_ops()
         -- slot is freed).
         for _, w in ipairs(fields(k, 'c:')) do
             local c = redis.call('HGET', k.pool, 'c:' .. w)
+            -- A head handed a slot less than UNTAKEN_MS ago is spared: its
+            -- process may hold the slot since the message arrived, and
+            -- counts on that bound (its link may have been replaced).
+            local g = redis.call('HGET', k.pool, 'g:' .. w)
+            local at = g and tonumber(string.match(g, '^[^@]+@(%d+)@'))
+            if at and now_ms - at < UNTAKEN_MS then c = nil end
             if c and dead[c] then
                 unclaim(k, w)
                 forget(k, w)
@@ -135,10 +141,18 @@ local function shrink_ops()
         -- (`hand_on`'s message), since it arrived: taken, so that the
         -- head's place no longer bounds it. 1 if it is active, 0 if not
         -- (it expired, its session ended, or it was freed at its bound).
+        -- ARGV[A + 1] names the head: served either way, its place goes.
         local k = K(1)
-        local id = ARGV[A]
+        local id, head = ARGV[A], ARGV[A + 1]
         local r = record(k, id)
-        if not r or tonumber(r.e) <= now_ms or (r.s and not alive(r.s)) then return 0 end
+        if not r or tonumber(r.e) <= now_ms or (r.s and not alive(r.s)) then
+            if head and redis.call('ZSCORE', k.alive, head) then
+                unclaim(k, head)
+                forget(k, head)
+                wake(k)
+            end
+            return 0
+        end
         take(k, id, r)
         return 1
     end
