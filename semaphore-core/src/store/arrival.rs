@@ -87,11 +87,15 @@ impl Handed {
         F: Future<Output = crate::Result<bool>> + Send,
     {
         let (pool, waiter, expiry) = (self.lease.pool, self.waiter, self.lease.expires_at);
-        // Arrived after its bound (a return committed late, a process
-        // paused): the store may have freed it; the head looks instead.
-        if time.clock().now() >= self.bound {
+        // Not held here: the head, if it waits here, takes it at its look.
+        let look = || {
             changes.notify_waiter(pool, waiter);
-            return false;
+            false
+        };
+        // Arrived after its bound (a return committed late, a process
+        // paused): the store may have freed it.
+        if time.clock().now() >= self.bound {
+            return look();
         }
         // The bound first: the holder must never see its session vouch
         // past it while the lease is unconfirmed.
@@ -101,13 +105,11 @@ impl Handed {
             .zip(ends)
             .and_then(|(session, ends)| ends.unconfirmed(session, self.lease.id, self.bound));
         let Some(unconfirmed) = unconfirmed else {
-            changes.notify_waiter(pool, waiter);
-            return false;
+            return look();
         };
         if changes.arrived(pool, waiter, self.lease).is_err() {
             unconfirmed.withdraw();
-            changes.notify_waiter(pool, waiter);
-            return false;
+            return look();
         }
         let time = time.clone();
         tokio::spawn(async move {

@@ -103,9 +103,7 @@ impl Changes {
         }
         handed
     }
-}
 
-impl Changes {
     /// Gives `lease`, which a return (in any process) handed to the
     /// borrower `waiter` of `pool` through the store's own queue, to that
     /// borrower if it waits here, from the moment the message that tells of
