@@ -30,6 +30,7 @@
 //! ```sh
 //! cargo bench -p semaphore-benches --bench working                              # 26 and 27
 //! SEMAPHORE_BENCH_LINE=27 cargo bench -p semaphore-benches --bench working      # one of them
+//! SEMAPHORE_BENCH_LINE=26 SEMAPHORE_BENCH_STORES=SQLite,memory cargo bench ...  # some rows
 //! ```
 
 use std::path::Path;
@@ -289,7 +290,7 @@ async fn working(npm: &Path) {
     let postgres = semaphore_postgres::testing::TestServer::start_durable().expect("PostgreSQL");
     let mysql = semaphore_mysql::testing::TestServer::start().expect("a MariaDB server");
     let sqlite = format!("sqlite:{}", files.path().join("line26.db").display());
-    let stores: Vec<(&str, String, String)> = vec![
+    let mut stores: Vec<(&str, String, String)> = vec![
         ("memory (1 process)", "memory".into(), String::new()),
         ("SQLite", sqlite, String::new()),
         (
@@ -308,6 +309,11 @@ async fn working(npm: &Path) {
             semaphore_mysql::testing::TestServer::fresh_prefix(),
         ),
     ];
+    // `SEMAPHORE_BENCH_STORES=SQLite,Redis`: those rows alone (the peer's with Redis's).
+    let named = std::env::var("SEMAPHORE_BENCH_STORES").unwrap_or_default();
+    let chosen = |name: &str| named.is_empty() || named.split(',').any(|n| name.starts_with(n));
+    stores.retain(|(name, _, _)| chosen(name));
+    let with_peer = chosen("Redis");
     for (_, url, prefix) in stores.iter().filter(|(_, url, _)| url != "memory") {
         let pool = Pool::new(store(url, prefix).await, PoolId::from_name(POOL));
         pool.register(COUNT).await.expect("register");
@@ -322,14 +328,21 @@ async fn working(npm: &Path) {
             for (i, (_, url, prefix)) in stores.iter().enumerate() {
                 runs[i].push(ours(url, prefix, case));
             }
-            runs[stores.len()].push(peer(npm, socket, case));
+            if with_peer {
+                runs[stores.len()].push(peer(npm, socket, case));
+            }
         }
         for (i, (name, _, _)) in stores.iter().enumerate() {
             println!("{}", row(&format!("26. {name}"), case, &runs[i]));
         }
         let peer_name = "26. redis-semaphore (peer, Redis)";
-        println!("{}", row(peer_name, case, &runs[stores.len()]));
+        if with_peer {
+            println!("{}", row(peer_name, case, &runs[stores.len()]));
+        }
     }
+    // The commits the PostgreSQL and MySQL rows are set against, same sitting.
+    let ceilings = semaphore_benches::commits::ceiling_rows(postgres.url(), mysql.url(), ROUNDS);
+    ceilings.iter().for_each(|row| println!("{row}"));
 }
 
 /// The proxy's delay each way, and its most jitter (line 27).

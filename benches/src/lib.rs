@@ -2,6 +2,8 @@
 //! into BENCHMARKS.md's table. The benches with a harness of their own
 //! (percentiles, real processes) share the helpers below.
 
+pub mod commits;
+
 use std::path::{Path, PathBuf};
 
 /// The `q` quantile (0.0 to 1.0) of `sorted`, which must not be empty.
