@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use semaphore_benches::out_dir;
+use semaphore_benches::{median, out_dir};
 use semaphore_postgres::{PostgresOptions, PostgresStore};
 use semaphore_redis::store::{BorrowRequest, Store, TryBorrow};
 use semaphore_redis::{LeaseId, Pool, PoolId, RedisOptions, RedisStore};
@@ -43,11 +43,6 @@ fn pools() -> u64 {
 /// The `i`th pool of the many.
 fn nth(i: u64) -> PoolId {
     PoolId::from_name(&format!("many-{i}"))
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 /// What one pool costs, in µs, medians of [`ROUNDS`] rounds: a borrow +

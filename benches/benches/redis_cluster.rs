@@ -18,18 +18,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use semaphore_benches::{cpu_ns, out_dir};
+use semaphore_benches::{cpu_ns, median, out_dir};
 use semaphore_redis::testing::{TestCluster, TestServer};
 use semaphore_redis::{Pool, PoolId, RedisOptions, RedisStore};
 
 const TTL: Duration = Duration::from_secs(30);
 const RUN: Duration = Duration::from_secs(2);
 const ROUNDS: usize = 3;
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
 
 /// Seconds of CPU the servers at `urls` have used (`used_cpu_sys` +
 /// `used_cpu_user`): the masters' (and a lone server's), and the

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use semaphore_benches::out_dir;
+use semaphore_benches::{median, out_dir};
 use semaphore_sqlite::{Pool, PoolId, SqliteStore};
 
 const PAIRS: usize = 4000;
@@ -72,11 +72,6 @@ async fn rust(pool: &Pool) -> f64 {
         lease.release().await.expect("returned");
     }
     PAIRS as f64 / start.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 #[tokio::main(flavor = "current_thread")]

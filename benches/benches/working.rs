@@ -38,7 +38,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use semaphore_benches::{ROLE, out_dir, percentile, role_or_bench, unix_us};
+use semaphore_benches::{ROLE, median, out_dir, percentile, role_or_bench, unix_us};
 use semaphore_memory::store::Store;
 use semaphore_memory::{Pool, PoolId};
 
@@ -231,11 +231,6 @@ fn ours_with(
         command
     });
     figures(holds, start)
-}
-
-fn median(mut runs: Vec<f64>) -> f64 {
-    runs.sort_by(f64::total_cmp);
-    runs[runs.len() / 2]
 }
 
 /// A row of line 26: the medians of `runs`.

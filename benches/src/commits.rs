@@ -4,7 +4,10 @@
 //! `mysqlslap` (from the servers' client packages). A pair is two commits
 //! (a borrow and a return), so the ceiling in pairs is half of it.
 
+use std::io::Write;
 use std::process::Command;
+
+use crate::median;
 
 /// Clients each tool runs (line 26's 16 tasks).
 pub const CLIENTS: u32 = 16;
@@ -28,16 +31,15 @@ pub fn pgbench_updates(conninfo: &str, seconds: u32) -> Result<f64, String> {
         }
     };
     run(&["-i", "-s", "1", "-q"])?;
-    let script = std::env::temp_dir().join(format!("line26-{}.sql", std::process::id()));
-    std::fs::write(
-        &script,
-        "UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1;\n",
+    let mut script = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+    writeln!(
+        script,
+        "UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1;"
     )
     .map_err(|e| e.to_string())?;
     let clients = CLIENTS.to_string();
-    let (seconds, file) = (seconds.to_string(), script.display().to_string());
+    let (seconds, file) = (seconds.to_string(), script.path().display().to_string());
     let out = run(&["-n", "-c", &clients, "-j", "2", "-T", &seconds, "-f", &file]);
-    let _ = std::fs::remove_file(&script);
     out?.lines()
         .find_map(|l| l.strip_prefix("tps = ")?.split(' ').next()?.parse().ok())
         .ok_or_else(|| "pgbench printed no tps".into())
@@ -87,10 +89,6 @@ pub fn mysqlslap_updates(url: &str, per_client: u32) -> Result<f64, String> {
 /// `postgres` (conninfo) and `mysql` (URL), medians, in commits and in
 /// pairs a second; a tool that fails says why in its row.
 pub fn ceiling_rows(postgres: &str, mysql: &str, rounds: usize) -> Vec<String> {
-    let median = |mut runs: Vec<f64>| {
-        runs.sort_by(f64::total_cmp);
-        runs[runs.len() / 2]
-    };
     let (mut pg, mut my) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         pg.push(pgbench_updates(postgres, 3));

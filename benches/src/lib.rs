@@ -6,6 +6,13 @@ pub mod commits;
 
 use std::path::{Path, PathBuf};
 
+/// The median of `runs` (the upper one of an even count), which must not be
+/// empty: what every table reports of its rounds.
+pub fn median(mut runs: Vec<f64>) -> f64 {
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
 /// The `q` quantile (0.0 to 1.0) of `sorted`, which must not be empty.
 pub fn percentile(sorted: &[u64], q: f64) -> u64 {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
