@@ -24,6 +24,7 @@ use crate::wire;
 pub(crate) fn router(app: App) -> Router {
     // The routes and their OpenAPI paths come from this one list.
     let (router, document) = OpenApiRouter::with_openapi(crate::openapi::ApiDoc::openapi())
+        .routes(routes!(crate::listing::list))
         .routes(routes!(register, inspect, delete))
         .routes(routes!(borrow))
         .routes(routes!(crate::two_phase::enqueue))

@@ -27,6 +27,9 @@ pub(crate) struct App {
     /// How long a ticket's place is kept after each poll
     /// (`--ticket-hold`).
     pub(crate) ticket_hold: std::time::Duration,
+    /// Whether `GET /l` lists the pools: with a bearer token, or on a
+    /// loopback address only ([`listing`](crate::listing)).
+    pub(crate) listing: bool,
 }
 
 impl App {

@@ -60,6 +60,12 @@ pub(crate) enum Command {
     /// --wait-while-draining, wait; returns and renewals go on. Every
     /// process and server sharing the store sees it.
     Drain(DrainArgs),
+    /// List the store's pools in id order: id, count, in_use, available,
+    /// the places queued in the store (tickets, and one per process whose
+    /// borrowers wait), and whether each drains. Every pool, unless
+    /// --limit; a pool named --pool NAME has the id `semaphore inspect
+    /// --pool NAME --json` shows.
+    Pools(PoolsArgs),
     /// Delete a pool and its leases.
     Delete(PoolArgs),
     /// Borrow a slot and print `export SEMAPHORE_...=` lines for a shell to
@@ -157,6 +163,22 @@ pub(crate) struct PoolArgs {
     #[command(flatten)]
     pub(crate) name: PoolName,
     /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `pools`' arguments.
+#[derive(Debug, Args)]
+pub(crate) struct PoolsArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// List the pools whose id follows this one.
+    #[arg(long, value_name = "UUID")]
+    pub(crate) after: Option<uuid::Uuid>,
+    /// List at most N pools (every pool without it).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) limit: Option<u64>,
+    /// Print one JSON object a line.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -124,6 +124,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             }
             Ok(0)
         }
+        Command::Pools(args) => pools(&args).await,
         Command::Delete(args) => {
             let (pool, _) = pool(&args.store, &args.name).await?;
             let deleted = pool.delete().await.map_err(Exit::from_store)?;
@@ -136,6 +137,53 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
                 }
             );
             Ok(0)
+        }
+    }
+}
+
+/// `semaphore pools`: the store's pools, a page of up to 1000 at a time,
+/// each printed as it comes.
+async fn pools(args: &crate::cli::PoolsArgs) -> Result<u8, Exit> {
+    use semaphore_core::store::MAX_PAGE;
+    let store = choice(&args.store)?
+        .open(Some(1))
+        .await
+        .map_err(Exit::from_store)?;
+    let (mut after, mut left) = (args.after.map(PoolId::from_uuid), args.limit);
+    if !args.json {
+        println!(
+            "{:<36} {:>5} {:>6} {:>9} {:>6} draining",
+            "id", "count", "in_use", "available", "queued"
+        );
+    }
+    loop {
+        let limit = left.map_or(MAX_PAGE, |n| n.min(u64::from(MAX_PAGE)) as u32);
+        let page = Pool::list(&store, after, limit)
+            .await
+            .map_err(Exit::from_store)?;
+        for s in &page {
+            if args.json {
+                let line = serde_json::json!({
+                    "id": s.id.to_string(), "count": s.count, "in_use": s.in_use,
+                    "available": s.available, "queued": s.queued, "draining": s.draining,
+                });
+                println!("{line}");
+            } else {
+                println!(
+                    "{:<36} {:>5} {:>6} {:>9} {:>6} {}",
+                    s.id.to_string(),
+                    s.count,
+                    s.in_use,
+                    s.available,
+                    s.queued,
+                    if s.draining { "yes" } else { "no" }
+                );
+            }
+        }
+        left = left.map(|n| n - page.len() as u64);
+        after = page.last().map(|s| s.id);
+        if page.len() < limit as usize || left == Some(0) {
+            return Ok(0);
         }
     }
 }

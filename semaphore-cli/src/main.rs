@@ -16,6 +16,7 @@ mod exit;
 mod extract;
 mod hosts;
 mod idempotency;
+mod listing;
 mod metrics;
 mod openapi;
 mod parse_errors;

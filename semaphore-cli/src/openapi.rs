@@ -29,6 +29,7 @@ use crate::{error, wire};
         wire::Queued,
         wire::Cancelled,
         wire::State,
+        wire::Page,
         wire::Granted,
         wire::Holder,
         wire::Holders,

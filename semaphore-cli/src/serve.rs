@@ -90,6 +90,7 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
         metrics,
         broken: Default::default(),
         ticket_hold: args.ticket_hold,
+        listing: auth.is_some() || args.listen.ip().is_loopback(),
     };
     // Before the server says it listens: a SIGHUP from then on is caught.
     on_hangup(auth.clone());

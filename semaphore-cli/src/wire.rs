@@ -188,6 +188,17 @@ impl State {
     }
 }
 
+/// A page of `GET /l`: the pools in id order, and the id to list after
+/// for the next page (`null` after the last).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Page {
+    pub(crate) pools: Vec<State>,
+    /// Pass it as `after` for the next page; `null` when this page was
+    /// the last.
+    #[schema(value_type = Option<uuid::Uuid>)]
+    pub(crate) next: Option<String>,
+}
+
 /// A granted or renewed lease: the seed's four fields, then `token`,
 /// `expires_at_ms` and `positions`.
 #[derive(Debug, Serialize, ToSchema)]

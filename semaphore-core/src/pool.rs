@@ -22,12 +22,14 @@ mod drain;
 // leases granted:
 mod leases;
 // introspection:
+mod list;
 mod waiters;
 use crate::{
     error::Error, error::Result, id::LeaseId, id::PoolId, lease::Lease, limits::Limits,
     primitives::InPlace, primitives::Store, request::BorrowRequest,
 };
 pub use leases::Renewing;
+pub use list::{MAX_PAGE, page_start};
 pub use waiters::Waiting;
 
 /// The session a bound request names: the one open now on a store with

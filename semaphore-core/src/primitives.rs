@@ -198,6 +198,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// the pool's waiters either way.
     async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState>;
 
+    /// A page of the store's pools, in id order ([`PoolId`]'s order: its
+    /// UUID's 16 bytes): at most `limit` of them, the first the least id
+    /// greater than `after` (the least of all when `None`), each stated
+    /// as [`inspect`](Store::inspect) would state it (count, in use,
+    /// draining, queued). A page shorter than `limit` is the last. The
+    /// page's time grows with `limit`, not with the number of pools the
+    /// store holds (rule "Listing pools"): a store keeps its pools indexed
+    /// by id. `limit` arrives in `1..=`[`MAX_PAGE`](crate::store::MAX_PAGE).
+    /// Each pool's state is of one instant; a pool registered or deleted
+    /// while the page is read may or may not be on it.
+    async fn pools(&self, after: Option<PoolId>, limit: u32) -> Result<Vec<PoolState>>;
+
     /// Removes `pool` and all its leases; `true` if it existed (R4). The
     /// store must keep its token counter past the delete (R9).
     async fn delete(&self, pool: PoolId) -> Result<bool>;

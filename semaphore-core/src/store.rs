@@ -5,7 +5,8 @@
 //! store needs to keep times as unix milliseconds ([`unix_ms`],
 //! [`from_unix_ms`], [`MAX_UNIX_MS`], [`max_time`], [`saturating_add`],
 //! [`UnixMs`]),
-//! and group commit's queue ([`Batches`]).
+//! group commit's queue ([`Batches`]), and a listing's page bounds
+//! ([`MAX_PAGE`], [`page_start`]).
 //! Users of a store need none of it: they call [`Pool`](crate::Pool).
 
 pub use crate::clock::{
@@ -29,6 +30,7 @@ mod shared;
 pub mod testing;
 mod timeouts;
 pub use crate::keys::{KEY_DIGEST_SEPARATOR, key_name, stored_key};
+pub use crate::pool::{MAX_PAGE, page_start};
 pub use crate::primitives::{InPlace, Parts, Store};
 pub use crate::request::{BorrowRequest, TryBorrow, TryBorrowAll};
 pub use arrival::Handed;

@@ -8,7 +8,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::MutexGuard;
 use semaphore_core::store::{
     BorrowRequest, Changes, InPlace, Parts, SlotTable, Store, TryBorrow, TryBorrowAll, UnixMs,
-    WaiterId, async_trait,
+    WaiterId, async_trait, page_start,
 };
 
 use crate::bound::Bound;
@@ -346,6 +346,21 @@ impl Store for MemoryStore {
     async fn leave_queue(&self, pool: PoolId, waiter: WaiterId) -> Result<()> {
         let _ = self.with_table(pool, |table| table.leave_place(waiter));
         Ok(())
+    }
+
+    async fn pools(&self, after: Option<PoolId>, limit: u32) -> Result<Vec<PoolState>> {
+        let Some(start) = page_start(after) else {
+            return Ok(Vec::new());
+        };
+        let now = self.now();
+        let pools = self.pools.read();
+        // An entry kept by a handle after its pool's delete has no table:
+        // it is skipped, and there are at most as many as such handles.
+        Ok(pools
+            .range(start..)
+            .filter_map(|(&id, shard)| shard.lock().as_mut().map(|t| state(id, t, now)))
+            .take(limit as usize)
+            .collect())
     }
 
     async fn queue(&self, pool: PoolId) -> Result<Vec<QueuedPlace>> {

@@ -16,12 +16,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// the pool gone.
 pub(crate) type Shard = Mutex<Option<SlotTable>>;
 
-/// The pools by id. The map's lock is written only to add or remove a
-/// pool's entry, and read (shared) through each call on one pool looked
-/// up by id; a call that holds both takes the map's first. Its word has a
-/// cache line of its own, so that threads on different pools do not also
-/// fight over the fields beside it.
-pub(crate) type Pools = CachePadded<RwLock<foldhash::HashMap<PoolId, Arc<Shard>>>>;
+/// The pools by id, in id order (a listing reads a page of them in time
+/// proportional to the page; rule "Listing pools"). The map's lock is
+/// written only to add or remove a pool's entry, and read (shared)
+/// through each call on one pool looked up by id; a call that holds both
+/// takes the map's first. A handle's calls skip the lookup
+/// ([`InPlace::bind`](semaphore_core::store::InPlace::bind)). Its word has
+/// a cache line of its own, so that threads on different pools do not
+/// also fight over the fields beside it.
+pub(crate) type Pools = CachePadded<RwLock<std::collections::BTreeMap<PoolId, Arc<Shard>>>>;
 
 /// What every pool's step reads or writes beside its own slots.
 #[derive(Debug)]

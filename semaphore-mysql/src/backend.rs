@@ -411,6 +411,14 @@ impl Store for MysqlStore {
         Ok(())
     }
 
+    async fn pools(&self, after: Option<PoolId>, limit: u32) -> Result<Vec<PoolState>> {
+        let Some(start) = semaphore_core::store::page_start(after) else {
+            return Ok(Vec::new());
+        };
+        self.in_tx("pools", |step, tx| Box::pin(step.pools(tx, start, limit)))
+            .await
+    }
+
     async fn queue(&self, pool: PoolId) -> Result<Vec<semaphore_core::QueuedPlace>> {
         self.in_tx("queue", |step, tx| Box::pin(step.queue(tx, pool)))
             .await

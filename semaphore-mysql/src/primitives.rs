@@ -456,3 +456,4 @@ impl Step<'_> {
 }
 
 mod borrow;
+mod list;

@@ -335,6 +335,29 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    async fn pools(&self, after: Option<PoolId>, limit: u32) -> Result<Vec<PoolState>> {
+        let Some(start) = semaphore_core::store::page_start(after) else {
+            return Ok(Vec::new());
+        };
+        let rows = self
+            .query(
+                "pools",
+                &self.sql.pools,
+                &[
+                    (&start.as_uuid(), Type::UUID),
+                    (&i64::from(limit), Type::INT8),
+                    (&self.now_param(), Type::INT8),
+                ],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let id: uuid::Uuid = row.try_get(4).map_err(storage("pools"))?;
+                state(PoolId::from_uuid(id), row, "pools")
+            })
+            .collect()
+    }
+
     async fn queue(&self, pool: PoolId) -> Result<Vec<semaphore_core::QueuedPlace>> {
         let rows = self
             .query(

@@ -41,6 +41,9 @@ pub(crate) async fn run(
 pub(crate) struct Sql {
     pub(crate) register: String,
     pub(crate) inspect: String,
+    /// A page of pools from an id on, each as `inspect` states it, its id
+    /// last (rule "Listing pools": a range read of the primary key).
+    pub(crate) pools: String,
     pub(crate) delete: String,
     pub(crate) try_borrow: String,
     pub(crate) try_borrow_all: String,
@@ -206,6 +209,12 @@ impl Sql {
                     (SELECT count(*) FROM {s}.semaphore_in_line(p.pool, t.now))
                 FROM {s}.semaphore_pools p, (SELECT {s}.semaphore_now($2) AS now) t
                 WHERE p.pool = $1",
+            ),
+            pools: f(
+                "SELECT p.count, {s}.semaphore_in_use(p.pool, t.now), p.draining,
+                    (SELECT count(*) FROM {s}.semaphore_in_line(p.pool, t.now)), p.pool
+                FROM {s}.semaphore_pools p, (SELECT {s}.semaphore_now($3) AS now) t
+                WHERE p.pool >= $1 ORDER BY p.pool LIMIT $2",
             ),
             queue: f("SELECT * FROM {s}.semaphore_in_line($1, {s}.semaphore_now($2))"),
             delete: f("SELECT {s}.semaphore_delete($1)"),

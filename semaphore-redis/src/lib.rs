@@ -10,6 +10,7 @@ mod connection;
 mod error;
 mod keys;
 mod link;
+mod list;
 mod on_slot;
 mod options;
 mod primitives;

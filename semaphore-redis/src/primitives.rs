@@ -94,6 +94,7 @@ impl Store for RedisStore {
         let mut call = self.invocation(Kind::Grow, "register", [pool]);
         call.arg(count).arg(self.restart_grace_ms);
         let fields = items("register", self.run("register", &call).await?)?;
+        self.index_pool("register", pool, true).await?;
         let [count, in_use, _, draining, rest @ ..] = &fields[..] else {
             return Err(malformed("register", "a short reply"));
         };
@@ -110,6 +111,17 @@ impl Store for RedisStore {
         )
         .with_draining(int("register", draining)? == 1)
         .with_queued(queued.map_or(0, u32_of)))
+    }
+
+    async fn pools(&self, after: Option<PoolId>, limit: u32) -> Result<Vec<PoolState>> {
+        self.process.check("pools")?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime { operation: "pools" });
+        }
+        match semaphore_core::store::page_start(after) {
+            Some(start) => self.page(start, limit).await,
+            None => Ok(Vec::new()),
+        }
     }
 
     async fn set_draining(&self, pool: PoolId, draining: bool) -> Result<PoolState> {
@@ -147,7 +159,10 @@ impl Store for RedisStore {
         .with_queued(queued.map_or(0, u32_of)))
     }
 
+    /// The pool's id leaves the listing's index (`PREFIX:pools`) first, so
+    /// that a register racing the delete lists the pool if it exists.
     async fn delete(&self, pool: PoolId) -> Result<bool> {
+        self.index_pool("delete", pool, false).await?;
         let call = self.invocation(Kind::Shrink, "delete", [pool]);
         let existed = int("delete", &self.run("delete", &call).await?)? == 1;
         Ok(existed)

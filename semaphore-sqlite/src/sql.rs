@@ -465,7 +465,9 @@ pub(crate) fn renew(
 
 mod all;
 mod leases;
+mod list;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use all::try_borrow_all;
+pub(crate) use list::pools;

@@ -265,4 +265,7 @@ impl Store for GatedStore {
     async fn queue(&self, pool: PoolId) -> Result<Vec<crate::QueuedPlace>> {
         self.inner.queue(pool).await
     }
+    async fn pools(&self, after: Option<PoolId>, limit: u32) -> Result<Vec<crate::PoolState>> {
+        self.inner.pools(after, limit).await
+    }
 }

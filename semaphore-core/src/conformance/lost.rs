@@ -187,6 +187,9 @@ impl Store for LosingStore {
     async fn queue(&self, pool: PoolId) -> Result<Vec<crate::QueuedPlace>> {
         self.inner.queue(pool).await
     }
+    async fn pools(&self, after: Option<PoolId>, limit: u32) -> Result<Vec<crate::PoolState>> {
+        self.inner.pools(after, limit).await
+    }
 }
 
 /// rule "Lost replies": a queued borrower whose granted attempt's answer

@@ -30,6 +30,7 @@ mod held;
 mod in_flight;
 mod keepalive;
 mod keys;
+mod listing;
 mod liveness;
 mod lost;
 pub mod model;
@@ -52,6 +53,7 @@ pub use held::*;
 pub use in_flight::*;
 pub use keepalive::*;
 pub use keys::*;
+pub use listing::*;
 pub use liveness::*;
 pub use lost::*;
 pub use multi::*;
@@ -238,6 +240,9 @@ macro_rules! store_conformance {
             held_places_are_counted_and_listed_with_their_wait,
             r15_a_held_place_for_more_slots_than_the_count_holds_back_no_one,
             a_dropped_guards_failed_return_is_tried_again,
+            listing_an_empty_store_lists_nothing_and_refuses_bad_limits,
+            listing_pages_through_every_pool_in_id_order,
+            listing_goes_on_past_a_pool_deleted_between_pages,
         );
     };
 }

@@ -174,6 +174,17 @@ impl Store for SqliteStore {
         .map(drop)
     }
 
+    async fn pools(&self, after: Option<PoolId>, limit: u32) -> Result<Vec<PoolState>> {
+        let Some(start) = semaphore_core::store::page_start(after) else {
+            return Ok(Vec::new());
+        };
+        let holders = self.holders.clone();
+        self.run("pools", TransactionBehavior::Deferred, move |c, now| {
+            sql::pools(c, start, limit, now, &holders)
+        })
+        .await
+    }
+
     async fn queue(&self, pool: PoolId) -> Result<Vec<semaphore_core::QueuedPlace>> {
         self.run("queue", TransactionBehavior::Deferred, move |c, now| {
             queue::queue(c, pool, now)
