@@ -3,8 +3,8 @@
 //! pools, each holding one lease, against the same pair on one pool alone
 //! (the same server, before the others exist); with the time the pools
 //! took to set up, what each costs the server (disk, or memory), and a
-//! register and an inspect before and after, which must not grow with the
-//! number of pools. Writes `target/semaphore-bench/line22.json` for
+//! register, an inspect and a page of 100 pools listed (`Pool::list`)
+//! before and after, which must not grow with the number of pools. Writes `target/semaphore-bench/line22.json` for
 //! `report`.
 //!
 //! The pools are made by the stores' own code: on PostgreSQL, the store's
@@ -32,6 +32,9 @@ const TTL: Duration = Duration::from_secs(30);
 /// Pairs a round, and rounds; the median round counts.
 const PAIRS: u32 = 500;
 const ROUNDS: usize = 5;
+/// Pages of pools listed a round ([`Pool::list`]), and their length.
+const PAGES: u32 = 20;
+const PAGE: u32 = 100;
 
 fn pools() -> u64 {
     std::env::var("SEMAPHORE_BENCH_POOLS")
@@ -49,6 +52,7 @@ fn nth(i: u64) -> PoolId {
 /// return pair, a register of a new pool, an inspect.
 async fn costs(pool: &Pool, fresh: &mut impl FnMut() -> Pool) -> serde_json::Value {
     let (mut pairs, mut registers, mut inspects) = (Vec::new(), Vec::new(), Vec::new());
+    let mut pages = Vec::new();
     for _ in 0..ROUNDS {
         let started = Instant::now();
         for _ in 0..PAIRS {
@@ -69,11 +73,18 @@ async fn costs(pool: &Pool, fresh: &mut impl FnMut() -> Pool) -> serde_json::Val
             pool.inspect().await.expect("inspect");
         }
         inspects.push(started.elapsed().as_secs_f64() * 1e6 / f64::from(PAIRS));
+        let started = Instant::now();
+        for _ in 0..PAGES {
+            let page = Pool::list(pool.store(), Some(pool.id()), PAGE).await;
+            assert!(!page.expect("a page").is_empty(), "the fresh pools follow");
+        }
+        pages.push(started.elapsed().as_secs_f64() * 1e6 / f64::from(PAGES));
     }
     serde_json::json!({
         "pair_us": median(pairs),
         "register_us": median(registers),
         "inspect_us": median(inspects),
+        "page_us": median(pages),
     })
 }
 

@@ -66,6 +66,11 @@ pub(crate) enum Command {
     /// --limit; a pool named --pool NAME has the id `semaphore inspect
     /// --pool NAME --json` shows.
     Pools(PoolsArgs),
+    /// What the store's pools are doing: each pool's count, in use,
+    /// queued places, drain and fill; with --pool, its slots (owner,
+    /// token, time left) and everyone known to wait for it, in line.
+    /// --watch draws it again every --interval until Ctrl-C.
+    Status(StatusArgs),
     /// Delete a pool and its leases.
     Delete(PoolArgs),
     /// Borrow a slot and print `export SEMAPHORE_...=` lines for a shell to
@@ -183,6 +188,38 @@ pub(crate) struct PoolsArgs {
     pub(crate) json: bool,
 }
 
+/// `status`' arguments.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// Show this pool: its slots and its waiters.
+    #[arg(long, value_name = "NAME", value_parser = pool_name, conflicts_with = "pool_id")]
+    pub(crate) pool: Option<String>,
+    /// Show the pool of this UUID.
+    #[arg(long, value_name = "UUID")]
+    pub(crate) pool_id: Option<uuid::Uuid>,
+    /// Draw it again every --interval until Ctrl-C (in place on a
+    /// terminal).
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// How often --watch looks (at least 100ms).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = interval)]
+    pub(crate) interval: Duration,
+    /// Print JSON, one document a look.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `--interval`: a duration of at least [`MIN_INTERVAL`](crate::status::MIN_INTERVAL).
+fn interval(text: &str) -> Result<Duration, String> {
+    let d = duration(text)?;
+    if d < crate::status::MIN_INTERVAL {
+        return Err("the interval must be at least 100ms".into());
+    }
+    Ok(d)
+}
+
 /// `drain`'s arguments.
 #[derive(Debug, Args)]
 pub(crate) struct DrainArgs {
@@ -260,6 +297,19 @@ pub(crate) struct RunArgs {
     /// 2s): at most 17s with the defaults, 233ms with --session-timeout 1s.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) kill_after: Option<Duration>,
+
+    /// The owner label the slot shows (`semaphore status`, `holders`, the
+    /// service's page), at most 64 bytes; default: the host, this
+    /// process's id and CMD's program (`gpu-box/4242 python`).
+    #[arg(long, value_name = "LABEL")]
+    pub(crate) owner: Option<String>,
+
+    /// No waiting line: without it, while the slot is waited for and
+    /// standard error is a terminal, one line there says where this run
+    /// stands (`waiting for a slot of gpus: 3rd in line, 12 s`), cleared
+    /// when the slot is granted.
+    #[arg(long, short = 'q')]
+    pub(crate) quiet: bool,
 
     /// Run CMD ARGS as one `sh -c` line instead of executing argv directly.
     #[arg(long)]

@@ -125,6 +125,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             Ok(0)
         }
         Command::Pools(args) => pools(&args).await,
+        Command::Status(args) => crate::status::status(args).await,
         Command::Delete(args) => {
             let (pool, _) = pool(&args.store, &args.name).await?;
             let deleted = pool.delete().await.map_err(Exit::from_store)?;

@@ -23,6 +23,7 @@ mod parse_errors;
 mod run;
 mod serve;
 mod single_headers;
+mod status;
 mod store;
 mod ticket;
 mod ticket_answer;

@@ -46,6 +46,7 @@ pub(crate) mod guardian;
 pub(crate) mod returner;
 mod terminal;
 mod timing;
+mod waiting;
 
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -89,10 +90,17 @@ pub(crate) async fn run(
     if let Some(devices) = &args.devices {
         check_devices(devices, &pool, args.count).await?;
     }
+    let owner = waiting::owner(
+        args.owner.as_deref(),
+        &args.command[0],
+        pool.limits().max_owner_len,
+    );
     let options = semaphore_core::BorrowOptions::new()
         .slots(args.slots)
-        .wait_while_draining(args.wait_while_draining);
-    let mut lease = match pool.borrow_owned_with(args.ttl, args.wait, options).await {
+        .wait_while_draining(args.wait_while_draining)
+        .owner(owner);
+    let borrow = pool.borrow_owned_with(args.ttl, args.wait, options);
+    let mut lease = match waiting::waiting(&pool, &name, args.quiet, borrow).await {
         Ok(lease) => lease,
         Err(Error::Exhausted { waited, .. }) => {
             return Err(Exit::exhausted(&name, waited, args.exhausted_code));
