@@ -34,12 +34,13 @@ pub(crate) fn router(app: App) -> Router {
         .routes(routes!(return_lease))
         .routes(routes!(renew))
         .routes(routes!(holders))
+        .routes(routes!(crate::force::force_return))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(metrics))
         .split_for_parts();
     let document = crate::openapi::pretty(&crate::openapi::with_layer_answers(document));
-    router
+    crate::page::routes(router)
         .route(
             "/openapi.json",
             get(move || async move {
@@ -230,7 +231,7 @@ pub(crate) async fn renew(
 }
 
 /// The holders (positions, tokens, owners, expiries; never lease ids),
-/// and how many borrowers wait on this server.
+/// and everyone known to wait for the pool, in line (never waiter ids).
 #[utoipa::path(get, path = "/l/{id}/leases", tag = "leases",
     params(("id" = uuid::Uuid, Path, description = "The pool's secret UUID")),
     responses(
@@ -250,11 +251,16 @@ pub(crate) async fn holders(
         .iter()
         .map(|h| wire::Holder::new(h, now))
         .collect();
-    let state = app.track(pool.inspect().await)?;
-    let waiting = app.track(pool.waiting_everywhere(&state, now).await)?.count;
+    let queue: Vec<wire::Waiter> = app
+        .track(pool.queue().await)?
+        .iter()
+        .enumerate()
+        .map(|(i, p)| wire::Waiter::new(i + 1, p, now))
+        .collect();
     Ok(Json(wire::Holders {
         leases: holders,
-        waiting,
+        waiting: queue.len(),
+        queue,
     })
     .into_response())
 }

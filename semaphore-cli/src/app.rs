@@ -30,6 +30,9 @@ pub(crate) struct App {
     /// Whether `GET /l` lists the pools: with a bearer token, or on a
     /// loopback address only ([`listing`](crate::listing)).
     pub(crate) listing: bool,
+    /// Whether requests bear the bearer token (`--auth-token-file`): the
+    /// acts of the page (a forced return) need it.
+    pub(crate) auth: bool,
 }
 
 impl App {

@@ -1,5 +1,6 @@
 //! Optional bearer auth (`semaphore serve --auth-token-file FILE`): every
-//! request but `/healthz` and `/readyz` must carry `Authorization: Bearer
+//! request but `/healthz`, `/readyz` and the page's files (`/`,
+//! `/page.js`, `/page.css`) must carry `Authorization: Bearer
 //! <token>`, compared in constant time (`subtle`); else 401 with the seed's
 //! JSON error. The token is read from a file, never the command line (which
 //! every user of the machine can read in `ps`), and never logged; SIGHUP
@@ -105,10 +106,16 @@ impl Token {
     }
 }
 
-/// The middleware: the probes pass, everything else needs the token.
+/// The middleware: the probes and the page's own files (which hold no
+/// data: the page asks for it with the token) pass, everything else
+/// needs the token.
 pub(crate) async fn require(State(token): State<Token>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    if path == "/healthz" || path == "/readyz" || token.borne_by(&request) {
+    if path == "/healthz"
+        || path == "/readyz"
+        || crate::page::is_asset(path)
+        || token.borne_by(&request)
+    {
         return next.run(request).await;
     }
     let mut answer = ApiError::new(

@@ -242,6 +242,8 @@ pub(crate) struct Holder {
     owner: Option<String>,
     expires_at_unix: u64,
     expires_in: u64,
+    /// Milliseconds left, for a countdown.
+    expires_in_ms: u64,
 }
 
 impl Holder {
@@ -253,6 +255,43 @@ impl Holder {
             owner: holder.owner.clone(),
             expires_at_unix: unix_ms(holder.lease.expires_at) / 1000,
             expires_in: seconds_left(&holder.lease, now),
+            expires_in_ms: holder.lease.time_left(now).as_millis() as u64,
+        }
+    }
+}
+
+/// One place in line in `GET /l/{id}/leases`: never its waiter id (a
+/// ticket's credential).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Waiter {
+    /// 1 for the first served.
+    place: usize,
+    /// Whose place: `here` (a borrow waiting at this server), `ticket` (a
+    /// two-phase borrow's place) or `process` (another server's or
+    /// process's borrowers, queued on a shared store: more may wait
+    /// behind it).
+    kind: &'static str,
+    /// The slots it waits for.
+    slots: u32,
+    /// Seconds it has waited.
+    waited: f64,
+}
+
+impl Waiter {
+    pub(crate) fn new(place: usize, p: &semaphore_core::QueuedPlace, now: SystemTime) -> Self {
+        use semaphore_core::PlaceKind;
+        Self {
+            place,
+            kind: match p.kind {
+                PlaceKind::Here => "here",
+                PlaceKind::Held => "ticket",
+                _ => "process",
+            },
+            slots: p.slots,
+            waited: now
+                .duration_since(p.since)
+                .unwrap_or_default()
+                .as_secs_f64(),
         }
     }
 }
@@ -356,8 +395,10 @@ pub(crate) fn seconds(
 pub(crate) struct Holders {
     /// The active leases, by position.
     pub(crate) leases: Vec<Holder>,
-    /// Borrowers waiting on the pool at this server.
+    /// Borrowers known to wait for the pool (as in a pool's state).
     pub(crate) waiting: usize,
+    /// They, in line: first served first.
+    pub(crate) queue: Vec<Waiter>,
 }
 
 /// `{"deleted": bool}`.

@@ -21,7 +21,11 @@ const GUARD: Duration = Duration::from_secs(20);
 /// `semaphore SUBCOMMAND --sqlite DB ARGS`.
 fn semaphore(db: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
-    command.arg(args[0]).arg("--sqlite").arg(db).args(&args[1..]);
+    command
+        .arg(args[0])
+        .arg("--sqlite")
+        .arg(db)
+        .args(&args[1..]);
     command
 }
 
