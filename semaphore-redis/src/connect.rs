@@ -210,6 +210,11 @@ impl RedisStore {
         crate::scripts::load(connection)
             .await
             .map_err(storage("connect"))?;
+        if !connection.is_cluster() {
+            crate::list::index_existing(connection, &options.prefix)
+                .await
+                .map_err(storage("connect"))?;
+        }
         if let Some(view) = options.time.server() {
             subscribe::measure(connection, view)
                 .await

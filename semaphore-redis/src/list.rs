@@ -12,18 +12,93 @@
 //! delete's script that failed after the removal is repeated by the user;
 //! a register that failed after its script left the pool unlisted until
 //! its retry) is skipped, and removed, by the listing that finds it.
+//!
+//! Pools made by a build without the index enter it once, at the first
+//! connect to one server that finds the index's marker missing
+//! ([`index_existing`]). On a cluster they enter it when registered again.
 
 use futures_util::future::join_all;
+use redis::aio::ConnectionLike;
 use semaphore_core::store::Store;
 use semaphore_core::{Error, PoolId, PoolState, Result};
 
 use crate::RedisStore;
 use crate::error::storage;
 
+/// The index's key under `prefix`.
+fn index_key(prefix: &str) -> String {
+    format!("{prefix}:pools")
+}
+
+/// Adds every pool under `prefix` to the index, once per server: if the
+/// marker `PREFIX:pools:indexed` is missing, a `SCAN` finds each pool's
+/// `pool` key, its id is added, and the marker is set. A pool registered
+/// or deleted meanwhile adds or removes itself; an id added for a pool
+/// deleted meanwhile is skipped by the listing. One server only: on a
+/// cluster each master holds its own keys (see the module's docs).
+pub(crate) async fn index_existing(
+    connection: &mut impl ConnectionLike,
+    prefix: &str,
+) -> redis::RedisResult<()> {
+    let marker = format!("{prefix}:pools:indexed");
+    let indexed: bool = redis::cmd("EXISTS")
+        .arg(&marker)
+        .query_async(connection)
+        .await?;
+    if indexed {
+        return Ok(());
+    }
+    let escaped: String = prefix
+        .chars()
+        .flat_map(|c| match c {
+            '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect();
+    let pattern = format!("{escaped}:{{*}}:pool");
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(connection)
+            .await?;
+        let ids: Vec<&str> = keys
+            .iter()
+            .filter_map(|k| {
+                k.strip_prefix(prefix)?
+                    .strip_prefix(":{")?
+                    .strip_suffix("}:pool")
+            })
+            .filter(|id| id.parse::<uuid::Uuid>().is_ok())
+            .collect();
+        if !ids.is_empty() {
+            let mut add = redis::cmd("ZADD");
+            add.arg(index_key(prefix));
+            for id in ids {
+                add.arg(0).arg(id);
+            }
+            let _: redis::Value = add.query_async(connection).await?;
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    redis::cmd("SET")
+        .arg(&marker)
+        .arg(1)
+        .query_async(connection)
+        .await
+}
+
 impl RedisStore {
     /// The index's key.
     fn index(&self) -> String {
-        format!("{}:pools", self.prefix())
+        index_key(self.prefix())
     }
 
     /// Adds (`true`) or removes pool `pool`'s id in the index.
