@@ -7,8 +7,9 @@ const POLL_MS = 1000;
 const TOKEN_KEY = "semaphore-token";
 const page = {
   token: sessionStorage.getItem(TOKEN_KEY),
-  // Whether the server asked for a token: the page's acts need one.
-  auth: false,
+  // Whether the server asked for a token (or one was given earlier in
+  // this tab): the page's acts need one.
+  auth: sessionStorage.getItem(TOKEN_KEY) !== null,
   timer: null,
 };
 

@@ -33,6 +33,9 @@ pub(crate) struct App {
     /// Whether requests bear the bearer token (`--auth-token-file`): the
     /// acts of the page (a forced return) need it.
     pub(crate) auth: bool,
+    /// One listing at a time (`GET /l`): a page of 1000 pools is some 15
+    /// borrows' work for the store.
+    pub(crate) listings: Arc<tokio::sync::Semaphore>,
 }
 
 impl App {

@@ -54,12 +54,19 @@ impl Token {
 /// The token in `path`: its text without surrounding whitespace, 16 to
 /// 4096 visible ASCII characters (what a header carries unchanged).
 fn load(path: &Path) -> Result<Arc<[u8]>, Exit> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Exit::new(
-            code::NOINPUT,
-            format!("reading --auth-token-file {}: {e}", path.display()),
-        )
-    })?;
+    // At most a little more than the longest token: a file that is not one
+    // (`/dev/zero`) is refused, not read whole.
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| {
+            std::io::Read::read_to_string(&mut std::io::Read::take(file, 8192), &mut text)
+        })
+        .map_err(|e| {
+            Exit::new(
+                code::NOINPUT,
+                format!("reading --auth-token-file {}: {e}", path.display()),
+            )
+        })?;
     let token = text.trim();
     if !(16..=4096).contains(&token.len()) || !token.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(Exit::new(

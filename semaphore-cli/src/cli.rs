@@ -204,7 +204,8 @@ pub(crate) struct StatusArgs {
     #[arg(long)]
     pub(crate) watch: bool,
     /// How often --watch looks (at least 100ms).
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = interval)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = interval,
+        requires = "watch")]
     pub(crate) interval: Duration,
     /// Print JSON, one document a look.
     #[arg(long)]

@@ -114,7 +114,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
                     });
                     println!("{line}");
                 } else {
-                    let owner = h.owner.as_deref().unwrap_or("-");
+                    let owner = crate::shown::escaped(h.owner.as_deref().unwrap_or("-"));
                     // A lease of several slots shows them all: 0,1.
                     println!(
                         "{} {} {owner} {expires} {}",

@@ -46,7 +46,8 @@ impl Exit {
         Self::new(
             chosen.unwrap_or(code::TEMPFAIL),
             format!(
-                "no slot of pool {name} freed up within {}",
+                "no slot of pool {} freed up within {}",
+                crate::shown::escaped(name),
                 humantime::format_duration(waited)
             ),
         )

@@ -5,11 +5,17 @@
 //! so the listing, which shows every id, is answered only to callers that
 //! could read the ids anyway: with `--auth-token-file` (each request then
 //! bears the token), or on a server that listens on a loopback address
-//! only (this machine's users). Else it is 403, and says how to enable it.
+//! only (this machine's users) to a request no proxy forwarded (one with
+//! `Forwarded`, `X-Forwarded-For` or `X-Real-IP` came from further away).
+//! Else it is 403, and says how to enable it. On a machine shared with
+//! users who must not borrow each other's pools, use the token.
+//!
+//! A page of 1000 pools costs the store some 15 borrows' work, so one
+//! listing runs at a time: more wait their turn, and borrows go on.
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use semaphore_core::store::MAX_PAGE;
 use semaphore_core::{Pool, PoolId};
 
@@ -23,7 +29,16 @@ const DEFAULT_LIMIT: u32 = 100;
 /// The query's `after` and `limit`.
 fn query(raw: Option<&str>) -> Result<(Option<PoolId>, u32), ApiError> {
     let (mut after, mut limit) = (None, DEFAULT_LIMIT);
+    let mut named = Vec::new();
     for (name, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        if named.contains(&name) {
+            let shown: String = name.chars().take(16).collect();
+            return Err(ApiError::bad_request(
+                format!("{shown} is named twice"),
+                None,
+            ));
+        }
+        named.push(name.clone());
         match &*name {
             "after" => after = Some(PoolId::from_uuid(wire::uuid("after", &value)?)),
             "limit" => {
@@ -55,8 +70,9 @@ fn query(raw: Option<&str>) -> Result<(Option<PoolId>, u32), ApiError> {
 
 /// The pools after `after` (an id; from the first without it), at most
 /// `limit` (1 to 1000, default 100), in id order, each with who waits
-/// for it here; `next` is the id to pass as `after` for the next page,
-/// or `null` after the last.
+/// for it here; `next` is the id to pass as `after` for the next page:
+/// `null` when this page was not full (it was the last); a full page's
+/// `next` may lead to an empty one.
 #[utoipa::path(get, path = "/l", tag = "pools",
     params(
         ("after" = Option<uuid::Uuid>, Query, description = "List the pools whose id follows this one (by its bytes)"),
@@ -70,19 +86,28 @@ fn query(raw: Option<&str>) -> Result<(Option<PoolId>, u32), ApiError> {
     ))]
 pub(crate) async fn list(
     State(app): State<App>,
+    headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<wire::Page>, ApiError> {
-    if !app.listing {
+    let forwarded = ["forwarded", "x-forwarded-for", "x-real-ip"]
+        .iter()
+        .any(|name| headers.contains_key(*name));
+    if !app.listing || (forwarded && !app.auth) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "listing_refused",
             "listing shows every pool's id, which is its only credential on a server \
              without a bearer token: start semaphore serve with --auth-token-file, \
-             or listen on a loopback address",
+             or listen on a loopback address and ask it directly (not through a proxy)",
         )
         .not_retryable());
     }
     let (after, limit) = query(raw.as_deref())?;
+    let _turn = app
+        .listings
+        .acquire()
+        .await
+        .map_err(|_| ApiError::shutting_down())?;
     let states = app.track(Pool::list(&app.store, after, limit).await)?;
     let full = states.len() == limit as usize;
     let next = states.last().filter(|_| full).map(|s| s.id.to_string());
@@ -107,7 +132,14 @@ mod tests {
             query(Some(&format!("after={id}&limit=5"))).unwrap(),
             (Some(id), 5)
         );
-        for bad in ["limit=0", "limit=1001", "limit=x", "after=nope", "other=1"] {
+        for bad in [
+            "limit=0",
+            "limit=1001",
+            "limit=x",
+            "after=nope",
+            "other=1",
+            "limit=1&limit=2",
+        ] {
             assert!(query(Some(bad)).is_err(), "{bad}");
         }
     }

@@ -24,6 +24,7 @@ mod page;
 mod parse_errors;
 mod run;
 mod serve;
+mod shown;
 mod single_headers;
 mod status;
 mod store;

@@ -92,6 +92,7 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
         ticket_hold: args.ticket_hold,
         listing: auth.is_some() || args.listen.ip().is_loopback(),
         auth: auth.is_some(),
+        listings: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
     };
     // Before the server says it listens: a SIGHUP from then on is caught.
     on_hangup(auth.clone());

@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 use semaphore_core::store::{MAX_PAGE, Store};
 use semaphore_core::{Holder, PlaceKind, Pool, PoolId, PoolState, QueuedPlace};
 use serde_json::{Value, json};
+use tokio::signal::unix::{Signal, SignalKind};
 
 use crate::cli::StatusArgs;
 use crate::exit::{Exit, code};
@@ -50,9 +51,12 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Exit> {
             &mut std::io::stdout().lock(),
         ));
     }
-    let terminal = !args.json && std::io::stdout().is_terminal();
-    let screen = terminal.then(Screen::enter).transpose()?;
-    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    // A terminal that cannot move its cursor gets plain frames.
+    let terminal = !args.json
+        && std::io::stdout().is_terminal()
+        && std::env::var_os("TERM").is_none_or(|t| t != "dumb");
+    let mut screen = terminal.then(Screen::enter).transpose()?;
+    let mut ends = Ends::listen()?;
     loop {
         let snapshot = look().await;
         let drawn = match (&screen, snapshot) {
@@ -67,9 +71,69 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Exit> {
             drop(screen);
             return written(drawn);
         }
+        match ends.within(args.interval).await {
+            End::Not => {}
+            End::Stop if screen.is_some() => {
+                // The shell's prompt goes on the terminal's own screen;
+                // the watch comes back to its own when continued.
+                drop(screen.take());
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+                screen = Some(Screen::enter()?);
+            }
+            End::Stop => {
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+            }
+            End::Exit(code) => return Ok(code),
+        }
+    }
+}
+
+/// What ended a wait between two looks.
+enum End {
+    /// The interval passed.
+    Not,
+    /// Ctrl-Z (SIGTSTP): stop, the screen left.
+    Stop,
+    /// Ctrl-C (exit 0), or TERM, HUP or QUIT (exit 128 + its number): the
+    /// screen is left as the watch ends.
+    Exit(u8),
+}
+
+/// The signals that end or stop a watch, caught so that the terminal is
+/// given back as it was (the alternate screen left, the cursor shown).
+struct Ends {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+    quit: Signal,
+    tstp: Signal,
+}
+
+impl Ends {
+    fn listen() -> Result<Self, Exit> {
+        use nix::sys::signal::Signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP};
+        let on = |number: nix::sys::signal::Signal| {
+            tokio::signal::unix::signal(SignalKind::from_raw(number as i32))
+                .map_err(|e| Exit::new(code::SOFTWARE, format!("listening for {number}: {e}")))
+        };
+        Ok(Ends {
+            int: on(SIGINT)?,
+            term: on(SIGTERM)?,
+            hup: on(SIGHUP)?,
+            quit: on(SIGQUIT)?,
+            tstp: on(SIGTSTP)?,
+        })
+    }
+
+    /// Waits `interval` or for a signal, whichever comes first.
+    async fn within(&mut self, interval: Duration) -> End {
         tokio::select! {
-            _ = &mut ctrl_c => return Ok(0),
-            () = tokio::time::sleep(args.interval) => {}
+            _ = self.int.recv() => End::Exit(0),
+            _ = self.term.recv() => End::Exit(128 + 15),
+            _ = self.hup.recv() => End::Exit(128 + 1),
+            _ = self.quit.recv() => End::Exit(128 + 3),
+            _ = self.tstp.recv() => End::Stop,
+            () = tokio::time::sleep(interval) => End::Not,
         }
     }
 }
@@ -118,28 +182,6 @@ fn written(result: std::io::Result<()>) -> Result<u8, Exit> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
         Err(e) => Err(io(e)),
     }
-}
-
-/// A label as a terminal shows it safely: its control characters (an
-/// escape sequence a holder put in its owner label) escaped, at most 40
-/// characters.
-fn safe(label: &str) -> String {
-    let mut shown: String = label
-        .chars()
-        .take(40)
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect();
-    if label.chars().count() > 40 {
-        shown.push('…');
-    }
-    shown
 }
 
 /// `slots` cells, `#` for each held (at most 40 cells drawn).
@@ -206,7 +248,7 @@ fn lines(snapshot: &Snapshot) -> Vec<String> {
         } => {
             let mut out = vec![format!(
                 "pool {} ({}): {} of {} slots in use{}  {}",
-                safe(shown),
+                crate::shown::cut(shown, 40),
                 state.id,
                 state.in_use,
                 state.count,
@@ -221,7 +263,7 @@ fn lines(snapshot: &Snapshot) -> Vec<String> {
                 format!(
                     "{:<9}  {:<40}  {:>8}  {:>8}s",
                     h.lease.positions.to_string(),
-                    safe(h.owner.as_deref().unwrap_or("-")),
+                    crate::shown::cut(h.owner.as_deref().unwrap_or("-"), 40),
                     h.lease.token,
                     seconds(*now, h.lease.expires_at)
                 )
@@ -338,13 +380,6 @@ pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_label_cannot_steer_the_terminal() {
-        assert_eq!(safe("gpu-job"), "gpu-job");
-        assert_eq!(safe("\u{1b}[2Jgone"), "\\u{1b}[2Jgone");
-        assert_eq!(safe(&"x".repeat(50)), format!("{}…", "x".repeat(40)));
-    }
 
     #[test]
     fn the_fill_has_a_cell_a_slot() {

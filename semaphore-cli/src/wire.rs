@@ -194,7 +194,7 @@ impl State {
 pub(crate) struct Page {
     pub(crate) pools: Vec<State>,
     /// Pass it as `after` for the next page; `null` when this page was
-    /// the last.
+    /// not full (the last; a full page's `next` may lead to an empty one).
     #[schema(value_type = Option<uuid::Uuid>)]
     pub(crate) next: Option<String>,
 }

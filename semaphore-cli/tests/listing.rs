@@ -79,6 +79,12 @@ async fn every_pool_is_listed_once_in_id_order_with_its_waiters() {
         "{shown}"
     );
     assert_eq!(shown["draining"], json!(false));
+    // Through a proxy, the caller may be anyone: no listing without a token.
+    let proxied = server
+        .http
+        .get(server.url("/l"))
+        .header("X-Forwarded-For", "203.0.113.9");
+    assert_eq!(proxied.send().await.unwrap().status(), 403);
     let (_, default) = server.call("GET", "/l", None).await;
     assert_eq!(
         default["pools"].as_array().unwrap().len(),
@@ -97,6 +103,7 @@ async fn a_bad_query_is_a_400_naming_its_field() {
         ("limit=ten", json!("limit")),
         ("after=not-a-uuid", json!("after")),
         ("sort=desc", Value::Null),
+        ("limit=1&limit=2", Value::Null),
     ] {
         let (status, body) = server.call("GET", &format!("/l?{query}"), None).await;
         assert_eq!(status, 400, "{query}: {body}");

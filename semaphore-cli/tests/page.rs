@@ -301,6 +301,13 @@ async fn a_forced_return_is_offered_only_with_the_token_and_ends_the_lease() {
             t.len() == 1 && t[0].contains("stuck-job")
         })
         .await;
+    // The token is kept in the tab: a reload still offers the act.
+    browser.client.refresh().await.unwrap();
+    browser
+        .until("#slots .slot", Duration::from_secs(5), |t| {
+            t.len() == 1 && t[0].contains("force return")
+        })
+        .await;
     browser
         .client
         .find(Locator::Css(".force"))

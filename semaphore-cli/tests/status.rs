@@ -187,3 +187,41 @@ fn a_waiting_run_says_where_it_stands_only_on_a_terminal_and_clears_it() {
         "the line is cleared when granted: {text}"
     );
 }
+
+#[test]
+fn status_watch_gives_the_terminal_back_on_term_hup_and_quit() {
+    use rexpect::process::Signal;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("signals.db");
+    let registered = semaphore(&db, &["register", "--pool", "gpus", "--count", "1"])
+        .output()
+        .unwrap();
+    assert!(registered.status.success());
+    for (signal, code) in [
+        (Signal::SIGTERM, 143),
+        (Signal::SIGHUP, 129),
+        (Signal::SIGQUIT, 131),
+    ] {
+        let mut watch = on_a_terminal(
+            &db,
+            &["status", "--pool", "gpus", "--watch", "--interval", "100ms"],
+        );
+        let mut seen = watch.exp_string("no one waits").unwrap();
+        watch.process_mut().signal(signal).unwrap();
+        seen.push_str(&watch.exp_eof().unwrap());
+        let after = screen(&seen);
+        assert!(
+            !after.screen().alternate_screen(),
+            "{signal}: the screen is left"
+        );
+        assert!(
+            !after.screen().hide_cursor(),
+            "{signal}: the cursor is shown"
+        );
+        let status = watch.process().wait().unwrap();
+        // rexpect's `WaitStatus`, by its form: `Exited(Pid(..), code)`.
+        let shown = format!("{status:?}");
+        let exited = shown.starts_with("Exited(") && shown.ends_with(&format!(", {code})"));
+        assert!(exited, "{signal}: {shown}");
+    }
+}

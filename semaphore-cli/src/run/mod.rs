@@ -110,9 +110,10 @@ pub(crate) async fn run(
             return Err(Exit::new(
                 code::UNAVAILABLE,
                 format!(
-                    "pool {name} was removed while this run waited for a slot (deleted, or \
+                    "pool {} was removed while this run waited for a slot (deleted, or \
                      lost by the store: a Redis restart without persistence loses it); run \
-                     again to register it anew"
+                     again to register it anew",
+                    crate::shown::escaped(&name)
                 ),
             ));
         }

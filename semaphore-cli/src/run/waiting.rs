@@ -5,7 +5,10 @@
 //! one line that says where this run stands, `waiting for a slot of gpus:
 //! 3rd in line, 12 s`, drawn again each second in place and cleared when
 //! the slot is granted or the wait ends (crossterm moves the cursor and
-//! clears the line). Its place is its borrower's among everyone known to
+//! clears the line). It is drawn only while this run is the terminal's
+//! foreground job (a background job leaves the prompt alone), cut to the
+//! terminal's width (a line that wrapped could not be cleared), with the
+//! pool's name escaped ([`shown`](crate::shown)). Its place is its borrower's among everyone known to
 //! wait for the pool ([`Pool::queue`]): other processes' queued heads, held
 //! places, and the borrowers before it.
 
@@ -19,7 +22,9 @@ use semaphore_core::{PlaceKind, Pool};
 /// host, this process and the command's program, `gpu-box/4242 python`:
 /// what `semaphore status` and the service's page show for the slot. The
 /// default is cut to `max` bytes (the store's owner limit) at a
-/// character's end, its control characters dropped.
+/// character's end, without the characters a label may not hold (control,
+/// format, line and paragraph separators: a program named `my\u{ad}tool`
+/// still runs).
 pub(crate) fn owner(given: Option<&str>, program: &str, max: usize) -> String {
     if let Some(label) = given {
         return label.to_string();
@@ -31,7 +36,7 @@ pub(crate) fn owner(given: Option<&str>, program: &str, max: usize) -> String {
     let program = program.rsplit('/').next().unwrap_or(program);
     let label = format!("{host}/{} {program}", std::process::id());
     let mut cut = String::new();
-    for c in label.chars().filter(|c| !c.is_control()) {
+    for c in label.chars().filter(|c| !crate::shown::unprintable(*c)) {
         if cut.len() + c.len_utf8() > max {
             break;
         }
@@ -59,6 +64,7 @@ fn line(name: &str, place: Option<usize>, waited: Duration) -> String {
         || "in line".to_string(),
         |p| format!("{} in line", ordinal(p)),
     );
+    let name = crate::shown::cut(name, 40);
     format!(
         "waiting for a slot of {name}: {place}, {} s",
         waited.as_secs()
@@ -102,14 +108,31 @@ pub(crate) async fn waiting<T>(
     answer
 }
 
-/// Draws `text` over the terminal's current line, or clears it.
+/// Whether this process is in the foreground job of the terminal that
+/// standard error is.
+fn in_the_foreground() -> bool {
+    nix::unistd::tcgetpgrp(std::io::stderr()).is_ok_and(|group| group == nix::unistd::getpgrp())
+}
+
+/// Draws `text` over the terminal's current line, cut to its width, or
+/// clears it; nothing while this run is a background job.
 fn draw(text: Option<&str>) {
-    use crossterm::terminal::{Clear, ClearType};
+    use crossterm::terminal::{Clear, ClearType, size};
     use crossterm::{cursor::MoveToColumn, queue, style::Print};
+    if !in_the_foreground() {
+        return;
+    }
     let mut err = std::io::stderr().lock();
     let _ = queue!(err, MoveToColumn(0), Clear(ClearType::CurrentLine));
     if let Some(text) = text {
-        let _ = queue!(err, Print(text));
+        // A terminal that does not know its width (0) gets 80 columns.
+        let width = size()
+            .ok()
+            .map(|(w, _)| usize::from(w))
+            .filter(|&w| w > 0)
+            .unwrap_or(80)
+            .max(2);
+        let _ = queue!(err, Print(text.chars().take(width - 1).collect::<String>()));
     }
     let _ = err.flush();
 }
@@ -147,6 +170,11 @@ mod tests {
         assert!(
             !owner(None, "a\u{1b}b", 64).contains('\u{1b}'),
             "no control character"
+        );
+        assert_eq!(
+            owner(None, "my\u{ad}tool", 64).split(' ').nth(1),
+            Some("mytool"),
+            "no format character"
         );
         let default = owner(None, "/usr/bin/python3", 64);
         assert!(
