@@ -1,6 +1,7 @@
 //! `POST /l/{id}/force-return`: an operator ends the lease holding a
-//! position, as a return would ([`Pool::force_return`]), e.g. from the
-//! service's page. An act, so it needs the bearer token: a server without
+//! position, as a return would
+//! ([`Pool::force_return`](semaphore_core::Pool::force_return)), e.g. from
+//! the service's page. An act, so it needs the bearer token: a server without
 //! `--auth-token-file` refuses it (rule "A page for people": any act
 //! needs the bearer token).
 
