@@ -27,9 +27,9 @@ pub(crate) struct App {
     /// How long a ticket's place is kept after each poll
     /// (`--ticket-hold`).
     pub(crate) ticket_hold: std::time::Duration,
-    /// Whether `GET /l` lists the pools: with a bearer token, or on a
-    /// loopback address only ([`listing`](crate::listing)).
-    pub(crate) listing: bool,
+    /// Whether the server listens on a loopback address only: `GET /l`
+    /// lists the pools there without a token ([`listing`](crate::listing)).
+    pub(crate) loopback: bool,
     /// Whether requests bear the bearer token (`--auth-token-file`): the
     /// acts of the page (a forced return) need it.
     pub(crate) auth: bool,

@@ -164,11 +164,7 @@ async fn pools(args: &crate::cli::PoolsArgs) -> Result<u8, Exit> {
             .map_err(Exit::from_store)?;
         for s in &page {
             if args.json {
-                let line = serde_json::json!({
-                    "id": s.id.to_string(), "count": s.count, "in_use": s.in_use,
-                    "available": s.available, "queued": s.queued, "draining": s.draining,
-                });
-                println!("{line}");
+                println!("{}", crate::status::state_json(s));
             } else {
                 println!(
                     "{:<36} {:>5} {:>6} {:>9} {:>6} {}",

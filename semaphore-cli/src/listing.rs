@@ -92,7 +92,7 @@ pub(crate) async fn list(
     let forwarded = ["forwarded", "x-forwarded-for", "x-real-ip"]
         .iter()
         .any(|name| headers.contains_key(*name));
-    if !app.listing || (forwarded && !app.auth) {
+    if !app.auth && (!app.loopback || forwarded) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "listing_refused",

@@ -90,7 +90,7 @@ pub(crate) async fn serve(args: ServeArgs, signals: DrainSignals) -> Result<(), 
         metrics,
         broken: Default::default(),
         ticket_hold: args.ticket_hold,
-        listing: auth.is_some() || args.listen.ip().is_loopback(),
+        loopback: args.listen.ip().is_loopback(),
         auth: auth.is_some(),
         listings: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
     };

@@ -58,17 +58,14 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Exit> {
     let mut screen = terminal.then(Screen::enter).transpose()?;
     let mut ends = Ends::listen()?;
     loop {
-        let snapshot = look().await;
-        let drawn = match (&screen, snapshot) {
-            (Some(screen), Ok(snapshot)) => screen.draw(&lines(&snapshot)),
-            (None, Ok(snapshot)) => print(&snapshot, args.json, &mut std::io::stdout().lock()),
-            (_, Err(e)) => {
-                drop(screen);
-                return Err(e);
-            }
+        // An early return leaves the screen (its drop) before the error
+        // is printed.
+        let snapshot = look().await?;
+        let drawn = match &screen {
+            Some(screen) => screen.draw(&lines(&snapshot)),
+            None => print(&snapshot, args.json, &mut std::io::stdout().lock()),
         };
         if drawn.is_err() {
-            drop(screen);
             return written(drawn);
         }
         match ends.within(args.interval).await {
@@ -198,13 +195,12 @@ fn seconds(from: SystemTime, to: SystemTime) -> u64 {
     to.duration_since(from).map_or(0, |d| d.as_secs())
 }
 
-/// Whose place it is, in words; and as `--json` names it.
-fn whose(kind: PlaceKind) -> (&'static str, &'static str) {
+/// Whose place it is, in words.
+fn whose(kind: PlaceKind) -> &'static str {
     match kind {
-        PlaceKind::Here => ("this process", "here"),
-        PlaceKind::Held => ("a ticket", "ticket"),
-        PlaceKind::Process => ("a process (more may wait behind it)", "process"),
-        _ => ("another", "other"),
+        PlaceKind::Here => "this process",
+        PlaceKind::Held => "a ticket",
+        _ => "a process (more may wait behind it)",
     }
 }
 
@@ -280,7 +276,7 @@ fn lines(snapshot: &Snapshot) -> Vec<String> {
                 format!(
                     "{:<6}  {:<36}  {:>5}  {:>6}s",
                     i + 1,
-                    whose(p.kind).0,
+                    whose(p.kind),
                     p.slots,
                     seconds(p.since, *now)
                 )
@@ -293,17 +289,19 @@ fn lines(snapshot: &Snapshot) -> Vec<String> {
     }
 }
 
+/// A pool's state as `status --json` and `pools --json` print it.
+pub(crate) fn state_json(s: &PoolState) -> Value {
+    json!({
+        "id": s.id.to_string(), "count": s.count, "in_use": s.in_use,
+        "available": s.available, "queued": s.queued, "draining": s.draining,
+    })
+}
+
 /// The snapshot as JSON.
 fn to_json(snapshot: &Snapshot) -> Value {
-    let state = |s: &PoolState| {
-        json!({
-            "id": s.id.to_string(), "count": s.count, "in_use": s.in_use,
-            "available": s.available, "queued": s.queued, "draining": s.draining,
-        })
-    };
     match snapshot {
         Snapshot::Pools { pools, more } => json!({
-            "pools": pools.iter().map(state).collect::<Vec<_>>(),
+            "pools": pools.iter().map(state_json).collect::<Vec<_>>(),
             "more": more,
         }),
         Snapshot::Pool {
@@ -313,7 +311,7 @@ fn to_json(snapshot: &Snapshot) -> Value {
             now,
             ..
         } => json!({
-            "pool": state(s),
+            "pool": state_json(s),
             "slots": holders.iter().map(|h| json!({
                 "position": h.lease.position,
                 "positions": &h.lease.positions[..],
@@ -323,7 +321,7 @@ fn to_json(snapshot: &Snapshot) -> Value {
             })).collect::<Vec<_>>(),
             "waiters": queue.iter().enumerate().map(|(i, p)| json!({
                 "place": i + 1,
-                "kind": whose(p.kind).1,
+                "kind": crate::wire::place_kind(p.kind),
                 "slots": p.slots,
                 "waited_ms": now.duration_since(p.since).map_or(0, |d| d.as_millis() as u64),
             })).collect::<Vec<_>>(),

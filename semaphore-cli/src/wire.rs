@@ -260,6 +260,17 @@ impl Holder {
     }
 }
 
+/// Whose place it is, as the API and `status --json` name it: `here`,
+/// `ticket` or `process`.
+pub(crate) fn place_kind(kind: semaphore_core::PlaceKind) -> &'static str {
+    use semaphore_core::PlaceKind;
+    match kind {
+        PlaceKind::Here => "here",
+        PlaceKind::Held => "ticket",
+        _ => "process",
+    }
+}
+
 /// One place in line in `GET /l/{id}/leases`: never its waiter id (a
 /// ticket's credential).
 #[derive(Debug, Serialize, ToSchema)]
@@ -279,14 +290,9 @@ pub(crate) struct Waiter {
 
 impl Waiter {
     pub(crate) fn new(place: usize, p: &semaphore_core::QueuedPlace, now: SystemTime) -> Self {
-        use semaphore_core::PlaceKind;
         Self {
             place,
-            kind: match p.kind {
-                PlaceKind::Here => "here",
-                PlaceKind::Held => "ticket",
-                _ => "process",
-            },
+            kind: place_kind(p.kind),
             slots: p.slots,
             waited: now
                 .duration_since(p.since)

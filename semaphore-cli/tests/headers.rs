@@ -5,9 +5,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{Server, pool_id};
@@ -176,28 +175,13 @@ async fn a_rebound_name_is_421_and_the_loopback_names_are_answered() {
 /// (0.0.0.0) answers every IP address, but still no name it was not given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allowed_hosts_and_every_address_of_a_server_listening_on_all() {
-    let mut child = Command::new(common::BIN)
-        .args(["serve", "--memory", "--listen", "0.0.0.0:0"])
-        .args(["--allowed-host", "semaphore.internal,.corp.example"])
-        .args(["--allowed-host", "other.example"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .split_whitespace()
-        .nth(2)
-        .and_then(|url| url.rsplit(':').next())
-        .unwrap_or_else(|| panic!("{line:?}"))
-        .to_string();
-    let server = Server {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-        http: reqwest::Client::new(),
-    };
+    let server = Server::start_everywhere(&[
+        "--memory",
+        "--allowed-host",
+        "semaphore.internal,.corp.example",
+        "--allowed-host",
+        "other.example",
+    ]);
     for host in [
         "semaphore.internal:8443",
         "corp.example",

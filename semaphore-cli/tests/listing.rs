@@ -6,8 +6,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::{BIN, Server};
 use serde_json::{Value, json};
@@ -111,32 +110,11 @@ async fn a_bad_query_is_a_400_naming_its_field() {
     }
 }
 
-/// `semaphore serve --memory --listen 0.0.0.0:0` and `extra`; the
-/// process and its base URL on 127.0.0.1.
-fn serve_everywhere(extra: &[&str]) -> (std::process::Child, String) {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--memory", "--listen", "0.0.0.0:0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .split_whitespace()
-        .nth(2)
-        .and_then(|a| a.rsplit(':').next())
-        .unwrap();
-    (child, format!("http://127.0.0.1:{port}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_open_beyond_loopback_lists_only_to_the_bearer_of_its_token() {
     let http = reqwest::Client::new();
-    let (mut open, base) = serve_everywhere(&[]);
-    let answer = http.get(format!("{base}/l")).send().await.unwrap();
+    let open = Server::start_everywhere(&["--memory"]);
+    let answer = http.get(open.url("/l")).send().await.unwrap();
     assert_eq!(answer.status(), 403);
     let body: Value = answer.json().await.unwrap();
     assert_eq!(body["code"], "listing_refused", "{body}");
@@ -147,24 +125,22 @@ async fn a_server_open_beyond_loopback_lists_only_to_the_bearer_of_its_token() {
             .contains("--auth-token-file"),
         "{body}"
     );
-    open.kill().unwrap();
-    open.wait().unwrap();
+    drop(open);
 
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, "0123456789abcdef0123").unwrap();
-    let (mut guarded, base) = serve_everywhere(&["--auth-token-file", token.to_str().unwrap()]);
+    let guarded =
+        Server::start_everywhere(&["--memory", "--auth-token-file", token.to_str().unwrap()]);
     let listed = http
-        .get(format!("{base}/l"))
+        .get(guarded.url("/l"))
         .bearer_auth("0123456789abcdef0123")
         .send()
         .await
         .unwrap();
     assert_eq!(listed.status(), 200);
-    let unauthorized = http.get(format!("{base}/l")).send().await.unwrap();
+    let unauthorized = http.get(guarded.url("/l")).send().await.unwrap();
     assert_eq!(unauthorized.status(), 401);
-    guarded.kill().unwrap();
-    guarded.wait().unwrap();
 }
 
 #[test]

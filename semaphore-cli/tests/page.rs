@@ -83,6 +83,12 @@ impl Browser {
         serde_json::from_value(texts).unwrap()
     }
 
+    /// Clicks the element `css` finds.
+    async fn click(&self, css: &str) {
+        let element = self.client.find(Locator::Css(css)).await.unwrap();
+        element.click().await.unwrap();
+    }
+
     /// Waits up to `within` for `done` on the texts `css` finds; they.
     async fn until(
         &self,
@@ -288,14 +294,7 @@ async fn a_forced_return_is_offered_only_with_the_token_and_ends_the_lease() {
         .send_keys(TOKEN)
         .await
         .unwrap();
-    browser
-        .client
-        .find(Locator::Css("#login button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.click("#login button").await;
     browser
         .until("#slots .slot", Duration::from_secs(5), |t| {
             t.len() == 1 && t[0].contains("stuck-job")
@@ -308,14 +307,7 @@ async fn a_forced_return_is_offered_only_with_the_token_and_ends_the_lease() {
             t.len() == 1 && t[0].contains("force return")
         })
         .await;
-    browser
-        .client
-        .find(Locator::Css(".force"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    browser.click(".force").await;
     assert!(
         browser
             .client

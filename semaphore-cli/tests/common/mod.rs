@@ -30,9 +30,19 @@ impl Server {
         Self::spawn(store_args, Stdio::piped())
     }
 
+    /// Starts `semaphore serve --listen 0.0.0.0:0` with `args` (every
+    /// address); the client calls it on 127.0.0.1.
+    pub fn start_everywhere(args: &[&str]) -> Server {
+        Self::spawn_on("0.0.0.0:0", args, Stdio::inherit())
+    }
+
     fn spawn(store_args: &[&str], stderr: Stdio) -> Server {
+        Self::spawn_on("127.0.0.1:0", store_args, stderr)
+    }
+
+    fn spawn_on(listen: &str, store_args: &[&str], stderr: Stdio) -> Server {
         let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(store_args)
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -46,7 +56,7 @@ impl Server {
             .strip_prefix("listening on ")
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_string();
+            .replace("0.0.0.0", "127.0.0.1");
         Server {
             child,
             base: address,

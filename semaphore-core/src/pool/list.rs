@@ -68,9 +68,6 @@ impl Pool {
         if !(1..=MAX_PAGE).contains(&limit) {
             return Err(Error::invalid("limit", format!("1..={MAX_PAGE}"), limit));
         }
-        if page_start(after).is_none() {
-            return Ok(Vec::new());
-        }
         store.pools(after, limit).await
     }
 }
