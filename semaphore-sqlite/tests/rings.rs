@@ -93,7 +93,10 @@ async fn a_return_in_another_process_rings_the_waiting_head() {
 }
 
 /// Sends datagrams of every size from 0 to 100 bytes (none a ring) to this
-/// process's wake-up socket, and waits until the listener has read them.
+/// process's wake-up socket, and waits until the listener has read them:
+/// the socket queues at most `net.unix.max_dgram_qlen` datagrams (10 by
+/// default), and a ring sent while junk fills it is dropped (rings never
+/// block), which would fail this test for the junk's sake, not the ring's.
 fn junk_to_own_socket() {
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::{SocketAddr, UnixDatagram};
@@ -108,5 +111,34 @@ fn junk_to_own_socket() {
     for size in 0..=100 {
         let junk = vec![0xA5u8; size];
         socket.send_to_addr(&junk, &to).unwrap();
+    }
+    wait_until_the_listener_sleeps();
+}
+
+/// Waits until this process's wake-up thread sleeps. It sleeps only in its
+/// receive, and only when the socket's queue is empty; each send above
+/// woke it before returning, so once it sleeps, it has read them all.
+fn wait_until_the_listener_sleeps() {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let task = task.unwrap().path();
+            let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            if name.trim_end() != "sqlite-doorbell" {
+                continue;
+            }
+            let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            if state == Some('S') {
+                return;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the wake-up thread did not go back to its receive after the junk"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }

@@ -164,8 +164,10 @@ mod linux {
             let stopping = Arc::new(AtomicBool::new(false));
             let (inbox, thread_registry, thread_stopping) =
                 (socket.try_clone()?, registry.clone(), stopping.clone());
+            // 15 bytes, all Linux keeps of a thread's name: tests find the
+            // thread by it.
             let thread = std::thread::Builder::new()
-                .name("semaphore-sqlite-doorbell".into())
+                .name("sqlite-doorbell".into())
                 .spawn(move || listen(&inbox, &thread_registry, &thread_stopping))?;
             Ok(Self {
                 socket,
