@@ -53,7 +53,7 @@ const INIT: [&str; 3] = [
 ///   procedure (`PREFIX_borrow_6`, created with the tables, the one place
 ///   the borrow is written), in a transaction of its own; a multi-pool
 ///   borrow calls its step once per pool in one transaction. A return is
-///   one statement in autocommit; the other primitives are a few
+///   one call in autocommit; the other primitives are a few
 ///   statements in one transaction. A dropped future rolls its
 ///   transaction back.
 /// - **The server's clock decides** (rule "Time"): `SYSDATE(3)`, read
@@ -61,11 +61,17 @@ const INIT: [&str; 3] = [
 ///   disagree can neither over-issue nor take a live lease;
 ///   [`Store::clock`] is this process's view of the server's clock.
 /// - **Wake-ups:** MySQL has no LISTEN/NOTIFY. A return in this process
-///   wakes its waiters at once; another process's return is seen at the
-///   next [`poll_interval`](MysqlOptions::poll_interval) (100 ms by
-///   default), when every waiting head looks again: a waiter is granted
-///   within the poll interval plus one query's round trip. For faster wake-ups
-///   across machines, put `semaphore serve` in front of the database.
+///   wakes its waiters at once. A return in another process rings the
+///   heads its freed slots are owed to, right after its delete commits:
+///   each store keeps a connection of its own (its link) waiting, a second
+///   at a time, for a named lock a second connection of its own holds,
+///   and the return interrupts that wait (`KILL QUERY` of the connection
+///   holding that store's named lock), so the head looks at once. What no ring tells (a ring that lands between two of the
+///   link's statements, one the server refuses because the returner is
+///   another MySQL user without `CONNECTION ADMIN`, a count raised, a
+///   lease that expired) is seen at the next
+///   [`poll_interval`](MysqlOptions::poll_interval) (100 ms by default),
+///   when every waiting head looks again.
 /// - **Fair across machines:** each process's head waiter is queued
 ///   in the waiters table, first come first served, each owed its weight;
 ///   a head not seen for 4.5 s (its process died) stops blocking others.
@@ -212,7 +218,7 @@ impl MysqlStore {
             link.clone(),
             changes.clone(),
             options.time.clone(),
-            options.poll_interval,
+            (!options.rings_only).then_some(options.poll_interval),
         );
         let _ = tokio::time::timeout(LINK_WAIT, async {
             while link.id.lock().is_none() {

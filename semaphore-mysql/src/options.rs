@@ -23,6 +23,8 @@ pub struct MysqlOptions {
     pub(crate) pool_size: usize,
     pub(crate) poll_interval: Duration,
     pub(crate) time: DecidingClock,
+    /// Test mode: no poll, rings alone wake waiters.
+    pub(crate) rings_only: bool,
 }
 
 impl Default for MysqlOptions {
@@ -33,6 +35,7 @@ impl Default for MysqlOptions {
             pool_size: 10,
             poll_interval: Duration::from_millis(100),
             time: DecidingClock::default(),
+            rings_only: false,
         }
     }
 }
@@ -49,23 +52,38 @@ impl MysqlOptions {
     }
 
     /// The most connections the store's pool opens (default 10, at least
-    /// 1), besides the one that holds its bound leases.
+    /// 1), besides three of the store's own: its session's heartbeat, its
+    /// link (which marks its waiters alive and is rung) and the link's bell.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
     }
 
-    /// How often waiters look at the pool again: MySQL has no
-    /// LISTEN/NOTIFY, so this is how a process learns of another's return
-    /// (returns in this process wake its waiters at once), and the
-    /// heartbeat of a waiting process's place in the cross-machine queue.
-    /// A waiter learns of another process's return within this interval
-    /// plus one query's round trip (its borrow attempt). Default 100 ms; allowed [`MIN_POLL_INTERVAL`](semaphore_core::store::MIN_POLL_INTERVAL) to
+    /// How often waiters look at the pool again. MySQL has no
+    /// LISTEN/NOTIFY: a return in another process rings the heads its freed
+    /// slots are owed to (it interrupts the statement their store's link
+    /// waits in, with `KILL QUERY`, once its delete has committed), and
+    /// this poll is how a process learns of what no ring tells: a ring
+    /// that landed between two of the link's statements, a ring the server
+    /// refused (a return by another MySQL user, without `CONNECTION
+    /// ADMIN`), a head that left the line, a count raised, a drain ended,
+    /// a lease that expired. Returns in this process wake its waiters at
+    /// once. Each poll of a waiting head is also the heartbeat of its place
+    /// in the cross-machine queue. Default 100 ms; allowed [`MIN_POLL_INTERVAL`](semaphore_core::store::MIN_POLL_INTERVAL) to
     /// [`MAX_POLL_INTERVAL`](semaphore_core::store::MAX_POLL_INTERVAL), else refused at connect naming
     /// `poll_interval`. Each process with waiters runs one borrow attempt
     /// per waiting pool per interval.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
+        self
+    }
+
+    /// Test mode (feature `test-util`): waiters learn of other processes'
+    /// returns only when those ring them, with no poll to fall back on, so
+    /// that a test can show what the rings alone do.
+    #[cfg(feature = "test-util")]
+    pub fn rings_only(mut self) -> Self {
+        self.rings_only = true;
         self
     }
 

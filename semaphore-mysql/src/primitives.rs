@@ -231,19 +231,31 @@ impl Step<'_> {
         Ok(true)
     }
 
-    /// Ends an active lease; `false` for anything else: one statement
-    /// (in autocommit, one round trip). A lease whose holder is gone is not
-    /// active, and is not returned. It takes no lock on the pool: a borrow
-    /// that runs beside it sees the slot taken or free, never both.
+    /// Ends an active lease; `false` for anything else: one call of the
+    /// return procedure (`return.sql`) in autocommit, one round trip. A
+    /// lease whose holder is gone is not active, and is not returned. It
+    /// takes no lock on the pool: a borrow that runs beside it sees the
+    /// slot taken or free, never both. Once its delete has committed, the
+    /// call rings the heads of other processes the freed slots are owed
+    /// to, by their links.
     pub(crate) async fn return_lease(
         &self,
         q: &mut mysql_async::Conn,
         pool: PoolId,
         lease: LeaseId,
     ) -> Sql<bool> {
-        let delete = format!("DELETE FROM {}", self.t.leases);
-        self.on_active(q, &delete, pool, lease).await?;
-        Ok(q.affected_rows() > 0)
+        let freed: Option<i64> = q
+            .exec_first(
+                format!("CALL {}(?, ?, ?, ?)", self.t.return_lease),
+                (
+                    key(&pool),
+                    lease.as_uuid().as_bytes().to_vec(),
+                    self.now_param(),
+                    self.link.map(|l| l.as_bytes().to_vec()),
+                ),
+            )
+            .await?;
+        Ok(freed.unwrap_or_default() > 0)
     }
 
     /// Unbinds an active lease from its session; whether it

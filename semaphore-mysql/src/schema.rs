@@ -29,6 +29,8 @@
 //!   procedures, the one place it is written (`borrow.sql`): the step, and
 //!   one call of it in a transaction of its own (one round trip) or in the
 //!   caller's (a multi-pool borrow).
+//! - `P_return_1`: the return, which rings the heads of other processes
+//!   its freed slots are owed to (`return.sql`).
 //!
 //! Labels are `VARBINARY`/`BLOB`, compared byte for byte: a key never
 //! matches another that differs only in case, whatever the collation.
@@ -62,6 +64,8 @@ pub(crate) struct Tables {
     pub(crate) borrow: String,
     pub(crate) borrow_in: String,
     borrow_step: String,
+    /// The return that rings (`return.sql`).
+    pub(crate) return_lease: String,
     prefix: String,
 }
 
@@ -76,6 +80,7 @@ impl Tables {
             borrow: format!("{prefix}_borrow_6"),
             borrow_in: format!("{prefix}_borrow_in_6"),
             borrow_step: format!("{prefix}_borrow_step_6"),
+            return_lease: format!("{prefix}_return_1"),
             prefix: prefix.to_string(),
         }
     }
@@ -301,7 +306,8 @@ async fn migrate_from_3(conn: &mut Conn, tables: &Tables) -> Result<()> {
     .map_err(storage("open"))
 }
 
-/// Creates the borrow procedures (`borrow.sql`) that are missing. Two
+/// Creates the borrow procedures (`borrow.sql`) and the return's
+/// (`return.sql`) that are missing. Two
 /// processes may both find one missing: the one that loses the race is
 /// told it exists (1304).
 ///
@@ -310,8 +316,14 @@ async fn migrate_from_3(conn: &mut Conn, tables: &Tables) -> Result<()> {
 /// ROUTINE` the first time, and `EXECUTE`).
 async fn create_procedure(conn: &mut Conn, tables: &Tables) -> Result<()> {
     let script = include_str!("borrow.sql").replace("{p}", &tables.prefix);
-    let bodies = script.split("\n-- ====\n");
-    let names = [&tables.borrow_step, &tables.borrow, &tables.borrow_in];
+    let returns = include_str!("return.sql").replace("{p}", &tables.prefix);
+    let bodies = script.split("\n-- ====\n").chain([returns.as_str()]);
+    let names = [
+        &tables.borrow_step,
+        &tables.borrow,
+        &tables.borrow_in,
+        &tables.return_lease,
+    ];
     for (name, body) in names.into_iter().zip(bodies) {
         let found: Option<i64> = conn
             .exec_first(

@@ -201,6 +201,19 @@ impl TestServer {
     /// On a server named by `SEMAPHORE_MYSQL_URL`, or if the statement
     /// fails.
     pub fn sql(&self, statement: &str) -> String {
+        self.try_sql(statement)
+            .unwrap_or_else(|e| panic!("{statement}: {e}"))
+    }
+
+    /// [`sql`](Self::sql), with the server's refusal as an error (what the
+    /// client printed): for a `KILL` of a connection that may have ended.
+    ///
+    /// # Errors
+    /// If the server refused the statement.
+    ///
+    /// # Panics
+    /// On a server named by `SEMAPHORE_MYSQL_URL`, or without the client.
+    pub fn try_sql(&self, statement: &str) -> Result<String, String> {
         let owned = self
             .owned
             .as_ref()
@@ -210,12 +223,11 @@ impl TestServer {
             .args(["-uroot", "-N", "-B", "-e", statement])
             .output()
             .expect("running the mariadb client");
-        assert!(
-            out.status.success(),
-            "{statement}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
     }
 }
 
