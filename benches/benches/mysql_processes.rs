@@ -8,8 +8,9 @@
 //!   borrow + return for 3 s: pairs/s against the same 16 tasks in 4
 //!   processes each running one-row `UPDATE`s of random rows among 1,000
 //!   (autocommit), counted in pairs of two.
-//! - Line 19: cross-process wake, by the store's poll (100 ms; MySQL has
-//!   no notifications; see `wake/mod.rs`).
+//! - Line 19: cross-process wake: the return rings the head's process
+//!   (MySQL has no notifications; the store interrupts the wait of the
+//!   head's link), the 100 ms poll behind it; see `wake/mod.rs`.
 //!
 //! Group commit's profile: for every line-18 run, the server's
 //! CPU and its statement counters (`SHOW GLOBAL STATUS`), per pair (or

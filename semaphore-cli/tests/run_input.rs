@@ -372,9 +372,9 @@ async fn serve_and_inspect_share_one_default_file() {
     assert_eq!(state["count"], 3);
 }
 
-/// `serve --help` states the MySQL wake-up bound it can keep: the poll
-/// interval plus the poll's round trip, not "within 100 ms" (measured
-/// 100.6-103.4 ms).
+/// `serve --help` states the MySQL wake-up bound it can keep where no ring
+/// comes: the poll interval plus the poll's round trip, not "within
+/// 100 ms" (measured 100.6-103.4 ms).
 #[test]
 fn serve_help_states_the_mysql_wake_up_bound_it_keeps() {
     let output = semaphore(&["serve", "--help"]).output().unwrap();
@@ -385,8 +385,8 @@ fn serve_help_states_the_mysql_wake_up_bound_it_keeps() {
 }
 
 /// The READMEs that name MySQL's cross-process wake-up state the bound it
-/// keeps, the poll interval plus one query's round trip, not the interval
-/// alone (measured 100.7 ms with a 100 ms poll).
+/// keeps where no ring comes, the poll interval plus one query's round
+/// trip, not the interval alone (measured 100.7 ms with a 100 ms poll).
 #[test]
 fn readmes_state_the_mysql_wake_up_bound_it_keeps() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -141,9 +141,11 @@ fn store_help(arg: Arg) -> Arg {
         "mysql" => {
             "A MySQL or MariaDB URL (mysql://user:password@host:port/database): \
              every server on it serves the same pools. MySQL has no \
-             notifications: a server sees another's returns at its next poll \
-             (every 100 ms), so a wake-up across servers takes up to 100 ms plus \
-             the poll's round trip to the database"
+             notifications: a return on another server rings this one's waiting \
+             head through the database (KILL QUERY of the connection it waits \
+             on); what no ring tells (a return by another MySQL user, a lease \
+             that expired) is seen at the next poll (every 100 ms), so such a \
+             wake-up takes up to 100 ms plus the poll's round trip to the database"
         }
         _ => return arg,
     };

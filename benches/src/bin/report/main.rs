@@ -231,7 +231,11 @@ fn print_processes() {
             "| 18. MySQL hot pool, 64 tasks vs UPDATEs of random rows (pairs, 64 tasks) | {many:.0}/s | {anchor:.0}/s | {ratio:.2}x | none | - |"
         );
     }
-    print_wake(19, "MySQL (100 ms poll) ", (100_000.0, 200_000.0));
+    print_wake(
+        19,
+        "MySQL (a ring; a 100 ms poll behind it) ",
+        (100_000.0, 200_000.0),
+    );
     match processes(20) {
         Some(modes) => {
             // NORMAL's goal is issue 55's; FULL's, where group commit
