@@ -19,7 +19,6 @@
 CREATE PROCEDURE {p}_return_1(
     IN p_pool BINARY(16), IN p_lease BINARY(16), IN p_now BIGINT, IN p_conn BINARY(16))
 BEGIN
-    DECLARE v_now BIGINT DEFAULT COALESCE(p_now, CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED));
     DECLARE v_freed BIGINT DEFAULT 0;
     DECLARE v_heads INT UNSIGNED DEFAULT 0;
     DECLARE v_holder BINARY(16);
@@ -30,10 +29,14 @@ BEGIN
         SELECT holder FROM {p}_waiters WHERE pool = p_pool ORDER BY ticket LIMIT v_heads;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
 
+    -- The deciding instant as each row is read (after its lock), as the
+    -- other steps judge it, not as the call began.
     DELETE FROM {p}_leases
-        WHERE pool = p_pool AND lease = p_lease AND expires_at > v_now
+        WHERE pool = p_pool AND lease = p_lease
+        AND expires_at > COALESCE(p_now, CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED))
         AND NOT (holder IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM {p}_sessions x WHERE x.id = holder AND x.expires_at > v_now));
+            SELECT 1 FROM {p}_sessions x WHERE x.id = holder
+            AND x.expires_at > COALESCE(p_now, CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED))));
     SET v_freed = ROW_COUNT();
     -- Nobody in line (an uncontended return): no cursor.
     IF v_freed > 0 AND EXISTS (SELECT 1 FROM {p}_waiters WHERE pool = p_pool) THEN
