@@ -35,18 +35,32 @@ async fn queued(pool: &Pool, n: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_return_rings_the_head_of_another_store() {
-    let prefix = TestServer::fresh_prefix();
-    let returner = Pool::new(store(&prefix, false).await, PoolId::from_name("rings"));
-    let waiting = Pool::new(store(&prefix, true).await, PoolId::from_name("rings"));
+/// A pool of one slot that `returner` holds, and `waiting`'s borrow of it
+/// queued as the head: the lease held, and the borrow's task (its
+/// position once granted).
+async fn one_slot_with_a_head<'a>(
+    returner: &'a Pool,
+    waiting: &Pool,
+) -> (
+    semaphore_mysql::LeaseGuard<&'a Pool>,
+    tokio::task::JoinHandle<Result<u32, Error>>,
+) {
     returner.register(1).await.unwrap();
     let held = returner.try_borrow(TTL).await.unwrap();
     let head = tokio::spawn({
         let waiting = waiting.clone();
         async move { waiting.borrow(TTL, WAIT).await.map(|lease| lease.position) }
     });
-    queued(&returner, 1).await;
+    queued(returner, 1).await;
+    (held, head)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_return_rings_the_head_of_another_store() {
+    let prefix = TestServer::fresh_prefix();
+    let returner = Pool::new(store(&prefix, false).await, PoolId::from_name("rings"));
+    let waiting = Pool::new(store(&prefix, true).await, PoolId::from_name("rings"));
+    let (held, head) = one_slot_with_a_head(&returner, &waiting).await;
     held.release().await.unwrap();
     match head.await.unwrap() {
         Ok(position) => assert_eq!(position, 0),
@@ -129,13 +143,7 @@ async fn a_ring_the_server_refuses_fails_no_return() {
     let other = MysqlStore::connect_with(&other_url, options).await.unwrap();
     let returner = Pool::new(Arc::new(other), PoolId::from_name("refused"));
     let waiting = Pool::new(store(&prefix, false).await, PoolId::from_name("refused"));
-    returner.register(1).await.unwrap();
-    let held = returner.try_borrow(TTL).await.unwrap();
-    let head = tokio::spawn({
-        let waiting = waiting.clone();
-        async move { waiting.borrow(TTL, WAIT).await.map(|lease| lease.position) }
-    });
-    queued(&returner, 1).await;
+    let (held, head) = one_slot_with_a_head(&returner, &waiting).await;
     assert!(
         returner.return_lease(held.lease().id).await.unwrap(),
         "the return was not a return"
