@@ -45,9 +45,9 @@ pub(crate) enum First {
 /// queues it in that round trip, not in a second one.
 /// Fails with `exhausted()` once `wait` has passed (the deadline saturates,
 /// so no `wait` overflows), and with [`Error::NoRuntime`] if it must wait
-/// outside a tokio runtime. A retryable storage error while queued is
-/// retried (50 ms, doubling to 1 s) until the wait runs out, and is then
-/// the error returned. Dropping the future leaves every queue at once
+/// outside a tokio runtime. A retryable storage error of a borrower that
+/// waits, its first ask's included, is retried (50 ms, doubling to 1 s)
+/// until the wait runs out, and is then the error returned. Dropping the future leaves every queue at once
 /// and returns a grant that lands after the drop; an attempt still in
 /// the store then leaves once more when it finishes, since it may have
 /// written the place just forgotten.
@@ -90,9 +90,10 @@ where
         // does not end up holding of them is returned (rule "Lost replies").
         let mut unsure = Unsure::new(borrowing.store, borrowing.pools);
         let mut plan = borrowing.plan()?;
-        let drained = match borrowing.ask_first(&mut plan, &mut unsure).await {
+        let (drained, failed) = match borrowing.ask_first(&mut plan, &mut unsure).await {
             ControlFlow::Break(end) => return end,
-            ControlFlow::Continue(drained) => drained,
+            ControlFlow::Continue(Unanswered::Drained(drained)) => (drained, None),
+            ControlFlow::Continue(Unanswered::Failed(e)) => (None, Some(e)),
         };
         if borrowing.wait.is_zero() {
             // Not granted, and not waiting: the drain it found, or behind a
@@ -121,8 +122,12 @@ where
             ticket,
             timeout: clock.sleep_until(saturating_add(borrowing.start, borrowing.wait)),
             next_expiry: None,
-            failed: None,
-            retry: None,
+            // A first ask that failed retryably is retried after the first
+            // pause, as a waiter's ask would be.
+            retry: failed
+                .is_some()
+                .then(|| Box::pin(tokio::time::sleep(next_backoff(None)))),
+            failed: failed.map(|e| (e, next_backoff(None))),
             drained,
             first_ask: plan.first_ask,
             weight: plan.weight,
@@ -249,15 +254,15 @@ where
     }
 
     /// The first ask, if the plan makes one before waiting: `Break` with
-    /// the borrow's end (granted, or failed), or `Continue` with the drain
-    /// it found if the borrower waits drains out.
+    /// the borrow's end (granted, or failed), or `Continue` with why it
+    /// waits ([`Unanswered`]).
     async fn ask_first(
         &mut self,
         plan: &mut Plan<'a>,
         unsure: &mut Unsure<'a>,
-    ) -> ControlFlow<Result<A::Granted>, Option<Error>> {
+    ) -> ControlFlow<Result<A::Granted>, Unanswered> {
         if !plan.asks_at_once {
-            return ControlFlow::Continue(None);
+            return ControlFlow::Continue(Unanswered::Drained(None));
         }
         // Awaited through a reference: awaiting it by value would keep it
         // twice in this future (the binding and the awaited value).
@@ -276,11 +281,23 @@ where
                 }
                 match step {
                     Step::Granted(granted) => ControlFlow::Break(Ok(granted)),
-                    Step::Exhausted(_) => ControlFlow::Continue(None),
+                    Step::Exhausted(_) => ControlFlow::Continue(Unanswered::Drained(None)),
                 }
             }
             Err(e @ Error::Draining { .. }) if self.draining_waits => {
-                ControlFlow::Continue(Some(e))
+                ControlFlow::Continue(Unanswered::Drained(Some(e)))
+            }
+            // A borrower that waits retries a blip on its first ask as on
+            // any later one: it may already count as queued (its early
+            // ticket), and a restart that cuts that ask is no reason to
+            // give up the wait.
+            Err(
+                e @ Error::Storage {
+                    retryable: true, ..
+                },
+            ) if !self.wait.is_zero() && tokio::runtime::Handle::try_current().is_ok() => {
+                unsure.failed(&e, ids);
+                ControlFlow::Continue(Unanswered::Failed(e))
             }
             Err(e) => {
                 unsure.failed(&e, ids);
@@ -288,6 +305,15 @@ where
             }
         }
     }
+}
+
+/// Why a borrow's first ask leads it to wait ([`Borrowing::ask_first`]).
+enum Unanswered {
+    /// Refused, or not asked; with the drain it found if the borrower
+    /// waits drains out.
+    Drained(Option<Error>),
+    /// The store failed retryably; the wait retries it.
+    Failed(Error),
 }
 
 /// Whether one of `pools` drains, for a borrower that does not wait and

@@ -30,10 +30,12 @@ impl Pool {
     /// - [`Error::Exhausted`](crate::Error::Exhausted) if no slot freed up within `wait`.
     /// - [`Error::NoRuntime`](crate::Error::NoRuntime) if it must wait outside a tokio runtime (see
     ///   [Runtime](Pool#runtime)).
-    /// - [`Error::Storage`](crate::Error::Storage) if the store failed: at once on the first
-    ///   attempt, or if not retryable; a retryable failure while waiting (a
-    ///   lost connection, a busy file) is retried with backoff until `wait`
-    ///   runs out, and then returned instead of [`Error::Exhausted`](crate::Error::Exhausted).
+    /// - [`Error::Storage`](crate::Error::Storage) if the store failed: at once if `wait` is zero
+    ///   or the failure is not retryable; a retryable failure of a borrower
+    ///   that waits (a lost connection, a busy file), on its first attempt or
+    ///   a later one, is retried with backoff (50 ms, doubling to 1 s) until
+    ///   `wait` runs out, and then returned instead of
+    ///   [`Error::Exhausted`](crate::Error::Exhausted).
     ///
     /// # Cancel safety
     /// Cancel safe. Dropping the future while it waits takes nothing

@@ -248,6 +248,27 @@ pub async fn lost_reply_of_a_first_attempt_is_returned(f: Fixture) {
     assert_eq!(next.position, 0);
 }
 
+/// rule "Lost replies": a borrower that may wait, whose first attempt's
+/// answer is lost, retries it (as a blip on any later attempt) under the
+/// same lease id, and the store answers the grant it made: the borrower
+/// holds that lease, not a second one, and does not fail.
+pub async fn lost_reply_of_a_waiting_borrows_first_attempt_is_retried(f: Fixture) {
+    let losing = LosingStore::new(f.store.clone());
+    let pool = Pool::new(losing.clone(), PoolId::from_name("lost-first-waiting"));
+    pool.register(1).await.unwrap();
+    losing.lose_next();
+    let got = pool
+        .borrow(TTL, Duration::from_secs(60))
+        .await
+        .expect("the wait retried the lost first answer");
+    assert_eq!(losing.lost(), vec![got.id], "served the grant it made");
+    assert_eq!(
+        pool.inspect().await.unwrap().in_use,
+        1,
+        "one lease, not two"
+    );
+}
+
 /// rule "Lost replies": a guard dropped while its store cannot be
 /// reached gives its slot back once the store can be reached again: a
 /// return for a caller that is gone, failed with a retryable error, is

@@ -263,6 +263,7 @@ macro_rules! store_queue_conformance {
             r15_a_store_queue_owes_each_head_its_weight,
             lost_reply_of_a_queued_borrow_is_answered_with_the_grant,
             lost_reply_of_a_first_attempt_is_returned,
+            lost_reply_of_a_waiting_borrows_first_attempt_is_retried,
             a_contended_pool_is_asked_with_a_place_from_the_start,
         );
     };
