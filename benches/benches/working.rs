@@ -25,7 +25,8 @@
 //! holds every chunk 0.25 ms each way (plus up to 0.05 ms of jitter):
 //! the 2/2 case as above (Redis beside the peer, through the same proxy),
 //! then 1 task's zero-hold pairs (borrow, return at once) and the round
-//! trips each took, as the proxy counts them.
+//! trips each took, as the proxy counts them; on PostgreSQL and MySQL
+//! beside two one-row `UPDATE`s through the same proxy (`commits`).
 //!
 //! ```sh
 //! cargo bench -p semaphore-benches --bench working                              # 26 and 27
@@ -38,7 +39,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use semaphore_benches::{ROLE, median, out_dir, percentile, role_or_bench, unix_us};
+use semaphore_benches::{ROLE, commits, median, out_dir, percentile, role_or_bench, unix_us};
 use semaphore_memory::store::Store;
 use semaphore_memory::{Pool, PoolId};
 
@@ -366,6 +367,7 @@ async fn behind_the_proxy(npm: &Path) -> Vec<String> {
         let (url, _) = server.holder_url(proxy.port(), 0);
         let at = proxy.addr().to_string();
         let (mut working, mut peer_working, mut one) = (Vec::new(), Vec::new(), Vec::new());
+        let mut anchor = Vec::new();
         for _ in 0..ROUNDS {
             let (url2, prefix2) = (url.clone(), prefix.clone());
             working.push(blocking(move || ours(&url2, &prefix2, NETWORKED_CASE)).await);
@@ -378,6 +380,8 @@ async fn behind_the_proxy(npm: &Path) -> Vec<String> {
             let f = blocking(move || ours_with(&url2, &prefix2, (0, 0), (1, 1))).await;
             let trips = (proxy.round_trips() - before) as f64 / f.holds.max(1) as f64;
             one.push((f.pairs_per_s, trips));
+            let (url2, port) = (url.clone(), proxy.port());
+            anchor.extend(blocking(move || commits::two_updates(name, &url2, port)).await);
         }
         let name = format!("27. {name} behind the proxy (0.25 ms each way)");
         rows.push(row(&name, NETWORKED_CASE, &working));
@@ -385,11 +389,12 @@ async fn behind_the_proxy(npm: &Path) -> Vec<String> {
             let peer_name = "27. redis-semaphore (peer) behind the proxy";
             rows.push(row(peer_name, NETWORKED_CASE, &peer_working));
         }
+        let ours_one = median(one.iter().map(|o| o.0).collect());
         rows.push(format!(
-            "| {name}, 1 task, zero hold | | {:.0} | {:.1} round trips a pair |",
-            median(one.iter().map(|o| o.0).collect()),
+            "| {name}, 1 task, zero hold | | {ours_one:.0} | {:.1} round trips a pair |",
             median(one.iter().map(|o| o.1).collect()),
         ));
+        rows.extend(commits::two_updates_row(&name, ours_one, anchor));
     }
     rows
 }

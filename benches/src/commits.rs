@@ -19,6 +19,13 @@ pub const CLIENTS: u32 = 16;
 /// # Errors
 /// `pgbench` is missing or failed, or printed no `tps`.
 pub fn pgbench_updates(conninfo: &str, seconds: u32) -> Result<f64, String> {
+    pgbench(conninfo, CLIENTS, 1, seconds)
+}
+
+/// `pgbench`'s runs a second of a script of `statements` autocommitted
+/// one-row `UPDATE`s (each a commit and a round trip: simple protocol),
+/// from `clients` clients for `seconds`.
+fn pgbench(conninfo: &str, clients: u32, statements: usize, seconds: u32) -> Result<f64, String> {
     let run = |args: &[&str]| {
         let out = Command::new("pgbench")
             .args(args)
@@ -32,12 +39,9 @@ pub fn pgbench_updates(conninfo: &str, seconds: u32) -> Result<f64, String> {
     };
     run(&["-i", "-s", "1", "-q"])?;
     let mut script = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
-    writeln!(
-        script,
-        "UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1;"
-    )
-    .map_err(|e| e.to_string())?;
-    let clients = CLIENTS.to_string();
+    let update = "UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1;\n";
+    write!(script, "{}", update.repeat(statements)).map_err(|e| e.to_string())?;
+    let clients = clients.to_string();
     let (seconds, file) = (seconds.to_string(), script.path().display().to_string());
     let out = run(&["-n", "-c", &clients, "-j", "2", "-T", &seconds, "-f", &file]);
     out?.lines()
@@ -56,14 +60,21 @@ pub fn mysqlslap_updates(url: &str, per_client: u32) -> Result<f64, String> {
         .split_once("socket=")
         .map(|(_, s)| s)
         .ok_or("a URL with a socket")?;
+    mysqlslap(&[format!("--socket={socket}")], CLIENTS, per_client)
+}
+
+/// `mysqlslap`'s autocommitted one-row `UPDATE`s a second: `clients`
+/// clients, `per_client` each, on the server that `connect` (its options)
+/// reaches as root.
+fn mysqlslap(connect: &[String], clients: u32, per_client: u32) -> Result<f64, String> {
     let out = Command::new("mysqlslap")
+        .args(connect)
         .args([
-            &format!("--socket={socket}"),
             "--user=root",
-            &format!("--concurrency={CLIENTS}"),
+            &format!("--concurrency={clients}"),
             "--iterations=1",
-            &format!("--number-of-queries={}", per_client * CLIENTS),
-            "--create-schema=line26_ceiling",
+            &format!("--number-of-queries={}", per_client * clients),
+            "--create-schema=semaphore_commits",
             "--delimiter=;",
             "--create=CREATE TABLE t (id INT PRIMARY KEY, n BIGINT) ENGINE=InnoDB;INSERT INTO t VALUES (1, 0)",
             "--query=UPDATE t SET n = n + 1 WHERE id = 1",
@@ -82,7 +93,49 @@ pub fn mysqlslap_updates(url: &str, per_client: u32) -> Result<f64, String> {
             rest.split(' ').next()?.parse().ok()
         })
         .ok_or("mysqlslap printed no time")?;
-    Ok(f64::from(per_client * CLIENTS) / seconds)
+    Ok(f64::from(per_client * clients) / seconds)
+}
+
+/// Line 27's anchor for a store named `store` behind the proxy: one
+/// client's pairs a second of two autocommitted one-row `UPDATE`s (two
+/// commits, two round trips: what an uncontended borrow and return are at
+/// least), through the same proxy. PostgreSQL by `pgbench` at `conninfo`
+/// (3 s), MySQL by `mysqlslap` at 127.0.0.1:`port` over TCP (600
+/// statements); `None` for another store.
+pub fn two_updates(store: &str, conninfo: &str, port: u16) -> Option<Result<f64, String>> {
+    match store {
+        "PostgreSQL" => Some(pgbench(conninfo, 1, 2, 3)),
+        "MySQL" => {
+            let connect = [
+                "--host=127.0.0.1".to_owned(),
+                format!("--port={port}"),
+                "--protocol=TCP".to_owned(),
+            ];
+            Some(mysqlslap(&connect, 1, 600).map(|updates| updates / 2.0))
+        }
+        _ => None,
+    }
+}
+
+/// Line 27's anchor row under a store's zero-hold row: the anchor's median
+/// pairs a second, and `ours` (the store's median) over it; none without
+/// runs (a store without this anchor).
+pub fn two_updates_row(name: &str, ours: f64, runs: Vec<Result<f64, String>>) -> Option<String> {
+    if runs.is_empty() {
+        return None;
+    }
+    Some(
+        match runs.into_iter().collect::<Result<Vec<f64>, String>>() {
+            Ok(runs) => {
+                let anchor = median(runs);
+                format!(
+                    "| {name}: two one-row UPDATEs, 1 client, the same proxy | | {anchor:.0}/s; ours {:.2}x | |",
+                    ours / anchor
+                )
+            }
+            Err(e) => format!("| {name}: two UPDATEs | not measured: {} | | |", e.trim()),
+        },
+    )
 }
 
 /// Line 26's ceiling rows: `rounds` runs of each tool on the servers of
