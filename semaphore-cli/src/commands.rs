@@ -33,7 +33,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             Ok(0)
         }
         Command::Inspect(args) => {
-            let (pool, _) = pool(&args.store, &args.name).await?;
+            let (pool, _) = pool_on(&choice(&args.store)?.to_read()?, &args.name).await?;
             let state = pool.inspect().await.map_err(Exit::from_store)?;
             print_state(&args, state);
             Ok(0)
@@ -147,6 +147,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
 async fn pools(args: &crate::cli::PoolsArgs) -> Result<u8, Exit> {
     use semaphore_core::store::MAX_PAGE;
     let store = choice(&args.store)?
+        .to_read()?
         .open(Some(1))
         .await
         .map_err(Exit::from_store)?;
@@ -264,7 +265,7 @@ fn choice(store: &StoreArgs) -> Result<crate::store::Choice, Exit> {
 
 /// The pool `name` on the store `choice`, and the name to show.
 async fn pool_on(choice: &crate::store::Choice, name: &PoolName) -> Result<(Pool, String), Exit> {
-    let store = choice.open(Some(2)).await.map_err(Exit::from_store)?;
+    // The name first: a usage error touches no store.
     let (id, shown) = match (&name.pool, name.pool_id) {
         (Some(name), _) => (PoolId::from_name(name), name.clone()),
         (None, Some(id)) => (PoolId::from_uuid(id), id.to_string()),
@@ -275,6 +276,7 @@ async fn pool_on(choice: &crate::store::Choice, name: &PoolName) -> Result<(Pool
             ));
         }
     };
+    let store = choice.open(Some(2)).await.map_err(Exit::from_store)?;
     let limits = Limits::default().with_max_wait(Duration::MAX);
     Ok((Pool::new(store, id).with_limits(limits), shown))
 }

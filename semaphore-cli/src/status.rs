@@ -35,6 +35,7 @@ enum Snapshot {
 /// Runs `semaphore status`; the exit code.
 pub(crate) async fn status(args: StatusArgs) -> Result<u8, Exit> {
     let store = crate::store::Choice::from(args.store.flags())?
+        .to_read()?
         .open(Some(1))
         .await
         .map_err(Exit::from_store)?;

@@ -136,6 +136,24 @@ impl Choice {
         }
     }
 
+    /// For a command that only reads (`inspect`, `pools`, `status`): a
+    /// SQLite file that does not exist is refused (exit 66, naming it), not
+    /// made: opening it would create an empty database, and a mistyped
+    /// path would show as a store without pools.
+    pub(crate) fn to_read(self) -> Result<Self, Exit> {
+        match &self {
+            Choice::Sqlite(path) if !path.exists() => Err(Exit::new(
+                code::NOINPUT,
+                format!(
+                    "no database at {}: nothing was registered there yet (`semaphore register` \
+                     or `semaphore run --count` creates it); check --sqlite or $SEMAPHORE_DB",
+                    path.display()
+                ),
+            )),
+            _ => Ok(self),
+        }
+    }
+
     /// Opens the store; `pool_size` connections for PostgreSQL (`None`:
     /// the store's default). Errors are the store's.
     pub(crate) async fn open(

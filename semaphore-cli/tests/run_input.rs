@@ -254,6 +254,35 @@ fn an_empty_pool_name_is_a_usage_error() {
     }
 }
 
+/// `inspect`, `pools` and `status` only read: a SQLite file that is not
+/// there is refused (exit 66, naming it), not created empty, so that a
+/// mistyped path does not pass for a store without pools.
+#[test]
+fn reading_commands_refuse_a_missing_database_and_create_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("typo.db");
+    let path = db.display().to_string();
+    for args in [
+        vec!["inspect", "--sqlite", &path, "--pool", "gpus"],
+        vec!["pools", "--sqlite", &path],
+        vec!["status", "--sqlite", &path],
+    ] {
+        let output = semaphore(&args).output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(66),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(&path),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(!db.exists(), "{args:?} created {path}");
+    }
+}
+
 #[tokio::test]
 async fn holders_json_gives_null_for_no_owner() {
     let dir = tempfile::tempdir().unwrap();
