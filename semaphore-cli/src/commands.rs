@@ -33,7 +33,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
             Ok(0)
         }
         Command::Inspect(args) => {
-            let (pool, _) = pool_on(&choice(&args.store)?.to_read()?, &args.name).await?;
+            let (pool, _) = pool_on(&choice(&args.store)?.for_reading()?, &args.name).await?;
             let state = pool.inspect().await.map_err(Exit::from_store)?;
             print_state(&args, state);
             Ok(0)
@@ -147,7 +147,7 @@ pub(crate) async fn run(command: Command) -> Result<u8, Exit> {
 async fn pools(args: &crate::cli::PoolsArgs) -> Result<u8, Exit> {
     use semaphore_core::store::MAX_PAGE;
     let store = choice(&args.store)?
-        .to_read()?
+        .for_reading()?
         .open(Some(1))
         .await
         .map_err(Exit::from_store)?;

@@ -35,7 +35,7 @@ enum Snapshot {
 /// Runs `semaphore status`; the exit code.
 pub(crate) async fn status(args: StatusArgs) -> Result<u8, Exit> {
     let store = crate::store::Choice::from(args.store.flags())?
-        .to_read()?
+        .for_reading()?
         .open(Some(1))
         .await
         .map_err(Exit::from_store)?;

@@ -140,7 +140,7 @@ impl Choice {
     /// SQLite file that does not exist is refused (exit 66, naming it), not
     /// made: opening it would create an empty database, and a mistyped
     /// path would show as a store without pools.
-    pub(crate) fn to_read(self) -> Result<Self, Exit> {
+    pub(crate) fn for_reading(self) -> Result<Self, Exit> {
         match &self {
             Choice::Sqlite(path) if !path.exists() => Err(Exit::new(
                 code::NOINPUT,
