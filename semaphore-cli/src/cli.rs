@@ -45,7 +45,8 @@ pub(crate) enum Command {
     /// processes CMD leaves running when it exits are not ended. The
     /// guardian is this same program; if it cannot start, nothing runs.
     ///
-    /// Exit codes: CMD's own; 128+N if CMD was killed by signal N; 75 when
+    /// Exit codes: CMD's own; 128+N if CMD was killed by signal N (or, on
+    /// a terminal, signal N ended the wait for a slot); 75 when
     /// the wait elapsed (or -E CODE); 64 usage; 69 unknown pool; 74
     /// storage; 126/127 cannot execute / not found; 70 lease lost while
     /// running.

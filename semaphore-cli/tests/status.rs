@@ -188,6 +188,42 @@ fn a_waiting_run_says_where_it_stands_only_on_a_terminal_and_clears_it() {
     );
 }
 
+/// Ctrl-C while a run waits on a terminal ends the wait: its place
+/// leaves the line at once, the waiting line is cleared, the run says
+/// why and exits 130 (128 + SIGINT), and its command never runs.
+#[test]
+fn ctrl_c_while_a_run_waits_clears_its_line_and_leaves_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("interrupted.db");
+    let first = holder(&db, "trainer-a");
+    let mut shown = on_a_terminal(&db, &["run", "--pool", "gpus", "--", "echo", "ran"]);
+    let mut seen = shown
+        .exp_string("waiting for a slot of gpus: 1st in line")
+        .unwrap();
+    seen.push_str("waiting for a slot of gpus: 1st in line");
+    shown.send_control('c').unwrap();
+    seen.push_str(&shown.exp_eof().unwrap());
+    // rexpect's `WaitStatus`, by its form: `Exited(Pid(..), 130)`.
+    let exit = format!("{:?}", shown.process().wait().unwrap());
+    assert!(
+        exit.starts_with("Exited(") && exit.ends_with(", 130)"),
+        "{exit}: {seen}"
+    );
+    let text = screen(&seen).screen().contents();
+    assert!(!text.contains("in line"), "the line is cleared: {text}");
+    assert!(
+        text.contains("SIGINT while waiting for a slot of gpus"),
+        "{text}"
+    );
+    assert!(!text.contains("ran"), "the command never ran: {text}");
+    assert_eq!(
+        status(&db)["waiters"].as_array().unwrap().len(),
+        0,
+        "its place left the line"
+    );
+    end(first);
+}
+
 #[test]
 fn status_watch_gives_the_terminal_back_on_term_hup_and_quit() {
     use rexpect::process::Signal;

@@ -100,7 +100,15 @@ pub(crate) async fn run(
         .wait_while_draining(args.wait_while_draining)
         .owner(owner);
     let borrow = pool.borrow_owned_with(args.ttl, args.wait, options);
-    let mut lease = match waiting::waiting(&pool, &name, args.quiet, borrow).await {
+    let answer = waiting::waiting(&pool, &name, args.quiet, borrow).await;
+    let answer = answer.map_err(|sig| {
+        let waited = crate::shown::escaped(&name);
+        Exit::new(
+            128 + sig as u8,
+            format!("{sig} while waiting for a slot of {waited}; no slot was held"),
+        )
+    })?;
+    let mut lease = match answer {
         Ok(lease) => lease,
         Err(Error::Exhausted { waited, .. }) => {
             return Err(Exit::exhausted(&name, waited, args.exhausted_code));

@@ -15,7 +15,9 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use semaphore_core::{PlaceKind, Pool};
+use tokio::signal::unix::{SignalKind, signal};
 
 /// The owner label of `--owner` as given (the borrow checks it, and
 /// refuses one too long or with a control character), or by default this
@@ -75,22 +77,38 @@ fn line(name: &str, place: Option<usize>, waited: Duration) -> String {
 /// terminal and `quiet` is off; the line is cleared before the answer is
 /// given back. The line first shows after a second's wait: a slot granted
 /// at once shows nothing.
+///
+/// On a terminal, Ctrl-C (or TERM, HUP, QUIT) while it waits ends the
+/// wait: the borrow is dropped (its place leaves the line at once), the
+/// line is cleared, and `Err` gives the signal, for an exit of 128 + its
+/// number; the shell's prompt then starts a line of its own. Elsewhere
+/// the signals keep their default action.
 pub(crate) async fn waiting<T>(
     pool: &Pool,
     name: &str,
     quiet: bool,
     borrow: impl std::future::Future<Output = T>,
-) -> T {
+) -> Result<T, Signal> {
     let mut borrow = std::pin::pin!(borrow);
     if quiet || !std::io::stderr().is_terminal() {
-        return borrow.await;
+        return Ok(borrow.await);
     }
+    let mut ends: Vec<_> = [
+        (SignalKind::interrupt(), Signal::SIGINT),
+        (SignalKind::terminate(), Signal::SIGTERM),
+        (SignalKind::hangup(), Signal::SIGHUP),
+        (SignalKind::quit(), Signal::SIGQUIT),
+    ]
+    .into_iter()
+    .filter_map(|(kind, sig)| Some((signal(kind).ok()?, sig)))
+    .collect();
     let started = Instant::now();
     let mut drawn = false;
     let answer = loop {
         tokio::select! {
-            answer = &mut borrow => break answer,
+            answer = &mut borrow => break Ok(answer),
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            sig = super::any(&mut ends) => break Err(sig),
         }
         // This process's first borrower in line is this run's.
         let place = pool
@@ -102,7 +120,9 @@ pub(crate) async fn waiting<T>(
         draw(Some(&line(name, place, started.elapsed())));
         drawn = true;
     };
-    if drawn {
+    if drawn || answer.is_err() {
+        // The line cleared, or the `^C` the terminal echoed: the
+        // message that follows starts a line of its own.
         draw(None);
     }
     answer
