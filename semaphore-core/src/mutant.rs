@@ -12,6 +12,7 @@
 //! | `heartbeat_silent` | a session's heartbeat opens the session and then sends nothing, while it tells the holder each beat landed |
 //! | `session_early` | the store judges a session ended 1 s before its holder does (every beat asks the store for a timeout 1 s shorter than the holder counts) |
 //! | `lost_late` | [`LeaseGuard::lost`](crate::LeaseGuard::lost) resolves 3 s late (with keep-alive and without) |
+//! | `handed_unconfirmed` | a head holds a lease handed to it on arrival ([`Handed::hold`](crate::store::Handed::hold)) with its session unbounded, and never confirms it to the store |
 //!
 //! Unset, or any other value, plants nothing. The feature refuses to
 //! build without debug assertions, so no release build carries it.
@@ -31,6 +32,7 @@ pub(crate) enum Mutant {
     HeartbeatSilent,
     SessionEarly,
     LostLate,
+    HandedUnconfirmed,
 }
 
 /// Whether `mutant` is the one this process runs with.
@@ -41,6 +43,7 @@ pub(crate) fn planted(mutant: Mutant) -> bool {
         Ok("heartbeat_silent") => Some(Mutant::HeartbeatSilent),
         Ok("session_early") => Some(Mutant::SessionEarly),
         Ok("lost_late") => Some(Mutant::LostLate),
+        Ok("handed_unconfirmed") => Some(Mutant::HandedUnconfirmed),
         _ => None,
     }) == Some(mutant)
 }

@@ -82,4 +82,6 @@ mutant_tests! {
     mysql_heartbeat_silent: Mysql, "heartbeat_silent";
     mysql_session_early: Mysql, "session_early";
     postgres_lost_late: Postgres, "lost_late";
+    postgres_handed_unconfirmed: Postgres, "handed_unconfirmed";
+    redis_handed_unconfirmed: Redis, "handed_unconfirmed";
 }
