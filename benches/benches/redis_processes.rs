@@ -27,9 +27,10 @@ use semaphore_redis::testing::TestServer;
 use semaphore_redis::{Pool, PoolId, RedisOptions, RedisStore};
 
 async fn store(url: &str, prefix: &str) -> Arc<RedisStore> {
-    let options = RedisOptions::default()
-        .prefix(prefix)
-        .restart_grace(Duration::ZERO);
+    // The default restart grace, as users run: each borrow checks the
+    // server's identity. A fresh server grants nothing in its first grace
+    // (at least the session timeout): `main` waits that out.
+    let options = RedisOptions::default().prefix(prefix);
     Arc::new(
         RedisStore::connect_with(url, options)
             .await
@@ -82,6 +83,14 @@ async fn main() {
     let mut info = setup.connection().clone();
     let pool = Pool::new(setup, PoolId::from_name("line15"));
     pool.register(8).await.expect("register");
+    // Past the fresh server's restart grace (rule "Restart grace").
+    let first = pool.borrow(Duration::from_secs(30), Duration::from_secs(120));
+    first
+        .await
+        .expect("a grant after the grace")
+        .release()
+        .await
+        .expect("return");
     let args = [server.url(), &prefix];
     let socket = server
         .url()
