@@ -56,6 +56,13 @@ mod primitives;
 ///   `block_in_place`, which panics inside a `LocalSet`. Only a borrow
 ///   that must wait needs a tokio runtime ([`Error::NoRuntime`]
 ///   otherwise).
+/// - Checkpoints run off the borrow and return path: when a commit takes the
+///   WAL past 1000 pages (SQLite's automatic threshold), a thread of the
+///   store's checkpoints it (`PASSIVE`) on a connection of its own, instead
+///   of the commit itself; a WAL that reaches 4000 pages (commits that never
+///   pause keep it from starting again) is checkpointed in the commit's
+///   path, as SQLite's own would, so it stays bounded (tens of MB). Other
+///   connections to the file keep SQLite's automatic checkpoint.
 /// - Writers queue in the kernel for the file's write lock (see
 ///   [`SqliteOptions::queue_writers`]).
 /// - If the file or its `-wal` or `-shm` file is deleted or replaced while
@@ -160,7 +167,8 @@ impl SqliteStore {
                 got: format!("{:?}", path.display().to_string()),
             });
         }
-        let conn = connection::open(&path, &options)?;
+        let mut conn = connection::open(&path, &options)?;
+        crate::checkpoint::off_the_path(&mut conn, &path);
         let files = Files::of(&path).map_err(|e| Error::Storage {
             operation: "open",
             retryable: false,

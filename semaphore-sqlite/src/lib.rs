@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod checkpoint;
 mod commit;
 mod connection;
 mod error;
