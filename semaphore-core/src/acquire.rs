@@ -47,10 +47,10 @@ pub(crate) enum First {
 /// so no `wait` overflows), and with [`Error::NoRuntime`] if it must wait
 /// outside a tokio runtime. A retryable storage error of a borrower that
 /// waits, its first ask's included, is retried (50 ms, doubling to 1 s)
-/// until the wait runs out, and is then the error returned. Dropping the future leaves every queue at once
-/// and returns a grant that lands after the drop; an attempt still in
-/// the store then leaves once more when it finishes, since it may have
-/// written the place just forgotten.
+/// until the wait runs out, and is then the error returned. Dropping the
+/// future leaves every queue at once and returns a grant that lands after
+/// the drop; an attempt still in the store then leaves once more when it
+/// finishes, since it may have written the place just forgotten.
 ///
 /// A pool that drains fails the borrow with [`Error::Draining`] at once,
 /// unless `draining_waits`: the borrower then waits as if the pool were
@@ -93,7 +93,7 @@ where
         let (drained, failed) = match borrowing.ask_first(&mut plan, &mut unsure).await {
             ControlFlow::Break(end) => return end,
             ControlFlow::Continue(Unanswered::Drained(drained)) => (drained, None),
-            ControlFlow::Continue(Unanswered::Failed(e)) => (None, Some(e)),
+            ControlFlow::Continue(Unanswered::Failed(e)) => (None, Some((e, next_backoff(None)))),
         };
         if borrowing.wait.is_zero() {
             // Not granted, and not waiting: the drain it found, or behind a
@@ -125,9 +125,9 @@ where
             // A first ask that failed retryably is retried after the first
             // pause, as a waiter's ask would be.
             retry: failed
-                .is_some()
-                .then(|| Box::pin(tokio::time::sleep(next_backoff(None)))),
-            failed: failed.map(|e| (e, next_backoff(None))),
+                .as_ref()
+                .map(|(_, pause)| Box::pin(tokio::time::sleep(*pause))),
+            failed,
             drained,
             first_ask: plan.first_ask,
             weight: plan.weight,
