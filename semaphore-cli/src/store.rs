@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use semaphore_core::store::Store;
+use semaphore_etcd::{EtcdOptions, EtcdStore};
 use semaphore_memory::MemoryStore;
 use semaphore_mysql::{MysqlOptions, MysqlStore};
 use semaphore_postgres::{PostgresOptions, PostgresStore};
@@ -53,6 +54,12 @@ pub(crate) enum Choice {
         prefix: String,
         session: Option<Duration>,
     },
+    Etcd {
+        /// The members' client URLs, comma-separated.
+        urls: String,
+        prefix: String,
+        session: Option<Duration>,
+    },
 }
 
 /// The flags that name a store.
@@ -72,6 +79,9 @@ pub(crate) struct Flags {
     pub(crate) grace: Duration,
     pub(crate) mysql: Option<String>,
     pub(crate) mysql_prefix: String,
+    /// `--etcd`: the members' URLs, comma-separated.
+    pub(crate) etcd: Option<String>,
+    pub(crate) etcd_prefix: String,
     /// `--session-timeout`, for the stores that keep sessions.
     pub(crate) session: Option<Duration>,
 }
@@ -117,19 +127,28 @@ impl Choice {
         if let Some(url) = flags.mysql.clone() {
             return Ok(mysql(url));
         }
+        let etcd = |urls| Choice::Etcd {
+            urls,
+            prefix: flags.etcd_prefix.clone(),
+            session: flags.session,
+        };
+        if let Some(urls) = flags.etcd.clone() {
+            return Ok(etcd(urls));
+        }
         let set = [
             env("SEMAPHORE_PG_URL").map(postgres),
             env("SEMAPHORE_REDIS_URL").map(|url| redis(url, false)),
             env("SEMAPHORE_MYSQL_URL").map(mysql),
+            env("SEMAPHORE_ETCD_URL").map(etcd),
             env("SEMAPHORE_DB").map(|path| Choice::Sqlite(path.into())),
         ];
         let mut set = set.into_iter().flatten();
         match (set.next(), set.next()) {
             (Some(_), Some(_)) => Err(Exit::new(
                 code::USAGE,
-                "more than one of SEMAPHORE_PG_URL, SEMAPHORE_REDIS_URL, SEMAPHORE_MYSQL_URL \
-                 and SEMAPHORE_DB is set: choose with --postgres URL, --redis URL, --mysql URL \
-                 or --sqlite FILE",
+                "more than one of SEMAPHORE_PG_URL, SEMAPHORE_REDIS_URL, SEMAPHORE_MYSQL_URL, \
+                 SEMAPHORE_ETCD_URL and SEMAPHORE_DB is set: choose with --postgres URL, \
+                 --redis URL, --mysql URL, --etcd URLS or --sqlite FILE",
             )),
             (Some(choice), None) => Ok(choice),
             (None, _) => Ok(Choice::Sqlite(default_db()?)),
@@ -224,6 +243,18 @@ impl Choice {
                 }
                 Arc::new(MysqlStore::connect_with(url, options).await?)
             }
+            Choice::Etcd {
+                urls,
+                prefix,
+                session,
+            } => {
+                let mut options = EtcdOptions::default().prefix(prefix);
+                if let Some(timeout) = session {
+                    options = options.session_timeout(*timeout);
+                }
+                let endpoints: Vec<&str> = urls.split(',').map(str::trim).collect();
+                Arc::new(EtcdStore::connect_with(&endpoints, options).await?)
+            }
         })
     }
 
@@ -235,7 +266,8 @@ impl Choice {
             Choice::Memory | Choice::Sqlite(_) => None,
             Choice::Postgres { session, .. }
             | Choice::Redis { session, .. }
-            | Choice::Mysql { session, .. } => Some(session.unwrap_or(default)),
+            | Choice::Mysql { session, .. }
+            | Choice::Etcd { session, .. } => Some(session.unwrap_or(default)),
         }
     }
 
@@ -243,7 +275,8 @@ impl Choice {
     pub(crate) fn with_default_session(mut self, timeout: Duration) -> Self {
         if let Choice::Postgres { session, .. }
         | Choice::Redis { session, .. }
-        | Choice::Mysql { session, .. } = &mut self
+        | Choice::Mysql { session, .. }
+        | Choice::Etcd { session, .. } = &mut self
         {
             session.get_or_insert(timeout);
         }
@@ -292,6 +325,11 @@ impl Choice {
                 prefix,
                 session,
             } => vec!["mysql".into(), url.clone(), prefix.clone(), ms(*session)],
+            Choice::Etcd {
+                urls,
+                prefix,
+                session,
+            } => vec!["etcd".into(), urls.clone(), prefix.clone(), ms(*session)],
         };
         words
             .iter()
@@ -348,6 +386,11 @@ impl Choice {
                 prefix: prefix.clone(),
                 session: session(s)?,
             },
+            [kind, urls, prefix, s] if kind == "etcd" => Choice::Etcd {
+                urls: urls.clone(),
+                prefix: prefix.clone(),
+                session: session(s)?,
+            },
             _ => return None,
         })
     }
@@ -366,6 +409,7 @@ impl Choice {
                 if *cluster { " cluster" } else { "" }
             ),
             Choice::Mysql { prefix, .. } => format!("mysql tables {prefix}_*"),
+            Choice::Etcd { prefix, .. } => format!("etcd prefix {prefix}/"),
         }
     }
 }
@@ -446,6 +490,11 @@ mod tests {
                 url: "mysql://root@h/db".into(),
                 prefix: "".into(),
                 session: Some(Duration::from_secs(2)),
+            },
+            Choice::Etcd {
+                urls: "http://a:2379,http://b:2379".into(),
+                prefix: "p".into(),
+                session: None,
             },
         ] {
             let line = choice.to_line();

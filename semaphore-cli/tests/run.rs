@@ -325,6 +325,37 @@ fn twelve_runs_on_a_mysql_database_never_share_a_slot() {
     assert!(log.lines().all(|p| ["0", "1", "2"].contains(&p)), "{log}");
 }
 
+/// `semaphore run --etcd`: twelve processes on three slots of a pool on
+/// etcd never hold one slot at once, and every run gets its turn (waiters
+/// learn of other processes' returns by the store's watch).
+#[test]
+fn twelve_runs_on_an_etcd_cluster_never_share_a_slot() {
+    use semaphore_etcd::testing::TestCluster;
+    let (urls, prefix) = (
+        TestCluster::shared().endpoints().join(","),
+        TestCluster::fresh_prefix(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"set -C; : > "$DIR/slot-$SEMAPHORE_POSITION" || exit 9; echo "$SEMAPHORE_POSITION" >> "$DIR/log"; sleep 0.1; rm "$DIR/slot-$SEMAPHORE_POSITION""#;
+    let children: Vec<_> = (0..12)
+        .map(|_| {
+            Command::new(BIN)
+                .args(["run", "--etcd", &urls, "--etcd-prefix", &prefix])
+                .args(["--pool", "p", "--count", "3", "--wait", "60s"])
+                .args(["--", "sh", "-c", script])
+                .env("DIR", dir.path())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        assert_eq!(code(child.wait_with_output().unwrap()), 0, "a run failed");
+    }
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    assert_eq!(log.lines().count(), 12, "{log}");
+    assert!(log.lines().all(|p| ["0", "1", "2"].contains(&p)), "{log}");
+}
+
 /// `--slots 2` holds two slots as one lease while CMD runs; CMD gets
 /// both positions and the device of each, and both come back when it ends.
 /// A 2-GPU job on a 4-GPU pool with slot 0 taken.

@@ -31,6 +31,16 @@ async fn a_ticket_from_one_server_is_waited_on_another_mysql() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_from_one_server_is_waited_on_another_etcd() {
+    use semaphore_etcd::testing::TestCluster;
+    let (urls, prefix) = (
+        TestCluster::shared().endpoints().join(","),
+        TestCluster::fresh_prefix(),
+    );
+    across(&["--etcd", &urls, "--etcd-prefix", &prefix]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_from_one_server_is_waited_on_another_redis() {
     use semaphore_redis::testing::TestServer;
     let (redis, prefix) = (TestServer::shared(), TestServer::fresh_prefix());

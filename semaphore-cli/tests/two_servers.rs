@@ -70,6 +70,16 @@ async fn two_servers_on_one_mysql_database_never_over_issue() {
     two_servers_never_over_issue(&["--mysql", mysql.url(), "--mysql-prefix", &prefix]).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_etcd_cluster_never_over_issue() {
+    use semaphore_etcd::testing::TestCluster;
+    let (urls, prefix) = (
+        TestCluster::shared().endpoints().join(","),
+        TestCluster::fresh_prefix(),
+    );
+    two_servers_never_over_issue(&["--etcd", &urls, "--etcd-prefix", &prefix]).await;
+}
+
 /// 16 clients, alternating between two servers started with `args`.
 async fn two_servers_never_over_issue(args: &[&str]) {
     let servers = [Server::start(args), Server::start(args)];

@@ -40,6 +40,16 @@ async fn tickets_and_borrows_count_as_waiting_mysql() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_and_borrows_count_as_waiting_etcd() {
+    use semaphore_etcd::testing::TestCluster;
+    let (urls, prefix) = (
+        TestCluster::shared().endpoints().join(","),
+        TestCluster::fresh_prefix(),
+    );
+    counts(&["--etcd", &urls, "--etcd-prefix", &prefix], true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tickets_and_borrows_count_as_waiting_redis() {
     use semaphore_redis::testing::TestServer;
     let (redis, prefix) = (TestServer::shared(), TestServer::fresh_prefix());

@@ -53,6 +53,15 @@ pub struct Limits {
     /// ([`Store::handed_bound`](crate::store::Store::handed_bound)), not by
     /// the user.
     pub handed_bound: Option<Duration>,
+    /// The granularity the store's deciding clock ends leases in, when it
+    /// is coarser than a millisecond: a lease may outlive its ttl by up to
+    /// this much in the store (never by less than 0), and its slot frees
+    /// then. The etcd store's is 1 s, the unit etcd grants leases in
+    /// (rule "etcd"). `None` on a store that ends leases to the
+    /// millisecond. Set from the store
+    /// ([`Store::expiry_granularity`](crate::store::Store::expiry_granularity)),
+    /// not by the user.
+    pub expiry_granularity: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -64,6 +73,7 @@ impl Default for Limits {
             max_owner_len: 64,
             max_key_len: 255,
             handed_bound: None,
+            expiry_granularity: None,
         }
     }
 }
@@ -80,6 +90,7 @@ impl Limits {
     pub(crate) fn within(mut self, store: &dyn crate::primitives::Store) -> Self {
         self.max_ttl = self.max_ttl.min(store.max_ttl());
         self.handed_bound = store.handed_bound();
+        self.expiry_granularity = store.expiry_granularity();
         self
     }
 

@@ -180,6 +180,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// The granularity in which the store's deciding clock ends leases,
+    /// when coarser than a millisecond (the etcd store's: 1 s, rule
+    /// "etcd"): shown as
+    /// [`Limits::expiry_granularity`](crate::Limits::expiry_granularity).
+    /// `None`, the default, for a store that ends leases to the
+    /// millisecond.
+    fn expiry_granularity(&self) -> Option<Duration> {
+        None
+    }
+
     /// Creates pool `pool` with `count` slots, or sets the count of an
     /// existing one (R2); returns its state as of the step. Revokes no
     /// lease.

@@ -289,6 +289,7 @@ fn tightest(a: Limits, b: Limits) -> Limits {
         max_owner_len: a.max_owner_len.min(b.max_owner_len),
         max_key_len: a.max_key_len.min(b.max_key_len),
         handed_bound: a.handed_bound.max(b.handed_bound),
+        expiry_granularity: a.expiry_granularity.max(b.expiry_granularity),
     }
 }
 

@@ -42,7 +42,7 @@ pub(crate) struct ServeArgs {
     pub(crate) store: StoreArgs,
 
     /// Keep pools in this process's memory only (lost on exit).
-    #[arg(long, conflicts_with_all = ["sqlite", "postgres", "redis", "redis_cluster", "mysql"])]
+    #[arg(long, conflicts_with_all = ["sqlite", "postgres", "redis", "redis_cluster", "mysql", "etcd"])]
     pub(crate) memory: bool,
 
     /// The longest lease; longer ttls are clamped to it (e.g. 24h, 90s).
@@ -121,9 +121,9 @@ fn store_help(arg: Arg) -> Arg {
     let help = match arg.get_id().as_str() {
         "sqlite" => {
             "A SQLite file shared with every process on this machine. Without \
-             --sqlite, --postgres, --redis, --mysql or --memory: \
-             $SEMAPHORE_PG_URL, $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL or \
-             $SEMAPHORE_DB, else semaphore.db in the user's data directory, the \
+             --sqlite, --postgres, --redis, --mysql, --etcd or --memory: \
+             $SEMAPHORE_PG_URL, $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL, \
+             $SEMAPHORE_ETCD_URL or $SEMAPHORE_DB, else semaphore.db in the user's data directory, the \
              same default as every other subcommand. A flag always wins over the \
              environment"
         }
@@ -146,6 +146,13 @@ fn store_help(arg: Arg) -> Arg {
              on); what no ring tells (a return by another MySQL user, a lease \
              that expired) is seen at the next poll (every 100 ms), so such a \
              wake-up takes up to 100 ms plus the poll's round trip to the database"
+        }
+        "etcd" => {
+            "An etcd cluster: some or all of its members' client URLs, \
+             comma-separated (http://host:2379,...); every server on it serves the \
+             same pools. etcd ends leases by its own leases, in whole seconds: a \
+             lease's slot frees up to 1 s (or etcd's minimum lease TTL, 2 s by \
+             default) after its ttl"
         }
         _ => return arg,
     };

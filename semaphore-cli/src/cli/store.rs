@@ -16,15 +16,16 @@ use crate::store::Flags;
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
     /// A SQLite file shared by the processes of this machine. Without
-    /// --sqlite, --postgres, --redis or --mysql: $SEMAPHORE_PG_URL,
-    /// $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL or $SEMAPHORE_DB, else
+    /// --sqlite, --postgres, --redis, --mysql or --etcd: $SEMAPHORE_PG_URL,
+    /// $SEMAPHORE_REDIS_URL, $SEMAPHORE_MYSQL_URL, $SEMAPHORE_ETCD_URL or
+    /// $SEMAPHORE_DB, else
     /// semaphore.db in the user's data directory ($XDG_DATA_HOME, else
     /// ~/.local/share). A flag always wins over the environment.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "redis_cluster", "mysql"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["postgres", "redis", "redis_cluster", "mysql", "etcd"])]
     pub(crate) sqlite: Option<PathBuf>,
 
     /// A PostgreSQL connection string, for jobs on many machines.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "redis_cluster", "mysql"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "redis_cluster", "mysql", "etcd"])]
     pub(crate) postgres: Option<String>,
 
     /// The PostgreSQL schema of the store's tables.
@@ -44,18 +45,29 @@ pub(crate) struct StoreArgs {
     pub(crate) postgres_no_migrate: bool,
 
     /// A Redis URL (redis://host:port/db), for jobs on many machines.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["mysql", "redis_cluster"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["mysql", "redis_cluster", "etcd"])]
     pub(crate) redis: Option<String>,
 
     /// A Redis Cluster: some or all of its nodes' URLs, comma-separated
     /// (redis://host:port,redis://host:port), for jobs on many machines.
-    #[arg(long, value_name = "URL,URL,...", conflicts_with = "mysql")]
+    #[arg(long, value_name = "URL,URL,...", conflicts_with_all = ["mysql", "etcd"])]
     pub(crate) redis_cluster: Option<String>,
 
     /// A MySQL or MariaDB URL (mysql://user:password@host:port/database),
     /// for jobs on many machines.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "etcd")]
     pub(crate) mysql: Option<String>,
+
+    /// An etcd cluster (v3 API, etcd 3.4 or later): some or all of its
+    /// members' client URLs, comma-separated (http://host:2379,...), for
+    /// jobs on many machines. Leases end by etcd's own leases, in whole
+    /// seconds.
+    #[arg(long, value_name = "URL,URL,...")]
+    pub(crate) etcd: Option<String>,
+
+    /// The prefix of the etcd store's keys.
+    #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
+    pub(crate) etcd_prefix: String,
 
     /// The prefix of the MySQL store's tables.
     #[arg(long, value_name = "PREFIX", default_value = "semaphore")]
@@ -72,7 +84,7 @@ pub(crate) struct StoreArgs {
     pub(crate) redis_restart_grace: Duration,
 
     /// How long the store's session, which this process's leases belong
-    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL):
+    /// to, outlives its last heartbeat (PostgreSQL, Redis, MySQL, etcd):
     /// a network blip or a server restart shorter than this ends no lease,
     /// and a process killed outright loses its slots after it. At least 1s.
     /// Default 10s; for `run`, 30s.
@@ -97,6 +109,8 @@ impl StoreArgs {
             grace: self.redis_restart_grace,
             mysql: self.mysql.clone(),
             mysql_prefix: self.mysql_prefix.clone(),
+            etcd: self.etcd.clone(),
+            etcd_prefix: self.etcd_prefix.clone(),
             session: self.session_timeout,
         }
     }

@@ -1,0 +1,91 @@
+//! The store's watch: every change to its keys, from any process, wakes
+//! the waiters of the pool it belongs to (a session's end wakes all); a
+//! watch that breaks is opened again, and everyone re-checks. The end of
+//! this handle's own session (an operator revoked its etcd lease) is told
+//! to the session at once, so that its holders learn it before anyone
+//! else can take their slots' turn (R17). While
+//! anyone waits, a tick each second has them look again, which keeps
+//! their places in the queue alive (they lapse 4.5 s after a look).
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use etcd_client::{Client, EventType, WatchOptions};
+use semaphore_core::store::Changes;
+use semaphore_core::{Session, SessionId};
+
+use crate::record::{Keys, id_of};
+
+/// How often waiters look again while nothing wakes them.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Starts the watch on a task of its own; its handle aborts it.
+pub(crate) fn start(
+    client: Client,
+    keys: Keys,
+    changes: Arc<Changes>,
+    session: Weak<Session>,
+) -> tokio::task::AbortHandle {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failures = 0u32;
+        loop {
+            let mut watch = client.watch_client();
+            let opened = watch
+                .watch(keys.all(), Some(WatchOptions::new().with_prefix()))
+                .await;
+            let Ok((_watcher, mut stream)) = opened else {
+                failures = failures.saturating_add(1);
+                changes.notify_all();
+                let pause = Duration::from_millis(100 * u64::from(failures.min(20)));
+                tokio::time::sleep(pause).await;
+                continue;
+            };
+            // Anything missed while the watch was down.
+            changes.notify_all();
+            loop {
+                tokio::select! {
+                    message = stream.message() => {
+                        let Ok(Some(response)) = message else { break };
+                        failures = 0;
+                        for event in response.events() {
+                            let Some(kv) = event.kv() else { continue };
+                            if let Some(pool) = keys.pool_of(kv.key()) {
+                                changes.notify(pool);
+                                continue;
+                            }
+                            if event.event_type() == EventType::Delete {
+                                ended(&keys, kv.key(), &session);
+                            }
+                            changes.notify_all();
+                        }
+                    }
+                    _ = tick.tick() => {
+                        if changes.has_waiters() {
+                            changes.notify_all();
+                        }
+                    }
+                }
+            }
+            failures = failures.saturating_add(1);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .abort_handle()
+}
+
+/// Tells the handle's session that its key `key` was deleted, if it is the
+/// open session's.
+fn ended(keys: &Keys, key: &[u8], session: &Weak<Session>) {
+    if !key.starts_with(keys.sessions().as_bytes()) {
+        return;
+    }
+    let (Some(id), Some(session)) = (id_of(key), session.upgrade()) else {
+        return;
+    };
+    let id = SessionId::from_uuid(id);
+    if session.current() == Some(id) {
+        session.ended_on_store(id);
+    }
+}

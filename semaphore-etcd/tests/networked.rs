@@ -1,0 +1,128 @@
+//! The networked stores' cases on a real etcd, on its own clock (rule
+//! "etcd"): a crashed store's session, a session an operator ended, and
+//! machines whose clocks disagree by a minute.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_core::conformance::{
+    OffsetClock, r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay,
+    r17_a_session_ended_by_another_tells_its_holder_why,
+};
+use semaphore_etcd::store::Store;
+use semaphore_etcd::testing::TestCluster;
+use semaphore_etcd::{Clock, Error, EtcdOptions, EtcdStore, Pool, PoolId, SessionId};
+
+async fn connect(
+    prefix: &str,
+    clock: Option<Arc<dyn Clock>>,
+    timeout: Option<Duration>,
+) -> EtcdStore {
+    let mut options = EtcdOptions::default().prefix(prefix);
+    if let Some(clock) = clock {
+        options = options.clock(clock);
+    }
+    if let Some(timeout) = timeout {
+        options = options.session_timeout(timeout);
+    }
+    EtcdStore::connect_with(TestCluster::shared().endpoints(), options)
+        .await
+        .expect("an etcd store on the test cluster")
+}
+
+/// A crashed store's session ends when its etcd lease lapses; its bound
+/// lease frees, its holder is told first, its unbound and forgotten
+/// leases stay, and no one takes a live session's leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_stores_bound_lease_frees_and_its_unbound_one_stays() {
+    let prefix = TestCluster::fresh_prefix();
+    r16_a_gone_holders_bound_leases_free_and_unbound_ones_stay(
+        || {
+            let prefix = prefix.clone();
+            async move {
+                Arc::new(connect(&prefix, None, Some(Duration::from_secs(1))).await)
+                    as Arc<dyn Store>
+            }
+        },
+        |store| store.session().unwrap().abandon(),
+        Duration::from_secs(20),
+    )
+    .await;
+}
+
+/// An operator revokes a session's etcd lease: its holder is told why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ended_by_another_tells_its_holder_why() {
+    let prefix = TestCluster::fresh_prefix();
+    let ended = prefix.clone();
+    r17_a_session_ended_by_another_tells_its_holder_why(
+        || {
+            let prefix = prefix.clone();
+            async move {
+                Arc::new(connect(&prefix, None, Some(Duration::from_secs(30))).await)
+                    as Arc<dyn Store>
+            }
+        },
+        move |id: SessionId| async move {
+            let mut client = etcd_client::Client::connect(TestCluster::shared().endpoints(), None)
+                .await
+                .unwrap();
+            let key = format!("{ended}/s/{}", id.as_uuid().simple());
+            let found = client.get(key, None).await.unwrap();
+            let lease = found.kvs().first().expect("the session's key").lease();
+            client.lease_revoke(lease).await.unwrap();
+        },
+        true,
+    )
+    .await;
+}
+
+/// Machines whose clocks are 30 s ahead and 30 s behind: etcd's leases
+/// decide, so neither takes the other's live lease, and a short lease is
+/// freed by etcd (within its granularity) and then served to the other's
+/// waiter, with a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clocks_a_minute_apart_never_over_issue_or_take_a_live_lease() {
+    const OFF: Duration = Duration::from_secs(30);
+    let prefix = TestCluster::fresh_prefix();
+    let ahead: Arc<dyn Clock> = Arc::new(OffsetClock::ahead(OFF));
+    let behind: Arc<dyn Clock> = Arc::new(OffsetClock::behind(OFF));
+    let fast = Arc::new(connect(&prefix, Some(ahead), None).await);
+    let slow = Arc::new(connect(&prefix, Some(behind), None).await);
+    let id = PoolId::from_name("one");
+    let (on_fast, on_slow) = (Pool::new(fast, id), Pool::new(slow, id));
+    on_fast.register(1).await.unwrap();
+    let held = on_slow.try_borrow(Duration::from_secs(20)).await.unwrap();
+    // For the fast machine that lease "expired" 40 s ago: it is live all
+    // the same.
+    assert!(matches!(
+        on_fast.try_borrow(Duration::from_secs(20)).await,
+        Err(Error::Exhausted { .. })
+    ));
+    drop(held);
+    while on_fast.inspect().await.unwrap().in_use != 0 {
+        tokio::task::yield_now().await;
+    }
+    let short = on_fast
+        .try_borrow(Duration::from_millis(300))
+        .await
+        .unwrap()
+        .forget();
+    let next = on_slow
+        .borrow(Duration::from_secs(20), Duration::from_secs(15))
+        .await
+        .unwrap();
+    assert_eq!(next.position, 0);
+    assert!(next.token > short.token);
+}
+
+/// Limits name the etcd lease's granularity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_report_the_expiry_granularity() {
+    let store = Arc::new(connect(&TestCluster::fresh_prefix(), None, None).await);
+    let pool = Pool::new(store, PoolId::from_name("g"));
+    assert_eq!(
+        pool.limits().expiry_granularity,
+        Some(Duration::from_secs(1))
+    );
+}
