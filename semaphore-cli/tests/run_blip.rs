@@ -21,8 +21,11 @@ fn store_flags(kind: StoreKind, url: &str, namespace: &str) -> Vec<String> {
         StoreKind::Postgres => ["--postgres", "--postgres-schema"],
         StoreKind::Redis => ["--redis", "--redis-prefix"],
         StoreKind::Mysql => ["--mysql", "--mysql-prefix"],
+        StoreKind::Etcd => ["--etcd", "--etcd-prefix"],
         StoreKind::Sqlite => unreachable!("no network to blip"),
-        StoreKind::RedisCluster => unreachable!("Server::proxied proxies one server"),
+        StoreKind::RedisCluster | StoreKind::EtcdCluster => {
+            unreachable!("Server::proxied proxies one server")
+        }
     };
     let mut args = vec![
         flags[0].into(),
@@ -129,6 +132,11 @@ async fn a_blip_under_run_on_mysql_lets_no_second_run_in() {
     blip_lets_no_second_run_in(StoreKind::Mysql).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blip_under_run_on_etcd_lets_no_second_run_in() {
+    blip_lets_no_second_run_in(StoreKind::Etcd).await;
+}
+
 /// The README's bound on an outage that ends nothing, for `--ttl` and
 /// `--session-timeout` 8 s and `--kill-after` 1 s: the window (8 s) less
 /// the kill-after (1 s), the margin (a tenth of the window, 0.8 s), two
@@ -197,6 +205,11 @@ async fn an_outage_of_the_bound_under_run_on_redis_ends_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_of_the_bound_under_run_on_mysql_ends_nothing() {
     an_outage_of_the_bound_ends_nothing(StoreKind::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_of_the_bound_under_run_on_etcd_ends_nothing() {
+    an_outage_of_the_bound_ends_nothing(StoreKind::Etcd).await;
 }
 
 /// A command that ends while the store is cut off: `run` cannot return

@@ -13,7 +13,11 @@ use crate::EtcdOptions;
 use crate::error::storage;
 use crate::record::Keys;
 use crate::session::Beats;
-use crate::view::{Look, PoolView, parse, read_txn};
+use crate::view::{Look, PoolView, parse, read_txn, reads};
+
+/// How often a transaction that never left (its connection was refused)
+/// is sent again before its error is the caller's.
+const NOT_SENT_TRIES: u64 = 5;
 
 /// How long `connect` waits for the store's session to open.
 const SESSION_WAIT: Duration = Duration::from_secs(2);
@@ -29,8 +33,8 @@ const SESSION_WAIT: Duration = Duration::from_secs(2);
 ///   from a new look if another process got there first. Nothing is held
 ///   across an `.await`; a dropped call leaves nothing half done.
 /// - **Expiry is an etcd lease's** (rule "etcd"): each lease's key is
-///   attached to an etcd lease of its ttl rounded up to whole seconds (the
-///   granularity etcd grants in, [`Limits::expiry_granularity`](semaphore_core::Limits::expiry_granularity)),
+///   attached to an etcd lease of its ttl plus at least 0.5 s, rounded up
+///   to whole seconds (the granularity etcd grants in, [`Limits::expiry_granularity`](semaphore_core::Limits::expiry_granularity)),
 ///   which the leader revokes when it lapses; etcd may keep it longer
 ///   (its minimum TTL, a leader change), never shorter. The lease's
 ///   `expires_at` is counted from before the grant was sent, so the
@@ -41,8 +45,9 @@ const SESSION_WAIT: Duration = Duration::from_secs(2);
 ///   revision only grows across the whole cluster, across delete and
 ///   register again (R9).
 /// - **Sessions are etcd leases** (R16), kept alive by the core's
-///   heartbeat; a bound lease is active only while its session's key
-///   exists.
+///   heartbeat, each beat confirmed by a linearizable read in the raft
+///   term its keep-alive was answered in; a bound lease is active only
+///   while its session's key exists.
 /// - **FIFO across processes** (R11): a queued borrower's place is a key
 ///   whose `create_revision` is its turn, attached to an etcd lease that
 ///   lapses 4.5 s after its last look (or its hold), so a dead process's
@@ -206,15 +211,28 @@ impl EtcdStore {
         unix_ms(self.time.clock().now())
     }
 
-    /// One look at `pools` and every session.
+    /// One look at `pools` (at most [`MAX_POOLS`]) and every session.
     pub(crate) async fn look(
         &self,
         operation: &'static str,
         pools: &[PoolId],
     ) -> Result<(Vec<PoolView>, Look)> {
-        let response = self.txn(operation, read_txn(&self.keys, pools)).await?;
+        self.look_with(operation, pools, reads(&self.keys, pools))
+            .await
+    }
+
+    /// One look at `pools` through `ops` ([`reads`] or
+    /// [`page_reads`](crate::view::page_reads)).
+    pub(crate) async fn look_with(
+        &self,
+        operation: &'static str,
+        pools: &[PoolId],
+        ops: Vec<TxnOp>,
+    ) -> Result<(Vec<PoolView>, Look)> {
+        let response = self.txn(operation, read_txn(ops)).await?;
         let revision = response.header().map_or(0, |h| h.revision());
         Ok(parse(
+            &self.keys,
             pools,
             response.op_responses(),
             self.time.now_param(),
@@ -230,7 +248,18 @@ impl EtcdStore {
         }
         let mut kv = self.client.kv_client();
         bounded(operation, async {
-            kv.txn(txn).await.map_err(storage(operation))
+            let mut tries = 0;
+            loop {
+                match kv.txn(txn.clone()).await {
+                    // Never sent (a member down, its connection refused):
+                    // sent again, to whichever member the channel picks.
+                    Err(e) if tries < NOT_SENT_TRIES && crate::error::not_sent(&e) => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(20 * tries)).await;
+                    }
+                    answer => return answer.map_err(storage(operation)),
+                }
+            }
         })
         .await
     }

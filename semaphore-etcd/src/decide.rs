@@ -22,8 +22,9 @@ pub(crate) enum Decision {
     /// The request's session has ended: nothing is granted.
     SessionEnded,
     /// The request was granted before (a retry after a lost reply, or a
-    /// keyed retry): that lease, unchanged.
-    Answer { lease: Lease },
+    /// keyed retry): that lease, unchanged, and the etcd lease that ends
+    /// it (0 in test mode).
+    Answer { lease: Lease, etcd_lease: i64 },
     /// No room: the waiter's place, and when an active lease next ends
     /// (test mode only: in production etcd's deletes wake).
     Refused {
@@ -90,6 +91,7 @@ pub(crate) fn decide(view: &PoolView, look: &Look, request: &BorrowRequest, now:
     {
         return Decision::Answer {
             lease: view.lease(row),
+            etcd_lease: row.rec.etcd_lease,
         };
     }
     if let Some(key) = request.key.as_deref() {
@@ -104,6 +106,7 @@ pub(crate) fn decide(view: &PoolView, look: &Look, request: &BorrowRequest, now:
             if row.rec.key.as_deref() == Some(key) {
                 return Decision::Answer {
                     lease: view.lease(row),
+                    etcd_lease: row.rec.etcd_lease,
                 };
             }
             return Decision::KeyReused;
@@ -157,21 +160,37 @@ pub(crate) fn decide(view: &PoolView, look: &Look, request: &BorrowRequest, now:
 }
 
 /// How long, in whole seconds, an etcd lease must live to outlast
-/// `until` (unix ms) from `now`: at least 1.
+/// `until` (unix ms) from `now` by [`MARGIN_MS`] at least: at least 1.
+///
+/// The margin keeps R17 with room to spare: this process counts a lease's
+/// or a session's end from before its request left, etcd from when the
+/// leader handled it, and etcd's leader revokes what lapsed as soon as it
+/// looks (every 500 ms): without it the two ends were a network's
+/// one-way trip apart, and the fault suite saw a holder act in the same
+/// millisecond as the next grant.
 pub(crate) fn ttl_seconds(now: u64, until: u64) -> i64 {
-    let ms = until.saturating_sub(now).max(1);
-    i64::try_from(ms.div_ceil(1000)).unwrap_or(i64::MAX)
+    let ms = until.saturating_sub(now).saturating_add(MARGIN_MS);
+    i64::try_from(ms.div_ceil(1000))
+        .unwrap_or(i64::MAX)
+        .min(MAX_ETCD_TTL_SECONDS)
 }
+
+/// The least by which an etcd lease outlives what this process counts.
+pub(crate) const MARGIN_MS: u64 = 500;
+
+/// The longest TTL etcd grants a lease, in seconds (its `MaxLeaseTTL`).
+pub(crate) const MAX_ETCD_TTL_SECONDS: i64 = 9_000_000_000;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn an_etcd_lease_outlasts_what_it_bounds() {
+    fn an_etcd_lease_outlasts_what_it_bounds_by_the_margin() {
         assert_eq!(ttl_seconds(1_000, 1_001), 1);
-        assert_eq!(ttl_seconds(1_000, 2_000), 1);
-        assert_eq!(ttl_seconds(1_000, 2_001), 2);
+        assert_eq!(ttl_seconds(1_000, 1_500), 1);
+        assert_eq!(ttl_seconds(1_000, 1_501), 2);
+        assert_eq!(ttl_seconds(1_000, 3_000), 3);
         assert_eq!(ttl_seconds(5_000, 1_000), 1);
     }
 }

@@ -8,14 +8,27 @@ use semaphore_core::Error;
 pub(crate) fn retryable(e: &etcd_client::Error) -> bool {
     match e {
         // gRPC's codes: cancelled 1, unknown 2, deadline exceeded 4,
-        // resource exhausted 8, aborted 10, internal 13, unavailable 14.
+        // not found 5 (an etcd lease granted for the step lapsed before its
+        // transaction ran: a new look grants another), resource exhausted
+        // 8, aborted 10, internal 13, unavailable 14.
         etcd_client::Error::GRpcStatus(status) => {
-            matches!(status.code() as i32, 1 | 2 | 4 | 8 | 10 | 13 | 14)
+            matches!(status.code() as i32, 1 | 2 | 4 | 5 | 8 | 10 | 13 | 14)
         }
         etcd_client::Error::TransportError(_)
         | etcd_client::Error::IoError(_)
         | etcd_client::Error::WatchError(_)
         | etcd_client::Error::LeaseKeepAliveError(_) => true,
+        _ => false,
+    }
+}
+
+/// Whether a call that failed with `e` never reached etcd: its
+/// connection could not be made. Sending it again cannot apply it twice.
+pub(crate) fn not_sent(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            status.code() as i32 == 14 && status.message().contains("connect error")
+        }
         _ => false,
     }
 }

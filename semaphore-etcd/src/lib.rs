@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod borrow;
 mod decide;
 mod error;
 mod options;

@@ -9,255 +9,19 @@ use semaphore_core::store::{
     BorrowRequest, Parts, Store, TryBorrow, TryBorrowAll, async_trait, from_unix_ms, page_start,
 };
 use semaphore_core::{
-    Error, Holder, Lease, LeaseId, PoolId, PoolState, QueuedPlace, Result, WaiterId,
+    Error, Holder, Lease, LeaseId, PoolId, PoolState, QueuedPlace, Result, SessionId, WaiterId,
 };
 
 use crate::EtcdStore;
-use crate::decide::{Decision, PlaceWrite, decide};
-use crate::error::{SessionEnded, contended};
-use crate::record::{LeaseRec, PlaceRec, PoolRec, encode};
-use crate::view::{Look, PoolView, Row};
-
-/// How many looks a step takes before it gives up to contention.
-const ATTEMPTS: usize = 64;
+use crate::borrow::ATTEMPTS;
+use crate::error::contended;
+use crate::record::{LeaseRec, PoolRec, encode};
+use crate::view::{Look, MAX_POOLS, PoolView, Row, page_reads, prefix_end};
 
 /// The etcd lease granularity: whole seconds.
 const GRANULARITY: Duration = Duration::from_secs(1);
 
 impl EtcdStore {
-    /// The write of `place` for `request`'s waiter.
-    async fn place_op(
-        &self,
-        operation: &'static str,
-        request: &BorrowRequest,
-        place: PlaceWrite,
-        view: &PoolView,
-        now: u64,
-    ) -> Result<Option<TxnOp>> {
-        let Some(waiter) = request.waiter else {
-            return Ok(None);
-        };
-        let since = view
-            .places
-            .iter()
-            .find(|row| row.id == *waiter.as_uuid())
-            .filter(|_| !place.join)
-            .map_or(now, |row| row.rec.since);
-        let etcd_lease = self.etcd_lease(operation, now, place.alive_until).await?;
-        let rec = PlaceRec {
-            slots: request.slots.max(1),
-            alive_until: place.alive_until,
-            held: request.hold.is_some(),
-            since,
-            etcd_lease,
-        };
-        Ok(Some(Self::put(
-            self.keys.place(request.pool, waiter),
-            encode(&rec),
-            etcd_lease,
-        )))
-    }
-
-    /// The deletes of what `look` found dead in `view`: leases no longer
-    /// active, places no longer live.
-    fn sweep(&self, view: &PoolView, look: &Look, ops: &mut Vec<TxnOp>) {
-        for row in view.leases.iter().filter(|row| !look.active(&row.rec)) {
-            ops.push(TxnOp::delete(
-                self.keys.lease(view.pool, LeaseId::from_uuid(row.id)),
-                None,
-            ));
-        }
-        for row in view.places.iter().filter(|row| !look.place_live(&row.rec)) {
-            ops.push(TxnOp::delete(
-                self.keys.place(view.pool, WaiterId::from_uuid(row.id)),
-                None,
-            ));
-        }
-    }
-
-    /// Borrows for every request or none (one pool: `try_borrow`): the
-    /// leases, or the latest of the blocked pools' next expiries.
-    async fn borrow(
-        &self,
-        operation: &'static str,
-        requests: &[BorrowRequest],
-    ) -> Result<std::result::Result<Vec<Lease>, Option<std::time::SystemTime>>> {
-        let mut pools: Vec<PoolId> = requests.iter().map(|r| r.pool).collect();
-        pools.sort_by_key(|p| *p.as_uuid());
-        pools.dedup();
-        for _ in 0..ATTEMPTS {
-            let (mut views, look) = self.look(operation, &pools).await?;
-            let now = look.now.unwrap_or_else(|| self.stamp());
-            let index = |pool: PoolId| pools.iter().position(|p| *p == pool).unwrap_or(0);
-            let mut decisions = Vec::with_capacity(requests.len());
-            for request in requests {
-                let view = &mut views[index(request.pool)];
-                let decision = decide(view, &look, request, now);
-                if let Decision::Grant { positions, expires } = &decision {
-                    // A pool named twice: the second sees the first's grant.
-                    view.leases.push(Row {
-                        id: *request.lease.as_uuid(),
-                        rec: LeaseRec {
-                            positions: positions.iter().copied().collect(),
-                            expires: *expires,
-                            session: None,
-                            owner: None,
-                            key: None,
-                            etcd_lease: 0,
-                            index: 0,
-                        },
-                        created: i64::MAX,
-                        modified: i64::MAX,
-                    });
-                }
-                decisions.push(decision);
-            }
-            let guards: Vec<Compare> = views
-                .iter()
-                .flat_map(|view| self.unchanged(view, &look))
-                .collect();
-            let mut ops = Vec::new();
-            let mut failure = None;
-            let mut blocked = Vec::new();
-            for (request, decision) in requests.iter().zip(&decisions) {
-                let view = &views[index(request.pool)];
-                match decision {
-                    Decision::NoPool => {
-                        failure.get_or_insert(Error::PoolNotFound { pool: request.pool });
-                    }
-                    Decision::KeyReused => {
-                        failure.get_or_insert(Error::KeyReused { pool: request.pool });
-                    }
-                    Decision::SessionEnded => {
-                        if let Some(id) = request.session {
-                            self.session.ended_on_store(id);
-                        }
-                        failure.get_or_insert(Error::Storage {
-                            operation,
-                            retryable: true,
-                            source: Box::new(SessionEnded),
-                        });
-                    }
-                    Decision::Draining { place } => {
-                        failure.get_or_insert(Error::Draining { pool: request.pool });
-                        if let Some(place) = place
-                            && let Some(op) =
-                                self.place_op(operation, request, *place, view, now).await?
-                        {
-                            ops.push(op);
-                        }
-                    }
-                    Decision::Refused { place, next_expiry } => {
-                        blocked.push(next_expiry.map(from_unix_ms));
-                        if let Some(place) = place
-                            && let Some(op) =
-                                self.place_op(operation, request, *place, view, now).await?
-                        {
-                            ops.push(op);
-                        }
-                    }
-                    Decision::Answer { .. } | Decision::Grant { .. } => {}
-                }
-            }
-            if let Some(error) = failure {
-                // Only held places through a drain are written.
-                let keep: Vec<TxnOp> = if matches!(error, Error::Draining { .. }) {
-                    ops
-                } else {
-                    Vec::new()
-                };
-                if !keep.is_empty() && self.commit(operation, guards, keep).await?.is_none() {
-                    continue;
-                }
-                return Err(error);
-            }
-            if !blocked.is_empty() {
-                if !ops.is_empty() && self.commit(operation, guards, ops).await?.is_none() {
-                    continue;
-                }
-                let TryBorrowAll::Exhausted { next_expiry } = TryBorrowAll::refused(blocked) else {
-                    unreachable!("a refusal is exhausted");
-                };
-                return Ok(Err(next_expiry));
-            }
-            // Every request is granted, now or before.
-            let mut grants = Vec::new();
-            for (index, (request, decision)) in requests.iter().zip(&decisions).enumerate() {
-                if let Some(waiter) = request.waiter {
-                    ops.push(TxnOp::delete(self.keys.place(request.pool, waiter), None));
-                }
-                if let Decision::Grant { positions, expires } = decision {
-                    let etcd_lease = self.etcd_lease(operation, now, *expires).await?;
-                    let rec = LeaseRec {
-                        positions: positions.iter().copied().collect(),
-                        expires: *expires,
-                        session: request.session.map(|s| *s.as_uuid()),
-                        owner: request.owner.as_deref().map(str::to_owned),
-                        key: request.key.as_deref().map(str::to_owned),
-                        etcd_lease,
-                        index: u32::try_from(index).unwrap_or(u32::MAX),
-                    };
-                    ops.push(Self::put(
-                        self.keys.lease(request.pool, request.lease),
-                        encode(&rec),
-                        etcd_lease,
-                    ));
-                    grants.push(etcd_lease);
-                }
-            }
-            let mut guards = guards;
-            for request in requests.iter().filter(|r| r.session.is_some()) {
-                if let Some(session) = request.session {
-                    guards.push(Compare::create_revision(
-                        self.keys.session(session),
-                        CompareOp::Greater,
-                        0,
-                    ));
-                }
-            }
-            for view in &views {
-                self.sweep(view, &look, &mut ops);
-            }
-            let Some(revision) = self.commit(operation, guards, ops).await? else {
-                self.revoke(grants);
-                continue;
-            };
-            let leases = requests
-                .iter()
-                .zip(decisions)
-                .enumerate()
-                .map(|(index, (request, decision))| match decision {
-                    Decision::Answer { lease } => lease,
-                    Decision::Grant { positions, expires } => Lease::holding(
-                        request.lease,
-                        request.pool,
-                        positions,
-                        crate::record::token(revision, u32::try_from(index).unwrap_or(u32::MAX)),
-                        from_unix_ms(expires),
-                    )
-                    .with_session(request.session),
-                    _ => unreachable!("every decision is a grant or an answer here"),
-                })
-                .collect();
-            return Ok(Ok(leases));
-        }
-        Err(contended(operation))
-    }
-
-    /// Revokes etcd leases no key was attached to, in the background.
-    fn revoke(&self, etcd_leases: Vec<i64>) {
-        let leases: Vec<i64> = etcd_leases.into_iter().filter(|l| *l != 0).collect();
-        if leases.is_empty() {
-            return;
-        }
-        let mut client = self.client.lease_client();
-        tokio::spawn(async move {
-            for lease in leases {
-                let _ = client.revoke(lease).await;
-            }
-        });
-    }
-
     /// One pool's look.
     async fn look_at(&self, operation: &'static str, pool: PoolId) -> Result<(PoolView, Look)> {
         let (mut views, look) = self.look(operation, &[pool]).await?;
@@ -282,6 +46,7 @@ impl EtcdStore {
             let now = look.now.unwrap_or_else(|| self.stamp());
             let key = self.keys.lease(pool, LeaseId::from_uuid(row.id));
             let (rewrite, answer) = change(&view, &row, now);
+            let rewrite: Option<(LeaseRec, i64)> = rewrite;
             let op = match rewrite {
                 Some((rec, etcd_lease)) => Self::put(key.clone(), encode(&rec), etcd_lease),
                 None => TxnOp::delete(key.clone(), None),
@@ -339,7 +104,12 @@ impl Store for EtcdStore {
             clock: self.time.clock(),
             changes: &self.changes,
             session: Some(&self.session),
-            max_ttl: Duration::MAX,
+            // etcd's longest lease; in test mode no etcd lease ends a
+            // lease (the manual clock does), and none bounds it.
+            max_ttl: match self.time.now_param() {
+                Some(_) => Duration::MAX,
+                None => Duration::from_secs(crate::decide::MAX_ETCD_TTL_SECONDS.unsigned_abs()),
+            },
             in_place: None,
         }
     }
@@ -377,9 +147,8 @@ impl Store for EtcdStore {
         let Some(start) = page_start(after) else {
             return Ok(Vec::new());
         };
-        let first = self.keys.pool(start);
-        let end = etcd_client::Txn::new().and_then(vec![TxnOp::get(
-            first,
+        let ids = etcd_client::Txn::new().and_then(vec![TxnOp::get(
+            self.keys.pool(start),
             Some(
                 GetOptions::new()
                     .with_range(prefix_end(self.keys.pools()))
@@ -387,7 +156,7 @@ impl Store for EtcdStore {
                     .with_keys_only(),
             ),
         )]);
-        let response = self.txn("pools", end).await?;
+        let response = self.txn("pools", ids).await?;
         let mut ids = Vec::new();
         if let Some(TxnOpResponse::Get(get)) = response.op_responses().into_iter().next() {
             for kv in get.kvs() {
@@ -400,10 +169,11 @@ impl Store for EtcdStore {
             }
         }
         ids.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-        if ids.is_empty() {
+        let (Some(first), Some(last)) = (ids.first().copied(), ids.last().copied()) else {
             return Ok(Vec::new());
-        }
-        let (views, look) = self.look("pools", &ids).await?;
+        };
+        let ops = page_reads(&self.keys, first, last);
+        let (views, look) = self.look_with("pools", &ids, ops).await?;
         Ok(views.iter().filter_map(|view| view.state(&look)).collect())
     }
 
@@ -434,6 +204,16 @@ impl Store for EtcdStore {
     }
 
     async fn try_borrow_all(&self, requests: &[BorrowRequest]) -> Result<TryBorrowAll> {
+        if requests.len() > MAX_POOLS {
+            return Err(Error::InvalidArgument {
+                field: "pools",
+                allowed: format!(
+                    "at most {MAX_POOLS} pools in one multi-pool borrow on etcd (a transaction \
+                     carries at most 128 operations)"
+                ),
+                got: requests.len().to_string(),
+            });
+        }
         Ok(match self.borrow("borrow_all", requests).await? {
             Ok(leases) => TryBorrowAll::Granted { leases },
             Err(next_expiry) => TryBorrowAll::Exhausted { next_expiry },
@@ -485,9 +265,17 @@ impl Store for EtcdStore {
                 ..row.rec.clone()
             };
             let key = self.keys.lease(pool, lease);
-            let guard = Compare::mod_revision(key.clone(), CompareOp::Equal, row.modified);
+            let mut guards = vec![Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                row.modified,
+            )];
+            if let Some(session) = row.rec.session {
+                let session = self.keys.session(SessionId::from_uuid(session));
+                guards.push(Compare::create_revision(session, CompareOp::Greater, 0));
+            }
             let op = Self::put(key, encode(&rec), etcd_lease);
-            if self.commit("renew", vec![guard], vec![op]).await?.is_some() {
+            if self.commit("renew", guards, vec![op]).await?.is_some() {
                 self.revoke(vec![row.rec.etcd_lease]);
                 let renewed = Row { rec, ..row };
                 return Ok(Some(view.lease(&renewed)));
@@ -591,16 +379,4 @@ impl Store for EtcdStore {
             })
             .collect())
     }
-}
-
-/// The key just past every key that starts with `prefix`.
-fn prefix_end(prefix: String) -> Vec<u8> {
-    let mut end = prefix.into_bytes();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }

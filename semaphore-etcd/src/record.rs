@@ -74,13 +74,23 @@ impl Keys {
     /// The pool a key of the store belongs to (`None` for a session's
     /// key or a key not the store's): whose waiters a change wakes.
     pub(crate) fn pool_of(&self, key: &[u8]) -> Option<PoolId> {
-        let rest = key.strip_prefix(self.prefix.as_bytes())?;
-        let rest = rest
-            .strip_prefix(b"/p/")
-            .or_else(|| rest.strip_prefix(b"/l/"))
-            .or_else(|| rest.strip_prefix(b"/q/"))?;
+        self.kind_of(key).map(|(_, pool)| pool)
+    }
+
+    /// A pool's key's kind (`b'p'`, `b'l'` or `b'q'`) and its pool.
+    pub(crate) fn kind_of(&self, key: &[u8]) -> Option<(u8, PoolId)> {
+        let rest = key
+            .strip_prefix(self.prefix.as_bytes())?
+            .strip_prefix(b"/")?;
+        let (&kind, rest) = rest.split_first()?;
+        if !matches!(kind, b'p' | b'l' | b'q') {
+            return None;
+        }
+        let rest = rest.strip_prefix(b"/")?;
         let id = std::str::from_utf8(rest.get(..32)?).ok()?;
-        Uuid::try_parse(id).ok().map(PoolId::from_uuid)
+        Uuid::try_parse(id)
+            .ok()
+            .map(|id| (kind, PoolId::from_uuid(id)))
     }
 }
 

@@ -73,6 +73,43 @@ impl Beats {
     }
 }
 
+impl Beats {
+    /// Whether a keep-alive answered in raft term `term` renewed session
+    /// `id`'s etcd lease on the cluster's leader: a linearizable read of
+    /// the session's key (which only a leader a quorum follows can serve)
+    /// must find the key, in that same term. etcd answers a keep-alive
+    /// from its leader's memory, without the quorum; a leader that lost
+    /// its place (paused, or cut off before it steps down) answers for a
+    /// renewal the real leader never sees, which would leave this
+    /// process's count of the session's end behind etcd's (seen by the
+    /// fault suite on three members: a lease taken over 1.3 s before its
+    /// holder was told). `false` if the key is gone (the session ended);
+    /// a retryable error if the term moved on (the beat is tried again).
+    async fn confirm(&self, id: SessionId, term: u64) -> Result<bool> {
+        let mut kv = self.client.kv_client();
+        let found = kv
+            .get(self.keys.session(id), None)
+            .await
+            .map_err(storage(OPERATION))?;
+        if found.kvs().is_empty() {
+            return Ok(false);
+        }
+        let now = found.header().map_or(0, |h| h.raft_term());
+        if now != term {
+            return Err(semaphore_core::Error::Storage {
+                operation: OPERATION,
+                retryable: true,
+                source: format!(
+                    "the keep-alive was answered in raft term {term}, the cluster is in term \
+                     {now}: a leader that had lost its place may have answered it"
+                )
+                .into(),
+            });
+        }
+        Ok(true)
+    }
+}
+
 #[async_trait]
 impl Heartbeat for Beats {
     async fn beat(
@@ -91,7 +128,12 @@ impl Heartbeat for Beats {
         let mut lease = self.client.lease_client();
         match known {
             Some(etcd_lease) => match keep_alive(&mut lease, etcd_lease).await {
-                Ok(ttl) if ttl > 0 => Ok(Some(sent)),
+                Ok((ttl, term)) if ttl > 0 => self.confirm(id, term).await.map(|live| {
+                    if !live {
+                        self.leases.lock().remove(&id);
+                    }
+                    live.then_some(sent)
+                }),
                 // Revoked (an operator, or the cluster lost it) or lapsed.
                 Ok(_) => {
                     self.leases.lock().remove(&id);
@@ -158,16 +200,18 @@ impl Heartbeat for Beats {
     }
 }
 
-/// One keep-alive of `etcd_lease`: the TTL etcd renewed it for (0 if it
-/// has no such lease).
+/// A keep-alive of `etcd_lease`: the TTL etcd renewed it for, and the
+/// raft term of the answer. etcd-client sends one as it opens the stream
+/// (an unknown lease fails there: [`lease_not_found`]) and hides its
+/// answer; the second is the one whose header is read.
 async fn keep_alive(
     lease: &mut etcd_client::LeaseClient,
     etcd_lease: i64,
-) -> std::result::Result<i64, etcd_client::Error> {
+) -> std::result::Result<(i64, u64), etcd_client::Error> {
     let (mut keeper, mut stream) = lease.keep_alive(etcd_lease).await?;
     keeper.keep_alive().await?;
     match stream.message().await? {
-        Some(renewed) => Ok(renewed.ttl()),
+        Some(renewed) => Ok((renewed.ttl(), renewed.header().map_or(0, |h| h.raft_term()))),
         None => Err(etcd_client::Error::LeaseKeepAliveError(
             "etcd closed the keep-alive stream without an answer".into(),
         )),
@@ -177,5 +221,40 @@ async fn keep_alive(
 /// Whether etcd answered that it has no such lease (gRPC `NOT_FOUND`,
 /// "requested lease not found"): revoked or lapsed, for good.
 pub(crate) fn lease_not_found(e: &etcd_client::Error) -> bool {
-    matches!(e, etcd_client::Error::GRpcStatus(status) if status.code() as i32 == 5)
+    match e {
+        etcd_client::Error::GRpcStatus(status) => status.code() as i32 == 5,
+        // etcd answers a keep-alive of a lease it does not have with TTL
+        // 0, which etcd-client turns into this error.
+        etcd_client::Error::LeaseKeepAliveError(message) => message == "lease not found",
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestCluster;
+
+    /// A beat of a session whose etcd lease an operator revoked answers
+    /// that it ended (`None`), not an error to retry: the holder is told
+    /// at its next beat even if the watch missed the key's delete.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_beat_of_a_revoked_session_reads_as_ended() {
+        let client = Client::connect(TestCluster::shared().endpoints(), None)
+            .await
+            .unwrap();
+        let beats = Beats {
+            client: client.clone(),
+            keys: Keys::new(&TestCluster::fresh_prefix()),
+            time: DecidingClock::default(),
+            leases: parking_lot::Mutex::new(HashMap::new()),
+        };
+        let id = SessionId::new();
+        let timeout = Duration::from_secs(5);
+        assert!(beats.beat(id, timeout, true).await.unwrap().is_some());
+        assert!(beats.beat(id, timeout, false).await.unwrap().is_some());
+        let etcd_lease = *beats.leases.lock().get(&id).unwrap();
+        client.lease_client().revoke(etcd_lease).await.unwrap();
+        assert_eq!(beats.beat(id, timeout, false).await.unwrap(), None);
+    }
 }

@@ -37,6 +37,8 @@ const INSTALL: &str = "the etcd store's tests need etcd (on Debian or Ubuntu: ap
 pub struct TestCluster {
     endpoints: Vec<String>,
     members: Vec<Throwaway<Member>>,
+    /// The members' client ports (a throwaway cluster's).
+    ports: Vec<u16>,
 }
 
 /// One etcd member of a cluster of `peers`, on loopback ports.
@@ -111,6 +113,7 @@ impl TestCluster {
         let named = |url: String| TestCluster {
             endpoints: url.split(',').map(|e| e.trim().to_owned()).collect(),
             members: Vec::new(),
+            ports: Vec::new(),
         };
         skeleton::shared(&SHARED, "SEMAPHORE_ETCD_URL", named, Self::start)
     }
@@ -152,15 +155,33 @@ impl TestCluster {
             .iter()
             .map(|m| format!("http://127.0.0.1:{}", m.client))
             .collect();
+        let ports = members.iter().map(|m| m.client).collect();
         let mut started = Vec::with_capacity(n);
         for mut member in members {
             member.cluster.clone_from(&cluster);
             started.push(Throwaway::start(member)?);
         }
-        Ok(TestCluster {
+        let cluster = TestCluster {
             endpoints,
             members: started,
-        })
+            ports,
+        };
+        // Every member has a leader: the cluster serves.
+        let deadline = std::time::Instant::now() + Member::READY_WITHIN;
+        while cluster
+            .ports
+            .iter()
+            .any(|p| status(*p).is_none_or(|(_, leader)| leader == 0))
+        {
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "the {n}-member etcd cluster had no leader within {:?}",
+                    Member::READY_WITHIN
+                ));
+            }
+            std::thread::sleep(Member::POLL);
+        }
+        Ok(cluster)
     }
 
     /// The cluster's client endpoints, `http://127.0.0.1:port`.
@@ -185,6 +206,34 @@ impl TestCluster {
         member.restart().expect("the etcd member restarts");
     }
 
+    /// The client port of each member, in member order.
+    pub fn ports(&self) -> Vec<u16> {
+        self.ports.clone()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`...) to member `i`.
+    ///
+    /// # Panics
+    /// On a cluster named by `SEMAPHORE_ETCD_URL`.
+    pub fn signal(&self, i: usize, signal: &str) {
+        let pid = self.pid(i);
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status();
+    }
+
+    /// The member that leads now, as the first member that answers says
+    /// (etcd's gRPC gateway, `POST /v3/maintenance/status`); `None` if no
+    /// member answers or none leads.
+    pub fn leader(&self) -> Option<usize> {
+        let statuses: Vec<(u64, u64)> = self.ports().iter().filter_map(|p| status(*p)).collect();
+        let (_, leader) = statuses.iter().find(|(_, leader)| *leader != 0)?;
+        self.ports()
+            .iter()
+            .position(|p| status(*p).is_some_and(|(member, _)| member == *leader))
+    }
+
     /// The pid of member `i`, for a test that stops it (`SIGSTOP`).
     ///
     /// # Panics
@@ -195,4 +244,28 @@ impl TestCluster {
             .expect("a member of a throwaway cluster (not one SEMAPHORE_ETCD_URL names)")
             .pid()
     }
+}
+
+/// Member `port`'s id and the leader's id it knows, from etcd's gRPC
+/// gateway; `None` if it does not answer within a second.
+fn status(port: u16) -> Option<(u64, u64)> {
+    use std::io::{Read, Write};
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let request = format!(
+        "POST /v3/maintenance/status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+         Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let body = answer.split_once("\r\n\r\n")?.1;
+    let body = body.get(body.find('{')?..)?;
+    let json: serde_json::Value = serde_json::from_str(body.get(..=body.rfind('}')?)?).ok()?;
+    let number = |v: &serde_json::Value| v.as_str()?.parse::<u64>().ok();
+    Some((
+        number(&json["header"]["member_id"])?,
+        number(&json["leader"]).unwrap_or(0),
+    ))
 }

@@ -143,20 +143,14 @@ impl PoolView {
 }
 
 /// The operations that read `pools` (and every session) in one
-/// transaction.
+/// transaction: three per pool (etcd takes at most 128 in one, its
+/// `--max-txn-ops`: see [`MAX_POOLS`]).
 pub(crate) fn reads(keys: &Keys, pools: &[PoolId]) -> Vec<TxnOp> {
     let mut ops = Vec::with_capacity(pools.len() * 3 + 1);
-    let by_creation = || {
-        Some(
-            GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Ascend),
-        )
-    };
     for pool in pools {
         ops.push(TxnOp::get(keys.pool(*pool), None));
-        ops.push(TxnOp::get(keys.leases(*pool), by_creation()));
-        ops.push(TxnOp::get(keys.places(*pool), by_creation()));
+        ops.push(TxnOp::get(keys.leases(*pool), by_creation(None)));
+        ops.push(TxnOp::get(keys.places(*pool), by_creation(None)));
     }
     ops.push(TxnOp::get(
         keys.sessions(),
@@ -165,56 +159,113 @@ pub(crate) fn reads(keys: &Keys, pools: &[PoolId]) -> Vec<TxnOp> {
     ops
 }
 
-/// A look's transaction.
-pub(crate) fn read_txn(keys: &Keys, pools: &[PoolId]) -> Txn {
-    Txn::new().and_then(reads(keys, pools))
+/// The operations that read every pool from `first` to `last` in id
+/// order (a listing's page), whatever their number: one range each of
+/// pools, leases and places, and the sessions.
+pub(crate) fn page_reads(keys: &Keys, first: PoolId, last: PoolId) -> Vec<TxnOp> {
+    vec![
+        TxnOp::get(
+            keys.pool(first),
+            Some(GetOptions::new().with_range(prefix_end(keys.pool(last)))),
+        ),
+        TxnOp::get(
+            keys.leases(first),
+            by_creation(Some(prefix_end(keys.leases(last)))),
+        ),
+        TxnOp::get(
+            keys.places(first),
+            by_creation(Some(prefix_end(keys.places(last)))),
+        ),
+        TxnOp::get(keys.sessions(), Some(GetOptions::new().with_prefix())),
+    ]
 }
 
-fn kvs(response: Option<TxnOpResponse>) -> Vec<KeyValue> {
-    match response {
-        Some(TxnOpResponse::Get(mut get)) => get.take_kvs(),
-        _ => Vec::new(),
+/// A range read sorted by creation: of a prefix, or up to `end`.
+fn by_creation(end: Option<Vec<u8>>) -> Option<GetOptions> {
+    let options = match end {
+        Some(end) => GetOptions::new().with_range(end),
+        None => GetOptions::new().with_prefix(),
+    };
+    Some(options.with_sort(SortTarget::Create, SortOrder::Ascend))
+}
+
+/// The most pools one step reads or writes: three reads (and three
+/// compares) each, within etcd's default of 128 operations (and 128
+/// compares) a transaction.
+pub(crate) const MAX_POOLS: usize = 40;
+
+/// The key just past every key that starts with `prefix`.
+pub(crate) fn prefix_end(prefix: String) -> Vec<u8> {
+    let mut end = prefix.into_bytes();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
     }
+    vec![0]
 }
 
-fn rows<T: for<'a> serde::Deserialize<'a>>(kvs: Vec<KeyValue>) -> Vec<Row<T>> {
-    kvs.into_iter()
-        .filter_map(|kv| {
-            Some(Row {
-                id: id_of(kv.key())?,
-                rec: decode(kv.value())?,
-                created: kv.create_revision(),
-                modified: kv.mod_revision(),
-            })
-        })
-        .collect()
+/// A look's transaction.
+pub(crate) fn read_txn(ops: Vec<TxnOp>) -> Txn {
+    Txn::new().and_then(ops)
 }
 
-/// The pools and the look, from the responses of [`reads`] (in order).
+fn row<T: for<'a> serde::Deserialize<'a>>(kv: &KeyValue) -> Option<Row<T>> {
+    Some(Row {
+        id: id_of(kv.key())?,
+        rec: decode(kv.value())?,
+        created: kv.create_revision(),
+        modified: kv.mod_revision(),
+    })
+}
+
+/// The pools (in the order of `pools`) and the look, from the responses
+/// of [`reads`] or [`page_reads`]: each key is told by its own name (its
+/// kind and its pool), so either shape reads back alike.
 pub(crate) fn parse(
+    keys: &Keys,
     pools: &[PoolId],
     responses: impl IntoIterator<Item = TxnOpResponse>,
     now: Option<u64>,
     revision: i64,
 ) -> (Vec<PoolView>, Look) {
-    let mut responses = responses.into_iter();
-    let mut views = Vec::with_capacity(pools.len());
-    for pool in pools {
-        let meta = kvs(responses.next())
-            .into_iter()
-            .next()
-            .and_then(|kv| decode::<PoolRec>(kv.value()).map(|rec| (rec, kv.mod_revision())));
-        views.push(PoolView {
+    let mut views: Vec<PoolView> = pools
+        .iter()
+        .map(|pool| PoolView {
             pool: *pool,
-            meta,
-            leases: rows(kvs(responses.next())),
-            places: rows(kvs(responses.next())),
-        });
-    }
-    let sessions = rows::<SessionRec>(kvs(responses.next()))
-        .into_iter()
-        .map(|row| (row.id, row.rec))
+            meta: None,
+            leases: Vec::new(),
+            places: Vec::new(),
+        })
         .collect();
+    let mut sessions = HashMap::new();
+    for response in responses {
+        let TxnOpResponse::Get(get) = response else {
+            continue;
+        };
+        for kv in get.kvs() {
+            if kv.key().starts_with(keys.sessions().as_bytes()) {
+                if let Some(row) = row::<SessionRec>(kv) {
+                    sessions.insert(row.id, row.rec);
+                }
+                continue;
+            }
+            let Some((kind, pool)) = keys.kind_of(kv.key()) else {
+                continue;
+            };
+            let Some(view) = views.iter_mut().find(|v| v.pool == pool) else {
+                continue;
+            };
+            match kind {
+                b'p' => {
+                    view.meta = decode::<PoolRec>(kv.value()).map(|rec| (rec, kv.mod_revision()));
+                }
+                b'l' => view.leases.extend(row(kv)),
+                _ => view.places.extend(row(kv)),
+            }
+        }
+    }
     (
         views,
         Look {

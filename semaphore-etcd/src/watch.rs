@@ -30,11 +30,16 @@ pub(crate) fn start(
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failures = 0u32;
+        // The revision to watch from: past the last event seen, so that a
+        // watch opened again misses nothing etcd still has.
+        let mut next: Option<i64> = None;
         loop {
             let mut watch = client.watch_client();
-            let opened = watch
-                .watch(keys.all(), Some(WatchOptions::new().with_prefix()))
-                .await;
+            let mut options = WatchOptions::new().with_prefix();
+            if let Some(revision) = next {
+                options = options.with_start_revision(revision);
+            }
+            let opened = watch.watch(keys.all(), Some(options)).await;
             let Ok((_watcher, mut stream)) = opened else {
                 failures = failures.saturating_add(1);
                 changes.notify_all();
@@ -42,15 +47,26 @@ pub(crate) fn start(
                 tokio::time::sleep(pause).await;
                 continue;
             };
-            // Anything missed while the watch was down.
+            // Anything missed while the watch was down: every waiter looks,
+            // and this handle's session is looked for.
             changes.notify_all();
+            if next.is_none() {
+                recheck(&client, &keys, &session).await;
+            }
             loop {
                 tokio::select! {
                     message = stream.message() => {
                         let Ok(Some(response)) = message else { break };
+                        if response.canceled() || response.compact_revision() > 0 {
+                            // Cancelled by etcd, or asked for history it
+                            // compacted: opened again from now.
+                            next = None;
+                            break;
+                        }
                         failures = 0;
                         for event in response.events() {
                             let Some(kv) = event.kv() else { continue };
+                            next = Some(kv.mod_revision().saturating_add(1));
                             if let Some(pool) = keys.pool_of(kv.key()) {
                                 changes.notify(pool);
                                 continue;
@@ -73,6 +89,21 @@ pub(crate) fn start(
         }
     })
     .abort_handle()
+}
+
+/// Looks for this handle's open session's key: gone (its end deleted it
+/// while no watch saw), the session is told.
+async fn recheck(client: &Client, keys: &Keys, session: &Weak<Session>) {
+    let Some(id) = session.upgrade().and_then(|s| s.current()) else {
+        return;
+    };
+    let key = keys.session(id);
+    let mut kv = client.kv_client();
+    if let Ok(found) = kv.get(key.clone(), None).await
+        && found.kvs().is_empty()
+    {
+        ended(keys, key.as_bytes(), session);
+    }
 }
 
 /// Tells the handle's session that its key `key` was deleted, if it is the

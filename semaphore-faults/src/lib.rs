@@ -26,4 +26,4 @@ mod server;
 mod stall;
 
 pub use run::{Config, Outcome, run, run_and_assert};
-pub use server::{Server, StoreKind};
+pub use server::{Audit, Server, StoreKind};

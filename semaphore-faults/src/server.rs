@@ -11,6 +11,9 @@ use tokio::time::timeout;
 
 mod admin;
 mod cluster;
+mod etcd;
+
+pub use etcd::Audit;
 
 use crate::proxy::{Proxies, Proxy, Upstream};
 use cluster::fail_over;
@@ -30,6 +33,11 @@ pub enum StoreKind {
     Mysql,
     /// `semaphore-sqlite`, on a file in a temporary directory.
     Sqlite,
+    /// `semaphore-etcd`, on a throwaway one-member etcd.
+    Etcd,
+    /// `semaphore-etcd` on a throwaway three-member etcd cluster, each
+    /// holder through a proxy per member.
+    EtcdCluster,
 }
 
 impl StoreKind {
@@ -41,12 +49,19 @@ impl StoreKind {
             StoreKind::RedisCluster => "redis-cluster",
             StoreKind::Mysql => "mysql",
             StoreKind::Sqlite => "sqlite",
+            StoreKind::Etcd => "etcd",
+            StoreKind::EtcdCluster => "etcd-cluster",
         }
     }
 
     /// Whether holders reach it over the network (through proxies).
     pub fn networked(self) -> bool {
         self != StoreKind::Sqlite
+    }
+
+    /// Whether it is etcd (one member or three).
+    pub fn etcd(self) -> bool {
+        matches!(self, StoreKind::Etcd | StoreKind::EtcdCluster)
     }
 }
 
@@ -86,6 +101,16 @@ pub enum Server {
         socket: PathBuf,
         /// The database the store's tables go in.
         database: String,
+    },
+    /// A throwaway etcd cluster (one member or three).
+    Etcd {
+        /// The cluster.
+        cluster: Arc<semaphore_etcd::testing::TestCluster>,
+        /// Its members' client ports on `127.0.0.1`, where proxies
+        /// forward.
+        ports: Vec<u16>,
+        /// The `etcdctl watch` of `SEMAPHORE_FAULTS_ETCD_AUDIT`, if asked.
+        _audit: Option<Audit>,
     },
     /// A SQLite file in a temporary directory.
     Sqlite {
@@ -160,6 +185,7 @@ impl Server {
                     database,
                 }
             }
+            StoreKind::Etcd | StoreKind::EtcdCluster => etcd::start(kind)?,
             StoreKind::Sqlite => {
                 let dir = tempfile::Builder::new()
                     .prefix("semaphore-faults-sqlite-")
@@ -197,6 +223,11 @@ impl Server {
         (server, namespace, proxy)
     }
 
+    /// Whether it is etcd.
+    pub fn etcd(&self) -> bool {
+        matches!(self, Server::Etcd { .. })
+    }
+
     /// The server's own URL (unix socket), or the SQLite file's path.
     pub fn url(&self) -> String {
         match self {
@@ -204,6 +235,7 @@ impl Server {
             Server::Redis { server, .. } => server.url().to_string(),
             Server::RedisCluster { cluster, .. } => cluster.urls().join(","),
             Server::Mysql { server, .. } => server.url().to_string(),
+            Server::Etcd { cluster, .. } => cluster.endpoints().join(","),
             Server::Sqlite { db, .. } => db.display().to_string(),
         }
     }
@@ -215,7 +247,10 @@ impl Server {
             Server::Postgres { socket, .. }
             | Server::Redis { socket, .. }
             | Server::Mysql { socket, .. } => Some(Upstream::Unix(socket.clone())),
-            Server::RedisCluster { .. } | Server::Sqlite { .. } => None,
+            Server::Etcd { ports, .. } if ports.len() == 1 => {
+                Some(Upstream::Tcp(([127, 0, 0, 1], ports[0]).into()))
+            }
+            Server::RedisCluster { .. } | Server::Etcd { .. } | Server::Sqlite { .. } => None,
         }
     }
 
@@ -223,7 +258,7 @@ impl Server {
     /// cluster; none for SQLite.
     pub fn upstreams(&self) -> Vec<Upstream> {
         match self {
-            Server::RedisCluster { ports, .. } => ports
+            Server::RedisCluster { ports, .. } | Server::Etcd { ports, .. } => ports
                 .iter()
                 .map(|port| Upstream::Tcp(([127, 0, 0, 1], *port).into()))
                 .collect(),
@@ -239,6 +274,7 @@ impl Server {
                 semaphore_redis::testing::TestServer::fresh_prefix()
             }
             Server::Mysql { .. } => semaphore_mysql::testing::TestServer::fresh_prefix(),
+            Server::Etcd { .. } => semaphore_etcd::testing::TestCluster::fresh_prefix(),
             Server::Sqlite { .. } => "-".into(),
         }
     }
@@ -248,6 +284,14 @@ impl Server {
     /// `--listen-url` or a cluster's `--node-map` (each node's address, as
     /// it announces it, to the proxy's).
     pub fn holder_args(&self, proxies: Option<&Proxies>, slot: u32) -> Vec<String> {
+        if let Server::Etcd { .. } = self {
+            let urls: Vec<String> = proxies
+                .into_iter()
+                .flat_map(Proxies::each)
+                .map(|(_, proxy)| format!("http://{}", proxy.addr()))
+                .collect();
+            return vec!["--url".into(), urls.join(",")];
+        }
         let Server::RedisCluster { .. } = self else {
             let (url, listen) = self.holder_url(proxies.map_or(0, Proxies::port), slot);
             let mut args = vec!["--url".to_string(), url];
@@ -294,6 +338,7 @@ impl Server {
                 format!("mysql://root@127.0.0.1:{port}/{database}?prefer_socket=false"),
                 None,
             ),
+            Server::Etcd { .. } => (format!("http://127.0.0.1:{port}"), None),
             Server::Sqlite { db, .. } => (db.display().to_string(), None),
         }
     }
@@ -359,6 +404,14 @@ impl Server {
                 .await
                 .map_err(|e| e.to_string())?,
             ),
+            Server::Etcd { cluster, .. } => Arc::new(
+                semaphore_etcd::EtcdStore::connect_with(
+                    cluster.endpoints(),
+                    semaphore_etcd::EtcdOptions::default().prefix(namespace),
+                )
+                .await
+                .map_err(|e| e.to_string())?,
+            ),
             Server::Sqlite { db, .. } => {
                 Arc::new(semaphore_sqlite::SqliteStore::open(db).map_err(|e| e.to_string())?)
             }
@@ -397,6 +450,21 @@ impl Server {
             Server::Mysql { server, .. } => {
                 server.restart();
                 Ok(String::new())
+            }
+            // A member killed and started again: of three, the leader
+            // every other time.
+            Server::Etcd { cluster, ports, .. } => {
+                let member = match cluster.leader() {
+                    Some(leader) if pick.is_multiple_of(2) => leader,
+                    _ => pick % ports.len(),
+                };
+                let role = if cluster.leader() == Some(member) {
+                    "the leader"
+                } else {
+                    "a follower"
+                };
+                cluster.restart(member);
+                Ok(format!("member {member} ({role}) killed and started again"))
             }
             Server::Sqlite { .. } => Ok(String::new()),
         });

@@ -37,6 +37,14 @@ async fn release_ends_while_stalled(kind: StoreKind) {
             .await
             .unwrap(),
         ),
+        StoreKind::Etcd => Arc::new(
+            semaphore_etcd::EtcdStore::connect_with(
+                &[url.as_str()],
+                semaphore_etcd::EtcdOptions::default().prefix(&namespace),
+            )
+            .await
+            .unwrap(),
+        ),
         other => panic!("not a store this test covers: {other:?}"),
     };
     let pool = Pool::new(store, PoolId::from_name("stalled"));
@@ -59,4 +67,9 @@ async fn a_release_ends_while_postgres_is_stalled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_ends_while_mysql_is_stalled() {
     release_ends_while_stalled(StoreKind::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_ends_while_etcd_is_stalled() {
+    release_ends_while_stalled(StoreKind::Etcd).await;
 }

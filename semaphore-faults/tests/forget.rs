@@ -80,3 +80,15 @@ async fn a_forgotten_lease_outlives_its_process_on_mysql() {
         .unwrap();
     still_held(Arc::new(store), "forgotten", id).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_lease_outlives_its_process_on_etcd() {
+    use semaphore_etcd::testing::TestCluster;
+    let (cluster, prefix) = (TestCluster::shared(), TestCluster::fresh_prefix());
+    let id = forget_and_exit("etcd", &cluster.endpoints()[0], &prefix, "forgotten");
+    let options = semaphore_etcd::EtcdOptions::default().prefix(&prefix);
+    let store = semaphore_etcd::EtcdStore::connect_with(cluster.endpoints(), options)
+        .await
+        .unwrap();
+    still_held(Arc::new(store), "forgotten", id).await;
+}

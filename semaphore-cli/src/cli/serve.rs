@@ -151,8 +151,8 @@ fn store_help(arg: Arg) -> Arg {
             "An etcd cluster: some or all of its members' client URLs, \
              comma-separated (http://host:2379,...); every server on it serves the \
              same pools. etcd ends leases by its own leases, in whole seconds: a \
-             lease's slot frees up to 1 s (or etcd's minimum lease TTL, 2 s by \
-             default) after its ttl"
+             lease's slot frees 0.5-1.5 s after its ttl (its holder is told at the \
+             ttl), or after etcd's minimum lease TTL (2 s by default)"
         }
         _ => return arg,
     };

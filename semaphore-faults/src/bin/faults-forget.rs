@@ -51,6 +51,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
             .await?,
         ),
+        "etcd" => Arc::new(
+            semaphore_etcd::EtcdStore::connect_with(
+                &[url.as_str()],
+                semaphore_etcd::EtcdOptions::default()
+                    .prefix(namespace.clone())
+                    .session_timeout(session),
+            )
+            .await?,
+        ),
         other => return Err(format!("unknown store {other}").into()),
     };
     let pool = Pool::new(store, PoolId::from_name(pool));

@@ -4,7 +4,7 @@
 //! each through its own proxy, and faults them.
 //!
 //! ```text
-//! faults-holder --store postgres|redis|redis-cluster|mysql|sqlite --url URL
+//! faults-holder --store postgres|redis|redis-cluster|mysql|etcd|etcd-cluster|sqlite --url URL
 //!     [--listen-url URL] [--node-map HOST:PORT=HOST:PORT,...]
 //!     --namespace NAME --pool NAME --count N --ttl-ms N --session-ms N
 //!     (--until-ns T | --run-ms N) --seed N --log PATH [--slot N] [--two-slot-percent P]
@@ -63,7 +63,7 @@ struct Args {
 fn usage(why: &str) -> ! {
     eprintln!("faults-holder: {why}");
     eprintln!(
-        "usage: faults-holder --store postgres|redis|redis-cluster|mysql|sqlite --url URL \
+        "usage: faults-holder --store postgres|redis|redis-cluster|mysql|etcd|etcd-cluster|sqlite --url URL \
          [--listen-url URL] [--node-map HOST:PORT=HOST:PORT,...] \
          --namespace NAME --pool NAME --count N --ttl-ms N --session-ms N \
          (--until-ns T | --run-ms N) --seed N --log PATH [--slot N] [--two-slot-percent P] \
@@ -102,7 +102,17 @@ impl Args {
             (false, false) => usage("--until-ns or --run-ms is needed"),
         };
         let store = text("store");
-        if !["postgres", "redis", "redis-cluster", "mysql", "sqlite"].contains(&store.as_str()) {
+        if ![
+            "postgres",
+            "redis",
+            "redis-cluster",
+            "mysql",
+            "etcd",
+            "etcd-cluster",
+            "sqlite",
+        ]
+        .contains(&store.as_str())
+        {
             usage(&format!("unknown store {store:?}"));
         }
         Args {
@@ -223,6 +233,18 @@ impl Holder {
                 )
                 .await?,
             ),
+            "etcd" | "etcd-cluster" => {
+                let endpoints: Vec<&str> = a.url.split(',').collect();
+                Arc::new(
+                    semaphore_etcd::EtcdStore::connect_with(
+                        &endpoints,
+                        semaphore_etcd::EtcdOptions::default()
+                            .prefix(&a.namespace)
+                            .session_timeout(a.session),
+                    )
+                    .await?,
+                )
+            }
             _ => {
                 // FULL: writes that wait for a turn go in batches (group
                 // commit), which NORMAL, the default, does not batch.

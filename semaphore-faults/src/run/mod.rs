@@ -124,7 +124,7 @@ impl Config {
             // for as many takeovers to judge as one server's.
             duration: Duration::from_secs(env_u64("SEMAPHORE_FAULTS_SECONDS").unwrap_or(
                 match store {
-                    StoreKind::RedisCluster => 60,
+                    StoreKind::RedisCluster | StoreKind::EtcdCluster => 60,
                     _ => 45,
                 },
             )),

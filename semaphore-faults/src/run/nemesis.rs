@@ -402,8 +402,13 @@ fn weight(fault: FaultKind, store: StoreKind) -> usize {
 fn fits(fault: FaultKind, store: StoreKind) -> bool {
     match fault {
         FaultKind::Stop | FaultKind::Kill => true,
-        FaultKind::NodeStop => store == StoreKind::RedisCluster,
+        FaultKind::NodeStop => {
+            matches!(store, StoreKind::RedisCluster | StoreKind::EtcdCluster)
+        }
         FaultKind::DeleteSidecars => store == StoreKind::Sqlite,
+        // etcd has neither an idle-session timeout nor a way to drop its
+        // clients; the proxies' cuts drop them.
+        FaultKind::IdleTimeout | FaultKind::ServerKill if store.etcd() => false,
         _ => store.networked(),
     }
 }

@@ -1,5 +1,5 @@
-//! A Redis Cluster's side of the server faults: its nodes, its pool's
-//! shard, a failover.
+//! A cluster's side of the server faults: its nodes, its pool's shard (a
+//! Redis Cluster's; every member of an etcd cluster), a failover.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,11 +9,13 @@ use semaphore_redis::testing::TestCluster;
 use super::Server;
 
 impl Server {
-    /// A cluster: the ports of the pool's shard (see
-    /// [`Server::RedisCluster`]), once the pool is registered.
-    pub fn pool_shard(&self) -> Option<[u16; 2]> {
+    /// A cluster: the ports of the nodes that serve the pool: a Redis
+    /// Cluster's shard (see [`Server::RedisCluster`]), once the pool is
+    /// registered; every member of an etcd cluster of more than one.
+    pub fn pool_shard(&self) -> Option<Vec<u16>> {
         match self {
-            Server::RedisCluster { shard, .. } => shard.get().copied(),
+            Server::RedisCluster { shard, .. } => shard.get().map(|pair| pair.to_vec()),
+            Server::Etcd { ports, .. } if ports.len() > 1 => Some(ports.clone()),
             _ => None,
         }
     }
@@ -25,6 +27,14 @@ impl Server {
                 cluster.signal(port, signal);
                 Ok(format!("SIG{signal} of node {port}"))
             }
+            Server::Etcd { cluster, ports, .. } => {
+                let member = ports
+                    .iter()
+                    .position(|p| *p == port)
+                    .ok_or_else(|| format!("no member on port {port}"))?;
+                cluster.signal(member, signal);
+                Ok(format!("SIG{signal} of member {member} (port {port})"))
+            }
             _ => Err("not a cluster".into()),
         }
     }
@@ -34,6 +44,14 @@ impl Server {
         match self {
             Server::RedisCluster { cluster, .. } => {
                 ports.iter().copied().find(|port| cluster.is_master(*port))
+            }
+            Server::Etcd {
+                cluster,
+                ports: all,
+                ..
+            } => {
+                let leader = all.get(cluster.leader()?)?;
+                ports.contains(leader).then_some(*leader)
             }
             _ => None,
         }

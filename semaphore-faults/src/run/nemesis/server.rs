@@ -104,16 +104,17 @@ impl Nemesis {
         let master = self.server.master_among(&shard);
         let port = match master {
             Some(master) if rng.u32(..4) != 0 => master,
-            _ => shard[rng.usize(..2)],
+            _ => shard[rng.usize(..shard.len())],
         };
         let d = rand_duration(rng, 1500, 5000);
         let t = now_ns();
         match self.server.signal_node(port, "STOP") {
             Ok(detail) => {
-                let role = if master == Some(port) {
-                    "master"
-                } else {
-                    "replica"
+                let role = match (master == Some(port), self.server.etcd()) {
+                    (true, false) => "master",
+                    (false, false) => "replica",
+                    (true, true) => "leader",
+                    (false, true) => "follower",
                 };
                 self.record(
                     t,
