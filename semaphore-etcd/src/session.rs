@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use etcd_client::{Client, PutOptions};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use semaphore_core::store::{DecidingClock, Heartbeat, async_trait, from_unix_ms, unix_ms};
 use semaphore_core::{Result, SessionId};
 
@@ -85,14 +85,25 @@ impl Beats {
     /// fault suite on three members: a lease taken over 1.3 s before its
     /// holder was told). `false` if the key is gone (the session ended);
     /// a retryable error if the term moved on (the beat is tried again).
-    async fn confirm(&self, id: SessionId, term: u64) -> Result<bool> {
+    async fn confirm(&self, id: SessionId, term: u64, etcd_lease: i64) -> Result<bool> {
         let mut kv = self.client.kv_client();
         let found = kv
             .get(self.keys.session(id), None)
             .await
             .map_err(storage(OPERATION))?;
-        if found.kvs().is_empty() {
+        let Some(record) = found.kvs().first() else {
             return Ok(false);
+        };
+        if record.lease() != etcd_lease {
+            // Kept alive is not what keeps the key: the key's lease is
+            // kept from now on, and this beat counts for nothing.
+            self.leases.lock().insert(id, record.lease());
+            return Err(semaphore_core::Error::Storage {
+                operation: OPERATION,
+                retryable: true,
+                source: "the session's key was on another etcd lease than the one kept alive"
+                    .into(),
+            });
         }
         let now = found.header().map_or(0, |h| h.raft_term());
         if now != term {
@@ -128,12 +139,14 @@ impl Heartbeat for Beats {
         let mut lease = self.client.lease_client();
         match known {
             Some(etcd_lease) => match keep_alive(&mut lease, etcd_lease).await {
-                Ok((ttl, term)) if ttl > 0 => self.confirm(id, term).await.map(|live| {
-                    if !live {
-                        self.leases.lock().remove(&id);
-                    }
-                    live.then_some(sent)
-                }),
+                Ok((ttl, term)) if ttl > 0 => {
+                    self.confirm(id, term, etcd_lease).await.map(|live| {
+                        if !live {
+                            self.leases.lock().remove(&id);
+                        }
+                        live.then_some(sent)
+                    })
+                }
                 // Revoked (an operator, or the cluster lost it) or lapsed.
                 Ok(_) => {
                     self.leases.lock().remove(&id);
@@ -157,16 +170,41 @@ impl Heartbeat for Beats {
                     end: until,
                     etcd_lease: granted.id(),
                 };
-                self.client
-                    .kv_client()
-                    .put(
-                        self.keys.session(id),
+                // Created only if absent: a first try of this open whose
+                // put arrives late (its answer was given up on) must not
+                // move the key to an etcd lease no one keeps alive (the
+                // fault suite saw that end a live session). A key already
+                // there is a first try's that landed: its lease is kept.
+                let key = self.keys.session(id);
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key.clone(),
                         encode(&rec),
                         Some(PutOptions::new().with_lease(granted.id())),
-                    )
+                    )])
+                    .or_else([TxnOp::get(key, None)]);
+                let answer = self
+                    .client
+                    .kv_client()
+                    .txn(txn)
                     .await
                     .map_err(storage(OPERATION))?;
-                self.leases.lock().insert(id, granted.id());
+                let kept = if answer.succeeded() {
+                    granted.id()
+                } else {
+                    let _ = lease.revoke(granted.id()).await;
+                    match answer.op_responses().into_iter().next() {
+                        Some(TxnOpResponse::Get(get)) => {
+                            get.kvs().first().map_or(0, |kv| kv.lease())
+                        }
+                        _ => 0,
+                    }
+                };
+                if kept == 0 {
+                    return Ok(None);
+                }
+                self.leases.lock().insert(id, kept);
                 Ok(Some(sent))
             }
             None => Ok(None),
