@@ -264,6 +264,32 @@ impl<P: AsRef<Pool>> LeaseGuard<P> {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// Resolves once the lease rests on the store's record: at once for a
+    /// lease its borrower took from the store, the usual case. A lease a
+    /// return elsewhere handed to this process's queued borrower is held
+    /// from the hand-off's arrival (rule "A handed slot is held on
+    /// arrival", [`Limits::handed_bound`](crate::Limits::handed_bound)),
+    /// and until the store has its process's confirmation
+    /// [`time_left`](LeaseGuard::time_left) counts only to the store's
+    /// short liveness bound for it (200 ms on Redis, 1 s on PostgreSQL);
+    /// this resolves when the confirmation lands, and then `time_left`
+    /// counts the ttl and the session again. It also resolves if the
+    /// confirmation fails (the lease is lost: [`is_held`](LeaseGuard::is_held)
+    /// is `false`), so check `is_held` after it. A holder that hands a
+    /// deadline from `time_left` to something outside the process (a
+    /// watchdog, as `semaphore run`'s guardian) awaits this first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches.
+    pub fn confirmed(&self) -> impl std::future::Future<Output = ()> + Send + '_ {
+        let (session, lease) = (self.pool().store().session(), self.lease.id);
+        async move {
+            if let Some(session) = session {
+                session.confirmed(lease).await;
+            }
+        }
+    }
+
     /// Stops the keep-alive, if any (a check first: most guards have none,
     /// and the check is cheaper than a call of the drop glue).
     #[inline]

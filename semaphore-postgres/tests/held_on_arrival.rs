@@ -17,8 +17,23 @@ use semaphore_postgres::{ManualClock, Pool, PoolId, PostgresOptions, PostgresSto
 
 const TTL: Duration = Duration::from_secs(30);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handed_slot_is_held_on_arrival_and_bounded_until_confirmed() {
+/// What a test of a hand-off holds: the server, its owner's connection,
+/// the shared manual clock, the schema, and the head's guard, handed the
+/// slot while it could neither take it nor confirm it.
+struct HandedOff {
+    /// Kept to the test's end (a pattern's `..` would drop it at once).
+    _server: TestServer,
+    /// The store whose return handed the slot.
+    _here: Arc<PostgresStore>,
+    owner: tokio_postgres::Client,
+    clock: Arc<ManualClock>,
+    schema: String,
+    guard: semaphore_postgres::LeaseGuard<Pool>,
+}
+
+/// Another process's head is handed the slot by a return here, while its
+/// role may neither take nor confirm a handed slot.
+async fn hand_off() -> HandedOff {
     let server = TestServer::start().unwrap();
     let schema = TestServer::fresh_schema();
     let (owner, connection) = tokio_postgres::connect(server.url(), NoTls).await.unwrap();
@@ -75,6 +90,26 @@ async fn a_handed_slot_is_held_on_arrival_and_bounded_until_confirmed() {
         .unwrap();
     assert!(held.release().await.unwrap());
     let guard = waiter.await.unwrap().expect("handed the slot");
+    HandedOff {
+        _server: server,
+        _here: here,
+        owner,
+        clock,
+        schema,
+        guard,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_slot_is_held_on_arrival_and_bounded_until_confirmed() {
+    let HandedOff {
+        _server,
+        _here,
+        owner,
+        clock,
+        schema,
+        guard,
+    } = hand_off().await;
     let place = format!("SELECT count(*) FROM \"{schema}\".semaphore_waiters");
     let places: i64 = owner.query_one(&place, &[]).await.unwrap().get(0);
     let held_now = guard.is_held();
@@ -93,4 +128,45 @@ async fn a_handed_slot_is_held_on_arrival_and_bounded_until_confirmed() {
     guard.release().await.unwrap();
     let places: i64 = owner.query_one(&place, &[]).await.unwrap().get(0);
     assert_eq!(places, 0, "the served head's place outlived its lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_lease_counts_its_ttl_once_its_confirmation_lands() {
+    let HandedOff {
+        _server,
+        _here,
+        owner,
+        schema,
+        guard,
+        ..
+    } = hand_off().await;
+    assert!(
+        guard.time_left() <= Duration::from_secs(1),
+        "an unconfirmed handed lease counts past its bound"
+    );
+    {
+        let mut confirmed = std::pin::pin!(guard.confirmed());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(
+            std::future::Future::poll(confirmed.as_mut(), &mut cx).is_pending(),
+            "confirmed before any confirmation could land"
+        );
+        // The head's process may confirm again: its retries land.
+        owner
+            .batch_execute(&format!(
+                "GRANT EXECUTE ON FUNCTION
+                     \"{schema}\".semaphore_confirm_handed(uuid, uuid, uuid, bigint, bigint)
+                     TO head"
+            ))
+            .await
+            .unwrap();
+        confirmed.await;
+    }
+    assert!(guard.is_held(), "the confirmed lease is not held");
+    assert!(
+        guard.time_left() > Duration::from_secs(20),
+        "a confirmed handed lease still counts to its bound: {:?}",
+        guard.time_left()
+    );
+    assert!(guard.release().await.unwrap());
 }

@@ -69,6 +69,20 @@ use semaphore_core::{LeaseGuard, LeaseId, Pool, PoolId};
 
 use crate::store::Choice;
 
+/// Whether `lease` is held once it rests on the store's record
+/// ([`LeaseGuard::confirmed`]). A slot handed on arrival counts only to
+/// the store's short bound for it (200 ms to 1 s) until its confirmation
+/// lands: the guardian's deadline, the bound less a margin of up to 1 s,
+/// would be past at once and the command killed as it starts (seen in CI
+/// under load). One round trip, then the whole window counts.
+pub(crate) async fn confirmed(lease: &LeaseGuard<Pool>) -> bool {
+    tokio::select! {
+        () = lease.confirmed() => {}
+        _ = lease.lost() => {}
+    }
+    lease.is_held()
+}
+
 /// How long the guardian waits for the command's group to be gone after
 /// SIGKILL before it returns the lease: a process the kernel cannot kill
 /// yet (in uninterruptible sleep) must not run beside the next holder, so

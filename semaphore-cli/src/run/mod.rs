@@ -136,6 +136,14 @@ pub(crate) async fn run(
             return Err(e);
         }
     }
+    if !guard::confirmed(&lease).await {
+        let _ = lease.release().await;
+        return Err(Exit::new(
+            code::LEASE_LOST,
+            "the slot handed to this run was lost before its command started (the \
+             store did not confirm it within its bound: out of reach or slow); run again",
+        ));
+    }
     // Renewed and heartbeated every `tell` rather than every third of the
     // window, so that the deadline the guardian holds runs from a
     // confirmation at most `tell` old: an outage up to the bound in

@@ -21,6 +21,9 @@ pub(crate) struct Caps {
     count: AtomicUsize,
     next: AtomicU64,
     bounds: parking_lot::Mutex<Vec<Cap>>,
+    /// Told each time a bound is lifted ([`Session::confirmed`](super::Session::confirmed)
+    /// waits on it).
+    lifted: tokio::sync::Notify,
 }
 
 /// One handed lease's bound.
@@ -53,10 +56,20 @@ impl Caps {
         if self.count.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let mut bounds = self.bounds.lock();
-        let i = bounds.iter().position(which)?;
-        self.count.fetch_sub(1, Ordering::AcqRel);
-        Some(bounds.swap_remove(i))
+        let cap = {
+            let mut bounds = self.bounds.lock();
+            let i = bounds.iter().position(which)?;
+            self.count.fetch_sub(1, Ordering::AcqRel);
+            bounds.swap_remove(i)
+        };
+        self.lifted.notify_waiters();
+        Some(cap)
+    }
+
+    /// Whether a bound is in force on `lease`.
+    fn holds(&self, lease: LeaseId) -> bool {
+        self.count.load(Ordering::Acquire) != 0
+            && self.bounds.lock().iter().any(|cap| cap.lease == lease)
     }
 }
 
@@ -126,6 +139,30 @@ impl super::Session {
     pub fn returning(&self, lease: LeaseId) {
         if let Some(cap) = self.shared.caps.remove(|cap| cap.lease == lease) {
             cap.returned.store(true, Ordering::Release);
+        }
+    }
+
+    /// Resolves once `lease` rests on the store's record, not on a
+    /// hand-off's arrival alone: at once unless it is a handed lease held
+    /// on arrival whose confirmation is still under way
+    /// ([`SessionEnds::unconfirmed`]); else when that confirmation lands
+    /// (the bound is lifted), fails (the session is lost), or its holder
+    /// returns it. Costs one atomic load when no lease is unconfirmed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches.
+    pub async fn confirmed(&self, lease: LeaseId) {
+        let caps = &self.shared.caps;
+        loop {
+            let lifted = caps.lifted.notified();
+            let mut lifted = std::pin::pin!(lifted);
+            // Registered before the look: a bound lifted between the look
+            // and the wait still wakes it.
+            lifted.as_mut().enable();
+            if !caps.holds(lease) {
+                return;
+            }
+            lifted.await;
         }
     }
 }
@@ -291,5 +328,39 @@ mod tests {
             session.vouches(id),
             "a lease returned and then found gone lost the session"
         );
+    }
+
+    /// Whether `future` is still pending after one poll.
+    fn pending<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        future.poll(&mut cx).is_pending()
+    }
+
+    #[tokio::test]
+    async fn confirmed_waits_for_the_confirmation_or_the_loss_of_its_lease() {
+        let (session, clock, id) = open().await;
+        let bound = clock.now() + Duration::from_millis(200);
+        let (lease, other) = (LeaseId::new(), LeaseId::new());
+        // A lease never handed: at once.
+        assert!(!pending(std::pin::pin!(session.confirmed(lease))));
+        let unconfirmed = session.ends().unconfirmed(id, lease, bound).unwrap();
+        let mut confirmed = std::pin::pin!(session.confirmed(lease));
+        assert!(pending(confirmed.as_mut()), "confirmed before it landed");
+        // Another lease's confirmation does not end the wait.
+        session
+            .ends()
+            .unconfirmed(id, other, bound)
+            .unwrap()
+            .confirmed();
+        assert!(pending(confirmed.as_mut()), "woken for another lease");
+        unconfirmed.confirmed();
+        assert!(!pending(confirmed.as_mut()), "still waiting once confirmed");
+        // Found gone: the wait ends too (and the lease is not held).
+        let unconfirmed = session.ends().unconfirmed(id, lease, bound).unwrap();
+        let mut lost = std::pin::pin!(session.confirmed(lease));
+        assert!(pending(lost.as_mut()));
+        drop(unconfirmed);
+        assert!(!pending(lost.as_mut()), "still waiting once found gone");
+        assert!(!session.vouches(id));
     }
 }
