@@ -47,7 +47,9 @@ struct Member {
     name: String,
     client: u16,
     peer: u16,
-    /// `name=http://127.0.0.1:peer` of every member.
+    /// The peer port the others reach it at: `peer`, or a proxy's.
+    advertised: u16,
+    /// `name=http://127.0.0.1:advertised` of every member.
     cluster: String,
 }
 
@@ -67,13 +69,14 @@ impl Engine for Member {
     fn args(&self, dir: &Path, command: &mut Command) {
         let client = format!("http://127.0.0.1:{}", self.client);
         let peer = format!("http://127.0.0.1:{}", self.peer);
+        let advertised = format!("http://127.0.0.1:{}", self.advertised);
         command
             .arg(format!("--name={}", self.name))
             .arg(format!("--data-dir={}", dir.join("data").display()))
             .arg(format!("--listen-client-urls={client}"))
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={advertised}"))
             .arg(format!("--initial-cluster={}", self.cluster))
             .arg("--initial-cluster-state=new")
             .arg("--initial-cluster-token=semaphore-test")
@@ -124,7 +127,7 @@ impl TestCluster {
     /// # Errors
     /// What to install, or what failed, in words.
     pub fn start() -> Result<TestCluster, String> {
-        Self::start_nodes(1)
+        Self::start_nodes(1, &mut Ok)
     }
 
     /// A throwaway three-node cluster of the caller's own, on loopback;
@@ -133,22 +136,40 @@ impl TestCluster {
     /// # Errors
     /// What to install, or what failed, in words.
     pub fn start_three() -> Result<TestCluster, String> {
-        Self::start_nodes(3)
+        Self::start_nodes(3, &mut Ok)
     }
 
-    fn start_nodes(n: usize) -> Result<TestCluster, String> {
+    /// [`start_three`](Self::start_three), each member reached by its
+    /// peers at the loopback port `route` gives for its own peer port: a
+    /// proxy of the caller's that forwards there, which can partition the
+    /// member from its peers (the fault suite's `node_partition`).
+    ///
+    /// # Errors
+    /// What to install, or what failed (`route`'s error too), in words.
+    pub fn start_three_routed(
+        mut route: impl FnMut(u16) -> Result<u16, String>,
+    ) -> Result<TestCluster, String> {
+        Self::start_nodes(3, &mut route)
+    }
+
+    fn start_nodes(
+        n: usize,
+        route: &mut dyn FnMut(u16) -> Result<u16, String>,
+    ) -> Result<TestCluster, String> {
         let mut members = Vec::with_capacity(n);
         for i in 0..n {
+            let peer = free_port()?;
             members.push(Member {
                 name: format!("m{i}"),
                 client: free_port()?,
-                peer: free_port()?,
+                peer,
+                advertised: route(peer)?,
                 cluster: String::new(),
             });
         }
         let cluster = members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.advertised))
             .collect::<Vec<_>>()
             .join(",");
         let endpoints = members

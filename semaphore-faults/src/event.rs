@@ -264,11 +264,16 @@ pub enum FaultKind {
     /// (2 s) its replica is elected in its place, and the stopped master
     /// wakes with the calls it had queued.
     NodeStop,
+    /// An etcd cluster of three: a member (its leader, mostly) cut off
+    /// from its peers for 1.5-5 s, through the proxy they reach it by:
+    /// nothing it sends them arrives (its clients still reach it), so the
+    /// others elect a leader without it while it may still think it leads.
+    NodePartition,
 }
 
 impl FaultKind {
     /// Every fault.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Blip,
         FaultKind::Partition,
         FaultKind::Cut,
@@ -279,6 +284,7 @@ impl FaultKind {
         FaultKind::ServerKill,
         FaultKind::DeleteSidecars,
         FaultKind::NodeStop,
+        FaultKind::NodePartition,
     ];
 
     /// The fault of this [`name`](FaultKind::name).
@@ -299,6 +305,7 @@ impl FaultKind {
             FaultKind::ServerKill => "server_kill",
             FaultKind::DeleteSidecars => "delete_sidecars",
             FaultKind::NodeStop => "node_stop",
+            FaultKind::NodePartition => "node_partition",
         }
     }
 }

@@ -109,6 +109,9 @@ pub enum Server {
         /// Its members' client ports on `127.0.0.1`, where proxies
         /// forward.
         ports: Vec<u16>,
+        /// Of three members, the proxy each one's peers reach it through,
+        /// in member order.
+        peers: Vec<crate::proxy::Proxy>,
         /// The `etcdctl watch` of `SEMAPHORE_FAULTS_ETCD_AUDIT`, if asked.
         _audit: Option<Audit>,
     },

@@ -35,6 +35,8 @@ enum Heal {
     IdleTimeout,
     /// A stopped cluster node: `SIGCONT` it.
     NodeStop(u16),
+    /// A node cut off from its peers: let its bytes flow again.
+    NodePartition(u16),
 }
 
 /// A fault in progress: what it is, whom it hit, how it heals.
@@ -158,6 +160,9 @@ impl Nemesis {
                 FaultKind::DeleteSidecars => server_busy_until = self.delete_sidecars(),
                 FaultKind::NodeStop => {
                     server_busy_until = self.node_stop(&mut rng, problems, now);
+                }
+                FaultKind::NodePartition => {
+                    server_busy_until = self.node_partition(&mut rng, problems, now);
                 }
             }
         }
@@ -344,6 +349,13 @@ impl Nemesis {
                     e
                 }
             },
+            Heal::NodePartition(port) => match self.server.partition_node(*port, false) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.problem(format!("healing node {port}'s partition: {e}"));
+                    e
+                }
+            },
             Heal::IdleTimeout => match self.server.idle_timeout(false).await {
                 Ok(d) => d,
                 Err(e) => {
@@ -406,6 +418,7 @@ fn fits(fault: FaultKind, store: StoreKind) -> bool {
             matches!(store, StoreKind::RedisCluster | StoreKind::EtcdCluster)
         }
         FaultKind::DeleteSidecars => store == StoreKind::Sqlite,
+        FaultKind::NodePartition => store == StoreKind::EtcdCluster,
         // etcd has neither an idle-session timeout nor a way to drop its
         // clients; the proxies' cuts drop them.
         FaultKind::IdleTimeout | FaultKind::ServerKill if store.etcd() => false,
@@ -430,7 +443,7 @@ fn longest(fault: FaultKind, config: &Config) -> Duration {
         FaultKind::Cut => Duration::from_secs(6),
         FaultKind::Stop => stop_base(config) + Duration::from_secs(2),
         FaultKind::IdleTimeout => Duration::from_secs(6),
-        FaultKind::NodeStop => Duration::from_secs(5),
+        FaultKind::NodeStop | FaultKind::NodePartition => Duration::from_secs(5),
         _ => Duration::ZERO,
     }
 }

@@ -39,6 +39,31 @@ impl Server {
         }
     }
 
+    /// An etcd cluster of three: stalls the proxy member `port`'s peers
+    /// reach it through (`cut`: nothing it sends them arrives, nor what
+    /// they send over connections they opened to it; what it asks of them
+    /// over its own still does), or lets its bytes flow again. What was
+    /// done, in words.
+    pub(crate) fn partition_node(&self, port: u16, cut: bool) -> Result<String, String> {
+        let Server::Etcd { ports, peers, .. } = self else {
+            return Err("not an etcd cluster".into());
+        };
+        let member = ports
+            .iter()
+            .position(|p| *p == port)
+            .ok_or_else(|| format!("no member on port {port}"))?;
+        let proxy = peers
+            .get(member)
+            .ok_or_else(|| format!("member {member} has no peer proxy"))?;
+        Ok(if cut {
+            proxy.stall();
+            format!("member {member} (port {port}) cut off from its peers")
+        } else {
+            proxy.heal();
+            format!("member {member} (port {port}) heard by its peers again")
+        })
+    }
+
     /// A cluster: the master's port among `ports` now, if one is.
     pub(crate) fn master_among(&self, ports: &[u16]) -> Option<u16> {
         match self {

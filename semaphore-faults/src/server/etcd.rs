@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::{Server, StoreKind};
+use crate::proxy::{Proxy, Upstream};
 
 /// A process killed when dropped (the etcd audit's `etcdctl watch`).
 #[derive(Debug)]
@@ -16,12 +17,25 @@ impl Drop for Audit {
     }
 }
 
-/// A throwaway etcd cluster of `kind` (one member, or three).
+/// A throwaway etcd cluster of `kind` (one member, or three whose peers
+/// reach each other through proxies, one a member: `node_partition`
+/// stalls one). Runs on a thread that may block, in a tokio runtime (the
+/// proxies run on it).
 pub(super) fn start(kind: StoreKind) -> Result<Server, String> {
+    let mut peers = Vec::new();
     let cluster = if kind == StoreKind::Etcd {
         semaphore_etcd::testing::TestCluster::start()?
     } else {
-        semaphore_etcd::testing::TestCluster::start_three()?
+        let runtime = tokio::runtime::Handle::current();
+        semaphore_etcd::testing::TestCluster::start_three_routed(|port| {
+            let upstream = Upstream::Tcp(([127, 0, 0, 1], port).into());
+            let proxy = runtime
+                .block_on(Proxy::start(upstream))
+                .map_err(|e| format!("a proxy to peer port {port}: {e}"))?;
+            let advertised = proxy.port();
+            peers.push(proxy);
+            Ok(advertised)
+        })?
     };
     let ports = cluster.ports();
     let mut audit = None;
@@ -44,6 +58,7 @@ pub(super) fn start(kind: StoreKind) -> Result<Server, String> {
     Ok(Server::Etcd {
         cluster: Arc::new(cluster),
         ports,
+        peers,
         _audit: audit,
     })
 }

@@ -1,6 +1,7 @@
 //! The nemesis's faults on the server (or a cluster's node) rather than on
 //! one holder: a restart or failover, an idle-session timeout, connection
-//! kills, a node's stop, SQLite's side files.
+//! kills, a node's stop or partition from its peers, SQLite's side
+//! files.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,6 +138,60 @@ impl Nemesis {
             Err(e) => {
                 self.record(t, fault, Phase::Start, None, None, format!("failed: {e}"));
                 problems.push(format!("stopping node {port}: {e}"));
+            }
+        }
+        now + ns(d) + ns(Duration::from_secs(3))
+    }
+
+    /// `node_partition` (an etcd cluster of three): a member, its leader
+    /// three times in four, cut off from its peers for 1.5-5 s. Returns
+    /// until when the server is busy: the partition, and 3 s for the
+    /// cluster to agree again.
+    pub(super) fn node_partition(
+        self: &Arc<Self>,
+        rng: &mut fastrand::Rng,
+        problems: &mut Vec<String>,
+        now: u64,
+    ) -> u64 {
+        let fault = FaultKind::NodePartition;
+        let Some(members) = self.server.pool_shard() else {
+            return now;
+        };
+        let leader = self.server.master_among(&members);
+        let port = match leader {
+            Some(leader) if rng.u32(..4) != 0 => leader,
+            _ => members[rng.usize(..members.len())],
+        };
+        let d = rand_duration(rng, 1500, 5000);
+        let t = now_ns();
+        match self.server.partition_node(port, true) {
+            Ok(detail) => {
+                let role = if leader == Some(port) {
+                    "leader"
+                } else {
+                    "follower"
+                };
+                self.record(
+                    t,
+                    fault,
+                    Phase::Start,
+                    None,
+                    None,
+                    format!("{detail} ({role}), {}", secs(d)),
+                );
+                self.heal_later(
+                    Active {
+                        kind: fault,
+                        slot: None,
+                        pid: None,
+                        heal: Heal::NodePartition(port),
+                    },
+                    d,
+                );
+            }
+            Err(e) => {
+                self.record(t, fault, Phase::Start, None, None, format!("failed: {e}"));
+                problems.push(format!("partitioning node {port}: {e}"));
             }
         }
         now + ns(d) + ns(Duration::from_secs(3))
