@@ -82,6 +82,7 @@ pub struct EtcdStore {
     pub(crate) time: DecidingClock,
     pub(crate) session: Arc<Session>,
     pub(crate) process: ForkCheck,
+    pub(crate) grants: crate::grants::Grants,
     watch: tokio::task::AbortHandle,
 }
 
@@ -196,6 +197,7 @@ impl EtcdStore {
             time: options.time,
             session,
             process: ForkCheck::here(),
+            grants: Default::default(),
             watch,
         })
     }
@@ -297,26 +299,6 @@ impl EtcdStore {
             Compare::mod_revision(self.keys.places(view.pool), CompareOp::Less, since)
                 .with_prefix(),
         ]
-    }
-
-    /// An etcd lease that outlives `until` (unix ms) from `now`, for a
-    /// key's life; 0 (no lease) in test mode.
-    pub(crate) async fn etcd_lease(
-        &self,
-        operation: &'static str,
-        now: u64,
-        until: u64,
-    ) -> Result<i64> {
-        if self.time.now_param().is_some() {
-            return Ok(0);
-        }
-        let mut lease = self.client.lease_client();
-        let seconds = crate::decide::ttl_seconds(now, until);
-        bounded(operation, async {
-            lease.grant(seconds, None).await.map_err(storage(operation))
-        })
-        .await
-        .map(|granted| granted.id())
     }
 
     /// A put of `value` at `key`, attached to `etcd_lease` unless it is 0.

@@ -13,6 +13,7 @@ use semaphore_core::{Error, Lease, LeaseId, PoolId, Result, WaiterId};
 use crate::EtcdStore;
 use crate::decide::{Decision, PlaceWrite, decide};
 use crate::error::{SessionEnded, contended};
+use crate::grants::{LEASE_SLACK_MS, PLACE_SLACK_MS};
 use crate::record::{LeaseRec, PlaceRec, encode};
 use crate::view::{Look, PoolView, Row};
 
@@ -42,7 +43,9 @@ impl EtcdStore {
             .find(|row| row.id == *waiter.as_uuid())
             .filter(|_| !place.join)
             .map_or(now, |row| row.rec.since);
-        let etcd_lease = self.etcd_lease(operation, now, place.alive_until).await?;
+        let etcd_lease = self
+            .etcd_lease(operation, now, place.alive_until, PLACE_SLACK_MS)
+            .await?;
         let rec = PlaceRec {
             slots: request.slots.max(1),
             alive_until: place.alive_until,
@@ -213,13 +216,14 @@ impl EtcdStore {
                 continue;
             }
             // Every request is granted, now or before.
-            let mut grants = Vec::new();
             for (index, (request, decision)) in requests.iter().zip(&decisions).enumerate() {
                 if let Some(waiter) = request.waiter {
                     ops.push(TxnOp::delete(self.keys.place(request.pool, waiter), None));
                 }
                 if let Decision::Grant { positions, expires } = decision {
-                    let etcd_lease = self.etcd_lease(operation, now, *expires).await?;
+                    let etcd_lease = self
+                        .etcd_lease(operation, now, *expires, LEASE_SLACK_MS)
+                        .await?;
                     let rec = LeaseRec {
                         positions: positions.iter().copied().collect(),
                         expires: *expires,
@@ -234,7 +238,6 @@ impl EtcdStore {
                         encode(&rec),
                         etcd_lease,
                     ));
-                    grants.push(etcd_lease);
                 }
             }
             let mut guards = guards;
@@ -250,8 +253,9 @@ impl EtcdStore {
             for view in &views {
                 self.sweep(view, &look, &mut ops);
             }
+            // A write that lost leaves its etcd leases to later keys, or to
+            // lapse (see `grants`).
             let Some(revision) = self.commit(operation, guards, ops).await? else {
-                self.revoke(grants);
                 continue;
             };
             let mut leases = Vec::with_capacity(requests.len());
@@ -307,19 +311,5 @@ impl EtcdStore {
         let mut lease = lease;
         lease.expires_at = from_unix_ms(sent.saturating_add(left.saturating_mul(1000)));
         Ok(lease)
-    }
-
-    /// Revokes etcd leases no key was attached to, in the background.
-    pub(crate) fn revoke(&self, etcd_leases: Vec<i64>) {
-        let leases: Vec<i64> = etcd_leases.into_iter().filter(|l| *l != 0).collect();
-        if leases.is_empty() {
-            return;
-        }
-        let mut client = self.client.lease_client();
-        tokio::spawn(async move {
-            for lease in leases {
-                let _ = client.revoke(lease).await;
-            }
-        });
     }
 }

@@ -5,6 +5,7 @@ mod backend;
 mod borrow;
 mod decide;
 mod error;
+mod grants;
 mod options;
 mod primitives;
 mod record;

@@ -258,7 +258,9 @@ impl Store for EtcdStore {
             let expires = now
                 .saturating_add(ttl_ms)
                 .min(semaphore_core::store::MAX_UNIX_MS);
-            let etcd_lease = self.etcd_lease("renew", now, expires).await?;
+            let etcd_lease = self
+                .etcd_lease("renew", now, expires, crate::grants::LEASE_SLACK_MS)
+                .await?;
             let rec = LeaseRec {
                 expires,
                 etcd_lease,
@@ -275,12 +277,11 @@ impl Store for EtcdStore {
                 guards.push(Compare::create_revision(session, CompareOp::Greater, 0));
             }
             let op = Self::put(key, encode(&rec), etcd_lease);
+            // The etcd lease the key leaves lapses by itself (see `grants`).
             if self.commit("renew", guards, vec![op]).await?.is_some() {
-                self.revoke(vec![row.rec.etcd_lease]);
                 let renewed = Row { rec, ..row };
                 return Ok(Some(view.lease(&renewed)));
             }
-            self.revoke(vec![etcd_lease]);
         }
         Err(contended("renew"))
     }
