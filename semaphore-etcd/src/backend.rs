@@ -22,6 +22,14 @@ const NOT_SENT_TRIES: u64 = 5;
 /// How long `connect` waits for the store's session to open.
 const SESSION_WAIT: Duration = Duration::from_secs(2);
 
+/// What a conditioned write found ([`EtcdStore::commit_or_look`]).
+pub(crate) enum Written {
+    /// It was written, at this revision.
+    At(i64),
+    /// Another writer came first: the pools as they are now.
+    Changed(Vec<PoolView>, Look),
+}
+
 /// A [`Store`](semaphore_core::store::Store) in one etcd cluster (v3 API,
 /// etcd 3.4 or later), shared by any number of processes on any number of
 /// machines (rule "Stores", rule "etcd").
@@ -283,6 +291,35 @@ impl EtcdStore {
         Ok(response
             .succeeded()
             .then(|| response.header().map_or(0, |h| h.revision())))
+    }
+
+    /// Runs `ops` if `guards` hold: the revision they were written at, or
+    /// (another writer came first) a new look at `pools`, read by the same
+    /// transaction, so that the next try needs no look of its own.
+    pub(crate) async fn commit_or_look(
+        &self,
+        operation: &'static str,
+        guards: Vec<Compare>,
+        ops: Vec<TxnOp>,
+        pools: &[PoolId],
+    ) -> Result<Written> {
+        let txn = Txn::new()
+            .when(guards)
+            .and_then(ops)
+            .or_else(reads(&self.keys, pools));
+        let response = self.txn(operation, txn).await?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        if response.succeeded() {
+            return Ok(Written::At(revision));
+        }
+        let (views, look) = parse(
+            &self.keys,
+            pools,
+            response.op_responses(),
+            self.time.now_param(),
+            revision,
+        );
+        Ok(Written::Changed(views, look))
     }
 
     /// The compares that hold while `view`'s pool is as `look` saw it: its

@@ -1,6 +1,8 @@
 //! A borrow of one pool or several as one step: a look at the pools,
 //! the decision for each request ([`decide`]), and one write conditioned on
-//! the look, tried again from a new look when another writer came first;
+//! the look, tried again from a new look when another writer came first
+//! (the write's own transaction reads it, so a lost race costs no round
+//! trip of its own);
 //! a retry or a key answered with the lease granted before, its expiry
 //! counted from etcd's own lease.
 
@@ -11,6 +13,7 @@ use semaphore_core::store::{BorrowRequest, TryBorrowAll, bounded, from_unix_ms};
 use semaphore_core::{Error, Lease, LeaseId, PoolId, Result, WaiterId};
 
 use crate::EtcdStore;
+use crate::backend::Written;
 use crate::decide::{Decision, PlaceWrite, decide};
 use crate::error::{SessionEnded, contended};
 use crate::grants::{LEASE_SLACK_MS, PLACE_SLACK_MS};
@@ -93,8 +96,13 @@ impl EtcdStore {
         let mut pools: Vec<PoolId> = requests.iter().map(|r| r.pool).collect();
         pools.sort_by_key(|p| *p.as_uuid());
         pools.dedup();
+        // A lost write's transaction reads the pools anew for the next try.
+        let mut seen = None;
         for _ in 0..ATTEMPTS {
-            let (mut views, look) = self.look(operation, &pools).await?;
+            let (mut views, look) = match seen.take() {
+                Some(seen) => seen,
+                None => self.look(operation, &pools).await?,
+            };
             let now = look.now.unwrap_or_else(|| self.stamp());
             let index = |pool: PoolId| pools.iter().position(|p| *p == pool).unwrap_or(0);
             let mut decisions = Vec::with_capacity(requests.len());
@@ -174,13 +182,21 @@ impl EtcdStore {
                 } else {
                     Vec::new()
                 };
-                if !keep.is_empty() && self.commit(operation, guards, keep).await?.is_none() {
+                if !keep.is_empty()
+                    && let Written::Changed(views, look) =
+                        self.commit_or_look(operation, guards, keep, &pools).await?
+                {
+                    seen = Some((views, look));
                     continue;
                 }
                 return Err(error);
             }
             if !blocked.is_empty() {
-                if !ops.is_empty() && self.commit(operation, guards, ops).await?.is_none() {
+                if !ops.is_empty()
+                    && let Written::Changed(views, look) =
+                        self.commit_or_look(operation, guards, ops, &pools).await?
+                {
+                    seen = Some((views, look));
                     continue;
                 }
                 let TryBorrowAll::Exhausted { next_expiry } = TryBorrowAll::refused(blocked) else {
@@ -255,8 +271,12 @@ impl EtcdStore {
             }
             // A write that lost leaves its etcd leases to later keys, or to
             // lapse (see `grants`).
-            let Some(revision) = self.commit(operation, guards, ops).await? else {
-                continue;
+            let revision = match self.commit_or_look(operation, guards, ops, &pools).await? {
+                Written::At(revision) => revision,
+                Written::Changed(views, look) => {
+                    seen = Some((views, look));
+                    continue;
+                }
             };
             let mut leases = Vec::with_capacity(requests.len());
             for (index, (request, decision)) in requests.iter().zip(decisions).enumerate() {
