@@ -57,12 +57,12 @@ pub(crate) enum Written {
 ///   term its keep-alive was answered in; a bound lease is active only
 ///   while its session's key exists.
 /// - **FIFO across processes** (R11): a queued borrower's place is a key
-///   whose `create_revision` is its turn, live 4.5 s after its last look
-///   (or its hold) as its record says; its key's etcd lease lapses up to
-///   10 s after that, so a dead process's places go.
+///   whose `create_revision` is its turn, attached to an etcd lease that
+///   lapses 4.5 s after its last look (or its hold), so a dead process's
+///   places go.
 /// - **etcd leases are shared** by the keys whose ends fall in the same
-///   span (`grants`): a borrow is a look and a write, not a grant besides;
-///   none is revoked.
+///   second (`grants`): a borrow is a look and a write, not a grant
+///   besides; none is revoked.
 /// - **Wake-ups from a watch** on the store's keys: a lease's key deleted
 ///   (a return, an expiry, a force return), a pool's record changed or a
 ///   place removed wakes that pool's waiters in every process; a session's

@@ -16,7 +16,6 @@ use crate::EtcdStore;
 use crate::backend::Written;
 use crate::decide::{Decision, PlaceWrite, decide};
 use crate::error::{SessionEnded, contended};
-use crate::grants::{LEASE_SLACK_MS, PLACE_SLACK_MS};
 use crate::record::{LeaseRec, PlaceRec, encode};
 use crate::view::{Look, PoolView, Row};
 
@@ -46,9 +45,7 @@ impl EtcdStore {
             .find(|row| row.id == *waiter.as_uuid())
             .filter(|_| !place.join)
             .map_or(now, |row| row.rec.since);
-        let etcd_lease = self
-            .etcd_lease(operation, now, place.alive_until, PLACE_SLACK_MS)
-            .await?;
+        let etcd_lease = self.etcd_lease(operation, now, place.alive_until).await?;
         let rec = PlaceRec {
             slots: request.slots.max(1),
             alive_until: place.alive_until,
@@ -237,9 +234,7 @@ impl EtcdStore {
                     ops.push(TxnOp::delete(self.keys.place(request.pool, waiter), None));
                 }
                 if let Decision::Grant { positions, expires } = decision {
-                    let etcd_lease = self
-                        .etcd_lease(operation, now, *expires, LEASE_SLACK_MS)
-                        .await?;
+                    let etcd_lease = self.etcd_lease(operation, now, *expires).await?;
                     let rec = LeaseRec {
                         positions: positions.iter().copied().collect(),
                         expires: *expires,

@@ -3,15 +3,13 @@
 //! granted before if that lease lapses within the span, and a grant is
 //! made only when none does. A hot pool's borrows then cost a look and a
 //! write, not a grant besides (one grant a second at most per ttl, rather
-//! than one a borrow), and a waiting borrower's place is kept alive
-//! without one.
+//! than one a borrow).
 //!
-//! A lease's key must vanish no sooner than [`MARGIN_MS`] after what its
-//! holder counts, and no later than a second after that (the granularity
+//! A key must vanish no sooner than [`MARGIN_MS`] after what its record
+//! counts, and no later than [`KEY_SLACK_MS`] after that (the granularity
 //! [`Limits::expiry_granularity`](semaphore_core::Limits::expiry_granularity)
-//! states); a place's key only needs to go some time after its record
-//! says it lapsed (its record, not its key, is what others judge), so it
-//! takes a longer-lived etcd lease and keeps it across refreshes.
+//! states): in production a key lives exactly as long as what it
+//! records (a lease, a place), since no machine's clock judges.
 //!
 //! No shared etcd lease is ever revoked (other keys may be attached to
 //! it): one a key left lapses by itself.
@@ -23,14 +21,9 @@ use crate::EtcdStore;
 use crate::decide::{MARGIN_MS, ttl_seconds};
 use crate::error::storage;
 
-/// How much longer than its record says a place's key may live: its etcd
-/// lease is granted for this much more, and serves the refreshes of that
-/// span.
-pub(crate) const PLACE_SLACK_MS: u64 = 10_000;
-
-/// How much later than [`MARGIN_MS`] after what its holder counts a
-/// lease's key may vanish: etcd's granularity.
-pub(crate) const LEASE_SLACK_MS: u64 = 1_000;
+/// How much later than [`MARGIN_MS`] after what its record counts a key
+/// may vanish: etcd's granularity.
+pub(crate) const KEY_SLACK_MS: u64 = 1_000;
 
 /// The etcd leases this handle granted and may share, each with when it
 /// lapses on this process's clock: no sooner than `earliest` (its TTL
@@ -61,28 +54,24 @@ impl Grants {
 
 impl EtcdStore {
     /// An etcd lease that outlives `until` (unix ms, counted from `now`,
-    /// the look's instant) by [`MARGIN_MS`] at least and by `slack` more at
-    /// most: one this handle granted before if one fits, else a new one;
-    /// 0 (no lease) in test mode.
+    /// the look's instant) by [`MARGIN_MS`] at least and by
+    /// [`KEY_SLACK_MS`] more at most: one this handle granted before if one
+    /// fits, else a new one; 0 (no lease) in test mode.
     pub(crate) async fn etcd_lease(
         &self,
         operation: &'static str,
         now: u64,
         until: u64,
-        slack: u64,
     ) -> Result<i64> {
         if self.time.now_param().is_some() {
             return Ok(0);
         }
         let from = until.saturating_add(MARGIN_MS);
-        let to = from.saturating_add(slack);
+        let to = from.saturating_add(KEY_SLACK_MS);
         if let Some(id) = self.grants.find(self.stamp(), from, to) {
             return Ok(id);
         }
-        // Whole seconds: what the span allows beyond the least TTL serves
-        // later keys too.
-        let extra = i64::try_from(slack.saturating_sub(LEASE_SLACK_MS) / 1000).unwrap_or(0);
-        let seconds = ttl_seconds(now, until).saturating_add(extra);
+        let seconds = ttl_seconds(now, until);
         let sent = self.stamp();
         let mut client = self.client.lease_client();
         let granted = bounded(operation, async {

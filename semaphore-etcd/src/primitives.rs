@@ -258,9 +258,7 @@ impl Store for EtcdStore {
             let expires = now
                 .saturating_add(ttl_ms)
                 .min(semaphore_core::store::MAX_UNIX_MS);
-            let etcd_lease = self
-                .etcd_lease("renew", now, expires, crate::grants::LEASE_SLACK_MS)
-                .await?;
+            let etcd_lease = self.etcd_lease("renew", now, expires).await?;
             let rec = LeaseRec {
                 expires,
                 etcd_lease,

@@ -1,6 +1,6 @@
 //! The networked stores' cases on a real etcd, on its own clock (rule
-//! "etcd"): a crashed store's session, a session an operator ended, and
-//! machines whose clocks disagree by a minute.
+//! "etcd"): a crashed store's session, a session an operator ended,
+//! machines whose clocks disagree by a minute, and a dead head's place.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,4 +125,46 @@ async fn limits_report_the_expiry_granularity() {
         pool.limits().expiry_granularity,
         Some(Duration::from_secs(1))
     );
+}
+
+/// A queued head whose process died (it joined the queue and never
+/// looked again) holds back no one past its place's life: its key's etcd
+/// lease lapses 4.5 s after its look, plus etcd's granularity, and the
+/// borrower behind it is served within a wait of 9 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_heads_place_lapses_with_its_life() {
+    use semaphore_etcd::store::{BorrowRequest, TryBorrow};
+    use semaphore_etcd::{LeaseId, WaiterId};
+    let prefix = TestCluster::fresh_prefix();
+    let (holder, dead, next) = (
+        connect(&prefix, None, None).await,
+        connect(&prefix, None, None).await,
+        Arc::new(connect(&prefix, None, None).await),
+    );
+    let id = PoolId::from_name("dead head");
+    let pool = Pool::new(Arc::new(holder), id);
+    pool.register(1).await.unwrap();
+    let held = pool
+        .borrow(Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    let mut request = BorrowRequest::new(id, LeaseId::new(), Duration::from_secs(60));
+    request.waiter = Some(WaiterId::new());
+    let refused = dead.try_borrow(&request).await.unwrap();
+    assert!(
+        matches!(refused, TryBorrow::Exhausted { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(
+        next.inspect(id).await.unwrap().queued,
+        1,
+        "the head's place"
+    );
+    drop(dead);
+    assert!(held.release().await.unwrap());
+    let behind = Pool::new(next, id);
+    let _served = behind
+        .borrow(Duration::from_secs(60), Duration::from_secs(9))
+        .await
+        .expect("served once the dead head's place lapsed");
 }
