@@ -158,11 +158,8 @@ impl Nemesis {
                     server_busy_until = self.server_kill(holders, &mut rng, problems).await;
                 }
                 FaultKind::DeleteSidecars => server_busy_until = self.delete_sidecars(),
-                FaultKind::NodeStop => {
-                    server_busy_until = self.node_stop(&mut rng, problems, now);
-                }
-                FaultKind::NodePartition => {
-                    server_busy_until = self.node_partition(&mut rng, problems, now);
+                FaultKind::NodeStop | FaultKind::NodePartition => {
+                    server_busy_until = self.node_fault(fault, &mut rng, problems, now);
                 }
             }
         }

@@ -89,16 +89,18 @@ impl Nemesis {
         now_ns() + ns(Duration::from_secs(1))
     }
 
-    /// `node_stop` (a cluster): `SIGSTOP` of a node of the pool's shard,
-    /// its master three times in four, for 1.5-5 s. Returns until when the
-    /// server is busy: the stop, and 3 s for the cluster to agree again.
-    pub(super) fn node_stop(
+    /// `node_stop` (a cluster: `SIGSTOP` of a node of the pool's shard) or
+    /// `node_partition` (an etcd cluster of three: a member cut off from
+    /// its peers), of its master (or leader) three times in four, for
+    /// 1.5-5 s. Returns until when the server is busy: the fault, and 3 s
+    /// for the cluster to agree again.
+    pub(super) fn node_fault(
         self: &Arc<Self>,
+        fault: FaultKind,
         rng: &mut fastrand::Rng,
         problems: &mut Vec<String>,
         now: u64,
     ) -> u64 {
-        let fault = FaultKind::NodeStop;
         let Some(shard) = self.server.pool_shard() else {
             return now;
         };
@@ -109,7 +111,14 @@ impl Nemesis {
         };
         let d = rand_duration(rng, 1500, 5000);
         let t = now_ns();
-        match self.server.signal_node(port, "STOP") {
+        let (done, heal, doing) = if fault == FaultKind::NodePartition {
+            let done = self.server.partition_node(port, true);
+            (done, Heal::NodePartition(port), "partitioning")
+        } else {
+            let done = self.server.signal_node(port, "STOP");
+            (done, Heal::NodeStop(port), "stopping")
+        };
+        match done {
             Ok(detail) => {
                 let role = match (master == Some(port), self.server.etcd()) {
                     (true, false) => "master",
@@ -130,68 +139,14 @@ impl Nemesis {
                         kind: fault,
                         slot: None,
                         pid: None,
-                        heal: Heal::NodeStop(port),
+                        heal,
                     },
                     d,
                 );
             }
             Err(e) => {
                 self.record(t, fault, Phase::Start, None, None, format!("failed: {e}"));
-                problems.push(format!("stopping node {port}: {e}"));
-            }
-        }
-        now + ns(d) + ns(Duration::from_secs(3))
-    }
-
-    /// `node_partition` (an etcd cluster of three): a member, its leader
-    /// three times in four, cut off from its peers for 1.5-5 s. Returns
-    /// until when the server is busy: the partition, and 3 s for the
-    /// cluster to agree again.
-    pub(super) fn node_partition(
-        self: &Arc<Self>,
-        rng: &mut fastrand::Rng,
-        problems: &mut Vec<String>,
-        now: u64,
-    ) -> u64 {
-        let fault = FaultKind::NodePartition;
-        let Some(members) = self.server.pool_shard() else {
-            return now;
-        };
-        let leader = self.server.master_among(&members);
-        let port = match leader {
-            Some(leader) if rng.u32(..4) != 0 => leader,
-            _ => members[rng.usize(..members.len())],
-        };
-        let d = rand_duration(rng, 1500, 5000);
-        let t = now_ns();
-        match self.server.partition_node(port, true) {
-            Ok(detail) => {
-                let role = if leader == Some(port) {
-                    "leader"
-                } else {
-                    "follower"
-                };
-                self.record(
-                    t,
-                    fault,
-                    Phase::Start,
-                    None,
-                    None,
-                    format!("{detail} ({role}), {}", secs(d)),
-                );
-                self.heal_later(
-                    Active {
-                        kind: fault,
-                        slot: None,
-                        pid: None,
-                        heal: Heal::NodePartition(port),
-                    },
-                    d,
-                );
-            }
-            Err(e) => {
-                self.record(t, fault, Phase::Start, None, None, format!("failed: {e}"));
-                problems.push(format!("partitioning node {port}: {e}"));
+                problems.push(format!("{doing} node {port}: {e}"));
             }
         }
         now + ns(d) + ns(Duration::from_secs(3))
