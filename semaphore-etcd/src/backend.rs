@@ -94,6 +94,8 @@ pub struct EtcdStore {
     pub(crate) session: Arc<Session>,
     pub(crate) process: ForkCheck,
     pub(crate) grants: crate::grants::Grants,
+    pub(crate) places: Arc<crate::places::Places>,
+    pub(crate) quiet: Arc<crate::watch::Quiet>,
     watch: tokio::task::AbortHandle,
 }
 
@@ -194,11 +196,14 @@ impl EtcdStore {
             timeout,
             options.time.clone(),
         ));
+        let quiet = Arc::new(crate::watch::Quiet::default());
         let watch = crate::watch::start(
             client.clone(),
             keys.clone(),
             changes.clone(),
             Arc::downgrade(&session),
+            quiet.clone(),
+            options.time.now_param().is_some(),
         );
         session.opened(SESSION_WAIT).await;
         Ok(Self {
@@ -209,6 +214,8 @@ impl EtcdStore {
             session,
             process: ForkCheck::here(),
             grants: Default::default(),
+            places: Default::default(),
+            quiet,
             watch,
         })
     }

@@ -39,13 +39,26 @@ impl EtcdStore {
         let Some(waiter) = request.waiter else {
             return Ok(None);
         };
-        let since = view
+        let mine = view
             .places
             .iter()
             .find(|row| row.id == *waiter.as_uuid())
-            .filter(|_| !place.join)
-            .map_or(now, |row| row.rec.since);
-        let etcd_lease = self.etcd_lease(operation, now, place.alive_until).await?;
+            .filter(|_| !place.join);
+        let since = mine.map_or(now, |row| row.rec.since);
+        // In production a queued head's place lives with the handle's
+        // places lease (see `places`): kept on it, it needs no write.
+        let etcd_lease = if request.hold.is_none() && self.time.now_param().is_none() {
+            let kept = self
+                .places
+                .lease(operation, &self.client, &self.changes)
+                .await?;
+            if mine.is_some_and(|row| row.rec.etcd_lease == kept) {
+                return Ok(None);
+            }
+            kept
+        } else {
+            self.etcd_lease(operation, now, place.alive_until).await?
+        };
         let rec = PlaceRec {
             slots: request.slots.max(1),
             alive_until: place.alive_until,
@@ -189,12 +202,14 @@ impl EtcdStore {
                 return Err(error);
             }
             if !blocked.is_empty() {
-                if !ops.is_empty()
-                    && let Written::Changed(views, look) =
-                        self.commit_or_look(operation, guards, ops, &pools).await?
-                {
-                    seen = Some((views, look));
-                    continue;
+                if !ops.is_empty() {
+                    match self.commit_or_look(operation, guards, ops, &pools).await? {
+                        Written::At(revision) => self.quiet.wrote(revision),
+                        Written::Changed(views, look) => {
+                            seen = Some((views, look));
+                            continue;
+                        }
+                    }
                 }
                 let TryBorrowAll::Exhausted { next_expiry } = TryBorrowAll::refused(blocked) else {
                     unreachable!("a refusal is exhausted");

@@ -7,6 +7,7 @@ mod decide;
 mod error;
 mod grants;
 mod options;
+mod places;
 mod primitives;
 mod record;
 mod session;

@@ -3,9 +3,11 @@
 //! watch that breaks is opened again, and everyone re-checks. The end of
 //! this handle's own session (an operator revoked its etcd lease) is told
 //! to the session at once, so that its holders learn it before anyone
-//! else can take their slots' turn (R17). While
-//! anyone waits, a tick each second has them look again, which keeps
-//! their places in the queue alive (they lapse 4.5 s after a look).
+//! else can take their slots' turn (R17). In test mode, while anyone
+//! waits, a tick each second has them look again, which keeps their
+//! places alive (they lapse 4.5 s after a look on the test's clock); in
+//! production places live with the handle's places lease (see `places`),
+//! and only the watch's events wake a waiter.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -16,8 +18,34 @@ use semaphore_core::{Session, SessionId};
 
 use crate::record::{Keys, id_of};
 
-/// How often waiters look again while nothing wakes them.
+/// How often waiters look again while nothing wakes them (test mode).
 const TICK: Duration = Duration::from_secs(1);
+
+/// The revisions of this handle's latest refusals' writes (a head's place
+/// written, nothing else): their events wake none of its waiters. Such a
+/// write changed nothing its own look had not judged (its compares held),
+/// so the head that wrote it, woken, would only look again and be refused
+/// again. An event that outruns its write's answer still wakes.
+#[derive(Debug, Default)]
+pub(crate) struct Quiet(parking_lot::Mutex<std::collections::VecDeque<i64>>);
+
+impl Quiet {
+    /// How many revisions are kept: more than the heads that write at once.
+    const KEPT: usize = 64;
+
+    /// Counts revision `at` as a refusal's write of this handle.
+    pub(crate) fn wrote(&self, at: i64) {
+        let mut kept = self.0.lock();
+        if kept.len() == Self::KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(at);
+    }
+
+    fn is_quiet(&self, at: i64) -> bool {
+        self.0.lock().contains(&at)
+    }
+}
 
 /// Starts the watch on a task of its own; its handle aborts it.
 pub(crate) fn start(
@@ -25,6 +53,8 @@ pub(crate) fn start(
     keys: Keys,
     changes: Arc<Changes>,
     session: Weak<Session>,
+    quiet: Arc<Quiet>,
+    ticks: bool,
 ) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(TICK);
@@ -68,7 +98,9 @@ pub(crate) fn start(
                             let Some(kv) = event.kv() else { continue };
                             next = Some(kv.mod_revision().saturating_add(1));
                             if let Some(pool) = keys.pool_of(kv.key()) {
-                                changes.notify(pool);
+                                if !quiet.is_quiet(kv.mod_revision()) {
+                                    changes.notify(pool);
+                                }
                                 continue;
                             }
                             if event.event_type() == EventType::Delete {
@@ -77,7 +109,7 @@ pub(crate) fn start(
                             changes.notify_all();
                         }
                     }
-                    _ = tick.tick() => {
+                    _ = tick.tick(), if ticks => {
                         if changes.has_waiters() {
                             changes.notify_all();
                         }

@@ -1,6 +1,7 @@
 //! The networked stores' cases on a real etcd, on its own clock (rule
 //! "etcd"): a crashed store's session, a session an operator ended,
-//! machines whose clocks disagree by a minute, and a dead head's place.
+//! machines whose clocks disagree by a minute, a dead head's place, and a
+//! live head's place kept with no look.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,8 +129,8 @@ async fn limits_report_the_expiry_granularity() {
 }
 
 /// A queued head whose process died (it joined the queue and never
-/// looked again) holds back no one past its place's life: its key's etcd
-/// lease lapses 4.5 s after its look, plus etcd's granularity, and the
+/// looked again) holds back no one past its place's life: its handle's
+/// places lease is no longer kept and lapses within its 3 s TTL, and the
 /// borrower behind it is served within a wait of 9 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_heads_place_lapses_with_its_life() {
@@ -167,4 +168,63 @@ async fn a_dead_heads_place_lapses_with_its_life() {
         .borrow(Duration::from_secs(60), Duration::from_secs(9))
         .await
         .expect("served once the dead head's place lapsed");
+}
+
+/// A live queued head keeps its place, and its turn, while nothing changes
+/// for longer than its places lease's TTL (3 s) and a place's life after a
+/// look (4.5 s): the handle keeps the lease alive; no look is needed. The
+/// borrower who came after it, in another process, is not served first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_heads_place_is_kept_without_a_look() {
+    let prefix = TestCluster::fresh_prefix();
+    let (holder, first, second) = (
+        Arc::new(connect(&prefix, None, None).await),
+        Arc::new(connect(&prefix, None, None).await),
+        Arc::new(connect(&prefix, None, None).await),
+    );
+    let id = PoolId::from_name("kept place");
+    let pool = Pool::new(holder.clone(), id);
+    pool.register(1).await.unwrap();
+    let held = pool
+        .borrow(Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    let waiting = {
+        let first = Pool::new(first, id);
+        tokio::spawn(async move {
+            first
+                .borrow_owned(Duration::from_secs(60), Duration::from_secs(30))
+                .await
+        })
+    };
+    let queued = async || holder.queue(id).await.unwrap();
+    while queued().await.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let place = queued().await[0].clone();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        queued().await,
+        vec![place],
+        "the head's place, as it joined"
+    );
+    let behind = {
+        let second = Pool::new(second, id);
+        tokio::spawn(async move {
+            second
+                .borrow_owned(Duration::from_secs(60), Duration::from_secs(30))
+                .await
+        })
+    };
+    while queued().await.len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    assert!(held.release().await.unwrap());
+    let granted = waiting
+        .await
+        .unwrap()
+        .expect("the first head is served first");
+    assert_eq!(queued().await.len(), 1, "the second still waits");
+    assert!(granted.release().await.unwrap());
+    behind.await.unwrap().expect("then the second");
 }
