@@ -201,7 +201,7 @@ async fn a_waiting_heads_place_is_kept_without_a_look() {
     while queued().await.is_empty() {
         tokio::task::yield_now().await;
     }
-    let place = queued().await[0].clone();
+    let place = queued().await[0];
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(
         queued().await,
@@ -226,5 +226,6 @@ async fn a_waiting_heads_place_is_kept_without_a_look() {
         .expect("the first head is served first");
     assert_eq!(queued().await.len(), 1, "the second still waits");
     assert!(granted.release().await.unwrap());
-    behind.await.unwrap().expect("then the second");
+    let second = behind.await.unwrap().expect("then the second");
+    assert!(second.release().await.unwrap());
 }
