@@ -57,16 +57,23 @@ pub(crate) enum Written {
 ///   term its keep-alive was answered in; a bound lease is active only
 ///   while its session's key exists.
 /// - **FIFO across processes** (R11): a queued borrower's place is a key
-///   whose `create_revision` is its turn, attached to an etcd lease that
-///   lapses 4.5 s after its last look (or its hold), so a dead process's
-///   places go.
+///   whose `create_revision` is its turn. A process's queued heads hang
+///   theirs on one etcd lease of 3 s that the handle keeps alive each
+///   second while any of its borrowers waits, so a dead or stopped
+///   process's places go within 3 s; a held place's key lapses after its
+///   hold.
 /// - **etcd leases are shared** by the keys whose ends fall in the same
 ///   second (`grants`): a borrow is a look and a write, not a grant
 ///   besides; none is revoked.
 /// - **Wake-ups from a watch** on the store's keys: a lease's key deleted
 ///   (a return, an expiry, a force return), a pool's record changed or a
 ///   place removed wakes that pool's waiters in every process; a session's
-///   end wakes all.
+///   end wakes all. Waiting costs no call of its own but a share of the
+///   places lease's keep-alive.
+/// - **Compaction is the cluster's**: every borrow creates and deletes
+///   keys, which etcd's index keeps until a compaction; run etcd with
+///   auto-compaction (`--auto-compaction-retention`), or a hot pool's
+///   looks slow as its history grows.
 /// - **Lost replies:** a borrow is never retried blind: its retry looks for
 ///   the lease its first try may have granted (by its id) before it
 ///   grants anything.
@@ -95,6 +102,7 @@ pub struct EtcdStore {
     pub(crate) process: ForkCheck,
     pub(crate) grants: crate::grants::Grants,
     pub(crate) places: Arc<crate::places::Places>,
+    pub(crate) recent: crate::borrow::Recent,
     pub(crate) quiet: Arc<crate::watch::Quiet>,
     watch: tokio::task::AbortHandle,
 }
@@ -215,6 +223,7 @@ impl EtcdStore {
             process: ForkCheck::here(),
             grants: Default::default(),
             places: Default::default(),
+            recent: Default::default(),
             quiet,
             watch,
         })
@@ -327,6 +336,34 @@ impl EtcdStore {
             revision,
         );
         Ok(Written::Changed(views, look))
+    }
+
+    /// As [`commit_or_look`](EtcdStore::commit_or_look), and reads the
+    /// pools after a successful write too, in the same transaction: the
+    /// revision written at (if it was), and the pools as they are then.
+    pub(crate) async fn commit_then_look(
+        &self,
+        operation: &'static str,
+        guards: Vec<Compare>,
+        mut ops: Vec<TxnOp>,
+        pools: &[PoolId],
+    ) -> Result<(Option<i64>, Vec<PoolView>, Look)> {
+        ops.extend(reads(&self.keys, pools));
+        let txn = Txn::new()
+            .when(guards)
+            .and_then(ops)
+            .or_else(reads(&self.keys, pools));
+        let response = self.txn(operation, txn).await?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        let written = response.succeeded().then_some(revision);
+        let (views, look) = parse(
+            &self.keys,
+            pools,
+            response.op_responses(),
+            self.time.now_param(),
+            revision,
+        );
+        Ok((written, views, look))
     }
 
     /// The compares that hold while `view`'s pool is as `look` saw it: its

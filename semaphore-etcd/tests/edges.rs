@@ -1,7 +1,8 @@
 //! The etcd store's own edges, each found by a hostile reading of its
 //! first version: a retry whose lease is no longer active, a keyed answer
 //! across machines whose clocks disagree, etcd's limit of 128 operations
-//! a transaction.
+//! a transaction, a slot freed between the look that refused a borrow and
+//! the write that queues it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -212,4 +213,33 @@ async fn a_pool_stays_usable_after_a_holder_of_many_bound_leases_dies() {
         matches!(got, Ok(TryBorrow::Granted { .. })),
         "a borrow of a pool whose dead holder left 130 leases: {got:?}"
     );
+}
+
+/// A borrow's first attempt is refused; a slot frees; the attempt that
+/// queues it writes its place on the refusing look (no look of its own),
+/// and the pools it reads back with that write show the slot free: it is
+/// granted then, not left queued for a wake that came before it queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_freed_before_a_borrow_queues_is_granted_to_it() {
+    let prefix = TestCluster::fresh_prefix();
+    let (store, other) = (
+        connect(EtcdOptions::default().prefix(&prefix)).await,
+        connect(EtcdOptions::default().prefix(&prefix)).await,
+    );
+    let pool = PoolId::from_name("freed before queueing");
+    store.register(pool, 1).await.unwrap();
+    let held = BorrowRequest::new(pool, LeaseId::new(), Duration::from_secs(60));
+    let Ok(TryBorrow::Granted { lease }) = other.try_borrow(&held).await else {
+        panic!("the pool is free");
+    };
+    let mut request = BorrowRequest::new(pool, LeaseId::new(), Duration::from_secs(60));
+    assert!(matches!(
+        store.try_borrow(&request).await.unwrap(),
+        TryBorrow::Exhausted { .. }
+    ));
+    assert!(other.return_held(lease).await.unwrap());
+    request.waiter = Some(semaphore_etcd::WaiterId::new());
+    let queued = store.try_borrow(&request).await.unwrap();
+    assert!(matches!(queued, TryBorrow::Granted { .. }), "{queued:?}");
+    assert!(store.queue(pool).await.unwrap().is_empty(), "no place left");
 }
