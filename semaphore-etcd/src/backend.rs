@@ -196,6 +196,7 @@ impl EtcdStore {
             keys: keys.clone(),
             time: options.time.clone(),
             leases: parking_lot::Mutex::new(Default::default()),
+            streams: parking_lot::Mutex::new(Default::default()),
         };
         let timeout =
             semaphore_core::store::session_timeout(options.session_timeout, &options.time);

@@ -28,7 +28,16 @@ pub(crate) struct Beats {
     pub(crate) time: DecidingClock,
     /// The etcd lease of each session this handle opened (production).
     pub(crate) leases: parking_lot::Mutex<HashMap<SessionId, i64>>,
+    /// Each session's keep-alive stream, with the etcd lease it keeps,
+    /// between beats: taken out while a beat uses it and put back only
+    /// once the answer to that beat's keep-alive was read, so that a beat
+    /// given up on midway drops its stream, and no beat reads another's
+    /// answer.
+    pub(crate) streams: parking_lot::Mutex<HashMap<SessionId, (i64, KeepAlive)>>,
 }
+
+/// A keep-alive stream of one etcd lease: its sender and its answers.
+pub(crate) type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
 
 impl std::fmt::Debug for Beats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -138,22 +147,22 @@ impl Heartbeat for Beats {
         let known = self.leases.lock().get(&id).copied();
         let mut lease = self.client.lease_client();
         match known {
-            Some(etcd_lease) => match keep_alive(&mut lease, etcd_lease).await {
+            Some(etcd_lease) => match self.keep_alive(&mut lease, id, etcd_lease).await {
                 Ok((ttl, term)) if ttl > 0 => {
                     self.confirm(id, term, etcd_lease).await.map(|live| {
                         if !live {
-                            self.leases.lock().remove(&id);
+                            self.forget(id);
                         }
                         live.then_some(sent)
                     })
                 }
                 // Revoked (an operator, or the cluster lost it) or lapsed.
                 Ok(_) => {
-                    self.leases.lock().remove(&id);
+                    self.forget(id);
                     Ok(None)
                 }
                 Err(e) if lease_not_found(&e) => {
-                    self.leases.lock().remove(&id);
+                    self.forget(id);
                     Ok(None)
                 }
                 Err(e) => Err(storage(OPERATION)(e)),
@@ -212,6 +221,7 @@ impl Heartbeat for Beats {
     }
 
     async fn close(&self, id: SessionId) -> Result<()> {
+        self.streams.lock().remove(&id);
         let known = self.leases.lock().remove(&id);
         match known {
             Some(etcd_lease) => {
@@ -238,21 +248,45 @@ impl Heartbeat for Beats {
     }
 }
 
-/// A keep-alive of `etcd_lease`: the TTL etcd renewed it for, and the
-/// raft term of the answer. etcd-client sends one as it opens the stream
-/// (an unknown lease fails there: [`lease_not_found`]) and hides its
-/// answer; the second is the one whose header is read.
-async fn keep_alive(
-    lease: &mut etcd_client::LeaseClient,
-    etcd_lease: i64,
-) -> std::result::Result<(i64, u64), etcd_client::Error> {
-    let (mut keeper, mut stream) = lease.keep_alive(etcd_lease).await?;
-    keeper.keep_alive().await?;
-    match stream.message().await? {
-        Some(renewed) => Ok((renewed.ttl(), renewed.header().map_or(0, |h| h.raft_term()))),
-        None => Err(etcd_client::Error::LeaseKeepAliveError(
-            "etcd closed the keep-alive stream without an answer".into(),
-        )),
+impl Beats {
+    /// Forgets session `id`'s etcd lease and its stream: the session ended.
+    fn forget(&self, id: SessionId) {
+        self.leases.lock().remove(&id);
+        self.streams.lock().remove(&id);
+    }
+
+    /// A keep-alive of session `id`'s `etcd_lease`: the TTL etcd renewed
+    /// it for, and the raft term of the answer. Sent on the session's
+    /// stream if it has one; else on a new one, for which etcd-client
+    /// sends one keep-alive as it opens it (an unknown lease fails there:
+    /// [`lease_not_found`]) and hides its answer, so that the second is
+    /// the one whose header is read.
+    async fn keep_alive(
+        &self,
+        lease: &mut etcd_client::LeaseClient,
+        id: SessionId,
+        etcd_lease: i64,
+    ) -> std::result::Result<(i64, u64), etcd_client::Error> {
+        let kept = self.streams.lock().remove(&id);
+        let (mut keeper, mut stream) = match kept {
+            Some((kept_lease, stream)) if kept_lease == etcd_lease => stream,
+            _ => lease.keep_alive(etcd_lease).await?,
+        };
+        keeper.keep_alive().await?;
+        match stream.message().await? {
+            Some(renewed) => {
+                let answer = (renewed.ttl(), renewed.header().map_or(0, |h| h.raft_term()));
+                if answer.0 > 0 {
+                    self.streams
+                        .lock()
+                        .insert(id, (etcd_lease, (keeper, stream)));
+                }
+                Ok(answer)
+            }
+            None => Err(etcd_client::Error::LeaseKeepAliveError(
+                "etcd closed the keep-alive stream without an answer".into(),
+            )),
+        }
     }
 }
 
@@ -286,6 +320,7 @@ mod tests {
             keys: Keys::new(&TestCluster::fresh_prefix()),
             time: DecidingClock::default(),
             leases: parking_lot::Mutex::new(HashMap::new()),
+            streams: parking_lot::Mutex::new(HashMap::new()),
         };
         let id = SessionId::new();
         let timeout = Duration::from_secs(5);
