@@ -58,9 +58,9 @@ pub(crate) enum Written {
 ///   while its session's key exists.
 /// - **FIFO across processes** (R11): a queued borrower's place is a key
 ///   whose `create_revision` is its turn. A process's queued heads hang
-///   theirs on one etcd lease of 3 s that the handle keeps alive each
-///   second while any of its borrowers waits, so a dead or stopped
-///   process's places go within 3 s; a held place's key lapses after its
+///   theirs on one etcd lease of 4 s that the handle keeps alive every
+///   1.5 s while any of its borrowers waits, so a dead or stopped
+///   process's places go within 4 s; a held place's key lapses after its
 ///   hold.
 /// - **etcd leases are shared** by the keys whose ends fall in the same
 ///   second (`grants`): a borrow is a look and a write, not a grant

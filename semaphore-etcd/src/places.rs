@@ -14,7 +14,8 @@
 //! waiter of the handle looks again: a head whose place went with it
 //! joins anew, one whose place survives is written onto the next lease.
 //! Etcd's concurrency package keeps its sessions this way (one lease, a
-//! keep-alive at a third of its TTL).
+//! keep-alive at a third of its TTL; here at three eighths, which leaves
+//! 2.5 s, a beat missed and then some, before a place is lost).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,10 +28,10 @@ use crate::error::storage;
 /// The places lease's TTL, in seconds: etcd deletes a place this long
 /// after its process's last keep-alive (etcd's leader judges; it looks
 /// every 500 ms).
-pub(crate) const TTL_SECONDS: i64 = 3;
+pub(crate) const TTL_SECONDS: i64 = 4;
 
-/// How often the places lease is kept alive: a third of its TTL.
-const BEAT: Duration = Duration::from_secs(1);
+/// How often the places lease is kept alive.
+const BEAT: Duration = Duration::from_millis(1500);
 
 /// The handle's places lease, if it has one, and the task that keeps it.
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@
 //! | --- | --- | --- |
 //! | `{prefix}/p/{pool}` | [`PoolRec`]: count, drain flag | its delete |
 //! | `{prefix}/l/{pool}/{lease}` | [`LeaseRec`]: positions, expiry, session, labels | its etcd lease (the ttl) |
-//! | `{prefix}/q/{pool}/{waiter}` | [`PlaceRec`]: weight, hold, since | a queued head's: its handle's places lease (3 s, kept alive while it waits); a held place's: one of its hold, renewed by each look |
+//! | `{prefix}/q/{pool}/{waiter}` | [`PlaceRec`]: weight, hold, since | a queued head's: its handle's places lease (4 s, kept alive while it waits); a held place's: one of its hold, renewed by each look |
 //! | `{prefix}/s/{session}` | [`SessionRec`]: end | the session's etcd lease |
 //!
 //! Ids are their UUID's 32 lowercase hex digits, so that keys sort as ids

@@ -130,7 +130,7 @@ async fn limits_report_the_expiry_granularity() {
 
 /// A queued head whose process died (it joined the queue and never
 /// looked again) holds back no one past its place's life: its handle's
-/// places lease is no longer kept and lapses within its 3 s TTL, and the
+/// places lease is no longer kept and lapses within its 4 s TTL, and the
 /// borrower behind it is served within a wait of 9 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_heads_place_lapses_with_its_life() {
@@ -171,7 +171,7 @@ async fn a_dead_heads_place_lapses_with_its_life() {
 }
 
 /// A live queued head keeps its place, and its turn, while nothing changes
-/// for longer than its places lease's TTL (3 s) and a place's life after a
+/// for longer than its places lease's TTL (4 s) and a place's life after a
 /// look (4.5 s): the handle keeps the lease alive; no look is needed. The
 /// borrower who came after it, in another process, is not served first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
