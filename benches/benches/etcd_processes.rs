@@ -13,7 +13,8 @@
 //!   history compacted just before it (see [`compact`]).
 //! - E3: cross-process wake: process A returns, this process's waiting
 //!   borrow is granted; p50 and p99 from A's return to the grant, and the
-//!   CPU an idle waiter burns (see `wake/mod.rs`).
+//!   CPU an idle waiter burns over 2 s (see `wake/mod.rs`), and past its
+//!   join, per second of waiting ([`idle_line`]).
 
 mod hot;
 mod wake;
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use hot::{borrow_and_return, rate_of, worker};
-use semaphore_benches::{out_dir, role_or_bench};
+use semaphore_benches::{cpu_ns, out_dir, role_or_bench};
 use semaphore_etcd::store::Store;
 use semaphore_etcd::testing::TestCluster;
 use semaphore_etcd::{EtcdOptions, EtcdStore, Pool, PoolId};
@@ -133,6 +134,66 @@ async fn hot_line(endpoints: &str, prefix: &str) -> serde_json::Value {
     })
 }
 
+/// This process's CPU over a wait of `seconds` on `pool` (held by
+/// another process), in ns.
+async fn cpu_of_wait(pool: &Pool, seconds: u64) -> u64 {
+    let cpu = cpu_ns();
+    let waited = pool
+        .borrow(Duration::from_secs(60), Duration::from_secs(seconds))
+        .await;
+    assert!(waited.is_err(), "the pool was held all along");
+    cpu_ns() - cpu
+}
+
+/// E3's idle waiter past its join: with the count-1 pool `id` held by
+/// process A, this process's CPU per second of waiting, from waits of
+/// 2 s and 12 s (medians of 3 each; their difference over 10 s: what a
+/// waiter costs once queued, without its join's calls and its leave's),
+/// beside the CPU one plain etcd read costs this process after 100 ms
+/// idle (median of 20): the price of each call a wait makes.
+async fn idle_line(
+    endpoints: &str,
+    prefix: &str,
+    waiter: Arc<EtcdStore>,
+    id: PoolId,
+) -> serde_json::Value {
+    let mut a = wake::spawn_holder(&[endpoints, prefix]);
+    let mut held = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(a.stdout.as_mut().expect("A's stdout")),
+        &mut held,
+    )
+    .expect("A's line");
+    assert_eq!(held.trim(), "HELD");
+    let pool = Pool::new(waiter.clone(), id);
+    let median = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (mut short, mut long) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        short.push(cpu_of_wait(&pool, 2).await);
+        long.push(cpu_of_wait(&pool, 12).await);
+    }
+    let mut client = waiter.client().clone();
+    let mut calls = Vec::new();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let cpu = cpu_ns();
+        client.get("-", None).await.expect("a get");
+        calls.push(cpu_ns() - cpu);
+    }
+    a.kill().ok();
+    a.wait().ok();
+    let (short, long) = (median(short), median(long));
+    serde_json::json!({
+        "wait_2s_cpu_us": short / 1000,
+        "wait_12s_cpu_us": long / 1000,
+        "per_second_share": long.saturating_sub(short) as f64 / 10e9,
+        "call_cpu_us": median(calls) as f64 / 1000.0,
+    })
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let roles = ["hold", "ours", "anchor"];
@@ -174,8 +235,10 @@ async fn main() {
         let cluster = cluster.expect("an etcd cluster for the bench");
         let endpoints = cluster.endpoints().join(",");
         let prefix = TestCluster::fresh_prefix();
-        let e2 = Pool::new(store(&endpoints, &prefix).await, PoolId::from_name("e2"));
-        e2.register(8).await.expect("register");
+        Pool::new(store(&endpoints, &prefix).await, PoolId::from_name("e2"))
+            .register(8)
+            .await
+            .expect("register");
         let mut line = serde_json::Map::new();
         line.insert("pair".into(), pair_line(&endpoints).await);
         line.insert("hot".into(), hot_line(&endpoints, &prefix).await);
@@ -186,7 +249,11 @@ async fn main() {
         let places = async || queued.queue(id).await.expect("the queue").len() as u32;
         line.insert(
             "wake".into(),
-            wake::line(&endpoints, &wake_prefix, waker, id, places).await,
+            wake::line(&endpoints, &wake_prefix, waker.clone(), id, places).await,
+        );
+        line.insert(
+            "idle".into(),
+            idle_line(&endpoints, &wake_prefix, waker, id).await,
         );
         println!(
             "etcd, {name} member(s): {}",
