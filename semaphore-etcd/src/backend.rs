@@ -260,14 +260,19 @@ impl EtcdStore {
         ops: Vec<TxnOp>,
     ) -> Result<(Vec<PoolView>, Look)> {
         let response = self.txn(operation, read_txn(ops)).await?;
+        Ok(self.seen(pools, response))
+    }
+
+    /// The pools a transaction's answer read, at its revision.
+    fn seen(&self, pools: &[PoolId], response: TxnResponse) -> (Vec<PoolView>, Look) {
         let revision = response.header().map_or(0, |h| h.revision());
-        Ok(parse(
+        parse(
             &self.keys,
             pools,
             response.op_responses(),
             self.time.now_param(),
             revision,
-        ))
+        )
     }
 
     /// Runs `txn`.
@@ -325,17 +330,10 @@ impl EtcdStore {
             .and_then(ops)
             .or_else(reads(&self.keys, pools));
         let response = self.txn(operation, txn).await?;
-        let revision = response.header().map_or(0, |h| h.revision());
         if response.succeeded() {
-            return Ok(Written::At(revision));
+            return Ok(Written::At(response.header().map_or(0, |h| h.revision())));
         }
-        let (views, look) = parse(
-            &self.keys,
-            pools,
-            response.op_responses(),
-            self.time.now_param(),
-            revision,
-        );
+        let (views, look) = self.seen(pools, response);
         Ok(Written::Changed(views, look))
     }
 
@@ -355,16 +353,9 @@ impl EtcdStore {
             .and_then(ops)
             .or_else(reads(&self.keys, pools));
         let response = self.txn(operation, txn).await?;
-        let revision = response.header().map_or(0, |h| h.revision());
-        let written = response.succeeded().then_some(revision);
-        let (views, look) = parse(
-            &self.keys,
-            pools,
-            response.op_responses(),
-            self.time.now_param(),
-            revision,
-        );
-        Ok((written, views, look))
+        let written = response.succeeded();
+        let (views, look) = self.seen(pools, response);
+        Ok((written.then_some(look.revision), views, look))
     }
 
     /// The compares that hold while `view`'s pool is as `look` saw it: its

@@ -189,14 +189,15 @@ async fn a_waiting_heads_place_is_kept_without_a_look() {
         .borrow(Duration::from_secs(60), Duration::ZERO)
         .await
         .unwrap();
-    let waiting = {
-        let first = Pool::new(first, id);
+    // A borrow from `store`, waiting up to 30 s, on a task of its own.
+    let wait_on = |store: Arc<EtcdStore>| {
+        let pool = Pool::new(store, id);
         tokio::spawn(async move {
-            first
-                .borrow_owned(Duration::from_secs(60), Duration::from_secs(30))
+            pool.borrow_owned(Duration::from_secs(60), Duration::from_secs(30))
                 .await
         })
     };
+    let waiting = wait_on(first);
     let queued = async || holder.queue(id).await.unwrap();
     while queued().await.is_empty() {
         tokio::task::yield_now().await;
@@ -208,14 +209,7 @@ async fn a_waiting_heads_place_is_kept_without_a_look() {
         vec![place],
         "the head's place, as it joined"
     );
-    let behind = {
-        let second = Pool::new(second, id);
-        tokio::spawn(async move {
-            second
-                .borrow_owned(Duration::from_secs(60), Duration::from_secs(30))
-                .await
-        })
-    };
+    let behind = wait_on(second);
     while queued().await.len() < 2 {
         tokio::task::yield_now().await;
     }
