@@ -155,6 +155,26 @@ impl Changes {
         self.tell_watchers();
     }
 
+    /// Tells the waiters of each pool `wake` names, as
+    /// [`notify`](Changes::notify) does (`wake` is asked of each pool with
+    /// waiters here, under this notification's lock: it must not call
+    /// back into it): for a store that learns of a change that can let
+    /// in the heads of some pools (a session's end frees the leases it
+    /// bound, in whatever pools they are) and knows which heads it cannot.
+    pub fn notify_where(&self, mut wake: impl FnMut(PoolId) -> bool) {
+        if !self.has_waiters() {
+            return;
+        }
+        for (pool, queue) in self.queues.lock().iter_mut() {
+            if wake(*pool) {
+                queue.draining = false;
+                queue.learned();
+                queue.notify_head();
+            }
+        }
+        self.tell_watchers();
+    }
+
     /// Wakes the borrowers waiting outside the queues, if any does.
     fn tell_watchers(&self) {
         if self.watching.load(Ordering::Acquire) != 0 {

@@ -103,7 +103,7 @@ pub struct EtcdStore {
     pub(crate) grants: crate::grants::Grants,
     pub(crate) places: Arc<crate::places::Places>,
     pub(crate) recent: crate::borrow::Recent,
-    pub(crate) quiet: Arc<crate::watch::Quiet>,
+    pub(crate) standings: Arc<crate::standing::Standings>,
     watch: tokio::task::AbortHandle,
 }
 
@@ -205,13 +205,13 @@ impl EtcdStore {
             timeout,
             options.time.clone(),
         ));
-        let quiet = Arc::new(crate::watch::Quiet::default());
+        let standings = Arc::new(crate::standing::Standings::default());
         let watch = crate::watch::start(
             client.clone(),
             keys.clone(),
             changes.clone(),
             Arc::downgrade(&session),
-            quiet.clone(),
+            standings.clone(),
             options.time.now_param().is_some(),
         );
         session.opened(SESSION_WAIT).await;
@@ -225,7 +225,7 @@ impl EtcdStore {
             grants: Default::default(),
             places: Default::default(),
             recent: Default::default(),
-            quiet,
+            standings,
             watch,
         })
     }

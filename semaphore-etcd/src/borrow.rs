@@ -107,6 +107,33 @@ impl EtcdStore {
         )))
     }
 
+    /// Leaves the standing of queued head `waiter`, refused on `look`
+    /// (see `standing`); its place is on `view` or was created by the
+    /// refusal's write at revision `written`. A held place has none.
+    fn stand(
+        &self,
+        request: &BorrowRequest,
+        waiter: WaiterId,
+        view: &PoolView,
+        look: &Look,
+        written: Option<i64>,
+    ) {
+        if request.hold.is_some() {
+            return;
+        }
+        let id = *waiter.as_uuid();
+        let seen = view.places.iter().find(|row| row.id == id);
+        let Some(mine) = seen.map(|row| row.created).or(written) else {
+            return;
+        };
+        if self
+            .standings
+            .stand(id, request.slots.max(1), mine, view, look)
+        {
+            self.changes.notify(request.pool);
+        }
+    }
+
     /// The deletes of what `look` found dead in `view`: leases no longer
     /// active, places no longer live; at most [`SWEEP`] of them, so that
     /// the transaction stays within etcd's 128 operations (the rest go
@@ -140,6 +167,10 @@ impl EtcdStore {
         let mut pools: Vec<PoolId> = requests.iter().map(|r| r.pool).collect();
         pools.sort_by_key(|p| *p.as_uuid());
         pools.dedup();
+        if requests.len() > 1 || requests.iter().any(|r| r.hold.is_some()) {
+            // Waiters outside the queue: woken by every change.
+            self.standings.open(pools.iter().copied());
+        }
         // A lost write's transaction reads the pools anew for the next try.
         let mut seen = None;
         // A queued head's first attempt starts from the look that refused
@@ -263,27 +294,27 @@ impl EtcdStore {
                     if ops.is_empty() {
                         continue;
                     }
-                    let (written, views, look) = self
+                    let (_, views, look) = self
                         .commit_then_look(operation, guards, ops, &pools)
                         .await?;
-                    if let Some(revision) = written {
-                        self.quiet.wrote(revision);
-                    }
                     seen = Some((views, look));
                     continue;
                 }
+                let mut written = None;
                 if !ops.is_empty() {
                     match self.commit_or_look(operation, guards, ops, &pools).await? {
-                        Written::At(revision) => self.quiet.wrote(revision),
+                        Written::At(revision) => written = Some(revision),
                         Written::Changed(views, look) => {
                             seen = Some((views, look));
                             continue;
                         }
                     }
-                } else if let [request] = requests
-                    && request.waiter.is_none()
-                {
-                    self.recent.keep(request.pool, views, look);
+                }
+                if let [request] = requests {
+                    match request.waiter {
+                        None => self.recent.keep(request.pool, views, look),
+                        Some(waiter) => self.stand(request, waiter, &views[0], &look, written),
+                    }
                 }
                 let TryBorrowAll::Exhausted { next_expiry } = TryBorrowAll::refused(blocked) else {
                     unreachable!("a refusal is exhausted");

@@ -11,6 +11,7 @@ mod places;
 mod primitives;
 mod record;
 mod session;
+mod standing;
 mod view;
 mod watch;
 

@@ -71,12 +71,6 @@ impl Keys {
         format!("{}{}", self.sessions(), hex(session.as_uuid()))
     }
 
-    /// The pool a key of the store belongs to (`None` for a session's
-    /// key or a key not the store's): whose waiters a change wakes.
-    pub(crate) fn pool_of(&self, key: &[u8]) -> Option<PoolId> {
-        self.kind_of(key).map(|(_, pool)| pool)
-    }
-
     /// A pool's key's kind (`b'p'`, `b'l'` or `b'q'`) and its pool.
     pub(crate) fn kind_of(&self, key: &[u8]) -> Option<(u8, PoolId)> {
         let rest = key
@@ -196,9 +190,12 @@ mod tests {
         let keys = Keys::new("semaphore");
         let pool = PoolId::from_name("a");
         let lease = LeaseId::new();
-        assert_eq!(keys.pool_of(keys.lease(pool, lease).as_bytes()), Some(pool));
-        assert_eq!(keys.pool_of(keys.pool(pool).as_bytes()), Some(pool));
-        assert_eq!(keys.pool_of(b"semaphore/s/00"), None);
+        assert_eq!(
+            keys.kind_of(keys.lease(pool, lease).as_bytes()),
+            Some((b'l', pool))
+        );
+        assert_eq!(keys.kind_of(keys.pool(pool).as_bytes()), Some((b'p', pool)));
+        assert_eq!(keys.kind_of(b"semaphore/s/00"), None);
         assert_eq!(
             id_of(keys.lease(pool, lease).as_bytes()),
             Some(*lease.as_uuid())

@@ -1,5 +1,6 @@
-//! The store's watch: every change to its keys, from any process, wakes
-//! the waiters of the pool it belongs to (a session's end wakes all); a
+//! The store's watch: a change to a pool's keys, from any process, wakes
+//! that pool's head here if it can let it in (see `standing`); a
+//! session's end wakes all; a
 //! watch that breaks is opened again, and everyone re-checks. The end of
 //! this handle's own session (an operator revoked its etcd lease) is told
 //! to the session at once, so that its holders learn it before anyone
@@ -12,40 +13,15 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, WatchOptions};
+use etcd_client::{Client, EventType, KeyValue, WatchOptions};
 use semaphore_core::store::Changes;
 use semaphore_core::{Session, SessionId};
 
-use crate::record::{Keys, id_of};
+use crate::record::{Keys, LeaseRec, decode, id_of};
+use crate::standing::{Change, Held, Standings, What};
 
 /// How often waiters look again while nothing wakes them (test mode).
 const TICK: Duration = Duration::from_secs(1);
-
-/// The revisions of this handle's latest refusals' writes (a head's place
-/// written, nothing else): their events wake none of its waiters. Such a
-/// write changed nothing its own look had not judged (its compares held),
-/// so the head that wrote it, woken, would only look again and be refused
-/// again. An event that outruns its write's answer still wakes.
-#[derive(Debug, Default)]
-pub(crate) struct Quiet(parking_lot::Mutex<std::collections::VecDeque<i64>>);
-
-impl Quiet {
-    /// How many revisions are kept: more than the heads that write at once.
-    const KEPT: usize = 64;
-
-    /// Counts revision `at` as a refusal's write of this handle.
-    pub(crate) fn wrote(&self, at: i64) {
-        let mut kept = self.0.lock();
-        if kept.len() == Self::KEPT {
-            kept.pop_front();
-        }
-        kept.push_back(at);
-    }
-
-    fn is_quiet(&self, at: i64) -> bool {
-        self.0.lock().contains(&at)
-    }
-}
 
 /// Starts the watch on a task of its own; its handle aborts it.
 pub(crate) fn start(
@@ -53,7 +29,7 @@ pub(crate) fn start(
     keys: Keys,
     changes: Arc<Changes>,
     session: Weak<Session>,
-    quiet: Arc<Quiet>,
+    standings: Arc<Standings>,
     ticks: bool,
 ) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
@@ -69,6 +45,16 @@ pub(crate) fn start(
             if let Some(revision) = next {
                 options = options.with_start_revision(revision);
             }
+            let fresh = next.is_none();
+            if fresh {
+                // Opened from the present, read first: what came before
+                // it is not all seen.
+                standings.blind_until(i64::MAX);
+                if let Some(now) = revision(&client, &keys).await {
+                    standings.blind_until(now);
+                    next = Some(now.saturating_add(1));
+                }
+            }
             let opened = watch.watch(keys.all(), Some(options)).await;
             let Ok((_watcher, mut stream)) = opened else {
                 failures = failures.saturating_add(1);
@@ -80,7 +66,7 @@ pub(crate) fn start(
             // Anything missed while the watch was down: every waiter looks,
             // and this handle's session is looked for.
             changes.notify_all();
-            if next.is_none() {
+            if fresh {
                 recheck(&client, &keys, &session).await;
             }
             loop {
@@ -94,19 +80,36 @@ pub(crate) fn start(
                             break;
                         }
                         failures = 0;
+                        let mut pooled = Vec::new();
                         for event in response.events() {
                             let Some(kv) = event.kv() else { continue };
                             next = Some(kv.mod_revision().saturating_add(1));
-                            if let Some(pool) = keys.pool_of(kv.key()) {
-                                if !quiet.is_quiet(kv.mod_revision()) {
-                                    changes.notify(pool);
-                                }
+                            if let Some(change) = change_of(&keys, event.event_type(), kv) {
+                                pooled.push(change);
                                 continue;
                             }
+                            // A session's end frees the leases it bound
+                            // (a session that opens frees nothing).
                             if event.event_type() == EventType::Delete {
                                 ended(&keys, kv.key(), &session);
+                                pooled.push(Change {
+                                    revision: kv.mod_revision(),
+                                    pool: None,
+                                    what: What::SessionGone {
+                                        id: id_of(kv.key()).unwrap_or_default(),
+                                    },
+                                });
                             }
-                            changes.notify_all();
+                        }
+                        let (pools, session_gone) = standings.changed(&pooled);
+                        if session_gone {
+                            changes.notify_where(|pool| {
+                                !standings.stands(pool) || pools.contains(&pool)
+                            });
+                        } else {
+                            for pool in pools {
+                                changes.notify(pool);
+                            }
                         }
                     }
                     _ = tick.tick(), if ticks => {
@@ -121,6 +124,38 @@ pub(crate) fn start(
         }
     })
     .abort_handle()
+}
+
+/// The store's revision now; `None` if etcd does not answer.
+async fn revision(client: &Client, keys: &Keys) -> Option<i64> {
+    let options = etcd_client::GetOptions::new().with_count_only();
+    let mut kv = client.kv_client();
+    let read = kv.get(keys.all(), Some(options)).await.ok()?;
+    read.header().map(|h| h.revision())
+}
+
+/// The change `kv` (written, or deleted by `kind`) makes to its pool;
+/// `None` for a key of no pool.
+fn change_of(keys: &Keys, kind: EventType, kv: &KeyValue) -> Option<Change> {
+    let (family, pool) = keys.kind_of(kv.key())?;
+    let gone = kind == EventType::Delete;
+    let id = || id_of(kv.key()).unwrap_or_default();
+    let what = match family {
+        b'l' if gone => What::LeaseGone { id: id() },
+        b'l' => What::Lease {
+            id: id(),
+            held: decode::<LeaseRec>(kv.value()).map(|rec| Held::of(&rec)),
+            new: kv.version() == 1,
+        },
+        b'q' if gone => What::PlaceGone { id: id() },
+        b'q' => What::Place,
+        _ => What::Pool,
+    };
+    Some(Change {
+        revision: kv.mod_revision(),
+        pool: Some(pool),
+        what,
+    })
 }
 
 /// Looks for this handle's open session's key: gone (its end deleted it

@@ -1,0 +1,155 @@
+//! No herd across processes: a change wakes a queued head in another
+//! process only when it can let that head in (see the store's
+//! `standing`), and every change that can still does. Each handle is a
+//! process here: its own client, session, watch and queue.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use semaphore_etcd::testing::TestCluster;
+use semaphore_etcd::{BorrowOptions, EtcdOptions, EtcdStore, OwnedLeaseGuard, Pool, PoolId};
+use tokio::task::JoinHandle;
+
+async fn connect(endpoints: &[String], prefix: &str) -> Arc<EtcdStore> {
+    let options = EtcdOptions::default().prefix(prefix);
+    Arc::new(
+        EtcdStore::connect_with(endpoints, options)
+            .await
+            .expect("an etcd store on the test cluster"),
+    )
+}
+
+/// A borrow of `slots` from `store`, waiting up to a minute, on a task of
+/// its own.
+fn wait_on(
+    store: Arc<EtcdStore>,
+    id: PoolId,
+    slots: u32,
+) -> JoinHandle<semaphore_etcd::Result<OwnedLeaseGuard>> {
+    let pool = Pool::new(store, id);
+    tokio::spawn(async move {
+        let options = BorrowOptions::default().slots(slots);
+        pool.borrow_owned_with(Duration::from_secs(60), Duration::from_secs(60), options)
+            .await
+    })
+}
+
+/// Waits until `id`'s line holds `n` places.
+async fn until_queued(store: &EtcdStore, id: PoolId, n: usize) {
+    use semaphore_etcd::store::Store;
+    while store.queue(id).await.unwrap().len() != n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The transactions etcd member `endpoint` has served, from its metrics.
+fn txns_served(endpoint: &str) -> u64 {
+    let address = endpoint.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("the member's client port");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|line| {
+            line.starts_with("grpc_server_handled_total{") && line.contains("grpc_method=\"Txn\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Six heads in six processes wait on a pool of one slot; each return
+/// lets the next in, in turn. A return wakes the one head it lets in, and
+/// a grant wakes no one, so the whole line is served in a few
+/// transactions per head; a herd (every head looking at every change)
+/// would cost about as many as heads wait behind, each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_return_wakes_only_the_head_it_lets_in() {
+    // A cluster of its own: its metrics count this test's work only.
+    let cluster = TestCluster::start().expect("a throwaway etcd");
+    let endpoints = cluster.endpoints();
+    let prefix = TestCluster::fresh_prefix();
+    let holder = connect(endpoints, &prefix).await;
+    let id = PoolId::from_name("herd");
+    let pool = Pool::new(holder.clone(), id);
+    pool.register(1).await.unwrap();
+    let held = pool
+        .borrow(Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    const HEADS: usize = 6;
+    let mut line = Vec::new();
+    for n in 1..=HEADS {
+        line.push(wait_on(connect(endpoints, &prefix).await, id, 1));
+        until_queued(&holder, id, n).await;
+    }
+    let before = txns_served(&endpoints[0]);
+    assert!(held.release().await.unwrap());
+    for waiting in line {
+        let granted = waiting.await.unwrap().expect("each head is served");
+        assert!(granted.release().await.unwrap());
+    }
+    let spent = txns_served(&endpoints[0]) - before;
+    // Per head: the return that lets it in, its look, its grant, and its
+    // leaving the line; a herd adds a look for each head still waiting,
+    // at each return and at each grant (69 here before the standings,
+    // 26 with them).
+    assert!(
+        spent <= 5 * HEADS as u64,
+        "{spent} transactions served {HEADS} heads"
+    );
+}
+
+/// A place ahead that needs more slots than are free holds the head
+/// behind it back; when it leaves, the head behind is let in at once
+/// (while the holder still holds), with no return to wake it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_ahead_that_leaves_lets_the_next_head_in() {
+    let endpoints = TestCluster::shared().endpoints();
+    let prefix = TestCluster::fresh_prefix();
+    let holder = connect(endpoints, &prefix).await;
+    let id = PoolId::from_name("ahead leaves");
+    let pool = Pool::new(holder.clone(), id);
+    pool.register(2).await.unwrap();
+    let held = pool
+        .borrow(Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    let wide = wait_on(connect(endpoints, &prefix).await, id, 2);
+    until_queued(&holder, id, 1).await;
+    let narrow = wait_on(connect(endpoints, &prefix).await, id, 1);
+    until_queued(&holder, id, 2).await;
+    wide.abort();
+    let granted = narrow
+        .await
+        .unwrap()
+        .expect("let in once the place ahead left");
+    assert!(granted.release().await.unwrap());
+    assert!(held.release().await.unwrap());
+}
+
+/// A head that waits behind a full pool is let in when the count is
+/// raised, by another process, with no return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raised_count_lets_the_head_in() {
+    let endpoints = TestCluster::shared().endpoints();
+    let prefix = TestCluster::fresh_prefix();
+    let holder = connect(endpoints, &prefix).await;
+    let id = PoolId::from_name("raised");
+    let pool = Pool::new(holder.clone(), id);
+    pool.register(1).await.unwrap();
+    let held = pool
+        .borrow(Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    let waiting = wait_on(connect(endpoints, &prefix).await, id, 1);
+    until_queued(&holder, id, 1).await;
+    pool.register(2).await.unwrap();
+    let granted = waiting.await.unwrap().expect("let in by the raised count");
+    assert!(granted.release().await.unwrap());
+    assert!(held.release().await.unwrap());
+}
