@@ -153,3 +153,54 @@ async fn a_raised_count_lets_the_head_in() {
     assert!(granted.release().await.unwrap());
     assert!(held.release().await.unwrap());
 }
+
+/// Many heads in many processes, of weights 1 and 2, on a pool of three
+/// slots, some giving up their wait part-way: every borrow that waits to
+/// the end is served (no head is left asleep with room for it), and the
+/// slots held at once never pass the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_head_of_many_processes_is_served_in_turn() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let endpoints = TestCluster::shared().endpoints();
+    let prefix = TestCluster::fresh_prefix();
+    let id = PoolId::from_name("many heads");
+    let first = connect(endpoints, &prefix).await;
+    Pool::new(first.clone(), id).register(3).await.unwrap();
+    let held = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for process in 0..8u32 {
+        let store = if process == 0 {
+            first.clone()
+        } else {
+            connect(endpoints, &prefix).await
+        };
+        for task in 0..4u32 {
+            let (pool, held) = (Pool::new(store.clone(), id), held.clone());
+            tasks.push(tokio::spawn(async move {
+                for round in 0..5u32 {
+                    let slots = 1 + (process + task + round) % 2;
+                    let options = BorrowOptions::default().slots(slots);
+                    let ttl = Duration::from_secs(60);
+                    let borrow = pool.borrow_with(ttl, Duration::from_secs(60), options);
+                    // One borrow in seven gives up its wait after 2 ms.
+                    let guard = if (process * 4 + task + round) % 7 == 0 {
+                        match tokio::time::timeout(Duration::from_millis(2), borrow).await {
+                            Ok(guard) => guard.expect("served"),
+                            Err(_) => continue,
+                        }
+                    } else {
+                        borrow.await.expect("every borrow that waits is served")
+                    };
+                    let now = held.fetch_add(slots, Ordering::SeqCst) + slots;
+                    assert!(now <= 3, "{now} slots held at once");
+                    tokio::time::sleep(Duration::from_millis(u64::from(round % 3))).await;
+                    held.fetch_sub(slots, Ordering::SeqCst);
+                    assert!(guard.release().await.unwrap());
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("each task's borrows end");
+    }
+}

@@ -14,7 +14,8 @@
 //! network faults that cut a holder off (blips, partitions, cuts), aimed
 //! at holders in long holds while others wait. A run that sees no
 //! violation with fewer than 10 takeovers of running holders could not
-//! have seen one: the next seed runs, up to 4 runs.
+//! have seen one: the next seed runs, up to 4 runs (8 for
+//! `handed_unconfirmed`, which takeovers do not measure).
 
 use std::time::Duration;
 
@@ -26,6 +27,14 @@ use semaphore_faults::{Config, StoreKind, run};
 const ENOUGH_TAKEOVERS: usize = 10;
 /// The most runs a planted bug is given to be seen.
 const RUNS: u64 = 4;
+/// The planted bug whose chance a run's takeovers of running holders do
+/// not measure: it shows only when a head is cut off between the return
+/// that handed it a slot and its confirmation, which some runs never do
+/// (CI, under the whole suite's load, once saw four such runs in a row).
+/// It is given every run, up to [`HANDED_RUNS`].
+const HANDED: &str = "handed_unconfirmed";
+/// The most runs [`HANDED`] is given.
+const HANDED_RUNS: u64 = 8;
 
 fn assert_caught(store: StoreKind, mutant: &str) {
     let mut config = Config::from_env(
@@ -43,7 +52,8 @@ fn assert_caught(store: StoreKind, mutant: &str) {
     );
     config.faults = Some(vec![FaultKind::Blip, FaultKind::Partition, FaultKind::Cut]);
     let mut summaries = Vec::new();
-    for attempt in 0..RUNS {
+    let runs = if mutant == HANDED { HANDED_RUNS } else { RUNS };
+    for attempt in 0..runs {
         let mut this = config.clone();
         this.seed = config.seed.wrapping_add(attempt);
         let outcome = run(this);
@@ -52,14 +62,14 @@ fn assert_caught(store: StoreKind, mutant: &str) {
             return;
         }
         summaries.push(outcome.summary);
-        if outcome.report.running_takeovers >= ENOUGH_TAKEOVERS {
+        if mutant != HANDED && outcome.report.running_takeovers >= ENOUGH_TAKEOVERS {
             break;
         }
     }
     panic!(
         "the checker saw no violation with the planted bug {mutant} on {} in {} runs, the last \
-         with at least {ENOUGH_TAKEOVERS} takeovers of running holders or the {RUNS}th: the \
-         fault suite cannot see it\n{}",
+         with at least {ENOUGH_TAKEOVERS} takeovers of running holders (but for {HANDED}) or \
+         the {runs}th: the fault suite cannot see it\n{}",
         store.name(),
         summaries.len(),
         summaries.join("\n")
