@@ -39,34 +39,39 @@ pub(crate) fn start(
         // The revision to watch from: past the last event seen, so that a
         // watch opened again misses nothing etcd still has.
         let mut next: Option<i64> = None;
+        // Whether this handle's session is to be looked for: at first,
+        // and after a watch opened from the present.
+        let mut recheck_due = true;
         loop {
-            let mut watch = client.watch_client();
-            let mut options = WatchOptions::new().with_prefix();
-            if let Some(revision) = next {
-                options = options.with_start_revision(revision);
-            }
-            let fresh = next.is_none();
-            if fresh {
+            if next.is_none() {
                 // Opened from the present, read first: what came before
                 // it is not all seen.
                 standings.blind_until(i64::MAX);
-                if let Some(now) = revision(&client, &keys).await {
-                    standings.blind_until(now);
-                    next = Some(now.saturating_add(1));
-                }
+                recheck_due = true;
+                let Some(now) = revision(&client, &keys).await else {
+                    failures = failures.saturating_add(1);
+                    changes.notify_all();
+                    tokio::time::sleep(backoff(failures)).await;
+                    continue;
+                };
+                standings.blind_until(now);
+                next = Some(now.saturating_add(1));
             }
-            let opened = watch.watch(keys.all(), Some(options)).await;
+            let options = WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(next.unwrap_or_default());
+            let opened = client.watch_client().watch(keys.all(), Some(options)).await;
             let Ok((_watcher, mut stream)) = opened else {
                 failures = failures.saturating_add(1);
                 changes.notify_all();
-                let pause = Duration::from_millis(100 * u64::from(failures.min(20)));
-                tokio::time::sleep(pause).await;
+                tokio::time::sleep(backoff(failures)).await;
                 continue;
             };
             // Anything missed while the watch was down: every waiter looks,
             // and this handle's session is looked for.
             changes.notify_all();
-            if fresh {
+            if recheck_due {
+                recheck_due = false;
                 recheck(&client, &keys, &session).await;
             }
             loop {
@@ -124,6 +129,12 @@ pub(crate) fn start(
         }
     })
     .abort_handle()
+}
+
+/// The pause before the watch is opened again after `failures` failures
+/// in a row: 100 ms more each time, 2 s at most.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(100 * u64::from(failures.min(20)))
 }
 
 /// The store's revision now; `None` if etcd does not answer.
