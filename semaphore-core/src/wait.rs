@@ -118,9 +118,7 @@ impl Changes {
             return;
         }
         if let Some(queue) = self.queues.lock().get_mut(&pool) {
-            queue.draining = false;
-            queue.learned();
-            queue.notify_head();
+            queue.told();
         }
         self.tell_watchers();
     }
@@ -148,9 +146,7 @@ impl Changes {
     /// which pool it touched.
     pub fn notify_all(&self) {
         for queue in self.queues.lock().values_mut() {
-            queue.draining = false;
-            queue.learned();
-            queue.notify_head();
+            queue.told();
         }
         self.tell_watchers();
     }
@@ -167,9 +163,7 @@ impl Changes {
         }
         for (pool, queue) in self.queues.lock().iter_mut() {
             if wake(*pool) {
-                queue.draining = false;
-                queue.learned();
-                queue.notify_head();
+                queue.told();
             }
         }
         self.tell_watchers();

@@ -1,6 +1,7 @@
 //! The store's watch: a change to a pool's keys, from any process, wakes
-//! that pool's head here if it can let it in (see `standing`); a
-//! session's end wakes all; a
+//! that pool's head here if it can let it in (see `standing`), and a
+//! session's end the heads it may let in (those the leases it bound held
+//! back, and those with no standing); a
 //! watch that breaks is opened again, and everyone re-checks. The end of
 //! this handle's own session (an operator revoked its etcd lease) is told
 //! to the session at once, so that its holders learn it before anyone

@@ -35,6 +35,25 @@ fn wait_on(
     })
 }
 
+/// A pool of `count` slots named `name`, registered through a handle of
+/// its own, and one of its slots held through it: the handle, the pool
+/// and the held slot.
+async fn held_pool(
+    endpoints: &[String],
+    prefix: &str,
+    name: &str,
+    count: u32,
+) -> (Arc<EtcdStore>, Pool, OwnedLeaseGuard) {
+    let holder = connect(endpoints, prefix).await;
+    let pool = Pool::new(holder.clone(), PoolId::from_name(name));
+    pool.register(count).await.unwrap();
+    let held = pool
+        .borrow_owned(Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    (holder, pool, held)
+}
+
 /// Waits until `id`'s line holds `n` places.
 async fn until_queued(store: &EtcdStore, id: PoolId, n: usize) {
     use semaphore_etcd::store::Store;
@@ -73,14 +92,8 @@ async fn a_return_wakes_only_the_head_it_lets_in() {
     let cluster = TestCluster::start().expect("a throwaway etcd");
     let endpoints = cluster.endpoints();
     let prefix = TestCluster::fresh_prefix();
-    let holder = connect(endpoints, &prefix).await;
+    let (holder, _pool, held) = held_pool(endpoints, &prefix, "herd", 1).await;
     let id = PoolId::from_name("herd");
-    let pool = Pool::new(holder.clone(), id);
-    pool.register(1).await.unwrap();
-    let held = pool
-        .borrow(Duration::from_secs(60), Duration::ZERO)
-        .await
-        .unwrap();
     const HEADS: usize = 6;
     let mut line = Vec::new();
     for n in 1..=HEADS {
@@ -111,14 +124,8 @@ async fn a_return_wakes_only_the_head_it_lets_in() {
 async fn a_place_ahead_that_leaves_lets_the_next_head_in() {
     let endpoints = TestCluster::shared().endpoints();
     let prefix = TestCluster::fresh_prefix();
-    let holder = connect(endpoints, &prefix).await;
+    let (holder, _pool, held) = held_pool(endpoints, &prefix, "ahead leaves", 2).await;
     let id = PoolId::from_name("ahead leaves");
-    let pool = Pool::new(holder.clone(), id);
-    pool.register(2).await.unwrap();
-    let held = pool
-        .borrow(Duration::from_secs(60), Duration::ZERO)
-        .await
-        .unwrap();
     let wide = wait_on(connect(endpoints, &prefix).await, id, 2);
     until_queued(&holder, id, 1).await;
     let narrow = wait_on(connect(endpoints, &prefix).await, id, 1);
@@ -138,14 +145,8 @@ async fn a_place_ahead_that_leaves_lets_the_next_head_in() {
 async fn a_raised_count_lets_the_head_in() {
     let endpoints = TestCluster::shared().endpoints();
     let prefix = TestCluster::fresh_prefix();
-    let holder = connect(endpoints, &prefix).await;
+    let (holder, pool, held) = held_pool(endpoints, &prefix, "raised", 1).await;
     let id = PoolId::from_name("raised");
-    let pool = Pool::new(holder.clone(), id);
-    pool.register(1).await.unwrap();
-    let held = pool
-        .borrow(Duration::from_secs(60), Duration::ZERO)
-        .await
-        .unwrap();
     let waiting = wait_on(connect(endpoints, &prefix).await, id, 1);
     until_queued(&holder, id, 1).await;
     pool.register(2).await.unwrap();

@@ -129,6 +129,16 @@ impl Queue {
         self.news.1 += 1;
     }
 
+    /// A change of its pool was told of ([`Changes::notify`]): a drain
+    /// it found may be over, it learned of it, and its head is woken.
+    ///
+    /// [`Changes::notify`]: super::Changes::notify
+    pub(super) fn told(&mut self) {
+        self.draining = false;
+        self.learned();
+        self.notify_head();
+    }
+
     /// Where the head is: the first waiter not set aside.
     pub(super) fn head_index(&self) -> Option<usize> {
         self.waiters.iter().position(|w| !w.is_aside())
