@@ -286,6 +286,21 @@ pub async fn r7_expired_lease_does_not_count(f: Fixture) {
     assert_eq!(next.position, short.position);
 }
 
+/// R6 and R7: an expired slot is the next one handed out, before a higher
+/// free one, whether or not any clean-up has run since it expired.
+pub async fn r6_an_expired_slot_goes_before_a_higher_free_one(f: Fixture) {
+    let pool = f.pool("p");
+    pool.register(3).await.unwrap();
+    // Kept as a guard: forgetting it would unbind it, a call that may
+    // clean up on its way.
+    let short = pool.borrow(SEC, Duration::ZERO).await.unwrap();
+    let _long = pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    assert_eq!(short.position, 0);
+    f.clock.advance(SEC);
+    let next = pool.borrow(TTL, Duration::ZERO).await.unwrap();
+    assert_eq!(next.position, 0, "the expired slot, not position 2");
+}
+
 /// R8: return reports `true` only for an active lease: unknown, returned,
 /// expired and deleted leases report `false`, never an error.
 pub async fn r8_return_reports_only_active_leases(f: Fixture) {

@@ -165,6 +165,7 @@ macro_rules! store_conformance {
             r5_new_head_is_woken_by_expiry_of_the_slot_just_granted,
             r6_grants_lowest_free_and_reuses_freed_slot_next,
             r6_positions_at_or_above_lowered_count_are_not_handed_out,
+            r6_an_expired_slot_goes_before_a_higher_free_one,
             r7_expired_lease_does_not_count,
             r8_return_reports_only_active_leases,
             r8_return_wakes_a_waiter,
