@@ -20,14 +20,17 @@
 -- JSON {i, t, o, s, n}: the lease id, ttl, owner and session of its
 -- grant, and the suffix of its store's own channel (none on a cluster);
 -- and for a head handed a slot that it has not taken yet, 'g:' .. head ->
--- the lease id, '@', and the time of the hand-off (ms).
+-- the lease id, '@', and the time of the hand-off (ms). 'j' and 'jc' mark
+-- when the pool next needs judging (`judged`); without them, every call
+-- judges it.
 --
 -- Outside the pools, under ARGV[6] (PREFIX on one server, PREFIX:{<tag of
 -- the pool's slot>} on a cluster): :s:<session> (string: the session's
 -- end, ms; a bound lease is active only while its session's
--- end is in the future), and :run (hash: id, the server's run id and
--- replication id, `run:replid`, that last granted or registered; until,
--- the end of the restart grace it set).
+-- end is in the future), :closes (string: how many sessions were closed
+-- before their end, counted by `close`), and :run (hash: id, the server's
+-- run id and replication id, `run:replid`, that last granted or
+-- registered; until, the end of the restart grace it set).
 --
 -- ARGV: 1 the operation, 2 the test's now in unix ms or '' (the server's
 -- clock decides, rule "Time"), 3 the longest time stored (ms), 4 a queued
@@ -52,6 +55,11 @@ local now_ms, now_us
 -- A grant's side notes: whether it wrote the run key, and the last token
 -- it granted (a multi-pool grant's tokens grow in the order of its pools).
 local run_written, granted_token = false, 0
+-- The ends of the sessions this call has read (ms, false for none): a
+-- session's key changes only between calls.
+local known_ends = {}
+-- Each pool's 'j' as this call knows it (see `judged`).
+local judge_by = {}
 
 local function server_us()
     local t = redis.call('TIME')
@@ -67,7 +75,7 @@ local function begin(keys, args)
     PREFIX = ARGV[6]
     GRACE = tonumber(ARGV[7])
     PUBLISH = ARGV[8]
-    run_written, granted_token = false, 0
+    run_written, granted_token, known_ends, judge_by = false, 0, {}, {}
     if ARGV[2] ~= '' then
         now_ms = tonumber(ARGV[2])
         now_us = now_ms * 1000
@@ -145,9 +153,52 @@ end
 
 -- The end of session sid (ms), or nil if it has none.
 local function session_end(sid)
-    local e = redis.call('GET', PREFIX .. ':s:' .. sid)
-    if not e then return nil end
-    return tonumber(e)
+    local e = known_ends[sid]
+    if e == nil then
+        e = redis.call('GET', PREFIX .. ':s:' .. sid)
+        e = e and tonumber(e) or false
+        known_ends[sid] = e
+    end
+    return e or nil
+end
+
+-- How many sessions were closed before their end, as a string; with
+-- the end of session `sid` if one is named (read in the same call).
+local function closes(sid)
+    if not sid or known_ends[sid] ~= nil then
+        return redis.call('GET', PREFIX .. ':closes') or '0'
+    end
+    local got = redis.call('MGET', PREFIX .. ':closes', PREFIX .. ':s:' .. sid)
+    known_ends[sid] = got[2] and tonumber(got[2]) or false
+    return got[1] or '0'
+end
+
+-- Whether the pool must be judged now (`reap`): by its 'j', a lower bound
+-- of the earliest instant at which a lease of it expires, a queued head's
+-- place lapses or a session of its bound leases ends, as `reap` last read
+-- them and every write since lowered it (`judge_at`); and its 'jc', the
+-- count of closed sessions `reap` saw (a close ends a session before its
+-- end). A pool that has neither is judged by every call. `j` and `jc`
+-- are the pool's fields as read; session `sid`'s end, if named, is read
+-- with the count of closes.
+local function judged(k, j, jc, sid)
+    j = tonumber(j) or 0
+    judge_by[k.pool] = j
+    return now_ms < j and jc == closes(sid)
+end
+
+-- Lowers the pool's 'j' to `at` (ms) if `at` is earlier: when a lease
+-- expires, a place lapses or a bound session ends.
+local function judge_at(k, at)
+    local j = judge_by[k.pool]
+    if j == nil then
+        j = tonumber(redis.call('HGET', k.pool, 'j')) or 0
+        judge_by[k.pool] = j
+    end
+    if at < j then
+        redis.call('HSET', k.pool, 'j', fmt(at))
+        judge_by[k.pool] = at
+    end
 end
 
 -- Whether session sid lives now.
@@ -260,6 +311,7 @@ local function reap(k)
         local ends = read_all('MGET', nil, names)
         for i, sid in ipairs(sids) do
             local e = ends[i] and tonumber(ends[i]) or nil
+            known_ends[sid] = e or false
             if e == nil or e <= now_ms then
                 ended[sid] = true
             elseif earliest == nil or e < earliest then
@@ -280,6 +332,14 @@ local function reap(k)
             redis.call(PUBLISH, CHANNEL, 's:' .. sid)
         end
     end
+    -- Judged until the earliest of what may need judging next.
+    local j = earliest or MAX_MS
+    for _, z in ipairs({k.exp, k.alive}) do
+        local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')[2]
+        if first and tonumber(first) < j then j = tonumber(first) end
+    end
+    redis.call('HSET', k.pool, 'j', fmt(j), 'jc', closes())
+    judge_by[k.pool] = j
     return earliest
 end
 
@@ -365,25 +425,26 @@ local function in_grace(st)
     return st.grace > 0 and real_ms() < st.grace
 end
 
--- The n lowest positions no active lease holds.
-local function lowest_free(k, n)
-    local held = redis.call('ZCARD', k.pos)
+-- The n lowest positions no active lease holds, `held` of them held (nil
+-- if not counted yet). A few held positions are read at once; of many, the
+-- highest first, which is all a pool held from its lowest up needs.
+local function lowest_free(k, n, held)
+    held = held or redis.call('ZCARD', k.pos)
     local free, want = {}, 0
-    if held > 0 then
-        local last = redis.call('ZRANGE', k.pos, -1, -1, 'WITHSCORES')
-        if tonumber(last[2]) == held - 1 then
-            want = held
-        else
-            local taken = redis.call('ZRANGE', k.pos, 0, -1, 'WITHSCORES')
-            for i = 2, #taken, 2 do
-                local p = tonumber(taken[i])
-                while want < p and #free < n do
-                    free[#free + 1] = want
-                    want = want + 1
-                end
-                if #free >= n then break end
-                want = p + 1
+    local compact = held == 0 or (held > 64
+        and tonumber(redis.call('ZRANGE', k.pos, -1, -1, 'WITHSCORES')[2]) == held - 1)
+    if compact then
+        want = held
+    else
+        local taken = redis.call('ZRANGE', k.pos, 0, -1, 'WITHSCORES')
+        for i = 2, #taken, 2 do
+            local p = tonumber(taken[i])
+            while want < p and #free < n do
+                free[#free + 1] = want
+                want = want + 1
             end
+            if #free >= n then break end
+            want = p + 1
         end
     end
     while #free < n do
@@ -393,9 +454,8 @@ local function lowest_free(k, n)
     return free
 end
 
-
-local function grant(k, id, ttl, owner, key, n, session, to)
-    local ps = lowest_free(k, n)
+local function grant(k, id, ttl, owner, key, n, session, to, held)
+    local ps = lowest_free(k, n, held)
     local last = tonumber(redis.call('GET', k.token) or '0')
     local token = math.max(last + 1, now_us, granted_token + 1)
     granted_token = token
@@ -404,9 +464,12 @@ local function grant(k, id, ttl, owner, key, n, session, to)
     local r = {p = ps[1], t = fmt(token), e = fmt(exp), o = owner, k = key, g = to}
     if to then r.l = ttl end
     if n > 1 then r.ps = ps end
+    judge_at(k, exp)
     if session then
         r.s = session
         redis.call('HINCRBY', k.pool, 's:' .. session, 1)
+        local e = session_end(session)
+        if e then judge_at(k, e) end
     end
     redis.call('HSET', k.leases, id, cjson.encode(r))
     redis.call('ZADD', k.exp, exp, id)
@@ -427,9 +490,8 @@ end
 -- none (so that a hand-off wakes one process, not all), and
 -- the head keeps its heartbeat till then (a head whose process is gone
 -- lets it go when its place lapses, or sooner, `unclaim`). The head, or
--- nil if the slot stays free.
+-- nil if the slot stays free. Called only while a head is queued.
 local function hand_on(k)
-    if redis.call('ZCARD', k.queue) == 0 then return nil end
     local p = redis.call('HMGET', k.pool, 'count', 'draining')
     local count = tonumber(p[1])
     if not count or p[2] == '1' then return nil end

@@ -2,14 +2,22 @@
 -- while the server is out of memory (no allow-oom flag), so nothing is
 -- ever half written.
 
--- The pool's count, grace and drain, and the earliest end of a live
--- session of its leases; nil if there is no pool.
-local function load(k)
-    local p = redis.call('HMGET', k.pool, 'count', 'draining')
+-- The pool's count, grace and drain, whether it was judged (`reap`: not
+-- if nothing needed it, `judged`) and then the earliest end of a live
+-- session of its leases, and what a return handed `waiter` ('g:' ..
+-- waiter, read before the pool was judged: its lease may be gone since);
+-- nil if there is no pool. Session `session`'s end, if named, is read on
+-- the way.
+local function load(k, waiter, session)
+    local p = redis.call('HMGET', k.pool, 'count', 'draining', 'j', 'jc',
+        waiter and 'g:' .. waiter or 'count')
     if not p[1] then return nil end
-    local sessions = reap(k)
-    return {count = tonumber(p[1]), grace = grace_end(), draining = p[2] == '1',
-        sessions = sessions}
+    local st = {count = tonumber(p[1]), draining = p[2] == '1', handed = waiter and p[5] or nil}
+    if not judged(k, p[3], p[4], session) then
+        st.sessions, st.reaped = reap(k), true
+    end
+    st.grace = grace_end()
+    return st
 end
 
 -- The active lease under the name of `key`, as a grant reply; {6} if it
@@ -25,17 +33,21 @@ local function keyed(k, key)
 end
 
 -- Free slots beyond those owed to the heads queued ahead of `waiter`,
--- each owed its weight (none if it is over the count), and
--- those heads.
+-- each owed its weight (none if it is over the count), those heads, and
+-- the positions held; `st.queued`, how many heads are queued. A full
+-- pool owes no one (none are free): its heads are not read.
 local function room(k, st, waiter)
     local held = redis.call('ZCARD', k.pos)
-    local ticket = waiter and redis.call('ZSCORE', k.queue, waiter)
-    local ahead = 0
-    local heads
-    if ticket then
-        heads = redis.call('ZRANGEBYSCORE', k.queue, '-inf', '(' .. ticket)
-    else
-        heads = redis.call('ZRANGE', k.queue, 0, -1)
+    if held >= st.count then return st.count - held, {}, held end
+    local ahead, heads = 0, {}
+    st.queued = redis.call('ZCARD', k.queue)
+    if st.queued > 0 then
+        local ticket = waiter and redis.call('ZSCORE', k.queue, waiter)
+        if ticket then
+            heads = redis.call('ZRANGEBYSCORE', k.queue, '-inf', '(' .. ticket)
+        else
+            heads = redis.call('ZRANGE', k.queue, 0, -1)
+        end
     end
     if #heads > 0 then
         local names = {}
@@ -48,8 +60,8 @@ local function room(k, st, waiter)
             if weight <= st.count then ahead = ahead + weight end
         end
     end
-    if in_grace(st) then return 0, {} end
-    return st.count - held - ahead, heads
+    if in_grace(st) then return 0, {}, held end
+    return st.count - held - ahead, heads, held
 end
 
 -- Keeps a refused head's place, weight and connection, or refreshes its
@@ -69,7 +81,9 @@ local function queue(k, waiter, n, hold, conn, grant)
         set[#set + 1] = 'q:' .. waiter; set[#set + 1] = fmt(now_ms) .. (hold and 'h' or '')
         if #set > 0 then redis.call('HSET', k.pool, unpack(set)) end
     end
-    redis.call('ZADD', k.alive, now_ms + (hold or WAITER_TTL), waiter)
+    local lapses = now_ms + (hold or WAITER_TTL)
+    redis.call('ZADD', k.alive, lapses, waiter)
+    judge_at(k, lapses)
 end
 
 -- A refusal: when to look again (the earliest expiry or end of a live
@@ -130,11 +144,11 @@ local function grow_ops()
         -- session}, {1, _, _, _, next look, connections}, {2} (no pool), {4}
         -- (it drains) or {5} (the session named has ended).
         local k = K(1)
-        local st = load(k)
+        local waiter, session = opt(ARGV[A + 2]), opt(ARGV[A + 6])
+        local st = load(k, waiter, session)
         if not st then return {2} end
         local id, ttl = ARGV[A], tonumber(ARGV[A + 1])
-        local waiter, key, owner = opt(ARGV[A + 2]), opt(ARGV[A + 3]), opt(ARGV[A + 4])
-        local n, session = tonumber(ARGV[A + 5]), opt(ARGV[A + 6])
+        local key, owner, n = opt(ARGV[A + 3]), opt(ARGV[A + 4]), tonumber(ARGV[A + 5])
         local hold = opt(ARGV[A + 7])
         hold = hold and tonumber(hold)
         local conn = opt(ARGV[A + 8])
@@ -152,9 +166,8 @@ local function grow_ops()
         -- A queued head finds the lease a return handed it (`hand_on`), under
         -- the id it queued with, and marks it taken ('@t'); a retry finds it
         -- again.
-        if waiter then
-            local g = redis.call('HGET', k.pool, 'g:' .. waiter)
-            local gid = g and string.match(g, '^[^@]+')
+        if st.handed then
+            local gid = string.match(st.handed, '^[^@]+')
             local r = gid and record(k, gid)
             -- Not in a restart grace (rule "Restart grace"): taken then,
             -- the lease would be a grant in the grace. A slot handed on a
@@ -166,6 +179,7 @@ local function grow_ops()
                 -- Its heartbeat kept meanwhile (it is out of the queue:
                 -- only this keeps its place).
                 redis.call('ZADD', k.alive, now_ms + WAITER_TTL, waiter)
+                judge_at(k, now_ms + WAITER_TTL)
                 return {1, false, false, false, st.grace, {}}
             end
             if r then
@@ -177,6 +191,7 @@ local function grow_ops()
                         local exp = math.min(now_ms + tonumber(r.l), MAX_MS)
                         r.e = fmt(exp)
                         redis.call('ZADD', k.exp, exp, gid)
+                        judge_at(k, exp)
                     end
                     redis.call('HSET', k.leases, gid, cjson.encode(r))
                     redis.call('HSET', k.pool, 'g:' .. waiter, gid .. '@t')
@@ -195,12 +210,18 @@ local function grow_ops()
             leave(k, waiter)
             return found
         end
-        local free, heads = room(k, st, waiter)
+        local free, heads, held = room(k, st, waiter)
+        if free < n and not st.reaped then
+            -- Judged before any refusal: nothing due then holds a slot.
+            st.sessions, st.reaped = reap(k), true
+            free, heads, held = room(k, st, waiter)
+        end
         if free >= n then
             -- No lease is born dead.
             if session and not alive(session) then return {5} end
-            leave(k, waiter)
-            return grant(k, id, ttl, owner, key, n, session)
+            -- Nobody queued, and nothing handed to it: it has no place.
+            if st.queued ~= 0 or st.handed then leave(k, waiter) end
+            return grant(k, id, ttl, owner, key, n, session, nil, held)
         end
         local grant_to = nil
         if n == 1 and not key and not hold then
@@ -245,6 +266,10 @@ local function grow_ops()
                 local weight = tonumber(ARGV[A + 4 + n + i])
                 need[pool] = (need[pool] or 0) + weight
                 local free, heads = room(ks[i], sts[i], waiter)
+                if free < need[pool] and not sts[i].reaped then
+                    sts[i].sessions, sts[i].reaped = reap(ks[i]), true
+                    free, heads = room(ks[i], sts[i], waiter)
+                end
                 if free < need[pool] then
                     local owed = sts[i].count - redis.call('ZCARD', ks[i].pos) >= need[pool]
                     replies[i] = refusal(ks[i], sts[i], owed, heads)

@@ -79,9 +79,13 @@ local function shrink_ops()
     end
 
     if op == 'close' then
-        -- Ends the session whose key is KEYS[1] at once; every
+        -- Ends the session whose key is KEYS[1] at once, and counts it in
+        -- PREFIX:closes (every pool is due to be judged, `judged`); every
         -- process's waiters look again.
-        if redis.call('DEL', KEYS[1]) == 1 then redis.call(PUBLISH, CHANNEL, '*') end
+        if redis.call('DEL', KEYS[1]) == 1 then
+            redis.call('INCR', PREFIX .. ':closes')
+            redis.call(PUBLISH, CHANNEL, '*')
+        end
         return 1
     end
 
@@ -106,6 +110,7 @@ local function shrink_ops()
         take(k, id, r)
         drop_lease(k, id, r)
         if tonumber(r.e) > now_ms and not (r.s and not alive(r.s)) then
+            if redis.call('ZCARD', k.queue) == 0 then return 1 end
             local head = ARGV[A + 1] == '1' and hand_on(k)
             if head then return head end
             wake(k)
@@ -132,6 +137,7 @@ local function shrink_ops()
         r.e = fmt(exp)
         redis.call('HSET', k.leases, id, cjson.encode(r))
         redis.call('ZADD', k.exp, exp, id)
+        judge_at(k, exp)
         wake(k)
         return lease_reply(id, r)
     end
