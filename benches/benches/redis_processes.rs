@@ -11,7 +11,8 @@
 //! - Line 16: cross-process wake through pub/sub (see `wake/mod.rs`).
 //!
 //! Group commit's profile: for every line-15 run, the server's
-//! CPU (`INFO cpu`) and its commands (`INFO commandstats`), per pair.
+//! CPU (`INFO cpu`) and its commands (`INFO commandstats`): calls and the
+//! server's time in each, per pair.
 
 mod hot;
 mod peer;
@@ -141,6 +142,7 @@ async fn main() {
 struct Counters {
     cpu_us: f64,
     calls: std::collections::BTreeMap<String, f64>,
+    usec: std::collections::BTreeMap<String, f64>,
 }
 
 impl Counters {
@@ -171,25 +173,33 @@ impl Counters {
                 })
                 .unwrap_or(0.0)
         };
-        Counters {
-            cpu_us: (seconds("used_cpu_user") + seconds("used_cpu_sys")) * 1e6,
-            calls: commands
+        let stat = |name: &str| {
+            commands
                 .lines()
                 .filter_map(|l| {
-                    let name = l.strip_prefix("cmdstat_")?.split(':').next()?;
-                    Some((name.to_owned(), field(l, "calls")?))
+                    let command = l.strip_prefix("cmdstat_")?.split(':').next()?;
+                    Some((command.to_owned(), field(l, name)?))
                 })
-                .collect(),
+                .collect()
+        };
+        Counters {
+            cpu_us: (seconds("used_cpu_user") + seconds("used_cpu_sys")) * 1e6,
+            calls: stat("calls"),
+            usec: stat("usec"),
         }
     }
 
     /// What happened since `before`, per unit of work (`units` of them):
-    /// the server's CPU, and the commands called at least once per 100.
+    /// the server's CPU, the commands called at least once per 100, and
+    /// the server's time in each command (µs; a function's includes the
+    /// commands it calls).
     fn per(&self, before: &Counters, units: f64) -> serde_json::Value {
         let calls = per_unit(&self.calls, &before.calls, units, 0.01);
+        let usec = per_unit(&self.usec, &before.usec, units, 0.05);
         serde_json::json!({
             "server_cpu_us": (self.cpu_us - before.cpu_us) / units,
             "calls": calls,
+            "usec": usec,
         })
     }
 }
