@@ -58,8 +58,9 @@ local run_written, granted_token = false, 0
 -- The ends of the sessions this call has read (ms, false for none): a
 -- session's key changes only between calls.
 local known_ends = {}
--- Each pool's 'j' as this call knows it (see `judged`).
-local judge_by = {}
+-- Each pool's 'j' as this call knows it (see `judged`), and the count of
+-- closes as this call read it (nil until read).
+local judge_by, closed = {}, nil
 
 local function server_us()
     local t = redis.call('TIME')
@@ -75,7 +76,7 @@ local function begin(keys, args)
     PREFIX = ARGV[6]
     GRACE = tonumber(ARGV[7])
     PUBLISH = ARGV[8]
-    run_written, granted_token, known_ends, judge_by = false, 0, {}, {}
+    run_written, granted_token, known_ends, judge_by, closed = false, 0, {}, {}, nil
     if ARGV[2] ~= '' then
         now_ms = tonumber(ARGV[2])
         now_us = now_ms * 1000
@@ -162,15 +163,19 @@ local function session_end(sid)
     return e or nil
 end
 
--- How many sessions were closed before their end, as a string; with
--- the end of session `sid` if one is named (read in the same call).
+-- How many sessions were closed before their end, as a string, read
+-- once a call; with the end of session `sid` if one is named (read in
+-- the same command).
 local function closes(sid)
+    if closed then return closed end
     if not sid or known_ends[sid] ~= nil then
-        return redis.call('GET', PREFIX .. ':closes') or '0'
+        closed = redis.call('GET', PREFIX .. ':closes') or '0'
+        return closed
     end
     local got = redis.call('MGET', PREFIX .. ':closes', PREFIX .. ':s:' .. sid)
     known_ends[sid] = got[2] and tonumber(got[2]) or false
-    return got[1] or '0'
+    closed = got[1] or '0'
+    return closed
 end
 
 -- Whether the pool must be judged now (`reap`): by its 'j', a lower bound
@@ -293,8 +298,8 @@ local function unclaim(k, w)
 end
 
 -- Forgets expired leases, the leases of ended sessions, and
--- queued heads whose process stopped asking. The live sessions' ends:
--- the earliest, or nil.
+-- queued heads whose process stopped asking. The earliest end of a live
+-- session and the earliest expiry of a lease left, each nil if none.
 local function reap(k)
     for _, id in ipairs(redis.call('ZRANGEBYSCORE', k.exp, '-inf', now_ms)) do
         drop_lease(k, id, record(k, id))
@@ -333,14 +338,12 @@ local function reap(k)
         end
     end
     -- Judged until the earliest of what may need judging next.
-    local j = earliest or MAX_MS
-    for _, z in ipairs({k.exp, k.alive}) do
-        local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')[2]
-        if first and tonumber(first) < j then j = tonumber(first) end
-    end
+    local expiry = tonumber(redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES')[2])
+    local lapse = tonumber(redis.call('ZRANGE', k.alive, 0, 0, 'WITHSCORES')[2])
+    local j = math.min(earliest or MAX_MS, expiry or MAX_MS, lapse or MAX_MS)
     redis.call('HSET', k.pool, 'j', fmt(j), 'jc', closes())
     judge_by[k.pool] = j
-    return earliest
+    return earliest, expiry
 end
 
 -- Tells every process's waiters, if a head of any is queued on the pool:

@@ -2,20 +2,25 @@
 -- while the server is out of memory (no allow-oom flag), so nothing is
 -- ever half written.
 
--- The pool's count, grace and drain, whether it was judged (`reap`: not
--- if nothing needed it, `judged`) and then the earliest end of a live
--- session of its leases, and what a return handed `waiter` ('g:' ..
--- waiter, read before the pool was judged: its lease may be gone since);
--- nil if there is no pool. Session `session`'s end, if named, is read on
--- the way.
+-- Judges the pool (`reap`) for a borrow whose state is `st`: then
+-- `st.reaped`, and the earliest end of a live session of its leases and
+-- the earliest expiry of a lease, each nil if none.
+local function judge(k, st)
+    st.sessions, st.expiry = reap(k)
+    st.reaped = true
+end
+
+-- The pool's count, grace and drain, whether it was judged (`judge`; not
+-- if nothing needed it, `judged`), and what a return handed `waiter`
+-- ('g:' .. waiter, read before the pool was judged: its lease may be gone
+-- since); nil if there is no pool. Session `session`'s end, if named, is
+-- read on the way.
 local function load(k, waiter, session)
     local p = redis.call('HMGET', k.pool, 'count', 'draining', 'j', 'jc',
         waiter and 'g:' .. waiter or 'count')
     if not p[1] then return nil end
     local st = {count = tonumber(p[1]), draining = p[2] == '1', handed = waiter and p[5] or nil}
-    if not judged(k, p[3], p[4], session) then
-        st.sessions, st.reaped = reap(k), true
-    end
+    if not judged(k, p[3], p[4], session) then judge(k, st) end
     st.grace = grace_end()
     return st
 end
@@ -86,14 +91,14 @@ local function queue(k, waiter, n, hold, conn, grant)
     judge_at(k, lapses)
 end
 
--- A refusal: when to look again (the earliest expiry or end of a live
--- session, or the grace's end), and, if slots are free but owed to the
--- heads ahead, the client ids of their connections, for the caller to ask
--- which are gone (a killed waiter holds back no one).
+-- A refusal, once the pool was judged (`judge`): when to look again (the
+-- earliest expiry or end of a live session, or the grace's end), and, if
+-- slots are free but owed to the heads ahead, the client ids of their
+-- connections, for the caller to ask which are gone (a killed waiter
+-- holds back no one).
 local function refusal(k, st, owed, heads)
     if in_grace(st) then return {1, false, false, false, st.grace, {}} end
-    local first = redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES')
-    local at = first[2] and tonumber(first[2])
+    local at = st.expiry
     if st.sessions and (not at or st.sessions < at) then at = st.sessions end
     local asked = {}
     if owed then
@@ -213,7 +218,7 @@ local function grow_ops()
         local free, heads, held = room(k, st, waiter)
         if free < n and not st.reaped then
             -- Judged before any refusal: nothing due then holds a slot.
-            st.sessions, st.reaped = reap(k), true
+            judge(k, st)
             free, heads, held = room(k, st, waiter)
         end
         if free >= n then
@@ -267,7 +272,7 @@ local function grow_ops()
                 need[pool] = (need[pool] or 0) + weight
                 local free, heads = room(ks[i], sts[i], waiter)
                 if free < need[pool] and not sts[i].reaped then
-                    sts[i].sessions, sts[i].reaped = reap(ks[i]), true
+                    judge(ks[i], sts[i])
                     free, heads = room(ks[i], sts[i], waiter)
                 end
                 if free < need[pool] then
