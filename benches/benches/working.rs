@@ -108,7 +108,11 @@ async fn work(pool: Pool, tasks: usize, hold: u64, think: u64, start_us: u64) {
                     let asked = unix_us();
                     let lease = pool.borrow(TTL, WAIT).await.expect("borrow");
                     let granted = unix_us();
-                    tokio::time::sleep(Duration::from_millis(hold)).await;
+                    // Not even a zero sleep: tokio's lasts until its next
+                    // millisecond tick, which a zero hold would pay a pair.
+                    if hold > 0 {
+                        tokio::time::sleep(Duration::from_millis(hold)).await;
+                    }
                     let returned = unix_us();
                     lease.release().await.expect("return");
                     holds.push(Hold {

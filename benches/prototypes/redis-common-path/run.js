@@ -1,4 +1,4 @@
-// node run.js <peer|proto> <tasks> [seconds]: over min(4, tasks) processes, tasks spread;
+// node run.js <peer|proto|full|hash> <tasks> [seconds]: over min(4, tasks) processes, tasks spread;
 // prints pairs/s and the server's CPU per pair (INFO cpu).
 const { spawn } = require('child_process');
 const Redis = require('ioredis');
@@ -11,6 +11,12 @@ const [kind, tasks, seconds] = [process.argv[2], Number(process.argv[3]), Number
         for (let p = 0; p < 8; p++) await r.zadd(k('free'), p, String(p));
         await r.set(k('sess'), '1');
     }
+    if (kind === 'full') {
+        const k = s => `full:{${tag}}:${s}`;
+        for (let p = 0; p < 8; p++) await r.zadd(k('free'), p, String(p));
+        await r.hset(k('pool'), 'count', 8);
+    }
+    if (kind === 'hash') await r.hset(`hash:{${tag}}:pool`, 'count', 8, 'held', '00000000');
     const procs = Math.min(4, tasks);
     const per = Array.from({ length: procs }, (_, i) => Math.floor(tasks / procs) + (i < tasks % procs ? 1 : 0));
     const start = Date.now() + 1500;
