@@ -11,6 +11,9 @@ const [kind, tasks, startMs, seconds] = [process.argv[2], Number(process.argv[3]
 const conf = { host: '127.0.0.1', user: 'postgres', database: 'test' };
 const me = 'w' + crypto.randomBytes(6).toString('hex');
 const end = startMs + seconds * 1000;
+// HOLD and THINK (ms, 0 by default): each holder holds its slot, then thinks, so long (line 26's cases).
+const [hold, think] = [Number(process.env.HOLD || 0), Number(process.env.THINK || 0)];
+const pause = ms => ms > 0 ? new Promise(res => setTimeout(res, ms)) : null;
 const waiting = new Map();
 let done = 0, n = 0; const stats = {direct: 0, recheck: 0, notified: 0, polled: 0, polls: 0};
 async function main() {
@@ -53,8 +56,10 @@ async function main() {
                 }
             }
             waiting.delete(w);
+            await pause(hold);
             await c.query({ name: 'g', text: 'SELECT proto53.give_back($1, $2)', values: [pos, w] });
             done++;
+            await pause(think);
         }
     };
     await new Promise(res => setTimeout(res, Math.max(0, startMs - Date.now())));
