@@ -95,6 +95,10 @@ impl Engine for Member {
     }
 }
 
+/// How many times a throwaway cluster is started on fresh ports before
+/// its start counts as failed.
+const ATTEMPTS: usize = 3;
+
 /// A free loopback port, as the kernel picks one.
 fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
@@ -127,7 +131,7 @@ impl TestCluster {
     /// # Errors
     /// What to install, or what failed, in words.
     pub fn start() -> Result<TestCluster, String> {
-        Self::start_nodes(1, &mut Ok)
+        Self::start_fresh(1)
     }
 
     /// A throwaway three-node cluster of the caller's own, on loopback;
@@ -136,7 +140,24 @@ impl TestCluster {
     /// # Errors
     /// What to install, or what failed, in words.
     pub fn start_three() -> Result<TestCluster, String> {
-        Self::start_nodes(3, &mut Ok)
+        Self::start_fresh(3)
+    }
+
+    /// `n` members on loopback ports the kernel picked free, tried again
+    /// on fresh ports (up to [`ATTEMPTS`] in all) when a start fails:
+    /// another process may bind a port between its pick and etcd's bind.
+    fn start_fresh(n: usize) -> Result<TestCluster, String> {
+        let mut failed = Vec::new();
+        for _ in 0..ATTEMPTS {
+            match Self::start_nodes(n, &mut Ok) {
+                Ok(cluster) => return Ok(cluster),
+                Err(e) => failed.push(e),
+            }
+        }
+        Err(format!(
+            "etcd did not start in {ATTEMPTS} attempts, each on fresh ports:\n{}",
+            failed.join("\n")
+        ))
     }
 
     /// [`start_three`](Self::start_three), each member reached by its

@@ -188,10 +188,13 @@ impl<E: Engine> Throwaway<E> {
                 return Ok(());
             }
             if let Ok(Some(status)) = child.try_wait() {
+                // The log's last lines, in the message: the directory goes
+                // with the server, once the caller drops it.
                 return Err(format!(
-                    "{} exited ({status}); see {}",
+                    "{} exited ({status}); the end of {}:\n{}",
                     E::NAME,
-                    self.log().display()
+                    self.log().display(),
+                    log_tail(&self.log(), 20)
                 ));
             }
             if Instant::now() >= deadline {
@@ -290,6 +293,17 @@ fn spawn<E: Engine>(engine: &E, dir: &Path) -> Result<Child, String> {
 }
 
 /// `s` as one single-quoted shell word.
+/// The last `lines` lines of the log at `path`, or why there are none.
+fn log_tail(path: &Path, lines: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(unreadable: {e})"),
+    }
+}
+
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
@@ -376,4 +390,22 @@ pub fn run(command: &mut Command, install: &str) -> Result<(), String> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr).trim_end()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_tail;
+
+    #[test]
+    fn a_failed_start_quotes_the_end_of_its_log() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let log = dir.path().join("server.log");
+        let text: Vec<String> = (1..=30).map(|i| format!("line {i}")).collect();
+        std::fs::write(&log, text.join("\n")).expect("writing the log");
+        let tail = log_tail(&log, 20);
+        assert_eq!(tail.lines().next(), Some("line 11"));
+        assert_eq!(tail.lines().last(), Some("line 30"));
+        assert_eq!(tail.lines().count(), 20);
+        assert!(log_tail(&dir.path().join("none.log"), 20).starts_with("(unreadable: "));
+    }
 }
