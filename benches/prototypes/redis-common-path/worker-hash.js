@@ -116,33 +116,4 @@ redis.call('HDEL', pool, unpack(gone))
 if pos < tonumber(p[2]) then redis.call('HSET', pool, 'held', set_at(p[5], pos, '0')) end
 return 1
 ` });
-const waiting = new Map();
-sub.on('message', (_ch, msg) => {
-    const [id, pos, token] = msg.split(':');
-    const w = waiting.get(id);
-    if (w) { waiting.delete(id); w([Number(pos), Number(token)]); }
-});
-const start = Number(startMs), end = start + Number(seconds) * 1000;
-let done = 0, n = 0;
-async function borrow(waiter) {
-    const id = me + (n++).toString(36);
-    const granted = new Promise(resolve => waiting.set(id, resolve));
-    const r = await client.borrow(...K, id, 30000, waiter, channel);
-    if (r[0] >= 0) { waiting.delete(id); return id; }
-    if (r[0] !== -1) throw new Error(`borrow: ${r[0]}`);
-    await granted;
-    return id;
-}
-async function task(i) {
-    const waiter = `${me}.${i}`;
-    while (Date.now() < end) {
-        const id = await borrow(waiter);
-        if (await client.giveback(...K, id) === 0) throw new Error('returned a lease not held');
-        done += 1;
-    }
-}
-sub.subscribe(channel).then(() => setTimeout(async () => {
-    await Promise.all(Array.from({ length: Number(tasks) }, (_, i) => task(i)));
-    console.log(done);
-    client.disconnect(); sub.disconnect();
-}, Math.max(0, start - Date.now())));
+require('./duties-loop').run({ client, sub, channel, me, K, tasks, startMs, seconds });
